@@ -1,0 +1,104 @@
+# kosa8 - top-level entry point. `make` builds the host programs, the static guest agent
+# and the guest image (kernel cached under build/cache, initramfs, SHA-256 manifest).
+#   make            everything           make test       unit + integration tests
+#   make unit       C unit tests         make san        ASan+UBSan build, unit tests
+#   make bench      benchmarks           make fuzz       libFuzzer targets, briefly
+#   WERROR=1        warnings are errors (CI sets it)
+B       ?= build
+CC      ?= cc
+WERROR  ?=
+SAN     ?=
+
+WARN    := -Wall -Wextra -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes -Wshadow \
+           -Wundef -Wwrite-strings -Wno-unused-parameter -Wno-format-truncation
+HARDEN  := -fPIE -fstack-protector-strong -D_FORTIFY_SOURCE=2
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 $(WARN) -D_GNU_SOURCE -Isrc -pthread $(if $(WERROR),-Werror)
+LDFLAGS_HOST := -pie -pthread
+ifneq ($(SAN),)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS_HOST += -fsanitize=address,undefined
+HARDEN  := -fPIE
+endif
+
+LIBS_CLI    := -lcurl -ljansson -lcrypto
+LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
+LIBS_NET    := $(shell pkg-config --libs slirp 2>/dev/null) -lseccomp -ljansson
+
+COMMON_SRC := $(wildcard src/common/*.c)
+IMAGE_SRC  := $(wildcard src/image/*.c)
+DAEMON_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c))
+CLI_SRC    := $(wildcard src/cli/*.c)
+AGENT_SRC  := $(wildcard src/agent/*.c)
+NET_SRC    := $(filter-out src/net/main.c,$(wildcard src/net/*.c))
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+aobj = $(patsubst %.c,$(B)/agent-obj/%.o,$(1))
+
+HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(IMAGE_SRC) $(DAEMON_SRC))
+UNIT_SRC     := $(wildcard tests/unit/test_*.c)
+UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
+
+PROGS := $(B)/bin/kosa8 $(B)/bin/kosa8d $(B)/bin/kosa8-agent
+ifneq ($(wildcard src/net/main.c),)
+PROGS += $(B)/bin/kosa8-net
+endif
+
+.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static
+all: progs guest
+
+progs: $(PROGS)
+
+$(B)/obj/%.o: %.c $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(HARDEN) -c -o $@ $<
+
+# The agent is PID 1 in the guest: static, no sanitizers, no OpenSSL.
+AGENT_CFLAGS := -std=gnu11 $(WARN) -D_GNU_SOURCE -Isrc -O2 -g $(if $(WERROR),-Werror)
+$(B)/agent-obj/%.o: %.c $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(AGENT_CFLAGS) -c -o $@ $<
+
+$(B)/bin/kosa8: $(call obj,$(CLI_SRC) $(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_CLI)
+
+$(B)/bin/kosa8d: $(call obj,src/daemon/main.c) $(HOST_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON)
+
+$(B)/bin/kosa8-net: $(call obj,src/net/main.c $(NET_SRC) $(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_NET) -lcrypto
+
+$(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/proto.c)
+	@mkdir -p $(dir $@)
+	$(CC) -static -o $@ $^ -l:libjansson.a
+
+# Guest image: kernel (cached by source version + fragment hash), initramfs, manifest.
+guest: $(B)/bin/kosa8-agent
+	B=$(B) ./scripts/guest.sh
+
+$(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON) $(LIBS_NET)
+
+unit: $(UNIT_BIN)
+	@./tests/run-unit.sh $(UNIT_BIN)
+
+integration: all
+	./tests/integration/run.sh
+
+test: unit integration
+
+san:
+	$(MAKE) B=build-san SAN=1 unit
+
+bench: all
+	./bench/run.sh
+
+fuzz:
+	./tests/fuzz/run.sh
+
+clean:
+	rm -rf $(B)/bin $(B)/obj $(B)/agent-obj $(B)/tests $(B)/guest build-san

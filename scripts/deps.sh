@@ -1,0 +1,17 @@
+#!/bin/sh
+# deps.sh - install the Debian packages kosa8 needs to build, run and test.
+# Runs apt-get only when something is missing. Needs root (or sudo).
+set -eu
+pkgs="gcc make pkg-config clang qemu-system-x86 qemu-utils linux-source-6.1 bc bison flex
+libelf-dev libssl-dev libcurl4-openssl-dev libjansson-dev libarchive-dev libmicrohttpd-dev
+libslirp-dev libseccomp-dev erofs-utils e2fsprogs cpio xz-utils zstd debootstrap skopeo
+umoci docker-registry python3 python3-pytest busybox-static iproute2"
+missing=
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "deps.sh: installing:$missing" >&2
+SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >&2

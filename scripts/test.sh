@@ -1,0 +1,17 @@
+#!/bin/sh
+# test.sh - everything CI runs: dependencies, a -Werror build, unit tests (plain and under
+# ASan+UBSan), a short fuzz run, and the end-to-end suite against real QEMU VMs.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+./scripts/deps.sh
+t0=$(date +%s)
+make -s -j2 WERROR=1 all
+echo "== build: $(( $(date +%s) - t0 )) s"
+make -s WERROR=1 unit
+make -s WERROR=1 san
+FUZZ_SECONDS=${FUZZ_SECONDS:-15} ./tests/fuzz/run.sh
+echo "== unit + san + fuzz: $(( $(date +%s) - t0 )) s"
+cd tests/integration
+python3 -m pytest -v ${PYTEST_ARGS:-}
+echo "== all: $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* cli.h - what the files of the kosa8 command-line tool share: the parsed command line,
+ * the daemon client, the exec stream pump and output helpers.
+ *
+ * Errors inside the CLI follow the project convention (a negative errno plus a message in
+ * a struct k8_err); main() turns the errno into the exit code of docs/cli.md with
+ * cli_exit_code(). The errno values carry these meanings:
+ *
+ *   -EINVAL        usage error, or the daemon answered bad_request      exit 2
+ *   -ECONNREFUSED  the daemon is not running                            exit 3
+ *   -ENOENT        not found                                            exit 4
+ *   -EBUSY         conflict: name taken, busy, wrong state              exit 5
+ *   -EAGAIN        unavailable: the sandbox's VM or agent is not answering exit 6
+ *   anything else  error                                                exit 1
+ */
+#ifndef K8_CLI_H
+#define K8_CLI_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/util.h"
+
+#ifndef KOSA8_VERSION
+#define KOSA8_VERSION "0.1.0"
+#endif
+
+/* Exit codes (docs/cli.md). */
+enum {
+	CLI_EXIT_OK = 0,
+	CLI_EXIT_ERROR = 1,
+	CLI_EXIT_USAGE = 2,
+	CLI_EXIT_NO_DAEMON = 3,
+	CLI_EXIT_NOT_FOUND = 4,
+	CLI_EXIT_CONFLICT = 5,
+	CLI_EXIT_UNAVAILABLE = 6,
+	CLI_EXIT_CANNOT_RUN = 125,
+};
+
+/* ---- args.c: command-line parsing and local validation (no I/O, unit tested) ---- */
+
+/* One option a command accepts. `id` is the command's own tag for it. */
+struct cli_opt {
+	const char *name;     /* long name without "--" */
+	char short_name;      /* single-letter form, 0 when none */
+	int takes_arg;
+	int id;
+};
+
+/* Ids every command accepts without listing them. */
+enum { CLI_OPT_HELP = -1, CLI_OPT_HOME = -2 };
+
+struct cli_optval {
+	int id;
+	const char *arg;      /* NULL for a flag without a value */
+};
+
+struct cli_args {
+	struct cli_optval *opts;  /* in command-line order */
+	int nopts;
+	const char **pos;         /* positional arguments, pointers into argv */
+	int npos;
+	int help;                 /* --help or -h seen */
+	const char *home;         /* --home DIR, NULL when not given */
+};
+
+/* Parse argv[0..argc) (the words after the command's name) against `opts` (terminated by
+ * an entry whose name is NULL). Options and positionals may be mixed, "--" ends the
+ * options; once `stop_after` positionals were seen (0: never), every later word is a
+ * positional, verbatim. Returns 0, or -EINVAL with a message for an unknown flag, a
+ * missing value or a value given to a flag that takes none. Free with cli_args_free. */
+int cli_args_parse(int argc, char **argv, const struct cli_opt *opts, int stop_after,
+		   struct cli_args *out, struct k8_err *err);
+void cli_args_free(struct cli_args *a);
+
+/* Sandbox name: [a-z0-9][a-z0-9_.-]{0,62}. 0 or -EINVAL with a message. */
+int cli_check_name(const char *name, struct k8_err *err);
+/* Whole decimal number in [min, max] for flag `flag`. 0 or -EINVAL with a message. */
+int cli_parse_range(const char *flag, const char *s, long min, long max, long *out,
+		    struct k8_err *err);
+
+struct cli_mount {
+	char *host;    /* as given (the caller makes it absolute) */
+	char *guest;   /* absolute */
+	int ro;
+};
+/* HOST:GUEST[:ro|:rw]. Fills *m with fresh strings; 0 or -EINVAL with a message. */
+int cli_parse_mount(const char *spec, struct cli_mount *m, struct k8_err *err);
+void cli_mount_free(struct cli_mount *m);
+/* KEY=VAL or KEY: a non-empty key of letters, digits and '_' not starting with a digit.
+ * 0 or -EINVAL with a message. */
+int cli_check_env(const char *kv, struct k8_err *err);
+
+/* $KOSA8_HOME decision: the flag, else the environment's KOSA8_HOME, else
+ * $HOME/.kosa8. Returns a fresh string or NULL with -EINVAL in err when none applies. */
+char *cli_home_pick(const char *flag, const char *env_home, const char *user_home,
+		    struct k8_err *err);
+/* The daemon's socket path under `home`; NULL with -ENAMETOOLONG when it does not fit in
+ * a sockaddr_un. */
+char *cli_sock_path(const char *home, struct k8_err *err);
+
+/* Percent-encode everything but RFC 3986 unreserved characters. Fresh string. */
+char *cli_urlenc(const char *s);
+/* Map an API error code ("not_found", ...) to the errno convention above. */
+int cli_api_errno(const char *code, long http_status);
+/* Map a negative errno to the CLI's exit code. */
+int cli_exit_code(int neg_errno);
+
+/* ---- output.c: tables, sizes, times, JSON and progress rendering ---- */
+
+struct out_table;
+struct out_table *out_table_new(int ncols, const char *const *headers);
+/* Add a row of `ncols` strings (copied; NULL prints as "-"). */
+void out_table_row(struct out_table *t, const char *const *cells);
+void out_table_print(struct out_table *t, FILE *f);
+void out_table_free(struct out_table *t);
+
+/* "12.3 MB" style, decimal units. Writes into buf. */
+const char *out_bytes(uint64_t n, char *buf, size_t len);
+/* Seconds since the epoch of a JSON time (number of s/ms/ns, or an RFC 3339 string);
+ * -1 when it cannot be read. */
+double out_time_parse(const json_t *v);
+/* "5m ago", relative to `now` (seconds since the epoch). */
+const char *out_ago(double t, double now, char *buf, size_t len);
+/* "2026-11-03 12:00:05" in local time. */
+const char *out_localtime(double t, char *buf, size_t len);
+/* "sha256:0123456789ab" (the first 12 hex digits). */
+const char *out_short_digest(const char *digest, char *buf, size_t len);
+/* Print `v` as JSON on stdout: pretty (indent 2) or one compact line. */
+void out_json(const json_t *v, int pretty);
+/* Write all of buf to fd; waits with poll() when fd is non-blocking. 0 or -errno. */
+int out_write_all(int fd, const void *buf, size_t n);
+
+/* Progress of a long operation: one updating line per phase on a terminal (stderr),
+ * JSON lines on stdout with --json, nothing otherwise. */
+struct out_progress {
+	int tty;
+	int json;
+	char phase[64];
+	char line[256];
+	uint64_t phase_start_ns;
+	uint64_t last_draw_ns;
+	int open;           /* a line is on screen without its newline */
+};
+void out_progress_init(struct out_progress *p, int json);
+void out_progress_update(struct out_progress *p, const json_t *progress);
+/* out_progress_update with the client_progress_fn signature; ctx is the out_progress. */
+void out_progress_cb(void *ctx, const json_t *progress);
+/* Finish the line on screen, if any. */
+void out_progress_end(struct out_progress *p);
+/* A spinner line on stderr (tty only): "[/] message". */
+void out_spinner(struct out_progress *p, const char *fmt, ...) K8_PRINTF(2, 3);
+/* Erase the spinner line, if one is on screen. */
+void out_spinner_clear(struct out_progress *p);
+
+/* ---- client.c: HTTP/1.1 over the daemon's unix socket ---- */
+
+struct client {
+	char *home;
+	char *sock;
+	void *curl;     /* CURL *, created on first use */
+};
+
+int client_init(struct client *cl, const char *home_flag, struct k8_err *err);
+void client_free(struct client *cl);
+
+/* Called for each progress object of an NDJSON answer. */
+typedef void (*client_progress_fn)(void *ctx, const json_t *progress);
+
+/* One request. `body` may be NULL. On a 2xx answer *result gets the JSON answer (or the
+ * "result" of a progress stream; `progress` sees the progress lines). On an error answer
+ * returns the errno of cli_api_errno() with the daemon's message in err; -ECONNREFUSED
+ * when nothing listens on the socket. `timeout_ms` 0 means none. */
+int client_call(struct client *cl, const char *method, const char *path, const json_t *body,
+		client_progress_fn progress, void *ctx, long timeout_ms, json_t **result,
+		struct k8_err *err);
+/* Is a daemon answering GET /v1/status? 1 and *status (may be NULL), or 0. */
+int client_ping(struct client *cl, long timeout_ms, json_t **status);
+
+/* Open an exec stream: POST `body` to `path` asking for an upgrade to kosa8-stream.
+ * On 101 returns 0 with the connected socket in *fd and the bytes that followed the
+ * answer's head in *extra (malloc'd, *extra_len may be 0). Otherwise returns the mapped
+ * errno with the daemon's message. */
+int client_upgrade(struct client *cl, const char *path, const json_t *body, int *fd,
+		   unsigned char **extra, size_t *extra_len, struct k8_err *err);
+/* The "not running" message for this client's socket, as a k8_err. */
+int client_not_running(struct client *cl, int absent, struct k8_err *err);
+
+/* ---- stream.c: an exec stream between this terminal and a process in a sandbox ---- */
+
+/* Pump frames until the process exits. Returns 0 with its exit status in *code, or a
+ * negative errno: -ECONNRESET (connection lost), -EPROTO (bad frame), -ECANCELED (the
+ * user disconnected; *code holds 128+signal). */
+int stream_pump(int fd, const unsigned char *extra, size_t extra_len, int forward_stdin,
+		int *code, struct k8_err *err);
+
+/* ---- the verb groups ---- */
+
+/* One command: `kosa8 GROUP NAME ...`. fn gets the words after NAME. */
+struct cli_cmd {
+	const char *name;
+	int (*fn)(const struct cli_cmd *self, int argc, char **argv, const char *home);
+	const char *summary;  /* one line for the group's listing */
+	const char *help;     /* full --help text: usage, what it does, options, example */
+};
+
+extern const struct cli_cmd cli_daemon_cmds[];   /* daemon.c, NULL-name terminated */
+extern const struct cli_cmd cli_sandbox_cmds[];  /* sandbox.c */
+extern const struct cli_cmd cli_image_cmds[];    /* image.c */
+extern const struct cli_cmd cli_audit_cmds[];    /* audit.c */
+
+/* main.c: print a command's --help on stdout; returns 0. */
+int cli_help(const struct cli_cmd *cmd);
+
+/* main.c: print "kosa8: <message>" for err and return the exit code for its errno. */
+int cli_fail(const struct k8_err *err);
+/* Print "kosa8: <message>" (printf-style) and return `code`. */
+int cli_die(int code, const char *fmt, ...) K8_PRINTF(2, 3);
+/* Usage error for command `cmd`: message, then a pointer to its --help; returns 2. */
+int cli_usage(const char *cmd, const char *fmt, ...) K8_PRINTF(2, 3);
+/* The home for a command: its own --home wins over the global one. */
+const char *cli_home(const struct cli_args *a, const char *global_home);
+/* The common start of a command: parse argv against opts, answer --help, check that
+ * there are min_pos..max_pos positionals (max_pos < 0: no limit), and, when cl is not
+ * NULL, set up the client. Returns 1 to go on; 0 when the command is over, with its exit
+ * code in *rc (help printed, or a usage error reported). */
+int cli_begin(const struct cli_cmd *self, int argc, char **argv, const struct cli_opt *opts,
+	      int stop_after, int min_pos, int max_pos, const char *home, struct cli_args *a,
+	      struct client *cl, int *rc);
+
+#endif

@@ -1,0 +1,449 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* daemon.c - kosa8 daemon start|stop|status: run kosa8d detached, wait for it to answer,
+ * ask it to stop, report what it says about itself. */
+#include "cli.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define START_TIMEOUT_S 120
+#define STOP_TIMEOUT_S 60
+#define LOG_TAIL_LINES 20
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* A fresh absolute version of `path` (not resolved: the directory may not exist yet). */
+static char *abs_path(const char *path)
+{
+	char cwd[PATH_MAX];
+
+	if (path[0] == '/' || !getcwd(cwd, sizeof(cwd)))
+		return xstrdup(path);
+	return xasprintf("%s/%s", cwd, path);
+}
+
+/* $KOSA8D, else kosa8d next to this binary. NULL with a message when it is not there. */
+static char *find_kosa8d(struct k8_err *err)
+{
+	const char *env = getenv("KOSA8D");
+	char self[PATH_MAX];
+	ssize_t n;
+	char *p, *slash;
+
+	if (env && *env) {
+		if (access(env, X_OK) < 0) {
+			k8_err_set(err, -ENOEXEC, "KOSA8D=%s is not an executable file", env);
+			return NULL;
+		}
+		return xstrdup(env);
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n < 0) {
+		k8_err_set(err, -errno, "cannot find this program's path: %s", strerror(errno));
+		return NULL;
+	}
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	p = xasprintf("%.*s/kosa8d", slash ? (int)(slash - self) : 1, slash ? self : ".");
+	if (access(p, X_OK) < 0) {
+		k8_err_set(err, -ENOEXEC, "there is no kosa8d next to kosa8 (looked for %s); "
+			   "build it, or set KOSA8D to its path", p);
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* The last lines the daemon wrote to its log since `from`, to stderr. */
+static void print_log_tail(const char *log, off_t from)
+{
+	cleanup_free char *text = NULL;
+	size_t len = 0;
+	int lines = 0;
+	const char *p;
+
+	if (read_file(log, 64u << 20, &text, &len) < 0 || (off_t)len <= from) {
+		fprintf(stderr, "  (%s has nothing new)\n", log);
+		return;
+	}
+	p = text + len;
+	while (p > text + from && p[-1] == '\n')
+		p--;
+	const char *end = p;
+	while (p > text + from && lines < LOG_TAIL_LINES) {
+		p--;
+		if (*p == '\n')
+			lines++;
+	}
+	if (*p == '\n')
+		p++;
+	fprintf(stderr, "--- the end of %s ---\n%.*s\n", log, (int)(end - p), p);
+}
+
+/* "accel tcg: <reason>" for start, "tcg (<reason>)" for the status table. */
+static void describe_accel(const json_t *st, char *buf, size_t len, int for_status)
+{
+	const char *accel = json_string_value(json_object_get(st, "accel"));
+	const char *reason = json_string_value(json_object_get(st, "accel_reason"));
+
+	if (!accel)
+		accel = "?";
+	if (for_status)
+		snprintf(buf, len, "%s%s%s%s", accel, reason && *reason ? " (" : "",
+			 reason && *reason ? reason : "", reason && *reason ? ")" : "");
+	else if (reason && *reason)
+		snprintf(buf, len, "accel %s: %s", accel, reason);
+	else
+		snprintf(buf, len, "accel %s", accel);
+}
+
+static const struct cli_opt start_opts[] = {
+	{ "accel", 0, 1, 'a' },
+	{ "allow-mount", 0, 1, 'm' },
+	{ "foreground", 0, 0, 'f' },
+	{ NULL, 0, 0, 0 },
+};
+
+static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	struct out_progress prog;
+	const char *accel = NULL;
+	int foreground = 0, rc, nargs = 0;
+	cleanup_free char *bin = NULL, *abshome = NULL, *log = NULL;
+	char **args = NULL, **owned = NULL;
+	int nowned = 0;
+	json_t *st = NULL;
+	char desc[512];
+
+	if (!cli_begin(self, argc, argv, start_opts, 0, 0, 0, home, &a, &cl, &rc))
+		return rc;
+	args = xcalloc((size_t)a.nopts * 2 + 8, sizeof(char *));
+	owned = xcalloc((size_t)a.nopts + 1, sizeof(char *));
+	abshome = abs_path(cl.home);
+	args[nargs++] = (char *)"kosa8d";
+	args[nargs++] = (char *)"--home";
+	args[nargs++] = abshome;
+	for (int i = 0; i < a.nopts; i++) {
+		const char *v = a.opts[i].arg;
+		switch (a.opts[i].id) {
+		case 'a':
+			if (strcmp(v, "auto") && strcmp(v, "kvm") && strcmp(v, "tcg")) {
+				rc = cli_usage(self->name, "--accel must be auto, kvm or tcg (got '%s')",
+					       v);
+				goto out;
+			}
+			accel = v;
+			break;
+		case 'm': {
+			char *real = realpath(v, NULL);
+			struct stat sb;
+			if (!real || stat(real, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+				rc = cli_usage(self->name, "--allow-mount %s: %s", v,
+					       real ? "not a directory" : strerror(errno));
+				free(real);
+				goto out;
+			}
+			args[nargs++] = (char *)"--allow-mount";
+			args[nargs++] = owned[nowned++] = real;
+			break;
+		}
+		case 'f':
+			foreground = 1;
+			break;
+		}
+	}
+	if (accel) {
+		args[nargs++] = (char *)"--accel";
+		args[nargs++] = (char *)accel;
+	}
+	args[nargs++] = (char *)"--foreground";
+	args[nargs] = NULL;
+
+	if (client_ping(&cl, 3000, &st)) {
+		describe_accel(st, desc, sizeof(desc), 0);
+		printf("kosa8d is already running (pid %lld, %s)\n",
+		       (long long)json_integer_value(json_object_get(st, "pid")), desc);
+		rc = CLI_EXIT_OK;
+		goto out;
+	}
+	bin = find_kosa8d(&err);
+	if (!bin) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	int e = mkdir_p(abshome, 0700);
+	if (e < 0) {
+		rc = cli_die(CLI_EXIT_ERROR, "cannot create %s: %s", abshome, strerror(-e));
+		goto out;
+	}
+	if (foreground) {
+		/* The user keeps the daemon in this terminal (systemd, debugging). */
+		fflush(NULL);
+		signal(SIGPIPE, SIG_DFL); /* main() ignores it; kosa8d should not inherit that */
+		execv(bin, args);
+		rc = cli_die(CLI_EXIT_ERROR, "cannot run %s: %s", bin, strerror(errno));
+		goto out;
+	}
+
+	log = xasprintf("%s/kosa8d.log", abshome);
+	int logfd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (logfd < 0) {
+		rc = cli_die(CLI_EXIT_ERROR, "cannot open %s: %s", log, strerror(errno));
+		goto out;
+	}
+	off_t log_from = lseek(logfd, 0, SEEK_END);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(logfd);
+		rc = cli_die(CLI_EXIT_ERROR, "fork: %s", strerror(errno));
+		goto out;
+	}
+	if (pid == 0) {
+		/* Detached: own session, no terminal, output to the log. */
+		int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		setsid();
+		if (devnull >= 0)
+			dup2(devnull, 0);
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		signal(SIGPIPE, SIG_DFL);
+		execv(bin, args);
+		dprintf(2, "kosa8: cannot run %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+	close(logfd);
+
+	out_progress_init(&prog, 0);
+	uint64_t t0 = now_mono_ns();
+	for (;;) {
+		int status;
+		uint64_t el = (now_mono_ns() - t0) / 1000000000ull;
+
+		if (pid > 0 && waitpid(pid, &status, WNOHANG) == pid) {
+			if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+				/* A kosa8d that forked itself away: keep waiting for the
+				 * socket. */
+				pid = -1;
+				continue;
+			}
+			out_spinner_clear(&prog);
+			if (WIFEXITED(status))
+				fprintf(stderr, "kosa8: kosa8d exited with status %d before it "
+					"answered\n", WEXITSTATUS(status));
+			else
+				fprintf(stderr, "kosa8: kosa8d was killed by signal %d before it "
+					"answered\n", WTERMSIG(status));
+			print_log_tail(log, log_from);
+			rc = CLI_EXIT_ERROR;
+			goto out;
+		}
+		if (client_ping(&cl, 2000, &st))
+			break;
+		if (el >= START_TIMEOUT_S) {
+			out_spinner_clear(&prog);
+			rc = cli_die(CLI_EXIT_ERROR, "kosa8d did not answer on %s within %d s; it "
+				     "may still be starting: see %s", cl.sock, START_TIMEOUT_S,
+				     log);
+			goto out;
+		}
+		out_spinner(&prog, "starting kosa8d (%llus)", (unsigned long long)el);
+		sleep_ms(200);
+	}
+	out_spinner_clear(&prog);
+	describe_accel(st, desc, sizeof(desc), 0);
+	printf("kosa8d running (pid %lld, %s)\n",
+	       (long long)json_integer_value(json_object_get(st, "pid")), desc);
+	rc = CLI_EXIT_OK;
+out:
+	json_decref(st);
+	free(args);
+	for (int i = 0; i < nowned; i++)
+		free(owned[i]);
+	free(owned);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+static int cmd_stop(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = { { NULL, 0, 0, 0 } };
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	struct out_progress prog;
+	json_t *st = NULL, *res = NULL, *body;
+	long long pid;
+	int rc, r;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 0, 0, home, &a, &cl, &rc))
+		return rc;
+	if (!client_ping(&cl, 5000, &st)) {
+		printf("kosa8d is not running\n");
+		rc = CLI_EXIT_OK;
+		goto out;
+	}
+	pid = json_integer_value(json_object_get(st, "pid"));
+	body = json_pack("{s:b}", "stop_vms", 1);
+	r = client_call(&cl, "POST", "/v1/shutdown", body, NULL, NULL, STOP_TIMEOUT_S * 1000L,
+			&res, &err);
+	json_decref(body);
+	/* A daemon may close the connection as it exits: that is success too. */
+	if (r < 0 && r != -ECONNRESET && r != -ECONNREFUSED) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	out_progress_init(&prog, 0);
+	uint64_t t0 = now_mono_ns();
+	for (;;) {
+		uint64_t el = (now_mono_ns() - t0) / 1000000000ull;
+		/* Gone means both: the socket stopped answering and the process exited
+		 * (so that a `daemon start` right after does not race its exit). */
+		int gone = pid <= 0 || (kill((pid_t)pid, 0) < 0 && errno == ESRCH);
+
+		if (gone && !client_ping(&cl, 1000, NULL))
+			break;
+		if (el >= STOP_TIMEOUT_S) {
+			out_spinner_clear(&prog);
+			rc = cli_die(CLI_EXIT_ERROR, "kosa8d (pid %lld) is still running %d s after "
+				     "it was asked to stop", pid, STOP_TIMEOUT_S);
+			goto out;
+		}
+		out_spinner(&prog, "stopping kosa8d (%llus)", (unsigned long long)el);
+		sleep_ms(200);
+	}
+	out_spinner_clear(&prog);
+	printf("kosa8d stopped\n");
+	rc = CLI_EXIT_OK;
+out:
+	json_decref(st);
+	json_decref(res);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = { { "json", 0, 0, 'j' }, { NULL, 0, 0, 0 } };
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	json_t *st = NULL, *cg, *guest;
+	char desc[512], up[32];
+	int rc;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 0, 0, home, &a, &cl, &rc))
+		return rc;
+	if (client_call(&cl, "GET", "/v1/status", NULL, NULL, NULL, 10000, &st, &err) < 0) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	rc = CLI_EXIT_OK;
+	if (a.nopts) {
+		out_json(st, 1);
+		goto out;
+	}
+	describe_accel(st, desc, sizeof(desc), 1);
+	long long upt = json_integer_value(json_object_get(st, "uptime_s"));
+	if (upt < 120)
+		snprintf(up, sizeof(up), "%llds", upt);
+	else if (upt < 7200)
+		snprintf(up, sizeof(up), "%lldm", upt / 60);
+	else
+		snprintf(up, sizeof(up), "%lldh%02lldm", upt / 3600, upt / 60 % 60);
+	printf("kosa8d %s running (pid %lld, up %s)\n",
+	       json_string_value(json_object_get(st, "version")) ?: "?",
+	       json_integer_value(json_object_get(st, "pid")), up);
+	printf("  home:       %s\n", json_string_value(json_object_get(st, "home")) ?: cl.home);
+	printf("  socket:     %s\n", cl.sock);
+	printf("  accel:      %s\n", desc);
+	printf("  sandboxes:  %lld\n", json_integer_value(json_object_get(st, "sandboxes")));
+	cg = json_object_get(st, "cgroup");
+	if (cg) {
+		json_t *ver = json_object_get(cg, "version");
+		const char *note = json_string_value(json_object_get(cg, "note"));
+		printf("  cgroup:     ");
+		if (json_is_integer(ver))
+			printf("v%lld, ", json_integer_value(ver));
+		else if (json_is_string(ver))
+			printf("%s, ", json_string_value(ver));
+		printf("%s%s%s\n", json_is_true(json_object_get(cg, "usable")) ? "usable" :
+		       "not usable", note && *note ? ": " : "", note ? note : "");
+	}
+	guest = json_object_get(st, "guest");
+	if (guest) {
+		json_t *ver = json_object_get(guest, "verified");
+		printf("  guest:      kernel %s, initramfs %s, %s\n",
+		       json_string_value(json_object_get(guest, "kernel")) ?: "?",
+		       json_string_value(json_object_get(guest, "initramfs")) ?: "?",
+		       json_is_true(ver) ? "checksum verified" :
+		       json_is_false(ver) ? "checksum NOT verified" : "checksum unknown");
+	}
+out:
+	json_decref(st);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+const struct cli_cmd cli_daemon_cmds[] = {
+	{ "daemon start", cmd_start, "start kosa8d and wait until it answers",
+	  "Usage: kosa8 daemon start [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... "
+	  "[--foreground]\n"
+	  "\n"
+	  "Start kosa8d, the daemon that owns all of kosa8's state, detached from this\n"
+	  "terminal (its output goes to $KOSA8_HOME/kosa8d.log), and wait until it answers\n"
+	  "(up to 120 s: it may first probe whether KVM can boot the guest). If a daemon\n"
+	  "already answers on the socket, say so and succeed.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --home DIR          state directory (default $KOSA8_HOME, else ~/.kosa8)\n"
+	  "  --accel MODE        auto (default: KVM when it boots the guest, else TCG), kvm\n"
+	  "                      or tcg\n"
+	  "  --allow-mount DIR   host directory that sandboxes may mount (--mount), and what\n"
+	  "                      is below it; repeat for more\n"
+	  "  --foreground        run kosa8d in this terminal instead (for systemd, debugging)\n"
+	  "\n"
+	  "The daemon program is $KOSA8D, or kosa8d in the same directory as kosa8.\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 daemon start --allow-mount ~/interp\n" },
+	{ "daemon stop", cmd_stop, "stop kosa8d and its VMs",
+	  "Usage: kosa8 daemon stop [--home DIR]\n"
+	  "\n"
+	  "Ask kosa8d to stop its sandboxes' VMs and exit, and wait (up to 60 s) until it is\n"
+	  "gone. Sandboxes stay recorded; a new daemon finds them again. Succeeds when no\n"
+	  "daemon is running.\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 daemon stop\n" },
+	{ "daemon status", cmd_status, "is kosa8d running, with which accelerator",
+	  "Usage: kosa8 daemon status [--home DIR] [--json]\n"
+	  "\n"
+	  "Show whether kosa8d runs, its pid and version, the accelerator it chose (and why),\n"
+	  "the number of sandboxes, whether host cgroups can limit the VMs and whether the\n"
+	  "guest image's checksum was verified. Exits 3 when the daemon is not running.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --json     print the daemon's status object\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 daemon status\n" },
+	{ NULL, NULL, NULL, NULL },
+};

@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* main.c - kosa8, the command-line tool: global flags, dispatch to the verb groups,
+ * help, and the one place that turns errors into messages and exit codes. */
+#include "cli.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char top_help[] =
+	"kosa8 - run untrusted code in sealed, rewindable virtual machines\n"
+	"\n"
+	"Usage: kosa8 [--home DIR] COMMAND [ARGS...]\n"
+	"\n"
+	"The daemon:\n"
+	"  daemon start       start kosa8d, the daemon that owns all state\n"
+	"  daemon stop        stop kosa8d and its sandboxes' VMs\n"
+	"  daemon status      is kosa8d running, which accelerator, how many sandboxes\n"
+	"\n"
+	"Sandboxes (each one a small VM):\n"
+	"  sandbox create     create and boot a sandbox\n"
+	"  sandbox pull       make an image available inside a sandbox\n"
+	"  sandbox run        run a command in a new container, output streamed live\n"
+	"  sandbox start      start a container in the background, print its id\n"
+	"  sandbox exec       run a command in a running container\n"
+	"  sandbox ps         list a sandbox's containers\n"
+	"  sandbox stop       stop a container\n"
+	"  sandbox ls         list sandboxes\n"
+	"  sandbox inspect    everything about one sandbox, as JSON\n"
+	"  sandbox rm         delete a sandbox\n"
+	"\n"
+	"Images:\n"
+	"  image load         load an OCI layout, OCI archive or docker save tarball\n"
+	"  image ls           list images in the host's store\n"
+	"  image rm           remove an image from the store\n"
+	"\n"
+	"Audit log:\n"
+	"  audit ls           list recorded actions\n"
+	"  audit verify       check the log's hash chain\n"
+	"\n"
+	"  version            print the versions of kosa8 and kosa8d\n"
+	"  help [COMMAND]     this text, or a command's (same as COMMAND --help)\n"
+	"\n"
+	"Global flags:\n"
+	"  --home DIR         state directory (default $KOSA8_HOME, else ~/.kosa8); the\n"
+	"                     daemon listens on DIR/kosa8d.sock\n"
+	"  -h, --help         help\n"
+	"\n"
+	"Exit codes: 0 ok, 1 error, 2 usage, 3 daemon not running, 4 not found, 5 conflict,\n"
+	"6 unavailable; run/exec: the process's own code, 125 when it could not start.\n"
+	"\n"
+	"Example:\n"
+	"  kosa8 daemon start\n"
+	"  kosa8 sandbox create interp --cpus 2 --memory 2048\n"
+	"  kosa8 sandbox pull interp python:3.12-slim\n"
+	"  kosa8 sandbox run interp python:3.12-slim python3 -c 'print(6*7)'\n";
+
+int cli_fail(const struct k8_err *err)
+{
+	fprintf(stderr, "kosa8: %s\n", err->msg[0] ? err->msg : strerror(-err->code));
+	return cli_exit_code(err->code);
+}
+
+int cli_die(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kosa8: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return code;
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kosa8: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nSee: kosa8 %s --help\n", cmd);
+	return CLI_EXIT_USAGE;
+}
+
+const char *cli_home(const struct cli_args *a, const char *global_home)
+{
+	return a->home ? a->home : global_home;
+}
+
+int cli_help(const struct cli_cmd *cmd)
+{
+	fputs(cmd->help, stdout);
+	return CLI_EXIT_OK;
+}
+
+int cli_begin(const struct cli_cmd *self, int argc, char **argv, const struct cli_opt *opts,
+	      int stop_after, int min_pos, int max_pos, const char *home, struct cli_args *a,
+	      struct client *cl, int *rc)
+{
+	struct k8_err err = { 0 };
+	const char *nl;
+
+	if (cli_args_parse(argc, argv, opts, stop_after, a, &err) < 0) {
+		*rc = cli_usage(self->name, "%s", err.msg);
+		return 0;
+	}
+	if (a->help) {
+		cli_args_free(a);
+		*rc = cli_help(self);
+		return 0;
+	}
+	if (a->npos < min_pos || (max_pos >= 0 && a->npos > max_pos)) {
+		nl = strchr(self->help, '\n');
+		fprintf(stderr, "kosa8: %s: %s\n%.*s\n", self->name,
+			a->npos < min_pos ? "missing arguments" : "too many arguments",
+			nl ? (int)(nl - self->help) : (int)strlen(self->help), self->help);
+		cli_args_free(a);
+		*rc = CLI_EXIT_USAGE;
+		return 0;
+	}
+	if (cl && client_init(cl, cli_home(a, home), &err) < 0) {
+		cli_args_free(a);
+		*rc = cli_fail(&err);
+		return 0;
+	}
+	return 1;
+}
+
+/* ---- kosa8 version ---- */
+
+static int cmd_version(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = { { "json", 0, 0, 'j' }, { NULL, 0, 0, 0 } };
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	json_t *st = NULL;
+	int json = 0, up = 0;
+
+	if (cli_args_parse(argc, argv, opts, 0, &a, &err) < 0)
+		return cli_usage("version", "%s", err.msg);
+	if (a.help) {
+		cli_args_free(&a);
+		return cli_help(self);
+	}
+	json = a.nopts > 0;
+	if (a.npos) {
+		cli_args_free(&a);
+		return cli_usage("version", "version takes no arguments");
+	}
+	if (client_init(&cl, cli_home(&a, home), &err) == 0) {
+		up = client_ping(&cl, 5000, &st);
+		client_free(&cl);
+	}
+	cli_args_free(&a);
+	if (json) {
+		json_t *o = json_pack("{s:s}", "kosa8", KOSA8_VERSION);
+		if (up)
+			json_object_set(o, "kosa8d", json_object_get(st, "version"));
+		out_json(o, 1);
+		json_decref(o);
+	} else {
+		printf("kosa8  %s\n", KOSA8_VERSION);
+		if (up)
+			printf("kosa8d %s\n", json_string_value(json_object_get(st, "version"))
+						      ?: "(unknown)");
+		else
+			printf("kosa8d not running\n");
+	}
+	json_decref(st);
+	return CLI_EXIT_OK;
+}
+
+static const struct cli_cmd version_cmd = {
+	"version", cmd_version, "print the versions of kosa8 and kosa8d",
+	"Usage: kosa8 version [--json]\n"
+	"\n"
+	"Print the version of this kosa8 and, when the daemon answers, of kosa8d.\n"
+	"\n"
+	"Options:\n"
+	"  --json     {\"kosa8\": \"...\", \"kosa8d\": \"...\"}\n"
+	"\n"
+	"Example:\n"
+	"  kosa8 version\n",
+};
+
+/* ---- dispatch ---- */
+
+struct group {
+	const char *name;
+	const struct cli_cmd *cmds;
+	const char *what;
+};
+
+static const struct group groups[] = {
+	{ "daemon", cli_daemon_cmds, "start, stop and ask about kosa8d, the daemon" },
+	{ "sandbox", cli_sandbox_cmds, "create sandboxes (small VMs) and run code in them" },
+	{ "image", cli_image_cmds, "the host's image store, shared by all sandboxes" },
+	{ "audit", cli_audit_cmds, "the hash-chained record of every action" },
+};
+
+static const char *verb_of(const struct cli_cmd *c)
+{
+	const char *sp = strchr(c->name, ' ');
+	return sp ? sp + 1 : c->name;
+}
+
+static void group_help(const struct group *g, FILE *f)
+{
+	fprintf(f, "kosa8 %s - %s\n\nUsage: kosa8 %s COMMAND [ARGS...]\n\nCommands:\n",
+		g->name, g->what, g->name);
+	for (const struct cli_cmd *c = g->cmds; c->name; c++)
+		fprintf(f, "  %-10s %s\n", verb_of(c), c->summary);
+	fprintf(f, "\nRun 'kosa8 %s COMMAND --help' for a command's flags and an example.\n",
+		g->name);
+}
+
+static const struct cli_cmd *group_find(const struct group *g, const char *verb)
+{
+	for (const struct cli_cmd *c = g->cmds; c->name; c++)
+		if (!strcmp(verb_of(c), verb))
+			return c;
+	return NULL;
+}
+
+static const struct group *find_group(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(groups); i++)
+		if (!strcmp(groups[i].name, name))
+			return &groups[i];
+	return NULL;
+}
+
+/* kosa8 help [GROUP [VERB]] */
+static int do_help(int argc, char **argv)
+{
+	const struct group *g;
+	const struct cli_cmd *c;
+
+	if (argc == 0) {
+		fputs(top_help, stdout);
+		return CLI_EXIT_OK;
+	}
+	if (!strcmp(argv[0], "version"))
+		return cli_help(&version_cmd);
+	g = find_group(argv[0]);
+	if (!g)
+		return cli_die(CLI_EXIT_USAGE, "no help for '%s'; see: kosa8 help", argv[0]);
+	if (argc == 1) {
+		group_help(g, stdout);
+		return CLI_EXIT_OK;
+	}
+	c = group_find(g, argv[1]);
+	if (!c)
+		return cli_die(CLI_EXIT_USAGE, "no command 'kosa8 %s %s'; see: kosa8 %s --help",
+			       g->name, argv[1], g->name);
+	return cli_help(c);
+}
+
+static int run_group(const struct group *g, int argc, char **argv, const char *home)
+{
+	const struct cli_cmd *c;
+
+	if (argc == 0) {
+		group_help(g, stderr);
+		return CLI_EXIT_USAGE;
+	}
+	if (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h") || !strcmp(argv[0], "help")) {
+		group_help(g, stdout);
+		return CLI_EXIT_OK;
+	}
+	c = group_find(g, argv[0]);
+	if (!c)
+		return cli_die(CLI_EXIT_USAGE, "unknown command 'kosa8 %s %s'; see: kosa8 %s --help",
+			       g->name, argv[0], g->name);
+	return c->fn(c, argc - 1, argv + 1, home);
+}
+
+int main(int argc, char **argv)
+{
+	const char *home = NULL;
+	const struct group *g;
+	int i = 1;
+
+	/* Broken pipes show up as EPIPE where we write, not as a silent death. */
+	signal(SIGPIPE, SIG_IGN);
+
+	while (i < argc && argv[i][0] == '-') {
+		const char *w = argv[i];
+		if (!strcmp(w, "--home")) {
+			if (i + 1 >= argc)
+				return cli_die(CLI_EXIT_USAGE, "flag '--home' needs a value");
+			home = argv[i + 1];
+			i += 2;
+		} else if (!strncmp(w, "--home=", 7)) {
+			home = w + 7;
+			i++;
+		} else if (!strcmp(w, "--help") || !strcmp(w, "-h")) {
+			fputs(top_help, stdout);
+			return CLI_EXIT_OK;
+		} else if (!strcmp(w, "--version")) {
+			printf("kosa8 %s\n", KOSA8_VERSION);
+			return CLI_EXIT_OK;
+		} else {
+			return cli_die(CLI_EXIT_USAGE, "unknown flag '%s'; see: kosa8 --help", w);
+		}
+	}
+	if (i >= argc) {
+		fputs(top_help, stderr);
+		return CLI_EXIT_USAGE;
+	}
+	if (!strcmp(argv[i], "help"))
+		return do_help(argc - i - 1, argv + i + 1);
+	if (!strcmp(argv[i], "version"))
+		return cmd_version(&version_cmd, argc - i - 1, argv + i + 1, home);
+	g = find_group(argv[i]);
+	if (!g)
+		return cli_die(CLI_EXIT_USAGE, "unknown command '%s'; see: kosa8 --help", argv[i]);
+	return run_group(g, argc - i - 1, argv + i + 1, home);
+}

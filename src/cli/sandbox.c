@@ -1,0 +1,842 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sandbox.c - kosa8 sandbox ...: create, pull, run, start, exec, ps, stop, ls, inspect,
+ * rm. run and exec stream the process's output live over an upgraded connection
+ * (stream.c) and exit with the process's own exit code. */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+	OPT_JSON = 'j', OPT_CPUS = 'c', OPT_MEMORY = 'M', OPT_DISK = 'D', OPT_EGRESS = 'g',
+	OPT_EGRESS_ALLOW = 'G', OPT_MOUNT = 'm', OPT_ENV = 'e', OPT_WORKDIR = 'w',
+	OPT_USER = 'u', OPT_INTERACTIVE = 'i', OPT_DETACH = 'd', OPT_WIPE = 'W',
+	OPT_FORCE = 'f', OPT_TIMEOUT = 't',
+};
+
+static const struct cli_opt json_only[] = { { "json", 0, 0, OPT_JSON }, { NULL, 0, 0, 0 } };
+
+static int has_opt(const struct cli_args *a, int id)
+{
+	for (int i = 0; i < a->nopts; i++)
+		if (a->opts[i].id == id)
+			return 1;
+	return 0;
+}
+
+/* "/v1/sandboxes/<name><suffix>" with the name URL-encoded. */
+static char *sb_path(const char *name, const char *suffix)
+{
+	cleanup_free char *enc = cli_urlenc(name);
+	return xasprintf("/v1/sandboxes/%s%s", enc, suffix);
+}
+
+/* Check a NAME argument; on failure print the usage error and return 0. */
+static int name_ok(const struct cli_cmd *self, const char *name, int *rc)
+{
+	struct k8_err err = { 0 };
+
+	if (cli_check_name(name, &err) == 0)
+		return 1;
+	*rc = cli_usage(self->name, "%s", err.msg);
+	return 0;
+}
+
+/* "docker.io/library/python:3.12-slim" -> "python:3.12-slim" for tables. */
+static const char *short_ref(const char *ref)
+{
+	if (ref && !strncmp(ref, "docker.io/library/", 18))
+		return ref + 18;
+	if (ref && !strncmp(ref, "docker.io/", 10))
+		return ref + 10;
+	return ref;
+}
+
+/* ---- create ---- */
+
+/* Make a --mount's HOST absolute and real ("~/x" is $HOME/x: the shell does not expand
+ * it after "--mount="). 0 or -EINVAL with a message. */
+static int mount_resolve(struct cli_mount *m, struct k8_err *err)
+{
+	cleanup_free char *exp = NULL;
+	const char *home = getenv("HOME");
+	struct stat st;
+	char *real;
+
+	if (m->host[0] == '~' && (m->host[1] == '/' || !m->host[1]) && home)
+		exp = xasprintf("%s%s", home, m->host + 1);
+	real = realpath(exp ? exp : m->host, NULL);
+	if (!real)
+		return k8_err_set(err, -EINVAL, "--mount: %s: %s", m->host, strerror(errno));
+	if (stat(real, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		free(real);
+		return k8_err_set(err, -EINVAL, "--mount: %s is not a directory", m->host);
+	}
+	free(m->host);
+	m->host = real;
+	return 0;
+}
+
+static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = {
+		{ "cpus", 0, 1, OPT_CPUS }, { "memory", 0, 1, OPT_MEMORY },
+		{ "disk", 0, 1, OPT_DISK }, { "egress", 0, 1, OPT_EGRESS },
+		{ "egress-allow", 0, 1, OPT_EGRESS_ALLOW }, { "mount", 0, 1, OPT_MOUNT },
+		{ "json", 0, 0, OPT_JSON }, { NULL, 0, 0, 0 },
+	};
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	struct out_progress prog;
+	long cpus = 2, mem = 1024, disk = 4;
+	const char *egress = NULL;
+	json_t *body = NULL, *res = NULL, *allow = NULL, *mounts = NULL;
+	int rc, r, json = 0;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	if (!name_ok(self, a.pos[0], &rc))
+		goto out;
+	for (int i = 0; i < a.nopts; i++) {
+		const char *v = a.opts[i].arg;
+		struct cli_mount m;
+
+		r = 0;
+		switch (a.opts[i].id) {
+		case OPT_CPUS: r = cli_parse_range("--cpus", v, 1, 64, &cpus, &err); break;
+		case OPT_MEMORY: r = cli_parse_range("--memory", v, 128, 65536, &mem, &err); break;
+		case OPT_DISK: r = cli_parse_range("--disk", v, 1, 1024, &disk, &err); break;
+		case OPT_JSON: json = 1; break;
+		case OPT_EGRESS:
+			if (strcmp(v, "deny") && strcmp(v, "allow-all"))
+				r = k8_err_set(&err, -EINVAL,
+					       "--egress must be 'deny' or 'allow-all' (got '%s'); "
+					       "to allow some hosts use --egress-allow HOST", v);
+			egress = v;
+			break;
+		case OPT_EGRESS_ALLOW:
+			if (!*v)
+				r = k8_err_set(&err, -EINVAL, "--egress-allow needs a host name, "
+					       "host:port, IP or CIDR");
+			if (!allow)
+				allow = json_array();
+			json_array_append_new(allow, json_string(v));
+			break;
+		case OPT_MOUNT:
+			r = cli_parse_mount(v, &m, &err);
+			if (r == 0) {
+				r = mount_resolve(&m, &err);
+				if (r == 0) {
+					if (!mounts)
+						mounts = json_array();
+					json_array_append_new(mounts, json_pack("{s:s,s:s,s:b}",
+						"host", m.host, "guest", m.guest, "ro", m.ro));
+				}
+				cli_mount_free(&m);
+			}
+			break;
+		}
+		if (r < 0) {
+			rc = cli_usage(self->name, "%s", err.msg);
+			goto out;
+		}
+	}
+	if (egress && allow && !strcmp(egress, "deny")) {
+		rc = cli_usage(self->name, "--egress deny and --egress-allow contradict each "
+			       "other: deny lets nothing out");
+		goto out;
+	}
+	body = json_pack("{s:s,s:I,s:I,s:I}", "name", a.pos[0], "cpus", (json_int_t)cpus,
+			 "memory_mib", (json_int_t)mem, "disk_gb", (json_int_t)disk);
+	/* Only what the user asked for: a daemon without egress policy or mounts yet
+	 * refuses them instead of silently creating something else. */
+	if (egress)
+		json_object_set_new(body, "egress", json_string(egress));
+	if (allow)
+		json_object_set(body, "egress_allow", allow);
+	if (mounts)
+		json_object_set(body, "mounts", mounts);
+
+	out_progress_init(&prog, json);
+	r = client_call(&cl, "POST", "/v1/sandboxes", body, out_progress_cb, &prog, 0, &res, &err);
+	out_progress_end(&prog);
+	if (r < 0) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	const char *state = json_string_value(json_object_get(res, "state"));
+	rc = state && !strcmp(state, "failed") ? CLI_EXIT_ERROR : CLI_EXIT_OK;
+	if (json) {
+		out_json(res, 0);
+		goto out;
+	}
+	if (rc) {
+		const char *e = json_string_value(json_object_get(res, "error"));
+		cli_die(rc, "sandbox '%s' failed to start%s%s", a.pos[0], e ? ": " : "",
+			e ? e : "");
+		goto out;
+	}
+	printf("sandbox %s %s (%lld vCPUs, %lld MiB memory, %lld GB disk, accel %s)\n",
+	       a.pos[0], state ? state : "created",
+	       json_integer_value(json_object_get(res, "cpus")) ?: (long long)cpus,
+	       json_integer_value(json_object_get(res, "memory_mib")) ?: (long long)mem,
+	       json_integer_value(json_object_get(res, "disk_gb")) ?: (long long)disk,
+	       json_string_value(json_object_get(res, "accel")) ?: "?");
+out:
+	json_decref(body);
+	json_decref(res);
+	json_decref(allow);
+	json_decref(mounts);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+/* ---- pull ---- */
+
+static int cmd_pull(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	struct out_progress prog;
+	json_t *body = NULL, *res = NULL;
+	cleanup_free char *path = NULL;
+	int rc, json;
+
+	if (!cli_begin(self, argc, argv, json_only, 0, 2, 2, home, &a, &cl, &rc))
+		return rc;
+	if (!name_ok(self, a.pos[0], &rc))
+		goto out;
+	json = has_opt(&a, OPT_JSON);
+	body = json_pack("{s:s}", "image", a.pos[1]);
+	path = sb_path(a.pos[0], "/pull");
+	out_progress_init(&prog, json);
+	int r = client_call(&cl, "POST", path, body, out_progress_cb, &prog, 0, &res, &err);
+	out_progress_end(&prog);
+	if (r < 0) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	rc = CLI_EXIT_OK;
+	if (json) {
+		out_json(res, 0);
+	} else {
+		char d[40];
+		printf("%s: %s (%s) ready\n", a.pos[0],
+		       json_string_value(json_object_get(res, "ref")) ?: a.pos[1],
+		       out_short_digest(json_string_value(json_object_get(res, "digest")), d,
+					sizeof(d)));
+	}
+out:
+	json_decref(body);
+	json_decref(res);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+/* ---- run, start, exec ---- */
+
+static const struct cli_opt proc_opts[] = {
+	{ "env", 'e', 1, OPT_ENV }, { "workdir", 'w', 1, OPT_WORKDIR },
+	{ "user", 'u', 1, OPT_USER }, { "interactive", 'i', 0, OPT_INTERACTIVE },
+	{ "detach", 'd', 0, OPT_DETACH }, { NULL, 0, 0, 0 },
+};
+/* exec: the same without --detach. */
+static const struct cli_opt exec_opts[] = {
+	{ "env", 'e', 1, OPT_ENV }, { "workdir", 'w', 1, OPT_WORKDIR },
+	{ "user", 'u', 1, OPT_USER }, { "interactive", 'i', 0, OPT_INTERACTIVE },
+	{ NULL, 0, 0, 0 },
+};
+/* start: always detached, no stdin. */
+static const struct cli_opt start_opts[] = {
+	{ "env", 'e', 1, OPT_ENV }, { "workdir", 'w', 1, OPT_WORKDIR },
+	{ "user", 'u', 1, OPT_USER }, { NULL, 0, 0, 0 },
+};
+
+/* The fields run and exec share: argv, env, cwd, user. *interactive and *detach are set
+ * from -i and -d. 0 or -EINVAL with a message. */
+static int proc_body(const struct cli_args *a, int first_cmd, json_t *body, int *interactive,
+		     int *detach, struct k8_err *err)
+{
+	json_t *args = json_array(), *env = json_array();
+
+	*interactive = *detach = 0;
+	for (int i = first_cmd; i < a->npos; i++)
+		json_array_append_new(args, json_string(a->pos[i]));
+	json_object_set_new(body, "argv", args);
+	json_object_set_new(body, "env", env);
+	for (int i = 0; i < a->nopts; i++) {
+		const char *v = a->opts[i].arg;
+		switch (a->opts[i].id) {
+		case OPT_ENV:
+			if (cli_check_env(v, err) < 0)
+				return err->code;
+			if (strchr(v, '=')) {
+				json_array_append_new(env, json_string(v));
+			} else {
+				/* -e KEY: this environment's value, or nothing (as Docker). */
+				const char *val = getenv(v);
+				if (val) {
+					cleanup_free char *kv = xasprintf("%s=%s", v, val);
+					json_array_append_new(env, json_string(kv));
+				}
+			}
+			break;
+		case OPT_WORKDIR:
+			if (v[0] != '/')
+				return k8_err_set(err, -EINVAL, "-w '%s': the working directory "
+						  "must be an absolute path", v);
+			json_object_set_new(body, "cwd", json_string(v));
+			break;
+		case OPT_USER:
+			if (!*v)
+				return k8_err_set(err, -EINVAL, "-u needs a user: UID[:GID]");
+			json_object_set_new(body, "user", json_string(v));
+			break;
+		case OPT_INTERACTIVE:
+			*interactive = 1;
+			break;
+		case OPT_DETACH:
+			*detach = 1;
+			break;
+		}
+	}
+	return 0;
+}
+
+/* Open an exec stream at `path` and pump it. Returns the exit code of kosa8. */
+static int run_stream(struct client *cl, const char *path, json_t *body, int fwd_stdin)
+{
+	struct k8_err err = { 0 };
+	unsigned char *extra = NULL;
+	size_t extra_len = 0;
+	int fd, code = 0, r;
+
+	fflush(stdout);
+	r = client_upgrade(cl, path, body, &fd, &extra, &extra_len, &err);
+	if (r < 0) {
+		if (r == -ECONNREFUSED)
+			return cli_fail(&err);
+		/* The process never started: Docker's 125, whatever the reason. */
+		return cli_die(CLI_EXIT_CANNOT_RUN, "%s", err.msg);
+	}
+	r = stream_pump(fd, extra, extra_len, fwd_stdin, &code, &err);
+	close(fd);
+	free(extra);
+	if (r == 0)
+		return code;
+	if (r == -ECANCELED) {
+		if (code != 128 + 13) /* not SIGPIPE: the user pressed Ctrl-C twice */
+			fprintf(stderr, "kosa8: disconnected; the daemon kills the process\n");
+		return code;
+	}
+	return cli_die(CLI_EXIT_CANNOT_RUN, "%s", err.msg);
+}
+
+/* Start detached: POST run with "detach":true, print the container id. */
+static int run_detached(struct client *cl, const char *path, json_t *body)
+{
+	struct k8_err err = { 0 };
+	json_t *res = NULL;
+	const char *id;
+	int rc;
+
+	json_object_set_new(body, "detach", json_true());
+	json_object_set_new(body, "stdin", json_false());
+	if (client_call(cl, "POST", path, body, NULL, NULL, 0, &res, &err) < 0) {
+		if (err.code == -ECONNREFUSED)
+			return cli_fail(&err);
+		return cli_die(CLI_EXIT_CANNOT_RUN, "%s", err.msg);
+	}
+	id = json_string_value(json_object_get(res, "id"));
+	if (id) {
+		printf("%s\n", id);
+		rc = CLI_EXIT_OK;
+	} else {
+		rc = cli_die(CLI_EXIT_CANNOT_RUN, "the daemon did not say which container it "
+			     "started");
+	}
+	json_decref(res);
+	return rc;
+}
+
+/* run (detach_always 0) and start (1). */
+static int do_run(const struct cli_cmd *self, int argc, char **argv, const char *home,
+		  int detach_always)
+{
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	json_t *body = NULL;
+	cleanup_free char *path = NULL;
+	int rc, interactive, detach, fwd;
+
+	if (!cli_begin(self, argc, argv, detach_always ? start_opts : proc_opts, 2, 2, -1, home,
+		       &a, &cl, &rc))
+		return rc;
+	if (!name_ok(self, a.pos[0], &rc))
+		goto out;
+	body = json_pack("{s:s}", "image", a.pos[1]);
+	if (proc_body(&a, 2, body, &interactive, &detach, &err) < 0) {
+		rc = cli_usage(self->name, "%s", err.msg);
+		goto out;
+	}
+	path = sb_path(a.pos[0], "/run");
+	if (detach || detach_always) {
+		rc = run_detached(&cl, path, body);
+		goto out;
+	}
+	fwd = interactive || !isatty(0);
+	json_object_set_new(body, "stdin", json_boolean(fwd));
+	json_object_set_new(body, "detach", json_false());
+	rc = run_stream(&cl, path, body, fwd);
+out:
+	json_decref(body);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+static int cmd_run(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	return do_run(self, argc, argv, home, 0);
+}
+
+static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	return do_run(self, argc, argv, home, 1);
+}
+
+static int cmd_exec(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	json_t *body = NULL;
+	cleanup_free char *path = NULL, *id = NULL, *suffix = NULL;
+	int rc, interactive, detach, fwd;
+
+	if (!cli_begin(self, argc, argv, exec_opts, 2, 3, -1, home, &a, &cl, &rc))
+		return rc;
+	if (!name_ok(self, a.pos[0], &rc))
+		goto out;
+	body = json_object();
+	if (proc_body(&a, 2, body, &interactive, &detach, &err) < 0) {
+		rc = cli_usage(self->name, "%s", err.msg);
+		goto out;
+	}
+	fwd = interactive || !isatty(0);
+	json_object_set_new(body, "stdin", json_boolean(fwd));
+	id = cli_urlenc(a.pos[1]);
+	suffix = xasprintf("/containers/%s/exec", id);
+	path = sb_path(a.pos[0], suffix);
+	rc = run_stream(&cl, path, body, fwd);
+out:
+	json_decref(body);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+/* ---- ps, stop ---- */
+
+static int cmd_ps(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const char *const hdr[] = { "CONTAINER", "IMAGE", "PID", "STATUS", "STARTED",
+					   "COMMAND" };
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	json_t *res = NULL, *it;
+	cleanup_free char *path = NULL;
+	size_t i;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, json_only, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	if (!name_ok(self, a.pos[0], &rc))
+		goto out;
+	path = sb_path(a.pos[0], "/containers");
+	if (client_call(&cl, "GET", path, NULL, NULL, NULL, 0, &res, &err) < 0) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	rc = CLI_EXIT_OK;
+	if (has_opt(&a, OPT_JSON)) {
+		out_json(res, 1);
+		goto out;
+	}
+	struct out_table *t = out_table_new(6, hdr);
+	double now = (double)time(NULL);
+	json_array_foreach(res, i, it) {
+		char pid[24] = "", status[32], started[32], cmd[200] = "";
+		json_t *argvj = json_object_get(it, "argv"), *w, *ec;
+		size_t k, off = 0;
+
+		if (json_integer_value(json_object_get(it, "pid")) > 0)
+			snprintf(pid, sizeof(pid), "%lld",
+				 json_integer_value(json_object_get(it, "pid")));
+		ec = json_object_get(it, "exit_code");
+		if (json_is_true(json_object_get(it, "running")))
+			snprintf(status, sizeof(status), "running");
+		else if (json_is_integer(ec))
+			snprintf(status, sizeof(status), "exited (%lld)", json_integer_value(ec));
+		else
+			snprintf(status, sizeof(status), "exited");
+		json_array_foreach(argvj, k, w) {
+			int n = snprintf(cmd + off, sizeof(cmd) - off, "%s%s", k ? " " : "",
+					 json_string_value(w) ?: "");
+			if (n < 0 || (size_t)n >= sizeof(cmd) - off)
+				break;
+			off += (size_t)n;
+		}
+		const char *row[6] = {
+			json_string_value(json_object_get(it, "id")),
+			short_ref(json_string_value(json_object_get(it, "image"))),
+			pid, status,
+			out_ago(out_time_parse(json_object_get(it, "started")), now, started,
+				sizeof(started)),
+			cmd,
+		};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+out:
+	json_decref(res);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+static int cmd_stop(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = { { "timeout", 't', 1, OPT_TIMEOUT },
+					       { NULL, 0, 0, 0 } };
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	long timeout = 10;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 2, -1, home, &a, &cl, &rc))
+		return rc;
+	if (!name_ok(self, a.pos[0], &rc))
+		goto out;
+	for (int i = 0; i < a.nopts; i++)
+		if (a.opts[i].id == OPT_TIMEOUT &&
+		    cli_parse_range("--timeout", a.opts[i].arg, 0, 3600, &timeout, &err) < 0) {
+			rc = cli_usage(self->name, "%s", err.msg);
+			goto out;
+		}
+	rc = CLI_EXIT_OK;
+	for (int i = 1; i < a.npos; i++) {
+		cleanup_free char *id = cli_urlenc(a.pos[i]);
+		cleanup_free char *suffix = xasprintf("/containers/%s/stop", id);
+		cleanup_free char *path = sb_path(a.pos[0], suffix);
+		json_t *body = json_pack("{s:I}", "timeout_s", (json_int_t)timeout), *res = NULL;
+
+		memset(&err, 0, sizeof(err));
+		/* The daemon waits up to timeout_s, then kills: allow it that long. */
+		int r = client_call(&cl, "POST", path, body, NULL, NULL, 0, &res, &err);
+		json_decref(body);
+		json_decref(res);
+		if (r < 0) {
+			rc = cli_fail(&err);
+			if (r == -ECONNREFUSED)
+				break;
+			continue;
+		}
+		printf("%s\n", a.pos[i]);
+	}
+out:
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+/* ---- ls, inspect, rm ---- */
+
+static int cmd_ls(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const char *const hdr[] = { "NAME", "STATE", "CPUS", "MEMORY", "DISK", "ACCEL",
+					   "CREATED", "IMAGES" };
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	json_t *res = NULL, *it;
+	size_t i;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, json_only, 0, 0, 0, home, &a, &cl, &rc))
+		return rc;
+	if (client_call(&cl, "GET", "/v1/sandboxes", NULL, NULL, NULL, 0, &res, &err) < 0) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	rc = CLI_EXIT_OK;
+	if (has_opt(&a, OPT_JSON)) {
+		out_json(res, 1);
+		goto out;
+	}
+	struct out_table *t = out_table_new(8, hdr);
+	double now = (double)time(NULL);
+	json_array_foreach(res, i, it) {
+		char cpus[16], mem[24], disk[24], created[32], images[256] = "";
+		json_t *imgs = json_object_get(it, "images"), *im;
+		size_t k, off = 0;
+
+		snprintf(cpus, sizeof(cpus), "%lld", json_integer_value(json_object_get(it, "cpus")));
+		snprintf(mem, sizeof(mem), "%lld MiB",
+			 json_integer_value(json_object_get(it, "memory_mib")));
+		snprintf(disk, sizeof(disk), "%lld GB",
+			 json_integer_value(json_object_get(it, "disk_gb")));
+		json_array_foreach(imgs, k, im) {
+			int n = snprintf(images + off, sizeof(images) - off, "%s%s", k ? "," : "",
+					 short_ref(json_string_value(json_object_get(im, "ref")))
+						 ?: "?");
+			if (n < 0 || (size_t)n >= sizeof(images) - off)
+				break;
+			off += (size_t)n;
+		}
+		const char *row[8] = {
+			json_string_value(json_object_get(it, "name")),
+			json_string_value(json_object_get(it, "state")),
+			cpus, mem, disk,
+			json_string_value(json_object_get(it, "accel")),
+			out_ago(out_time_parse(json_object_get(it, "created")), now, created,
+				sizeof(created)),
+			images,
+		};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+out:
+	json_decref(res);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+static int cmd_inspect(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	json_t *res = NULL;
+	cleanup_free char *path = NULL;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, json_only, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	if (!name_ok(self, a.pos[0], &rc))
+		goto out;
+	path = sb_path(a.pos[0], "");
+	if (client_call(&cl, "GET", path, NULL, NULL, NULL, 0, &res, &err) < 0) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	out_json(res, 1);
+	rc = CLI_EXIT_OK;
+out:
+	json_decref(res);
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+static int cmd_rm(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = {
+		{ "wipe", 0, 0, OPT_WIPE }, { "force", 'f', 0, OPT_FORCE }, { NULL, 0, 0, 0 },
+	};
+	struct k8_err err = { 0 };
+	struct cli_args a;
+	struct client cl;
+	int rc, wipe, force;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 1, -1, home, &a, &cl, &rc))
+		return rc;
+	for (int i = 0; i < a.npos; i++)
+		if (!name_ok(self, a.pos[i], &rc))
+			goto out;
+	wipe = has_opt(&a, OPT_WIPE);
+	force = has_opt(&a, OPT_FORCE);
+	rc = CLI_EXIT_OK;
+	for (int i = 0; i < a.npos; i++) {
+		cleanup_free char *path = sb_path(a.pos[i], wipe ? "?wipe=1" : "");
+		json_t *res = NULL;
+		struct out_progress prog;
+
+		memset(&err, 0, sizeof(err));
+		out_progress_init(&prog, 0);
+		out_spinner(&prog, "removing %s%s", a.pos[i], wipe ? " (wiping its disk)" : "");
+		int r = client_call(&cl, "DELETE", path, NULL, NULL, NULL, 0, &res, &err);
+		out_spinner_clear(&prog);
+		json_decref(res);
+		if (r == -ENOENT && force)
+			continue;
+		if (r < 0) {
+			rc = cli_fail(&err);
+			if (r == -ECONNREFUSED)
+				break;
+			continue;
+		}
+		printf("removed %s\n", a.pos[i]);
+	}
+out:
+	cli_args_free(&a);
+	client_free(&cl);
+	return rc;
+}
+
+const struct cli_cmd cli_sandbox_cmds[] = {
+	{ "sandbox create", cmd_create, "create and boot a sandbox (a small VM)",
+	  "Usage: kosa8 sandbox create NAME [--cpus N] [--memory MIB] [--disk GB]\n"
+	  "           [--egress deny|allow-all] [--egress-allow HOST]... "
+	  "[--mount HOST:GUEST[:ro]]... [--json]\n"
+	  "\n"
+	  "Create a sandbox: a virtual machine with its own kernel, booted and ready to run\n"
+	  "containers. NAME is 1-63 characters: lower-case letters, digits, '_', '.', '-'\n"
+	  "(not first).\n"
+	  "\n"
+	  "Options:\n"
+	  "  --cpus N               virtual CPUs, 1-64 (default 2)\n"
+	  "  --memory MIB           memory in MiB, 128-65536 (default 1024)\n"
+	  "  --disk GB              scratch disk in GB, 1-1024 (default 4)\n"
+	  "  --egress deny          no network at all, DNS included (the default)\n"
+	  "  --egress allow-all     any destination\n"
+	  "  --egress-allow HOST    allow HOST (name, *.domain, host:port, IP or CIDR);\n"
+	  "                         repeat for more\n"
+	  "  --mount HOST:GUEST[:ro]  share the host directory HOST at GUEST, writable\n"
+	  "                         unless :ro; HOST must be under a daemon --allow-mount\n"
+	  "  --json                 progress as JSON lines, then the sandbox as one line\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox create interp --cpus 2 --memory 2048 --egress deny \\\n"
+	  "      --mount ~/interp/in:/in:ro --mount ~/interp/out:/out\n" },
+	{ "sandbox pull", cmd_pull, "make an image available inside a sandbox",
+	  "Usage: kosa8 sandbox pull NAME IMAGE [--json]\n"
+	  "\n"
+	  "Fetch IMAGE on the host (the sandbox needs no network for it), prepare its\n"
+	  "read-only disk and attach it to the sandbox NAME. IMAGE is a reference such as\n"
+	  "python:3.12-slim or registry.example:5000/team/tool@sha256:....\n"
+	  "\n"
+	  "Options:\n"
+	  "  --json     progress as JSON lines, then {\"ref\",\"digest\",\"slot\"} as one line\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox pull interp python:3.12-slim\n" },
+	{ "sandbox run", cmd_run, "run a command in a new container, output live",
+	  "Usage: kosa8 sandbox run [-e KEY=VAL]... [-w DIR] [-u USER] [-i] [-d] NAME IMAGE "
+	  "[CMD...]\n"
+	  "\n"
+	  "Run CMD (default: the image's own command) in a new container from IMAGE inside\n"
+	  "the sandbox NAME. Output is streamed live to stdout and stderr; kosa8 exits with\n"
+	  "the command's exit code (128+N when killed by signal N, 137 on out of memory),\n"
+	  "or 125 when the command could not be started. Flags go before NAME and IMAGE:\n"
+	  "everything after IMAGE is the command, verbatim.\n"
+	  "\n"
+	  "Standard input is passed on when it is not a terminal (a pipe or a file), or\n"
+	  "with -i; otherwise the command sees an empty stdin. Ctrl-C sends SIGINT to the\n"
+	  "command; a second Ctrl-C disconnects, and the daemon kills the command.\n"
+	  "\n"
+	  "Options:\n"
+	  "  -e, --env KEY=VAL    set an environment variable (-e KEY: take this shell's value)\n"
+	  "  -w, --workdir DIR    working directory inside the container (absolute)\n"
+	  "  -u, --user USER      uid[:gid] to run as\n"
+	  "  -i, --interactive    pass a terminal's input on too\n"
+	  "  -d, --detach         start in the background, print the container id (as start)\n"
+	  "\n"
+	  "Examples:\n"
+	  "  kosa8 sandbox run interp python:3.12-slim timeout 30 python3 /in/main.py\n"
+	  "  echo 'print(6*7)' | kosa8 sandbox run interp python:3.12-slim python3 -\n" },
+	{ "sandbox start", cmd_start, "start a container in the background, print its id",
+	  "Usage: kosa8 sandbox start [-e KEY=VAL]... [-w DIR] [-u USER] NAME IMAGE [CMD...]\n"
+	  "\n"
+	  "Start CMD in a new container from IMAGE inside the sandbox NAME and leave it\n"
+	  "running; print the container's id alone on stdout. Use it with sandbox exec to\n"
+	  "keep files and processes between commands. Same flags as run.\n"
+	  "\n"
+	  "Example:\n"
+	  "  id=$(kosa8 sandbox start interp python:3.12-slim sleep infinity)\n"
+	  "  kosa8 sandbox exec interp \"$id\" python3 /in/cell.py\n" },
+	{ "sandbox exec", cmd_exec, "run a command in a running container",
+	  "Usage: kosa8 sandbox exec [-e KEY=VAL]... [-w DIR] [-u USER] [-i] NAME ID CMD...\n"
+	  "\n"
+	  "Run CMD inside the running container ID (from sandbox start or sandbox ps) of\n"
+	  "the sandbox NAME, streamed like run, with the same exit codes and stdin rules.\n"
+	  "Everything after ID is the command, verbatim. Disconnecting kills CMD, not the\n"
+	  "container.\n"
+	  "\n"
+	  "Options:\n"
+	  "  -e, --env KEY=VAL    set an environment variable\n"
+	  "  -w, --workdir DIR    working directory (absolute)\n"
+	  "  -u, --user USER      uid[:gid] to run as\n"
+	  "  -i, --interactive    pass a terminal's input on too\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox exec interp 3f2a9c0d1e4b python3 -c 'import os; print(os.getcwd())'\n" },
+	{ "sandbox ps", cmd_ps, "list a sandbox's containers",
+	  "Usage: kosa8 sandbox ps NAME [--json]\n"
+	  "\n"
+	  "List the containers in the sandbox NAME: id, image, main process, whether it\n"
+	  "runs (or its exit code), when it started and its command.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --json     the daemon's list as JSON\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox ps interp\n" },
+	{ "sandbox stop", cmd_stop, "stop containers",
+	  "Usage: kosa8 sandbox stop [-t SECONDS] NAME ID...\n"
+	  "\n"
+	  "Stop containers in the sandbox NAME: SIGTERM to each, then SIGKILL after the\n"
+	  "timeout. Prints each id stopped.\n"
+	  "\n"
+	  "Options:\n"
+	  "  -t, --timeout S    seconds to wait before SIGKILL, 0-3600 (default 10)\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox stop interp 3f2a9c0d1e4b\n" },
+	{ "sandbox ls", cmd_ls, "list sandboxes",
+	  "Usage: kosa8 sandbox ls [--json]\n"
+	  "\n"
+	  "List all sandboxes with their state, size, accelerator, age and images.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --json     the daemon's list as JSON\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox ls\n" },
+	{ "sandbox inspect", cmd_inspect, "everything about one sandbox, as JSON",
+	  "Usage: kosa8 sandbox inspect NAME\n"
+	  "\n"
+	  "Print everything the daemon knows about the sandbox NAME as indented JSON: its\n"
+	  "settings, state, images, containers, limits and the guest's own statistics.\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox inspect interp\n" },
+	{ "sandbox rm", cmd_rm, "delete sandboxes",
+	  "Usage: kosa8 sandbox rm [--wipe] [-f] NAME...\n"
+	  "\n"
+	  "Stop each sandbox's VM and delete all its state: disks, checkpoints, containers.\n"
+	  "Shared host folders (--mount) are not touched.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --wipe       overwrite the disk files before unlinking them\n"
+	  "  -f, --force  succeed when a sandbox does not exist\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox rm interp\n" },
+	{ NULL, NULL, NULL, NULL },
+};

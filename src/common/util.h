@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* util.h - scope-based cleanup, error out-parameter and small helpers shared by all programs.
+ *
+ * Convention (docs/errors.md): functions return 0 (or a count) on success and a negative
+ * errno on failure. Where the caller needs a message, they take a `struct k8_err *` and
+ * fill it with k8_err_set(); library code never prints.
+ */
+#ifndef K8_UTIL_H
+#define K8_UTIL_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define K8_UNUSED __attribute__((unused))
+#define K8_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+struct k8_err {
+	int code;          /* negative errno, 0 when no error was recorded */
+	char msg[1024];    /* what happened and, where we know it, what to do next */
+};
+
+/* Record an error (first one wins) and return `code` so callers can `return k8_err_set(...)`. */
+int k8_err_set(struct k8_err *err, int code, const char *fmt, ...) K8_PRINTF(3, 4);
+/* Prefix an existing message with context: "loading image: <old message>". */
+int k8_err_wrap(struct k8_err *err, const char *fmt, ...) K8_PRINTF(2, 3);
+
+static inline void k8_freep(void *p) { free(*(void **)p); }
+static inline void k8_closep(int *fd) { if (*fd >= 0) close(*fd); }
+#define cleanup_free __attribute__((cleanup(k8_freep)))
+#define cleanup_close __attribute__((cleanup(k8_closep)))
+
+/* Take ownership out of a cleanup variable: `return steal_pointer(&p);` */
+static inline void *k8_steal(void *pp)
+{
+	void **p = pp, *v = *p;
+	*p = NULL;
+	return v;
+}
+#define steal_pointer(pp) k8_steal(pp)
+static inline int steal_fd(int *fd)
+{
+	int v = *fd;
+	*fd = -1;
+	return v;
+}
+
+/* Allocation that dies on failure: only for small, bounded sizes. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t m);
+char *xstrdup(const char *s);
+char *xasprintf(const char *fmt, ...) K8_PRINTF(1, 2);
+
+/* Full read/write of a file descriptor, retrying on EINTR and short counts.
+ * Return 0 or a negative errno; read_full returns -EPIPE on a premature EOF. */
+int write_full(int fd, const void *buf, size_t n);
+int read_full(int fd, void *buf, size_t n);
+
+/* Write `data` to `path` atomically (temp file, fsync, rename, fsync dir) with `mode`. */
+int write_file_atomic(const char *path, const void *data, size_t n, int mode);
+/* Read a whole file of at most `max` bytes; NUL-terminated. -EFBIG when larger. */
+int read_file(const char *path, size_t max, char **out, size_t *len);
+
+/* mkdir -p with `mode` for the directories it creates. */
+int mkdir_p(const char *path, int mode);
+/* rm -rf that never follows symlinks and stays on one file system. */
+int rm_rf(const char *path);
+
+/* Monotonic and wall clocks. */
+uint64_t now_mono_ns(void);
+uint64_t now_real_ns(void);
+
+/* Hex SHA-256 of a buffer into out[65]. */
+void sha256_hex(const void *data, size_t n, char out[65]);
+
+#endif

@@ -1,0 +1,477 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* agentlink.c - the daemon's end of the agent protocol: one connection per running VM.
+ *
+ * Theory of operation. A reader thread owns the receive side: it feeds bytes into a
+ * proto_reader (which validates every header), and dispatches complete frames:
+ * RESP to the pending request with that id, output and EXIT to the open stream with that
+ * id, stdin CREDIT to the stream, EVENTs to a callback, PING answered. Everything the
+ * guest sends is hostile: frames for unknown ids are counted and dropped, a stream that
+ * sends more output than its window allows is cut off, JSON is parsed with size caps,
+ * and a header that breaks the framing ends the connection (marked `broken`); nothing
+ * the guest sends can make the daemon allocate more than one window per open stream.
+ * Writers (API threads) serialize on `wlock` and have a send timeout, so a guest that
+ * stops reading its port stalls only requests to that sandbox.
+ */
+#include "daemon/daemon.h"
+
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+
+struct pending {
+	struct pending *next;
+	uint32_t id;
+	bool done;
+	json_t *resp;
+};
+
+static void stream_wake(struct stream *s)
+{
+	uint64_t one = 1;
+	(void)!write(s->efd, &one, sizeof(one));
+}
+
+static struct stream *find_stream(struct agentlink *l, uint32_t id)
+{
+	for (struct stream *s = l->streams; s; s = s->next)
+		if (s->id == id)
+			return s;
+	return NULL;
+}
+
+static json_t *parse_json(const unsigned char *p, size_t n)
+{
+	json_t *v = json_loadb((const char *)p, n, JSON_REJECT_DUPLICATES, NULL);
+	if (v && !json_is_object(v)) {
+		json_decref(v);
+		v = NULL;
+	}
+	return v;
+}
+
+static void link_mark_broken(struct agentlink *l, const char *why)
+{
+	pthread_mutex_lock(&l->lock);
+	if (!l->broken) {
+		l->broken = true;
+		snprintf(l->broken_why, sizeof(l->broken_why), "%s", why);
+	}
+	for (struct stream *s = l->streams; s; s = s->next)
+		stream_wake(s);
+	pthread_cond_broadcast(&l->cond);
+	pthread_mutex_unlock(&l->lock);
+}
+
+static void dispatch(struct agentlink *l, const struct proto_hdr *h, const unsigned char *p)
+{
+	json_t *v = NULL;
+	struct stream *s;
+
+	switch (h->type) {
+	case PROTO_HELLO:
+		v = parse_json(p, h->len);
+		pthread_mutex_lock(&l->lock);
+		json_decref(l->hello_info);
+		l->hello_info = v ? v : json_object();
+		l->hello = true;
+		pthread_cond_broadcast(&l->cond);
+		pthread_mutex_unlock(&l->lock);
+		return;
+	case PROTO_RESP:
+		v = parse_json(p, h->len);
+		pthread_mutex_lock(&l->lock);
+		for (struct pending *pd = l->pending; pd; pd = pd->next) {
+			if (pd->id == h->id && !pd->done) {
+				pd->done = true;
+				pd->resp = v ? v : json_pack("{s:b,s:s}", "ok", 0, "error",
+							     "the agent sent an unparsable answer");
+				v = NULL;
+				pthread_cond_broadcast(&l->cond);
+				break;
+			}
+		}
+		if (v)
+			l->dropped_frames++;
+		pthread_mutex_unlock(&l->lock);
+		json_decref(v);
+		return;
+	case PROTO_STDOUT:
+	case PROTO_STDERR:
+		pthread_mutex_lock(&l->lock);
+		s = find_stream(l, h->id);
+		if (!s || s->exited || s->closed_by_agent) {
+			l->dropped_frames++;
+		} else if (s->queued + h->len > PROTO_WINDOW + PROTO_DATA_CHUNK) {
+			/* The agent ignored its window: cut the stream off. */
+			s->closed_by_agent = true;
+			s->exit_info = json_pack("{s:i,s:s}", "code", 125, "error",
+						 "the guest agent overran the output window");
+			s->exited = true;
+			stream_wake(s);
+		} else {
+			struct sframe *f = xmalloc(sizeof(*f) + h->len);
+			f->next = NULL;
+			f->type = h->type;
+			f->flags = h->flags;
+			f->len = h->len;
+			memcpy(f->data, p, h->len);
+			if (s->tail)
+				s->tail->next = f;
+			else
+				s->head = f;
+			s->tail = f;
+			s->queued += h->len;
+			stream_wake(s);
+		}
+		pthread_mutex_unlock(&l->lock);
+		return;
+	case PROTO_EXIT:
+		v = parse_json(p, h->len);
+		pthread_mutex_lock(&l->lock);
+		s = find_stream(l, h->id);
+		if (s && !s->exited) {
+			s->exit_info = v ? v : json_pack("{s:i}", "code", 125);
+			v = NULL;
+			s->exited = true;
+			stream_wake(s);
+		} else {
+			l->dropped_frames++;
+		}
+		pthread_mutex_unlock(&l->lock);
+		json_decref(v);
+		return;
+	case PROTO_CREDIT: {
+		uint32_t n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+			     (uint32_t)p[3] << 24;
+		pthread_mutex_lock(&l->lock);
+		s = find_stream(l, h->id);
+		if (s) {
+			uint64_t c = (uint64_t)s->stdin_credit + n;
+			s->stdin_credit = c > PROTO_WINDOW ? PROTO_WINDOW : (uint32_t)c;
+			stream_wake(s);
+		}
+		pthread_mutex_unlock(&l->lock);
+		return;
+	}
+	case PROTO_EVENT:
+		v = parse_json(p, h->len);
+		if (v && l->on_event)
+			l->on_event(l->ctx, v);
+		json_decref(v);
+		return;
+	case PROTO_PING:
+		link_send(l, PROTO_PONG, 0, h->id, p, h->len);
+		return;
+	case PROTO_PONG:
+		return;
+	default:
+		/* REQ, STDIN, SIGNAL from the guest: not its to send. */
+		pthread_mutex_lock(&l->lock);
+		l->dropped_frames++;
+		pthread_mutex_unlock(&l->lock);
+		return;
+	}
+}
+
+static void *link_reader(void *arg)
+{
+	struct agentlink *l = arg;
+	struct proto_reader rd;
+	unsigned char *buf = xmalloc(65536);
+	const char *why = "the agent channel closed";
+
+	proto_reader_init(&rd);
+	for (;;) {
+		ssize_t n = read(l->fd, buf, 65536);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		size_t off = 0;
+		while (off < (size_t)n) {
+			long used = proto_reader_feed(&rd, buf + off, (size_t)n - off);
+			if (used < 0) {
+				why = "the guest agent broke the protocol (bad frame header)";
+				goto out;
+			}
+			off += (size_t)used;
+			struct proto_hdr h;
+			const unsigned char *p;
+			while (proto_reader_frame(&rd, &h, &p))
+				dispatch(l, &h, p);
+		}
+	}
+out:
+	proto_reader_free(&rd);
+	free(buf);
+	link_mark_broken(l, why);
+	return NULL;
+}
+
+int link_connect(struct agentlink *l, const char *path, void (*on_event)(void *, json_t *),
+		 void *ctx, struct k8_err *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = 10 };
+	int fd;
+
+	pthread_mutex_init(&l->lock, NULL);
+	pthread_mutex_init(&l->wlock, NULL);
+	pthread_cond_init(&l->cond, NULL);
+	l->fd = -1;
+	l->hello = l->broken = false;
+	l->hello_info = NULL;
+	l->pending = NULL;
+	l->streams = NULL;
+	l->on_event = on_event;
+	l->ctx = ctx;
+	l->reader_running = false;
+	if (!l->next_id)
+		l->next_id = (uint32_t)(now_real_ns() / 1000) | 1u;
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return k8_err_set(err, -ENAMETOOLONG, "socket path too long: %s", path);
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return k8_err_set(err, -errno, "socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+		close(fd);
+		return k8_err_set(err, e, "cannot connect to the agent channel %s: %s", path,
+				  strerror(-e));
+	}
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	l->fd = fd;
+	if (pthread_create(&l->reader, NULL, link_reader, l) != 0) {
+		close(fd);
+		l->fd = -1;
+		return k8_err_set(err, -EAGAIN, "cannot start the agent reader thread");
+	}
+	l->reader_running = true;
+	return 0;
+}
+
+void link_close(struct agentlink *l)
+{
+	if (l->fd >= 0)
+		shutdown(l->fd, SHUT_RDWR);
+	if (l->reader_running) {
+		pthread_join(l->reader, NULL);
+		l->reader_running = false;
+	}
+	if (l->fd >= 0)
+		close(l->fd);
+	l->fd = -1;
+	pthread_mutex_lock(&l->lock);
+	json_decref(l->hello_info);
+	l->hello_info = NULL;
+	/* Streams and pending requests belong to their API threads, which see `broken`. */
+	pthread_mutex_unlock(&l->lock);
+}
+
+static struct timespec deadline_ts(int timeout_ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err)
+{
+	struct timespec ts = deadline_ts(timeout_ms);
+	int r = 0;
+
+	pthread_mutex_lock(&l->lock);
+	while (!l->hello && !l->broken) {
+		if (pthread_cond_timedwait(&l->cond, &l->lock, &ts) == ETIMEDOUT) {
+			r = k8_err_set(err, -ETIMEDOUT,
+				       "the guest agent did not say hello within %d s", timeout_ms / 1000);
+			break;
+		}
+	}
+	if (!r && !l->hello)
+		r = k8_err_set(err, -ECONNRESET, "%s", l->broken_why);
+	pthread_mutex_unlock(&l->lock);
+	return r;
+}
+
+int link_send(struct agentlink *l, uint16_t type, uint16_t flags, uint32_t id,
+	      const void *data, size_t len)
+{
+	int r;
+
+	if (l->fd < 0 || l->broken)
+		return -ENOTCONN;
+	pthread_mutex_lock(&l->wlock);
+	r = proto_write(l->fd, type, flags, id, data, len);
+	pthread_mutex_unlock(&l->wlock);
+	if (r == -EAGAIN || r == -EWOULDBLOCK)
+		link_mark_broken(l, "the guest agent stopped reading its channel");
+	return r;
+}
+
+static struct stream *stream_open(struct agentlink *l, uint32_t id)
+{
+	struct stream *s = xcalloc(1, sizeof(*s));
+
+	s->id = id;
+	s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->stdin_credit = PROTO_WINDOW;
+	pthread_mutex_lock(&l->lock);
+	s->next = l->streams;
+	l->streams = s;
+	pthread_mutex_unlock(&l->lock);
+	return s;
+}
+
+void link_stream_close(struct agentlink *l, struct stream *s)
+{
+	struct stream **pp;
+	struct sframe *f, *n;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&l->lock);
+	for (pp = &l->streams; *pp; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&l->lock);
+	for (f = s->head; f; f = n) {
+		n = f->next;
+		free(f);
+	}
+	json_decref(s->exit_info);
+	if (s->efd >= 0)
+		close(s->efd);
+	free(s);
+}
+
+struct sframe *link_stream_pop(struct agentlink *l, struct stream *s)
+{
+	struct sframe *f;
+
+	pthread_mutex_lock(&l->lock);
+	f = s->head;
+	if (f) {
+		s->head = f->next;
+		if (!s->head)
+			s->tail = NULL;
+	}
+	pthread_mutex_unlock(&l->lock);
+	return f;
+}
+
+void link_stream_consumed(struct agentlink *l, struct stream *s, size_t n)
+{
+	unsigned char c[4];
+
+	pthread_mutex_lock(&l->lock);
+	s->queued = s->queued > n ? s->queued - n : 0;
+	pthread_mutex_unlock(&l->lock);
+	c[0] = (unsigned char)n;
+	c[1] = (unsigned char)(n >> 8);
+	c[2] = (unsigned char)(n >> 16);
+	c[3] = (unsigned char)(n >> 24);
+	link_send(l, PROTO_CREDIT, 0, s->id, c, 4);
+}
+
+int link_request(struct agentlink *l, json_t *req, int timeout_ms, json_t **resp,
+		 struct stream **stream, struct k8_err *err)
+{
+	struct timespec ts = deadline_ts(timeout_ms);
+	struct pending pd = { 0 };
+	struct stream *s = NULL;
+	struct pending **pp;
+	char *text;
+	int r = 0;
+
+	pthread_mutex_lock(&l->lock);
+	if (l->broken || l->fd < 0) {
+		pthread_mutex_unlock(&l->lock);
+		json_decref(req);
+		return k8_err_set(err, -ENOTCONN, "the guest agent is not connected: %s",
+				  l->broken_why[0] ? l->broken_why : "not started");
+	}
+	do
+		pd.id = l->next_id++;
+	while (pd.id == 0);
+	pd.next = l->pending;
+	l->pending = &pd;
+	pthread_mutex_unlock(&l->lock);
+
+	if (stream)
+		s = stream_open(l, pd.id);
+	text = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	if (!text || strlen(text) > PROTO_MAX_JSON) {
+		r = k8_err_set(err, -E2BIG, "request too large for the agent protocol");
+		free(text);
+		goto out;
+	}
+	r = link_send(l, PROTO_REQ, 0, pd.id, text, strlen(text));
+	free(text);
+	if (r) {
+		k8_err_set(err, r, "cannot send to the guest agent: %s", strerror(-r));
+		goto out;
+	}
+	pthread_mutex_lock(&l->lock);
+	while (!pd.done && !l->broken) {
+		if (pthread_cond_timedwait(&l->cond, &l->lock, &ts) == ETIMEDOUT)
+			break;
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (!pd.done) {
+		r = l->broken ? k8_err_set(err, -ECONNRESET, "the guest agent went away: %s",
+					   l->broken_why)
+			      : k8_err_set(err, -ETIMEDOUT,
+					   "the guest agent did not answer within %d s",
+					   timeout_ms / 1000);
+		goto out;
+	}
+	if (!json_is_true(json_object_get(pd.resp, "ok"))) {
+		json_int_t e = json_integer_value(json_object_get(pd.resp, "errno"));
+		const char *msg = json_string_value(json_object_get(pd.resp, "error"));
+		char safe[512];
+		size_t i;
+		/* The message comes from the guest: keep it short and printable. */
+		snprintf(safe, sizeof(safe), "%s", msg ? msg : "the agent refused the request");
+		for (i = 0; safe[i]; i++)
+			if ((unsigned char)safe[i] < 0x20 || (unsigned char)safe[i] == 0x7f)
+				safe[i] = '?';
+		r = k8_err_set(err, (e > 0 && e < 4096) ? -(int)e : -EIO, "%s", safe);
+		goto out;
+	}
+	if (resp) {
+		*resp = pd.resp;
+		pd.resp = NULL;
+	}
+out:
+	pthread_mutex_lock(&l->lock);
+	for (pp = &l->pending; *pp; pp = &(*pp)->next) {
+		if (*pp == &pd) {
+			*pp = pd.next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&l->lock);
+	json_decref(pd.resp);
+	if (r) {
+		link_stream_close(l, s);
+		s = NULL;
+	}
+	if (stream)
+		*stream = s;
+	return r;
+}

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* cgroup.c - host-side limits on each sandbox's QEMU process (defence in depth).
+ *
+ * The VM's own size (vCPUs, RAM, disk) is the first limit; a cgroup around QEMU caps
+ * what the emulator itself may take from the host: CPU time (quota = vCPUs), memory
+ * (guest RAM + QEMU's own overhead) and tasks. cgroup v2 (unified) is used when the host
+ * has it, else v1 controllers (cpu, memory, pids), else nothing and the note says why.
+ */
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CG "/sys/fs/cgroup"
+#define QEMU_OVERHEAD_MIB 384   /* TCG translation cache (capped at 128 MiB) + QEMU itself */
+
+static int cg_write(const char *dir, const char *file, const char *val)
+{
+	char path[512];
+	int fd, r = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, val, strlen(val)) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+int cgroup_probe(struct cgroup_info *ci)
+{
+	memset(ci, 0, sizeof(*ci));
+	if (access(CG "/cgroup.controllers", F_OK) == 0) {
+		cleanup_free char *ctl = NULL;
+		if (read_file(CG "/cgroup.controllers", 4096, &ctl, NULL) == 0 &&
+		    strstr(ctl, "memory") && strstr(ctl, "pids") && access(CG, W_OK) == 0 &&
+		    (mkdir(CG "/kosa8", 0755) == 0 || errno == EEXIST)) {
+			cg_write(CG, "cgroup.subtree_control", "+memory +pids +cpu");
+			cg_write(CG "/kosa8", "cgroup.subtree_control", "+memory +pids +cpu");
+			ci->version = 2;
+			snprintf(ci->note, sizeof(ci->note), "cgroup v2 at %s/kosa8", CG);
+			return 0;
+		}
+		snprintf(ci->note, sizeof(ci->note),
+			 "cgroup v2 is mounted but %s is not writable by this user; VMs run "
+			 "without host-side limits (their own size still applies)", CG);
+		return 0;
+	}
+	if (access(CG "/memory", W_OK) == 0 && access(CG "/cpu", W_OK) == 0) {
+		mkdir(CG "/memory/kosa8", 0755);
+		mkdir(CG "/cpu/kosa8", 0755);
+		mkdir(CG "/pids/kosa8", 0755);
+		ci->version = 1;
+		snprintf(ci->note, sizeof(ci->note), "cgroup v1 (memory, cpu%s) under %s/*/kosa8",
+			 access(CG "/pids", W_OK) == 0 ? ", pids" : "", CG);
+		return 0;
+	}
+	snprintf(ci->note, sizeof(ci->note),
+		 "no usable cgroups (neither a writable v2 hierarchy nor v1 memory+cpu "
+		 "controllers); VMs run without host-side limits (their own size still applies)");
+	return 0;
+}
+
+int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int cpus,
+		 uint64_t mem_bytes, char *desc, size_t desclen)
+{
+	char dir[512], val[64], pidv[32];
+	uint64_t limit = mem_bytes + (uint64_t)QEMU_OVERHEAD_MIB * 1024 * 1024;
+	int r;
+
+	snprintf(pidv, sizeof(pidv), "%d", (int)pid);
+	if (ci->version == 2) {
+		snprintf(dir, sizeof(dir), CG "/kosa8/%s", name);
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		snprintf(val, sizeof(val), "%llu", (unsigned long long)limit);
+		cg_write(dir, "memory.max", val);
+		snprintf(val, sizeof(val), "%d 100000", cpus * 100000);
+		cg_write(dir, "cpu.max", val);
+		cg_write(dir, "pids.max", "512");
+		r = cg_write(dir, "cgroup.procs", pidv);
+		if (r)
+			return r;
+		snprintf(desc, desclen, "cgroup v2 %s: memory.max %llu MiB, cpu.max %d CPUs, pids.max 512",
+			 dir, (unsigned long long)(limit >> 20), cpus);
+		return 0;
+	}
+	if (ci->version == 1) {
+		snprintf(dir, sizeof(dir), CG "/memory/kosa8/%s", name);
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		snprintf(val, sizeof(val), "%llu", (unsigned long long)limit);
+		cg_write(dir, "memory.limit_in_bytes", val);
+		if ((r = cg_write(dir, "cgroup.procs", pidv)))
+			return r;
+		snprintf(dir, sizeof(dir), CG "/cpu/kosa8/%s", name);
+		if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
+			cg_write(dir, "cpu.cfs_period_us", "100000");
+			snprintf(val, sizeof(val), "%d", cpus * 100000);
+			cg_write(dir, "cpu.cfs_quota_us", val);
+			cg_write(dir, "cgroup.procs", pidv);
+		}
+		snprintf(dir, sizeof(dir), CG "/pids/kosa8/%s", name);
+		if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
+			cg_write(dir, "pids.max", "512");
+			cg_write(dir, "cgroup.procs", pidv);
+		}
+		snprintf(desc, desclen, "cgroup v1: memory %llu MiB, cpu quota %d CPUs, pids 512",
+			 (unsigned long long)(limit >> 20), cpus);
+		return 0;
+	}
+	snprintf(desc, desclen, "none: %s", ci->note);
+	return -ENOTSUP;
+}
+
+void cgroup_remove(const struct cgroup_info *ci, const char *name)
+{
+	char dir[512];
+
+	if (ci->version == 2) {
+		snprintf(dir, sizeof(dir), CG "/kosa8/%s", name);
+		rmdir(dir);
+	} else if (ci->version == 1) {
+		static const char *const ctl[] = { "memory", "cpu", "pids" };
+		for (size_t i = 0; i < ARRAY_SIZE(ctl); i++) {
+			snprintf(dir, sizeof(dir), CG "/%s/kosa8/%s", ctl[i], name);
+			rmdir(dir);
+		}
+	}
+}

@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* daemon.h - kosa8d's shared types: the daemon context, sandboxes, the agent link.
+ *
+ * Threads: libmicrohttpd runs one thread per API connection; each running sandbox has
+ * one agent-link reader thread. Shared state is guarded by `daemon.lock` (the sandbox
+ * table) and by each sandbox's own `lock` (its fields). Lock order: daemon.lock before
+ * sandbox.lock before link.lock; never hold a lock across a blocking call to QEMU or
+ * the agent.
+ */
+#ifndef K8_DAEMON_H
+#define K8_DAEMON_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/proto.h"
+#include "common/util.h"
+
+struct image_store;
+struct audit;
+struct MHD_Daemon;
+
+#define K8_MAX_SLOTS 8          /* image disk slots attached to every VM at boot */
+#define K8_NAME_MAX 63
+
+/* ---- host limits (cgroup.c) ---- */
+struct cgroup_info {
+	int version;            /* 2, 1, or 0 when neither is usable */
+	char note[256];         /* human-readable: what is used, or why nothing is */
+};
+int cgroup_probe(struct cgroup_info *ci);
+/* Put `pid` into a cgroup for sandbox `name` with cpu/memory/pids limits. On hosts
+ * without usable cgroups returns -ENOTSUP and the note says why. */
+int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int cpus,
+		 uint64_t mem_bytes, char *desc, size_t desclen);
+void cgroup_remove(const struct cgroup_info *ci, const char *name);
+
+/* ---- QMP client (qmp.c) ---- */
+struct qmp {
+	int fd;
+	pthread_mutex_t lock;
+	char *buf;              /* line buffer, bounded */
+	size_t have;
+};
+int qmp_connect(struct qmp *q, const char *path, int timeout_ms, struct k8_err *err);
+void qmp_close(struct qmp *q);
+/* Run a command; *ret (may be NULL) receives the "return" value. Events are skipped.
+ * Returns -EIO with the QMP error's desc in err. */
+int qmp_exec(struct qmp *q, const char *cmd, json_t *args /* stolen, may be NULL */,
+	     json_t **ret, int timeout_ms, struct k8_err *err);
+
+/* ---- agent link (agentlink.c) ---- */
+struct stream;
+
+struct agentlink {
+	int fd;                         /* connected agent.sock, -1 when down */
+	pthread_t reader;
+	bool reader_running;
+	pthread_mutex_t lock;           /* guards everything below */
+	pthread_mutex_t wlock;          /* serializes writes to fd */
+	pthread_cond_t cond;
+	bool hello;                     /* a HELLO arrived on this connection */
+	json_t *hello_info;
+	bool broken;                    /* protocol violation or EOF: no more frames */
+	char broken_why[256];
+	uint32_t next_id;
+	struct pending *pending;        /* outstanding REQs waiting for RESP */
+	struct stream *streams;         /* open exec streams */
+	uint64_t dropped_frames;        /* frames for unknown ids, counted not trusted */
+	void (*on_event)(void *ctx, json_t *ev);
+	void *ctx;
+};
+
+struct stream {
+	struct stream *next;
+	uint32_t id;
+	int efd;                        /* eventfd: readable when there is something to do */
+	/* output from the agent, queued for the client connection */
+	struct sframe *head, *tail;
+	size_t queued;                  /* output bytes queued, <= PROTO_WINDOW + slack */
+	uint32_t stdin_credit;          /* stdin bytes we may still send */
+	bool exited;
+	json_t *exit_info;
+	bool closed_by_agent;
+};
+
+struct sframe {
+	struct sframe *next;
+	uint16_t type, flags;
+	size_t len;
+	unsigned char data[];
+};
+
+int link_connect(struct agentlink *l, const char *path, void (*on_event)(void *, json_t *),
+		 void *ctx, struct k8_err *err);
+void link_close(struct agentlink *l);
+int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err);
+/* Send a REQ and wait for its RESP. *resp gets the whole RESP object (caller decrefs).
+ * An "ok":false answer becomes an error with the agent's message and errno. If `stream`
+ * is non-NULL a stream with the REQ's id is opened first (so no output is lost) and
+ * returned; on failure it is closed. */
+int link_request(struct agentlink *l, json_t *req, int timeout_ms,
+		 json_t **resp, struct stream **stream, struct k8_err *err);
+int link_send(struct agentlink *l, uint16_t type, uint16_t flags, uint32_t id,
+	      const void *data, size_t len);
+/* Take the next output frame of a stream (NULL when none); the caller frees it and then
+ * calls link_stream_consumed() to return the credit. */
+struct sframe *link_stream_pop(struct agentlink *l, struct stream *s);
+void link_stream_consumed(struct agentlink *l, struct stream *s, size_t n);
+void link_stream_close(struct agentlink *l, struct stream *s);
+
+/* ---- sandboxes (sandbox.c) ---- */
+enum sb_state { SB_STOPPED, SB_BOOTING, SB_RUNNING, SB_FAILED, SB_REMOVING };
+
+struct sb_image {
+	char ref[512];
+	char digest[80];
+	char disk[4096];
+	int slot;
+	bool mounted;                   /* mounted in the guest since the last boot */
+};
+
+struct sandbox {
+	struct sandbox *next;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int busy;                       /* lifecycle operation in progress (boot, rm) */
+	int users;                      /* API requests using it (rm waits) */
+	char name[K8_NAME_MAX + 1];
+	char id[17];                    /* short hex id: socket names */
+	char dir[4096];
+	int cpus;
+	int memory_mib;
+	int disk_gb;
+	char created[32];
+	enum sb_state state;
+	char error[512];
+	pid_t pid;                      /* QEMU */
+	unsigned long long pid_start;   /* /proc/pid/stat starttime: pid identity */
+	bool child;                     /* spawned by this daemon (we reap it) */
+	char accel[8];
+	char limits_desc[256];
+	struct sb_image images[K8_MAX_SLOTS];
+	int nimages;
+	struct qmp qmp;
+	struct agentlink link;
+	uint64_t boot_ms;
+};
+
+/* ---- guest image (guest.c) ---- */
+struct guest_image {
+	char dir[4096];
+	char kernel[4096], initramfs[4096];
+	char kernel_sha[65], initramfs_sha[65];
+	char source[128];
+};
+int guest_find(struct guest_image *g, struct k8_err *err);
+/* Open and verify both files against the manifest; on success *kfd and *ifd are open fds of
+ * exactly the bytes that were checked (QEMU is given /proc/self/fd/N, so a file swapped
+ * after the check is never booted). */
+int guest_verify_open(const struct guest_image *g, int *kfd, int *ifd, struct k8_err *err);
+
+/* ---- VM (vm.c) ---- */
+struct vm_spec {
+	const char *accel;              /* "kvm" or "tcg" */
+	int cpus, memory_mib;
+	const char *dir;                /* sandbox dir: disks, logs */
+	const char *qmp_path, *agent_path;
+	int kernel_fd, initramfs_fd;
+	const struct sb_image *images;  /* attached at boot (backing of their slots) */
+	int nimages;
+};
+/* Spawn QEMU detached from the daemon (own session), returns its pid. */
+int vm_spawn(const struct vm_spec *spec, pid_t *pid, struct k8_err *err);
+/* Prepare a sandbox's disks: scratch (ext4, qcow2, disk_gb) and K8_MAX_SLOTS slots. */
+int vm_make_disks(const char *home, const char *dir, int disk_gb, struct k8_err *err);
+bool vm_alive(pid_t pid, unsigned long long start);
+unsigned long long vm_proc_start(pid_t pid);
+/* Attach image disk `disk` as the backing of slot `slot` of a running VM. */
+int vm_attach_image(struct qmp *q, int slot, const char *disk, struct k8_err *err);
+
+/* ---- the daemon ---- */
+struct daemon {
+	char home[4096];
+	char guest_dir[4096];
+	pthread_mutex_t lock;
+	struct sandbox *sandboxes;
+	struct image_store *images;
+	struct audit *audit;
+	struct cgroup_info cg;
+	struct guest_image guest;
+	char accel[8];
+	char accel_reason[512];
+	char accel_opt[8];              /* --accel: auto, kvm, tcg */
+	char **allow_mounts;
+	int nallow_mounts;
+	uint64_t started_mono;
+	struct MHD_Daemon *mhd;
+	int stop_pipe[2];
+	volatile int stopping;
+	bool stop_vms;
+};
+
+extern struct daemon *g_daemon_for_signals;
+
+/* sandbox.c */
+int sb_load_all(struct daemon *d);
+int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
+	      json_t **out, struct k8_err *err);
+struct sandbox *sb_get(struct daemon *d, const char *name, struct k8_err *err);  /* users++ */
+void sb_put(struct daemon *d, struct sandbox *sb);                               /* users-- */
+json_t *sb_to_json(struct sandbox *sb, bool detail);
+json_t *sb_list_json(struct daemon *d);
+int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err);
+int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
+	    void (*progress)(void *, json_t *), void *pctx, json_t **out, struct k8_err *err);
+int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err);
+void sb_stop_all(struct daemon *d);
+int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
+		     struct sb_image *img, json_t **config, struct k8_err *err);
+int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,
+		     struct stream **stream, struct k8_err *err);
+bool sb_name_valid(const char *name);
+
+/* exec.c: bridges an upgraded API connection and an agent stream */
+struct exec_ctx;
+/* On failure *exit_code is the exit status the CLI should use (127 command not found,
+ * 126 not executable, 125 anything else). */
+int exec_prepare(struct daemon *d, const char *sbname, const char *container, json_t *body,
+		 bool is_run, struct exec_ctx **out, int *exit_code, struct k8_err *err);
+json_t *exec_detached(struct daemon *d, const char *sbname, json_t *body, int *exit_code,
+		      struct k8_err *err);
+void exec_bridge(struct exec_ctx *x, int sock, const char *extra, size_t extra_len);
+void exec_free(struct exec_ctx *x);
+
+/* api.c */
+int api_start(struct daemon *d, int listen_fd, struct k8_err *err);
+void api_stop(struct daemon *d);
+
+/* accel.c */
+int accel_choose(struct daemon *d, struct k8_err *err);
+
+/* audit helper: never fails the caller (an audit failure is logged) */
+void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);
+void daemon_log(const char *fmt, ...) K8_PRINTF(1, 2);
+
+#endif

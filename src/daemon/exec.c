@@ -1,0 +1,460 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* exec.c - run, start and exec: from an API request to a process in the guest and back.
+ *
+ * exec_prepare() validates the request, makes sure the VM runs and the image is there,
+ * and asks the agent to start the process, with its output stream already open, so an
+ * error ("no such command") still becomes a normal HTTP error. exec_bridge() then runs in
+ * the API connection's own thread on the upgraded socket: client frames (STDIN, SIGNAL)
+ * go to the agent within the stdin window; output frames go to the client with blocking
+ * writes, and only after a write completes is the credit returned to the agent. A slow
+ * or stalled client therefore stalls its own process in the guest and nothing else, and
+ * memory per stream stays under one window.
+ */
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#define ARGV_MAX_ITEMS 4096
+#define CMD_MAX_BYTES (56u * 1024u)   /* argv + env must fit one JSON frame */
+#define START_TIMEOUT_MS 60000
+
+struct exec_ctx {
+	struct daemon *d;
+	struct sandbox *sb;
+	struct stream *stream;
+	char container[13];
+	bool is_run;
+	json_t *argv;
+};
+
+static int check_strings(json_t *arr, const char *what, size_t *total, struct k8_err *err)
+{
+	size_t i;
+	json_t *v;
+
+	if (!arr)
+		return 0;
+	if (!json_is_array(arr) || json_array_size(arr) > ARGV_MAX_ITEMS)
+		return k8_err_set(err, -EINVAL, "%s must be a list of at most %d strings", what,
+				  ARGV_MAX_ITEMS);
+	json_array_foreach(arr, i, v) {
+		if (!json_is_string(v))
+			return k8_err_set(err, -EINVAL, "%s must contain only strings", what);
+		*total += json_string_length(v) + 4;
+		if (memchr(json_string_value(v), '\0', json_string_length(v)))
+			return k8_err_set(err, -EINVAL, "%s must not contain NUL bytes", what);
+	}
+	if (*total > CMD_MAX_BYTES)
+		return k8_err_set(err, -E2BIG, "the command line and environment are too long "
+				  "(at most %u KiB together); pass data through stdin or a file",
+				  CMD_MAX_BYTES / 1024);
+	return 0;
+}
+
+static bool container_id_valid(const char *id)
+{
+	if (!id || strlen(id) != 12)
+		return false;
+	for (int i = 0; i < 12; i++)
+		if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+			return false;
+	return true;
+}
+
+static void new_container_id(char out[13])
+{
+	unsigned char r[6];
+	if (getrandom(r, sizeof(r), 0) != sizeof(r))
+		memset(r, 0x42, sizeof(r));
+	for (int i = 0; i < 6; i++)
+		snprintf(out + 2 * i, 3, "%02x", r[i]);
+}
+
+/* env from the image, overridden key by key by the request's. */
+static json_t *merge_env(json_t *image_env, json_t *req_env)
+{
+	json_t *out = json_array(), *v;
+	size_t i, j;
+
+	json_array_foreach(image_env, i, v) {
+		const char *s = json_string_value(v), *eq;
+		bool overridden = false;
+		if (!s || !(eq = strchr(s, '=')))
+			continue;
+		json_t *w;
+		json_array_foreach(req_env, j, w) {
+			const char *t = json_string_value(w);
+			if (t && !strncmp(t, s, (size_t)(eq - s + 1)))
+				overridden = true;
+		}
+		if (!overridden)
+			json_array_append(out, v);
+	}
+	json_array_foreach(req_env, i, v)
+		json_array_append(out, v);
+	return out;
+}
+
+/* Build the agent request for run/start/exec. */
+static int build_req(struct exec_ctx *x, json_t *body, json_t *cfg, bool detach,
+		     json_t **reqp, struct k8_err *err)
+{
+	json_t *argv = json_object_get(body, "argv"), *env = json_object_get(body, "env");
+	const char *cwd = json_string_value(json_object_get(body, "cwd"));
+	const char *user = json_string_value(json_object_get(body, "user"));
+	size_t total = 0;
+	json_t *full, *req;
+	size_t i;
+	json_t *v;
+	int r;
+
+	if ((r = check_strings(argv, "argv", &total, err)) ||
+	    (r = check_strings(env, "env", &total, err)))
+		return r;
+	json_array_foreach(env, i, v) {
+		const char *s = json_string_value(v);
+		if (!strchr(s, '=') || s[0] == '=')
+			return k8_err_set(err, -EINVAL, "environment entries must look like KEY=VALUE, "
+					  "not '%.60s'", s);
+	}
+	if (cwd && (cwd[0] != '/' || strlen(cwd) > 4095))
+		return k8_err_set(err, -EINVAL, "the working directory must be an absolute path");
+	if (user && strlen(user) > 64)
+		return k8_err_set(err, -EINVAL, "user is too long");
+
+	full = json_array();
+	if (cfg) {
+		json_t *ep = json_object_get(cfg, "entrypoint"), *cmd = json_object_get(cfg, "cmd");
+		if (json_is_array(ep))
+			json_array_extend(full, ep);
+		if (json_array_size(argv))
+			json_array_extend(full, argv);
+		else if (json_is_array(cmd))
+			json_array_extend(full, cmd);
+		if (!cwd || !*cwd)
+			cwd = json_string_value(json_object_get(cfg, "workdir"));
+		if (!user || !*user)
+			user = json_string_value(json_object_get(cfg, "user"));
+		env = merge_env(json_object_get(cfg, "env"), env ? env : json_array());
+	} else {
+		if (json_array_size(argv))
+			json_array_extend(full, argv);
+		env = env ? json_incref(env) : json_array();
+	}
+	if (!json_array_size(full)) {
+		json_decref(full);
+		json_decref(env);
+		return k8_err_set(err, -EINVAL, "no command given and the image has no default command");
+	}
+	req = json_pack("{s:s,s:s,s:O,s:o,s:s,s:s,s:b}", "op", x->is_run ? "run" : "exec",
+			"container", x->container, "argv", full, "env", env, "cwd",
+			(cwd && *cwd) ? cwd : "/", "user", (user && *user) ? user : "0", "stdin",
+			json_is_true(json_object_get(body, "stdin")));
+	if (x->is_run) {
+		json_object_set_new(req, "image", json_string(json_string_value(json_object_get(cfg, "digest"))));
+		json_object_set_new(req, "rm", json_boolean(!detach));
+		json_object_set_new(req, "detach", json_boolean(detach));
+	}
+	x->argv = full;
+	*reqp = req;
+	return 0;
+}
+
+static int exec_start(struct daemon *d, const char *sbname, const char *container,
+		      json_t *body, bool is_run, bool detach, struct exec_ctx **out,
+		      int *exit_code, struct k8_err *err)
+{
+	struct exec_ctx *x = xcalloc(1, sizeof(*x));
+	json_t *cfg = NULL, *req = NULL, *resp = NULL;
+	struct sb_image img;
+	const char *image = json_string_value(json_object_get(body, "image"));
+	int r;
+
+	x->d = d;
+	x->is_run = is_run;
+	if (!json_is_object(body)) {
+		r = k8_err_set(err, -EINVAL, "the request body must be a JSON object");
+		goto fail;
+	}
+	x->sb = sb_get(d, sbname, err);
+	if (!x->sb) {
+		r = -ENOENT;
+		goto fail;
+	}
+	if (is_run) {
+		if (!image || !*image) {
+			r = k8_err_set(err, -EINVAL, "an image is required, e.g. python:3.12-slim");
+			goto fail;
+		}
+		new_container_id(x->container);
+	} else {
+		if (!container_id_valid(container)) {
+			r = k8_err_set(err, -ENOENT, "no container '%.40s' in sandbox '%s'; list them "
+				       "with `kosa8 sandbox ps %s`", container ? container : "",
+				       sbname, sbname);
+			goto fail;
+		}
+		snprintf(x->container, sizeof(x->container), "%s", container);
+	}
+	r = sb_ensure_running(d, x->sb, err);
+	if (r)
+		goto fail;
+	if (is_run) {
+		r = sb_image_for_run(d, x->sb, image, &img, &cfg, err);
+		if (r)
+			goto fail;
+		json_object_set_new(cfg, "digest", json_string(img.digest));
+	}
+	r = build_req(x, body, cfg, detach, &req, err);
+	json_decref(cfg);
+	if (r)
+		goto fail;
+	r = sb_agent_request(x->sb, req, START_TIMEOUT_MS, &resp, detach ? NULL : &x->stream, err);
+	json_decref(resp);
+	if (r) {
+		/* The agent says which step failed: starting the command itself maps to
+		 * the shell's 127/126, like `docker run`. */
+		if (strstr(err->msg, "exec ") == err->msg || strstr(err->msg, ": exec ")) {
+			if (r == -ENOENT)
+				*exit_code = 127;
+			else if (r == -EACCES || r == -ENOEXEC || r == -EPERM)
+				*exit_code = 126;
+		}
+		goto fail;
+	}
+	daemon_audit(d, is_run ? (detach ? "sandbox.start" : "sandbox.run") : "sandbox.exec",
+		     x->sb->name,
+		     json_pack("{s:s,s:s?,s:O}", "container", x->container, "image", image, "argv",
+			       x->argv));
+	*out = x;
+	return 0;
+fail:
+	exec_free(x);
+	return r;
+}
+
+int exec_prepare(struct daemon *d, const char *sbname, const char *container, json_t *body,
+		 bool is_run, struct exec_ctx **out, int *exit_code, struct k8_err *err)
+{
+	*exit_code = 125;
+	return exec_start(d, sbname, container, body, is_run, false, out, exit_code, err);
+}
+
+json_t *exec_detached(struct daemon *d, const char *sbname, json_t *body, int *exit_code,
+		      struct k8_err *err)
+{
+	struct exec_ctx *x = NULL;
+	json_t *res;
+
+	*exit_code = 125;
+	if (exec_start(d, sbname, NULL, body, true, true, &x, exit_code, err))
+		return NULL;
+	res = json_pack("{s:s}", "id", x->container);
+	exec_free(x);
+	return res;
+}
+
+void exec_free(struct exec_ctx *x)
+{
+	if (!x)
+		return;
+	if (x->stream)
+		link_stream_close(&x->sb->link, x->stream);
+	json_decref(x->argv);
+	sb_put(x->d, x->sb);
+	free(x);
+}
+
+static int send_client(int sock, uint16_t type, uint16_t flags, const void *p, size_t n)
+{
+	return proto_write(sock, type, flags, 1, p, n);
+}
+
+static void send_exit(int sock, json_t *info)
+{
+	char *t = json_dumps(info, JSON_COMPACT);
+	if (t && strlen(t) <= PROTO_MAX_JSON)
+		send_client(sock, PROTO_EXIT, 0, t, strlen(t));
+	free(t);
+}
+
+/* Feed buffered client bytes into the reader until one STDIN frame is pending or the
+ * buffer is used up. SIGNAL frames are forwarded at once. Returns -1 on a bad frame. */
+static int client_frames(struct exec_ctx *x, struct proto_reader *rd, const unsigned char *buf,
+			 size_t *off, size_t have, unsigned char **pend, size_t *pend_len,
+			 bool *pend_eof)
+{
+	struct agentlink *l = &x->sb->link;
+
+	while (*off < have && !*pend) {
+		long used = proto_reader_feed(rd, buf + *off, have - *off);
+		struct proto_hdr h;
+		const unsigned char *p;
+
+		if (used < 0)
+			return -1;
+		*off += (size_t)used;
+		if (!proto_reader_frame(rd, &h, &p))
+			continue;
+		if (h.type == PROTO_STDIN) {
+			*pend = xmalloc(h.len ? h.len : 1);
+			memcpy(*pend, p, h.len);
+			*pend_len = h.len;
+			*pend_eof = h.flags & PROTO_F_EOF;
+		} else if (h.type == PROTO_SIGNAL) {
+			link_send(l, PROTO_SIGNAL, 0, x->stream->id, p, 4);
+		}
+	}
+	return 0;
+}
+
+void exec_bridge(struct exec_ctx *x, int sock, const char *extra, size_t extra_len)
+{
+	struct agentlink *l = &x->sb->link;
+	struct stream *s = x->stream;
+	struct proto_reader rd;
+	unsigned char *ibuf = xmalloc(65536);   /* client bytes read, not yet framed */
+	size_t ib_have = 0, ib_off = 0;
+	unsigned char *pend = NULL;             /* one stdin frame waiting for credit */
+	size_t pend_len = 0, pend_off = 0;
+	bool pend_eof = false, stdin_done = false, client_gone = false, client_eof = false;
+	json_t *exit_info = NULL;
+	char started[64];
+	int fl;
+
+	proto_reader_init(&rd);
+	fl = fcntl(sock, F_GETFL);
+	if (fl >= 0)
+		fcntl(sock, F_SETFL, fl & ~O_NONBLOCK);
+	snprintf(started, sizeof(started), "{\"event\":\"started\",\"id\":\"%s\"}", x->container);
+	if (send_client(sock, PROTO_EVENT, 0, started, strlen(started)) < 0)
+		client_gone = true;
+	if (extra_len) {
+		/* Bytes the HTTP layer had already read past the request head. */
+		size_t n = extra_len < 65536 ? extra_len : 65536;
+		memcpy(ibuf, extra, n);
+		ib_have = n;
+	}
+
+	while (!client_gone) {
+		struct pollfd pfd[2];
+
+		if (!pend && client_frames(x, &rd, ibuf, &ib_off, ib_have, &pend, &pend_len,
+					   &pend_eof) < 0) {
+			client_gone = true;
+			break;
+		}
+		/* forward pending stdin as the agent's credit allows */
+		if (pend) {
+			pthread_mutex_lock(&l->lock);
+			size_t take = pend_len - pend_off;
+			if (take > s->stdin_credit)
+				take = s->stdin_credit;
+			if (take > PROTO_DATA_CHUNK)
+				take = PROTO_DATA_CHUNK;
+			s->stdin_credit -= (uint32_t)take;
+			pthread_mutex_unlock(&l->lock);
+			if (take) {
+				link_send(l, PROTO_STDIN, 0, s->id, pend + pend_off, take);
+				pend_off += take;
+			}
+			if (pend_off == pend_len) {
+				if (pend_eof) {
+					link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
+					stdin_done = true;
+				}
+				free(pend);
+				pend = NULL;
+				pend_len = pend_off = 0;
+				pend_eof = false;
+				continue; /* maybe more frames are buffered */
+			}
+		}
+
+		/* drain output to the client */
+		struct sframe *f;
+		while ((f = link_stream_pop(l, s))) {
+			int r = send_client(sock, f->type, f->flags, f->data, f->len);
+			size_t len = f->len;
+			free(f);
+			if (r < 0) {
+				client_gone = true;
+				break;
+			}
+			if (len)
+				link_stream_consumed(l, s, len);
+		}
+		if (client_gone)
+			break;
+		pthread_mutex_lock(&l->lock);
+		bool done = s->exited && !s->head;
+		bool broken = l->broken && !s->exited;
+		if (done)
+			exit_info = json_incref(s->exit_info);
+		pthread_mutex_unlock(&l->lock);
+		if (done)
+			break;
+		if (broken) {
+			exit_info = json_pack("{s:i,s:s}", "code", 125, "error",
+					      "the sandbox's VM or agent went away during the run");
+			break;
+		}
+
+		bool want_read = !pend && ib_off == ib_have && !client_eof;
+		pfd[0] = (struct pollfd){ .fd = s->efd, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = sock, .events = want_read ? POLLIN : 0 };
+		if (poll(pfd, 2, pend ? 20 : 1000) < 0 && errno != EINTR)
+			break;
+		if (pfd[0].revents & POLLIN) {
+			uint64_t v;
+			(void)!read(s->efd, &v, sizeof(v));
+		}
+		if (want_read && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+			ssize_t got = read(sock, ibuf, 65536);
+			if (got < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (got <= 0) {
+				/* The client closed its side. Before stdin EOF that means it is
+				 * gone; after, it may just have shut down its write side. */
+				client_eof = true;
+				if (!stdin_done || got < 0) {
+					client_gone = true;
+					break;
+				}
+				continue;
+			}
+			ib_have = (size_t)got;
+			ib_off = 0;
+		} else if (!want_read && (pfd[1].revents & (POLLHUP | POLLERR))) {
+			client_gone = true;
+			break;
+		}
+	}
+
+	if (client_gone && !exit_info) {
+		/* Nobody is listening any more: end the process rather than let it block. */
+		unsigned char sig[4] = { SIGKILL, 0, 0, 0 };
+		link_send(l, PROTO_SIGNAL, 0, s->id, sig, 4);
+	}
+	if (exit_info) {
+		send_exit(sock, exit_info);
+		daemon_audit(x->d, "sandbox.exit", x->sb->name,
+			     json_pack("{s:s,s:O?,s:O?}", "container", x->container, "code",
+				       json_object_get(exit_info, "code"), "oom",
+				       json_object_get(exit_info, "oom")));
+		json_decref(exit_info);
+	} else {
+		daemon_audit(x->d, "sandbox.exit", x->sb->name,
+			     json_pack("{s:s,s:s}", "container", x->container, "note",
+				       "client disconnected; process killed"));
+	}
+	shutdown(sock, SHUT_WR);
+	free(pend);
+	free(ibuf);
+	proto_reader_free(&rd);
+}

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* guest.c - find the guest image (kernel + initramfs) and check it against its manifest.
+ *
+ * The manifest (manifest.json, written by scripts/guest.sh) names each file and its
+ * SHA-256. The daemon hashes the exact open file descriptors it then hands to QEMU as
+ * /proc/self/fd/N, so a file changed between the check and the boot is never booted.
+ */
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int guest_try_dir(struct guest_image *g, const char *dir, struct k8_err *err)
+{
+	cleanup_free char *mpath = xasprintf("%s/manifest.json", dir);
+	cleanup_free char *text = NULL;
+	json_error_t je;
+	json_t *m;
+	const char *kf, *ks, *inf, *is, *src;
+	int r;
+
+	r = read_file(mpath, 1 << 16, &text, NULL);
+	if (r)
+		return r;
+	m = json_loads(text, 0, &je);
+	if (!m)
+		return k8_err_set(err, -EINVAL, "%s is not valid JSON: %s", mpath, je.text);
+	if (json_unpack(m, "{s:{s:s,s:s},s:{s:s,s:s}}", "kernel", "file", &kf, "sha256", &ks,
+			"initramfs", "file", &inf, "sha256", &is) < 0 ||
+	    strchr(kf, '/') || strchr(inf, '/') || strlen(ks) != 64 || strlen(is) != 64) {
+		json_decref(m);
+		return k8_err_set(err, -EINVAL, "%s lacks kernel/initramfs file and sha256", mpath);
+	}
+	snprintf(g->dir, sizeof(g->dir), "%s", dir);
+	snprintf(g->kernel, sizeof(g->kernel), "%s/%s", dir, kf);
+	snprintf(g->initramfs, sizeof(g->initramfs), "%s/%s", dir, inf);
+	snprintf(g->kernel_sha, sizeof(g->kernel_sha), "%s", ks);
+	snprintf(g->initramfs_sha, sizeof(g->initramfs_sha), "%s", is);
+	src = json_string_value(json_object_get(m, "kernel_source"));
+	snprintf(g->source, sizeof(g->source), "%s", src ? src : "");
+	json_decref(m);
+	return 0;
+}
+
+int guest_find(struct guest_image *g, struct k8_err *err)
+{
+	const char *env = getenv("KOSA8_GUEST_DIR");
+	char exe[PATH_MAX];
+	ssize_t n;
+
+	memset(g, 0, sizeof(*g));
+	if (env && *env) {
+		if (guest_try_dir(g, env, err) == 0)
+			return 0;
+		return k8_err_set(err, -ENOENT, "no guest image at KOSA8_GUEST_DIR=%s (manifest.json missing)", env);
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			cleanup_free char *d1 = xasprintf("%s/../guest", exe);
+			cleanup_free char *d2 = xasprintf("%s/../share/kosa8/guest", exe);
+			char real[PATH_MAX];
+			if (realpath(d1, real) && guest_try_dir(g, real, err) == 0)
+				return 0;
+			if (realpath(d2, real) && guest_try_dir(g, real, err) == 0)
+				return 0;
+		}
+	}
+	if (err && err->code)
+		return err->code;
+	return k8_err_set(err, -ENOENT,
+			  "the guest image (kernel + initramfs) was not found next to kosa8d; "
+			  "build it with `make` or set KOSA8_GUEST_DIR");
+}
+
+static int sha256_fd(int fd, char out[65])
+{
+	static const char hx[] = "0123456789abcdef";
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	unsigned char *buf = xmalloc(1 << 20);
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	off_t off = 0;
+	int r = 0;
+
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	for (;;) {
+		ssize_t n = pread(fd, buf, 1 << 20, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		off += n;
+	}
+	EVP_DigestFinal_ex(ctx, md, &mdlen);
+	EVP_MD_CTX_free(ctx);
+	free(buf);
+	for (unsigned i = 0; i < 32; i++) {
+		out[2 * i] = hx[md[i] >> 4];
+		out[2 * i + 1] = hx[md[i] & 15];
+	}
+	out[64] = '\0';
+	return r;
+}
+
+static int open_checked(const char *path, const char *want, const char *what, int *fdp,
+			struct k8_err *err)
+{
+	char got[65];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return k8_err_set(err, -errno, "cannot open the guest %s %s: %s", what, path,
+				  strerror(errno));
+	if (sha256_fd(fd, got) < 0 || strcmp(got, want)) {
+		close(fd);
+		return k8_err_set(err, -EBADMSG,
+				  "the guest %s %s does not match its manifest (sha256 %.12s..., "
+				  "expected %.12s...); refusing to boot it. Rebuild the guest image "
+				  "with `make guest`, or restore the original file",
+				  what, path, got, want);
+	}
+	*fdp = fd;
+	return 0;
+}
+
+int guest_verify_open(const struct guest_image *g, int *kfd, int *ifd, struct k8_err *err)
+{
+	int r;
+
+	if (!g->kernel[0])
+		return k8_err_set(err, -ENOENT, "no guest image: build it with `make`");
+	r = open_checked(g->kernel, g->kernel_sha, "kernel", kfd, err);
+	if (r)
+		return r;
+	r = open_checked(g->initramfs, g->initramfs_sha, "initramfs", ifd, err);
+	if (r) {
+		close(*kfd);
+		*kfd = -1;
+	}
+	return r;
+}

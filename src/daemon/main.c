@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* main.c - kosa8d: start-up, the one-daemon-per-home lock, signals, shutdown.
+ *
+ * kosa8d runs in the foreground; `kosa8 daemon start` detaches it and sends its output
+ * to $KOSA8_HOME/kosa8d.log. SIGTERM/SIGINT and POST /v1/shutdown stop it cleanly (VMs
+ * stopped, sandboxes kept on disk). A SIGKILL leaves VMs running; the next start adopts
+ * them.
+ */
+#include "daemon/daemon.h"
+#include "daemon/audit.h"
+#include "image/image.h"
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kosa8d [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... [--foreground]\n"
+		"\n"
+		"The kosa8 daemon: owns all sandboxes, images and the audit log under DIR\n"
+		"(default $KOSA8_HOME or ~/.kosa8) and serves the API on DIR/kosa8d.sock.\n"
+		"Normally started with `kosa8 daemon start`.\n");
+}
+
+static int listen_unix(const char *path, struct k8_err *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	mode_t old;
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return k8_err_set(err, -ENAMETOOLONG,
+				  "the socket path %s is longer than %zu bytes; use a shorter --home",
+				  path, sizeof(sa.sun_path) - 1);
+	strcpy(sa.sun_path, path);
+	unlink(path);  /* we hold the lock: any socket file here is stale */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return k8_err_set(err, -errno, "socket: %s", strerror(errno));
+	old = umask(0177);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+		umask(old);
+		close(fd);
+		return k8_err_set(err, e, "bind %s: %s", path, strerror(-e));
+	}
+	umask(old);
+	chmod(path, 0600);
+	if (listen(fd, 64) < 0) {
+		int e = -errno;
+		close(fd);
+		return k8_err_set(err, e, "listen: %s", strerror(-e));
+	}
+	return fd;
+}
+
+static void default_home(char *out, size_t n)
+{
+	const char *h = getenv("KOSA8_HOME");
+	if (h && *h) {
+		snprintf(out, n, "%s", h);
+		return;
+	}
+	h = getenv("HOME");
+	if (!h || !*h) {
+		struct passwd *pw = getpwuid(getuid());
+		h = pw ? pw->pw_dir : "/";
+	}
+	snprintf(out, n, "%s/.kosa8", h);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "home", required_argument, NULL, 'H' },
+		{ "accel", required_argument, NULL, 'a' },
+		{ "allow-mount", required_argument, NULL, 'm' },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct daemon *d = xcalloc(1, sizeof(*d));
+	struct k8_err err = { 0 };
+	sigset_t mask;
+	int c, lockfd, lfd, sfd;
+	char path[4200];
+
+	default_home(d->home, sizeof(d->home));
+	snprintf(d->accel_opt, sizeof(d->accel_opt), "auto");
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'H':
+			snprintf(d->home, sizeof(d->home), "%s", optarg);
+			break;
+		case 'a':
+			if (strcmp(optarg, "auto") && strcmp(optarg, "kvm") && strcmp(optarg, "tcg")) {
+				fprintf(stderr, "kosa8d: --accel takes auto, kvm or tcg\n");
+				return 2;
+			}
+			snprintf(d->accel_opt, sizeof(d->accel_opt), "%s", optarg);
+			break;
+		case 'm':
+			d->allow_mounts = realloc(d->allow_mounts, sizeof(char *) * (size_t)(d->nallow_mounts + 1));
+			d->allow_mounts[d->nallow_mounts++] = xstrdup(optarg);
+			break;
+		case 'f':
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (d->home[0] != '/') {
+		char cwd[4096];
+		if (getcwd(cwd, sizeof(cwd))) {
+			char tmp[4096];
+			snprintf(tmp, sizeof(tmp), "%s/%s", cwd, d->home);
+			snprintf(d->home, sizeof(d->home), "%s", tmp);
+		}
+	}
+	if (mkdir_p(d->home, 0700) < 0) {
+		fprintf(stderr, "kosa8d: cannot create %s: %s\n", d->home, strerror(errno));
+		return 1;
+	}
+	chmod(d->home, 0700);
+	snprintf(path, sizeof(path), "%s/run", d->home);
+	mkdir_p(path, 0700);
+
+	/* One daemon per home. */
+	snprintf(path, sizeof(path), "%s/kosa8d.lock", d->home);
+	lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) < 0) {
+		fprintf(stderr, "kosa8d: another kosa8d already owns %s (lock %s held)\n", d->home, path);
+		return 1;
+	}
+	if (ftruncate(lockfd, 0) == 0)
+		dprintf(lockfd, "%d\n", (int)getpid());
+
+	/* Signals: handled by the main thread only, through a signalfd. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+
+	pthread_mutex_init(&d->lock, NULL);
+	d->started_mono = now_mono_ns();
+	g_daemon_for_signals = d;
+	if (pipe2(d->stop_pipe, O_CLOEXEC) < 0)
+		return 1;
+
+	if (audit_open(d->home, &d->audit, &err) < 0) {
+		fprintf(stderr, "kosa8d: audit log: %s\n", err.msg);
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/images", d->home);
+	if (image_store_open(path, &d->images, &err) < 0) {
+		fprintf(stderr, "kosa8d: image store: %s\n", err.msg);
+		return 1;
+	}
+	cgroup_probe(&d->cg);
+	daemon_log("host limits: %s", d->cg.note);
+	memset(&err, 0, sizeof(err));
+	if (guest_find(&d->guest, &err) < 0)
+		daemon_log("WARNING: %s", err.msg);
+	memset(&err, 0, sizeof(err));
+	if (accel_choose(d, &err) < 0) {
+		fprintf(stderr, "kosa8d: %s\n", err.msg);
+		return 1;
+	}
+	daemon_log("accelerator: %s", d->accel_reason);
+	sb_load_all(d);
+
+	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
+	lfd = listen_unix(path, &err);
+	if (lfd < 0) {
+		fprintf(stderr, "kosa8d: %s\n", err.msg);
+		return 1;
+	}
+	if (api_start(d, lfd, &err) < 0) {
+		fprintf(stderr, "kosa8d: %s\n", err.msg);
+		return 1;
+	}
+	daemon_audit(d, "daemon.start", NULL,
+		     json_pack("{s:i,s:s,s:s}", "pid", (int)getpid(), "accel", d->accel, "home", d->home));
+	daemon_log("listening on %s (pid %d)", path, (int)getpid());
+
+	for (;;) {
+		struct pollfd pfd[2] = { { .fd = sfd, .events = POLLIN },
+					 { .fd = d->stop_pipe[0], .events = POLLIN } };
+		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (pfd[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+				daemon_log("signal %u: shutting down", si.ssi_signo);
+				d->stop_vms = true;
+			}
+			break;
+		}
+		if (pfd[1].revents & POLLIN) {
+			usleep(50000); /* let the shutdown answer reach the client */
+			break;
+		}
+	}
+	d->stopping = 1;
+	if (d->stop_vms)
+		sb_stop_all(d);
+	daemon_audit(d, "daemon.stop", NULL, json_pack("{s:b}", "stopped_vms", d->stop_vms));
+	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
+	unlink(path);
+	/* Connections may still be inside long operations; exiting ends them. */
+	audit_close(d->audit);
+	daemon_log("stopped");
+	_exit(0);
+}

@@ -1,0 +1,923 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* sandbox.c - sandbox lifecycle: create, boot, adopt after a daemon restart, pull, rm.
+ *
+ * A sandbox is a directory $KOSA8_HOME/sandboxes/<name>/ holding sandbox.json (its
+ * record, written atomically), its scratch disk and image slots, and QEMU's log. Its
+ * sockets live in $KOSA8_HOME/run/<id>.{qmp,agent} (short paths: sun_path is 108 bytes).
+ * QEMU runs in its own session, so a daemon killed with SIGKILL leaves its VMs running;
+ * the next daemon finds each VM by pid and start time and reconnects (adoption).
+ */
+#include "daemon/daemon.h"
+#include "daemon/audit.h"
+#include "image/image.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define BOOT_TIMEOUT_MS 90000
+#define ADOPT_TIMEOUT_MS 15000
+#define REQ_TIMEOUT_MS 30000
+
+static const char *const state_names[] = {
+	[SB_STOPPED] = "stopped", [SB_BOOTING] = "booting", [SB_RUNNING] = "running",
+	[SB_FAILED] = "failed", [SB_REMOVING] = "removing",
+};
+
+bool sb_name_valid(const char *n)
+{
+	size_t len = strlen(n);
+
+	if (len == 0 || len > K8_NAME_MAX)
+		return false;
+	if (!((n[0] >= 'a' && n[0] <= 'z') || (n[0] >= '0' && n[0] <= '9')))
+		return false;
+	for (size_t i = 1; i < len; i++) {
+		char c = n[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+		      c == '.'))
+			return false;
+	}
+	return true;
+}
+
+static void iso_now(char *out, size_t n)
+{
+	struct timespec ts;
+	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void sb_paths(struct daemon *d, struct sandbox *sb, char *qmp, char *agent, size_t n)
+{
+	snprintf(qmp, n, "%s/run/%s.qmp", d->home, sb->id);
+	snprintf(agent, n, "%s/run/%s.agent", d->home, sb->id);
+}
+
+/* ---- the record on disk ---- */
+
+static json_t *sb_record(struct sandbox *sb)
+{
+	json_t *imgs = json_array();
+
+	for (int i = 0; i < sb->nimages; i++)
+		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
+						      "digest", sb->images[i].digest, "disk",
+						      sb->images[i].disk, "slot", sb->images[i].slot));
+	return json_pack("{s:i,s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:I,s:s,s:o}", "version", 1,
+			 "name", sb->name, "id", sb->id, "cpus", sb->cpus, "memory_mib",
+			 sb->memory_mib, "disk_gb", sb->disk_gb, "created", sb->created, "state",
+			 state_names[sb->state], "pid", (json_int_t)sb->pid, "pid_start",
+			 (json_int_t)sb->pid_start, "accel", sb->accel, "images", imgs);
+}
+
+/* Caller holds sb->lock. */
+static int sb_save(struct sandbox *sb)
+{
+	json_t *rec = sb_record(sb);
+	char *text = json_dumps(rec, JSON_INDENT(2));
+	cleanup_free char *path = xasprintf("%s/sandbox.json", sb->dir);
+	int r;
+
+	json_decref(rec);
+	r = write_file_atomic(path, text, strlen(text), 0600);
+	free(text);
+	if (r)
+		daemon_log("cannot save %s: %s", path, strerror(-r));
+	return r;
+}
+
+static struct sandbox *sb_new(struct daemon *d, const char *name)
+{
+	struct sandbox *sb = xcalloc(1, sizeof(*sb));
+	unsigned char rnd[8];
+
+	pthread_mutex_init(&sb->lock, NULL);
+	pthread_cond_init(&sb->cond, NULL);
+	snprintf(sb->name, sizeof(sb->name), "%s", name);
+	snprintf(sb->dir, sizeof(sb->dir), "%s/sandboxes/%s", d->home, name);
+	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+		memset(rnd, 0x5a, sizeof(rnd));
+	for (int i = 0; i < 8; i++)
+		snprintf(sb->id + 2 * i, 3, "%02x", rnd[i]);
+	sb->qmp.fd = -1;
+	sb->link.fd = -1;
+	sb->state = SB_STOPPED;
+	return sb;
+}
+
+static void sb_free(struct sandbox *sb)
+{
+	pthread_mutex_destroy(&sb->lock);
+	pthread_cond_destroy(&sb->cond);
+	free(sb);
+}
+
+/* ---- events from the guest ---- */
+
+struct ev_ctx {
+	struct daemon *d;
+	struct sandbox *sb;
+};
+
+static void sb_on_event(void *ctx, json_t *ev)
+{
+	struct sandbox *sb = ctx;
+	extern struct daemon *g_daemon_for_signals;
+	static __thread uint64_t window_start, count;
+	const char *name = json_string_value(json_object_get(ev, "event"));
+	uint64_t now = now_mono_ns();
+
+	if (!name)
+		return;
+	/* A hostile guest can send events without end: at most 10 audit records a second. */
+	if (now - window_start > 1000000000ull) {
+		window_start = now;
+		count = 0;
+	}
+	if (++count > 10)
+		return;
+	if (!strcmp(name, "oom") || !strcmp(name, "pids-limit") || !strcmp(name, "disk-full")) {
+		json_t *det = json_pack("{s:s}", "limit", name);
+		const char *c = json_string_value(json_object_get(ev, "container"));
+		if (c && strlen(c) <= 64)
+			json_object_set_new(det, "container", json_string(c));
+		daemon_audit(g_daemon_for_signals, "sandbox.limit", sb->name, det);
+	}
+}
+
+/* ---- boot, adopt, stop ---- */
+
+static void sb_kill_vm(struct daemon *d, struct sandbox *sb)
+{
+	struct k8_err err = { 0 };
+
+	if (sb->qmp.fd >= 0)
+		qmp_exec(&sb->qmp, "quit", NULL, NULL, 2000, &err);
+	link_close(&sb->link);
+	qmp_close(&sb->qmp);
+	if (sb->pid > 0) {
+		for (int i = 0; i < 100 && vm_alive(sb->pid, sb->pid_start); i++) {
+			if (sb->child && waitpid(sb->pid, NULL, WNOHANG) == sb->pid)
+				break;
+			usleep(20000);
+		}
+		if (vm_alive(sb->pid, sb->pid_start))
+			kill(sb->pid, SIGKILL);
+		if (sb->child)
+			waitpid(sb->pid, NULL, 0);
+	}
+	cgroup_remove(&d->cg, sb->name);
+	sb->pid = 0;
+	sb->pid_start = 0;
+	sb->child = false;
+	for (int i = 0; i < sb->nimages; i++)
+		sb->images[i].mounted = false;
+}
+
+static void console_tail(struct sandbox *sb, char *out, size_t n)
+{
+	struct k8_err err = { 0 };
+	json_t *ret = NULL;
+
+	out[0] = '\0';
+	if (sb->qmp.fd < 0)
+		return;
+	if (qmp_exec(&sb->qmp, "ringbuf-read",
+		     json_pack("{s:s,s:i,s:s}", "device", "console", "size", 4096, "format", "utf8"),
+		     &ret, 2000, &err) == 0 && json_is_string(ret)) {
+		const char *s = json_string_value(ret);
+		size_t len = strlen(s);
+		if (len > n - 1)
+			s += len - (n - 1);
+		snprintf(out, n, "%s", s);
+	}
+	json_decref(ret);
+}
+
+static int sb_mount_images(struct sandbox *sb, struct k8_err *err)
+{
+	for (int i = 0; i < sb->nimages; i++) {
+		struct sb_image *img = &sb->images[i];
+		json_t *resp = NULL;
+		if (img->mounted)
+			continue;
+		int r = link_request(&sb->link,
+				     json_pack("{s:s,s:i,s:s}", "op", "image.mount", "slot", img->slot,
+					       "digest", img->digest),
+				     REQ_TIMEOUT_MS, &resp, NULL, err);
+		json_decref(resp);
+		if (r)
+			return k8_err_wrap(err, "mounting image %s in the guest", img->ref);
+		img->mounted = true;
+	}
+	return 0;
+}
+
+static int sb_init_guest(struct daemon *d, struct sandbox *sb, struct k8_err *err)
+{
+	unsigned char seed[32];
+	char hex[65];
+	json_t *resp = NULL;
+	int r;
+
+	if (getrandom(seed, sizeof(seed), 0) != sizeof(seed))
+		return k8_err_set(err, -EIO, "getrandom failed");
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", seed[i]);
+	r = link_request(&sb->link,
+			 json_pack("{s:s,s:I,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
+				   (json_int_t)now_real_ns(), "hostname", sb->name, "seed", hex,
+				   "limits", "pids", 1024, "memory_reserve_mib", 64),
+			 REQ_TIMEOUT_MS, &resp, NULL, err);
+	json_decref(resp);
+	if (r)
+		return k8_err_wrap(err, "initialising the guest");
+	return sb_mount_images(sb, err);
+}
+
+/* Boot the VM of a sandbox. Caller holds sb->busy (not the lock). */
+static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
+{
+	char qmp_path[4200], agent_path[4200], tail[1024];
+	int kfd = -1, ifd = -1, r;
+	uint64_t t0 = now_mono_ns();
+	pid_t pid = 0;
+	struct vm_spec spec;
+
+	sb_paths(d, sb, qmp_path, agent_path, sizeof(qmp_path));
+	unlink(qmp_path);
+	unlink(agent_path);
+	r = guest_verify_open(&d->guest, &kfd, &ifd, err);
+	if (r) {
+		daemon_audit(d, "sandbox.boot.refused", sb->name,
+			     json_pack("{s:s}", "reason", err->msg));
+		return r;
+	}
+	spec = (struct vm_spec){ .accel = d->accel, .cpus = sb->cpus, .memory_mib = sb->memory_mib,
+				 .dir = sb->dir, .qmp_path = qmp_path, .agent_path = agent_path,
+				 .kernel_fd = kfd, .initramfs_fd = ifd, .images = sb->images,
+				 .nimages = sb->nimages };
+	r = vm_spawn(&spec, &pid, err);
+	close(kfd);
+	close(ifd);
+	if (r)
+		return r;
+	pthread_mutex_lock(&sb->lock);
+	sb->pid = pid;
+	sb->child = true;
+	sb->pid_start = vm_proc_start(pid);
+	snprintf(sb->accel, sizeof(sb->accel), "%s", d->accel);
+	pthread_mutex_unlock(&sb->lock);
+
+	r = qmp_connect(&sb->qmp, qmp_path, 15000, err);
+	if (r) {
+		cleanup_free char *log = NULL;
+		cleanup_free char *logp = xasprintf("%s/qemu.log", sb->dir);
+		usleep(100000);
+		if (read_file(logp, 4096, &log, NULL) == 0 && *log) {
+			err->code = 0;
+			k8_err_set(err, -EIO, "QEMU did not start: %s", log);
+		}
+		goto fail;
+	}
+	if (cgroup_apply(&d->cg, sb->name, pid, sb->cpus,
+			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
+			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
+		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
+	r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
+	if (r)
+		goto fail;
+	r = link_wait_hello(&sb->link, BOOT_TIMEOUT_MS, err);
+	if (r)
+		goto fail;
+	r = sb_init_guest(d, sb, err);
+	if (r)
+		goto fail;
+	sb->boot_ms = (now_mono_ns() - t0) / 1000000;
+	return 0;
+fail:
+	console_tail(sb, tail, sizeof(tail));
+	if (tail[0])
+		k8_err_wrap(err, "guest console: ...%s\n", tail);
+	pthread_mutex_lock(&sb->lock);
+	sb_kill_vm(d, sb);
+	pthread_mutex_unlock(&sb->lock);
+	return r;
+}
+
+/* Reconnect to a VM that outlived the previous daemon. */
+static int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
+{
+	char qmp_path[4200], agent_path[4200];
+	json_t *resp = NULL;
+	int r;
+
+	sb_paths(d, sb, qmp_path, agent_path, sizeof(qmp_path));
+	r = qmp_connect(&sb->qmp, qmp_path, 5000, err);
+	if (r)
+		return r;
+	r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
+	if (r)
+		return r;
+	r = link_wait_hello(&sb->link, ADOPT_TIMEOUT_MS, err);
+	if (r)
+		return r;
+	/* The guest kept its mounts; ask it to confirm it answers requests. */
+	r = link_request(&sb->link, json_pack("{s:s}", "op", "stat"), REQ_TIMEOUT_MS, &resp,
+			 NULL, err);
+	json_decref(resp);
+	if (r)
+		return r;
+	for (int i = 0; i < sb->nimages; i++)
+		sb->images[i].mounted = true;
+	cgroup_apply(&d->cg, sb->name, sb->pid, sb->cpus, (uint64_t)sb->memory_mib << 20,
+		     sb->limits_desc, sizeof(sb->limits_desc));
+	return 0;
+}
+
+/* Take the sandbox's lifecycle token; waits for another holder. */
+static void sb_busy_enter(struct sandbox *sb)
+{
+	pthread_mutex_lock(&sb->lock);
+	while (sb->busy)
+		pthread_cond_wait(&sb->cond, &sb->lock);
+	sb->busy = 1;
+	pthread_mutex_unlock(&sb->lock);
+}
+
+static void sb_busy_leave(struct sandbox *sb)
+{
+	pthread_mutex_lock(&sb->lock);
+	sb->busy = 0;
+	pthread_cond_broadcast(&sb->cond);
+	pthread_mutex_unlock(&sb->lock);
+}
+
+/* Is the running VM still there? Marks the sandbox failed when it is gone. Caller holds
+ * the busy token. */
+static bool sb_check_alive(struct daemon *d, struct sandbox *sb)
+{
+	bool ok;
+
+	pthread_mutex_lock(&sb->lock);
+	if (sb->child && sb->pid > 0)
+		waitpid(sb->pid, NULL, WNOHANG);
+	ok = sb->state == SB_RUNNING && vm_alive(sb->pid, sb->pid_start) && !sb->link.broken;
+	if (sb->state == SB_RUNNING && !ok) {
+		snprintf(sb->error, sizeof(sb->error), "%s",
+			 !vm_alive(sb->pid, sb->pid_start) ? "the VM exited"
+							   : sb->link.broken_why);
+		sb->state = SB_FAILED;
+		sb_kill_vm(d, sb);
+		sb_save(sb);
+	}
+	pthread_mutex_unlock(&sb->lock);
+	return ok;
+}
+
+int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err)
+{
+	int r = 0;
+
+	sb_busy_enter(sb);
+	if (sb->state == SB_REMOVING) {
+		r = k8_err_set(err, -ENOENT, "sandbox '%s' is being removed", sb->name);
+	} else if (!sb_check_alive(d, sb)) {
+		const char *why = sb->state == SB_FAILED ? sb->error : "it was stopped";
+		daemon_log("sandbox %s: booting (%s)", sb->name, why);
+		pthread_mutex_lock(&sb->lock);
+		sb->state = SB_BOOTING;
+		pthread_mutex_unlock(&sb->lock);
+		r = sb_boot(d, sb, err);
+		pthread_mutex_lock(&sb->lock);
+		sb->state = r ? SB_FAILED : SB_RUNNING;
+		if (r)
+			snprintf(sb->error, sizeof(sb->error), "%s", err->msg);
+		else
+			sb->error[0] = '\0';
+		sb_save(sb);
+		pthread_mutex_unlock(&sb->lock);
+		daemon_audit(d, r ? "sandbox.boot.failed" : "sandbox.boot", sb->name,
+			     json_pack("{s:s,s:s}", "accel", d->accel, "reason", r ? err->msg : why));
+	}
+	sb_busy_leave(sb);
+	return r;
+}
+
+/* ---- the table ---- */
+
+struct sandbox *sb_get(struct daemon *d, const char *name, struct k8_err *err)
+{
+	struct sandbox *sb;
+
+	pthread_mutex_lock(&d->lock);
+	for (sb = d->sandboxes; sb; sb = sb->next)
+		if (!strcmp(sb->name, name))
+			break;
+	if (sb)
+		__atomic_add_fetch(&sb->users, 1, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&d->lock);
+	if (!sb)
+		k8_err_set(err, -ENOENT, "sandbox '%s' does not exist; list them with `kosa8 sandbox ls`",
+			   name);
+	return sb;
+}
+
+void sb_put(struct daemon *d, struct sandbox *sb)
+{
+	if (!sb)
+		return;
+	pthread_mutex_lock(&sb->lock);
+	sb->users--;
+	pthread_cond_broadcast(&sb->cond);
+	pthread_mutex_unlock(&sb->lock);
+}
+
+json_t *sb_to_json(struct sandbox *sb, bool detail)
+{
+	json_t *o, *imgs = json_array();
+
+	pthread_mutex_lock(&sb->lock);
+	for (int i = 0; i < sb->nimages; i++)
+		json_array_append_new(imgs, json_pack("{s:s,s:s,s:i}", "ref", sb->images[i].ref,
+						      "digest", sb->images[i].digest, "slot",
+						      sb->images[i].slot));
+	o = json_pack("{s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:o,s:s}", "name", sb->name, "state",
+		      state_names[sb->state], "cpus", sb->cpus, "memory_mib", sb->memory_mib,
+		      "disk_gb", sb->disk_gb, "created", sb->created, "accel", sb->accel, "pid",
+		      (json_int_t)sb->pid, "images", imgs, "egress", "deny");
+	if (sb->error[0])
+		json_object_set_new(o, "error", json_string(sb->error));
+	if (detail) {
+		json_object_set_new(o, "dir", json_string(sb->dir));
+		json_object_set_new(o, "limits", json_pack("{s:s}", "host",
+			sb->limits_desc[0] ? sb->limits_desc : "not applied (VM not running)"));
+		if (sb->boot_ms)
+			json_object_set_new(o, "boot_ms", json_integer((json_int_t)sb->boot_ms));
+		json_object_set_new(o, "agent_dropped_frames",
+				    json_integer((json_int_t)sb->link.dropped_frames));
+	}
+	pthread_mutex_unlock(&sb->lock);
+	if (detail && sb->state == SB_RUNNING) {
+		struct k8_err err = { 0 };
+		json_t *resp = NULL;
+		if (link_request(&sb->link, json_pack("{s:s}", "op", "ps"), 10000, &resp, NULL,
+				 &err) == 0) {
+			json_t *c = json_object_get(resp, "containers");
+			json_object_set(o, "containers", json_is_array(c) ? c : json_array());
+		}
+		json_decref(resp);
+		resp = NULL;
+		if (link_request(&sb->link, json_pack("{s:s}", "op", "stat"), 10000, &resp, NULL,
+				 &err) == 0) {
+			json_object_del(resp, "ok");
+			json_object_set(o, "stat", resp);
+		}
+		json_decref(resp);
+	}
+	return o;
+}
+
+json_t *sb_list_json(struct daemon *d)
+{
+	json_t *arr = json_array();
+
+	pthread_mutex_lock(&d->lock);
+	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next)
+		if (sb->state != SB_REMOVING)
+			json_array_append_new(arr, sb_to_json(sb, false));
+	pthread_mutex_unlock(&d->lock);
+	return arr;
+}
+
+static int sb_from_record(struct daemon *d, const char *name, struct sandbox **out)
+{
+	cleanup_free char *path = xasprintf("%s/sandboxes/%s/sandbox.json", d->home, name);
+	cleanup_free char *text = NULL;
+	json_t *rec, *imgs, *it;
+	struct sandbox *sb;
+	const char *id, *created, *accel, *state;
+	json_int_t pid = 0, start = 0;
+	size_t i;
+
+	if (read_file(path, 1 << 20, &text, NULL))
+		return -ENOENT;
+	rec = json_loads(text, 0, NULL);
+	if (!rec)
+		return -EINVAL;
+	sb = sb_new(d, name);
+	if (json_unpack(rec, "{s:s,s:i,s:i,s:i,s:s,s:s,s:s,s?I,s?I}", "id", &id, "cpus",
+			&sb->cpus, "memory_mib", &sb->memory_mib, "disk_gb", &sb->disk_gb,
+			"created", &created, "accel", &accel, "state", &state, "pid", &pid,
+			"pid_start", &start) < 0 ||
+	    strlen(id) != 16) {
+		json_decref(rec);
+		sb_free(sb);
+		return -EINVAL;
+	}
+	snprintf(sb->id, sizeof(sb->id), "%s", id);
+	snprintf(sb->created, sizeof(sb->created), "%s", created);
+	snprintf(sb->accel, sizeof(sb->accel), "%s", accel);
+	sb->pid = (pid_t)pid;
+	sb->pid_start = (unsigned long long)start;
+	imgs = json_object_get(rec, "images");
+	json_array_foreach(imgs, i, it) {
+		struct sb_image *img;
+		const char *ref, *dg, *disk;
+		int slot;
+		if (sb->nimages >= K8_MAX_SLOTS)
+			break;
+		if (json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
+				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
+			continue;
+		img = &sb->images[sb->nimages++];
+		snprintf(img->ref, sizeof(img->ref), "%s", ref);
+		snprintf(img->digest, sizeof(img->digest), "%s", dg);
+		snprintf(img->disk, sizeof(img->disk), "%s", disk);
+		img->slot = slot;
+	}
+	json_decref(rec);
+	*out = sb;
+	return 0;
+}
+
+int sb_load_all(struct daemon *d)
+{
+	cleanup_free char *dir = xasprintf("%s/sandboxes", d->home);
+	DIR *dd;
+	struct dirent *de;
+
+	mkdir_p(dir, 0700);
+	dd = opendir(dir);
+	if (!dd)
+		return -errno;
+	while ((de = readdir(dd))) {
+		struct sandbox *sb = NULL;
+		struct k8_err err = { 0 };
+		if (de->d_name[0] == '.' || !sb_name_valid(de->d_name))
+			continue;
+		if (sb_from_record(d, de->d_name, &sb)) {
+			daemon_log("skipping %s/%s: no readable sandbox.json", dir, de->d_name);
+			continue;
+		}
+		if (vm_alive(sb->pid, sb->pid_start)) {
+			if (sb_adopt(d, sb, &err) == 0) {
+				sb->state = SB_RUNNING;
+				daemon_log("sandbox %s: adopted running VM (pid %d)", sb->name, (int)sb->pid);
+			} else {
+				daemon_log("sandbox %s: VM pid %d is alive but not usable (%s); stopping it",
+					   sb->name, (int)sb->pid, err.msg);
+				sb_kill_vm(d, sb);
+				sb->state = SB_FAILED;
+				snprintf(sb->error, sizeof(sb->error), "adoption failed: %s", err.msg);
+			}
+		} else {
+			sb->pid = 0;
+			sb->state = SB_STOPPED;
+		}
+		pthread_mutex_lock(&sb->lock);
+		sb_save(sb);
+		pthread_mutex_unlock(&sb->lock);
+		pthread_mutex_lock(&d->lock);
+		sb->next = d->sandboxes;
+		d->sandboxes = sb;
+		pthread_mutex_unlock(&d->lock);
+	}
+	closedir(dd);
+	return 0;
+}
+
+static int body_int(json_t *body, const char *key, int def, int lo, int hi, int *out,
+		    struct k8_err *err)
+{
+	json_t *v = json_object_get(body, key);
+
+	if (!v || json_is_null(v)) {
+		*out = def;
+		return 0;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return k8_err_set(err, -EINVAL, "%s must be a whole number from %d to %d", key, lo, hi);
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
+	      json_t **out, struct k8_err *err)
+{
+	const char *name = json_string_value(json_object_get(body, "name"));
+	const char *egress = json_string_value(json_object_get(body, "egress"));
+	json_t *allow = json_object_get(body, "egress_allow"), *mounts = json_object_get(body, "mounts");
+	struct sandbox *sb, *it;
+	int cpus, mem, disk, r;
+
+	if (!name)
+		return k8_err_set(err, -EINVAL, "a sandbox name is required");
+	if (!sb_name_valid(name))
+		return k8_err_set(err, -EINVAL,
+				  "invalid sandbox name '%.80s': use 1-63 characters a-z, 0-9, '-', "
+				  "'_' or '.', starting with a letter or digit", name);
+	if ((r = body_int(body, "cpus", 2, 1, 64, &cpus, err)) ||
+	    (r = body_int(body, "memory_mib", 1024, 128, 65536, &mem, err)) ||
+	    (r = body_int(body, "disk_gb", 4, 1, 1024, &disk, err)))
+		return r;
+	if (egress && strcmp(egress, "deny"))
+		return k8_err_set(err, -ENOTSUP,
+				  "--egress %s is not available yet: sandboxes have no network device "
+				  "at all (the egress policy engine is issue #4); leave it off or use "
+				  "--egress deny", egress);
+	if (json_array_size(allow))
+		return k8_err_set(err, -ENOTSUP,
+				  "--egress-allow is not available yet: sandboxes have no network "
+				  "device at all (the egress policy engine is issue #4)");
+	if (json_array_size(mounts))
+		return k8_err_set(err, -ENOTSUP,
+				  "--mount is not available yet (shared folders are issue #5)");
+	if (!d->guest.kernel[0])
+		return k8_err_set(err, -ENOENT,
+				  "the guest image is missing, so no VM can boot; build it with `make`");
+
+	pthread_mutex_lock(&d->lock);
+	for (it = d->sandboxes; it; it = it->next)
+		if (!strcmp(it->name, name))
+			break;
+	if (it) {
+		pthread_mutex_unlock(&d->lock);
+		return k8_err_set(err, -EEXIST,
+				  "a sandbox named '%s' already exists; pick another name or remove "
+				  "it with `kosa8 sandbox rm %s`", name, name);
+	}
+	sb = sb_new(d, name);
+	sb->cpus = cpus;
+	sb->memory_mib = mem;
+	sb->disk_gb = disk;
+	sb->state = SB_BOOTING;
+	sb->busy = 1;
+	sb->users = 1;
+	iso_now(sb->created, sizeof(sb->created));
+	snprintf(sb->accel, sizeof(sb->accel), "%s", d->accel);
+	sb->next = d->sandboxes;
+	d->sandboxes = sb;
+	pthread_mutex_unlock(&d->lock);
+
+	if (progress)
+		progress(pctx, json_pack("{s:s,s:s}", "phase", "disks", "what", name));
+	r = mkdir_p(sb->dir, 0700);
+	if (r)
+		k8_err_set(err, r, "mkdir %s: %s", sb->dir, strerror(-r));
+	if (!r)
+		r = vm_make_disks(d->home, sb->dir, disk, err);
+	if (!r) {
+		pthread_mutex_lock(&sb->lock);
+		sb_save(sb);
+		pthread_mutex_unlock(&sb->lock);
+		if (progress)
+			progress(pctx, json_pack("{s:s,s:s}", "phase", "boot", "what", d->accel));
+		r = sb_boot(d, sb, err);
+	}
+	if (r) {
+		/* Nothing half-made stays behind: the name is free again. */
+		struct sandbox **pp;
+		pthread_mutex_lock(&d->lock);
+		for (pp = &d->sandboxes; *pp; pp = &(*pp)->next)
+			if (*pp == sb) {
+				*pp = sb->next;
+				break;
+			}
+		pthread_mutex_unlock(&d->lock);
+		rm_rf(sb->dir);
+		daemon_audit(d, "sandbox.create.failed", name, json_pack("{s:s}", "error", err->msg));
+		pthread_mutex_lock(&sb->lock);
+		sb->state = SB_REMOVING;
+		sb->busy = 0;
+		sb->users--;
+		pthread_cond_broadcast(&sb->cond);
+		while (sb->users > 0)
+			pthread_cond_wait(&sb->cond, &sb->lock);
+		pthread_mutex_unlock(&sb->lock);
+		sb_free(sb);
+		return r;
+	}
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_RUNNING;
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+	daemon_audit(d, "sandbox.create", name,
+		     json_pack("{s:i,s:i,s:i,s:s,s:s,s:I}", "cpus", cpus, "memory_mib", mem,
+			       "disk_gb", disk, "accel", d->accel, "limits", sb->limits_desc,
+			       "boot_ms", (json_int_t)sb->boot_ms));
+	sb_busy_leave(sb);
+	*out = sb_to_json(sb, false);
+	sb_put(d, sb);
+	return 0;
+}
+
+static void wipe_file(const char *path)
+{
+	cleanup_close int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	static const char zero[65536];
+
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return;
+	for (off_t off = 0; off < st.st_size; off += (off_t)sizeof(zero)) {
+		size_t n = (size_t)(st.st_size - off) < sizeof(zero) ? (size_t)(st.st_size - off)
+								       : sizeof(zero);
+		if (pwrite(fd, zero, n, off) < 0)
+			break;
+	}
+	fdatasync(fd);
+}
+
+int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err)
+{
+	struct sandbox *sb, **pp;
+	int r;
+
+	sb = sb_get(d, name, err);
+	if (!sb)
+		return -ENOENT;
+	sb_busy_enter(sb);
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_REMOVING;
+	sb_kill_vm(d, sb);
+	pthread_mutex_unlock(&sb->lock);
+	pthread_mutex_lock(&d->lock);
+	for (pp = &d->sandboxes; *pp; pp = &(*pp)->next)
+		if (*pp == sb) {
+			*pp = sb->next;
+			break;
+		}
+	pthread_mutex_unlock(&d->lock);
+	if (wipe) {
+		cleanup_free char *scratch = xasprintf("%s/scratch.qcow2", sb->dir);
+		wipe_file(scratch);
+	}
+	r = rm_rf(sb->dir);
+	if (r)
+		k8_err_set(err, r, "could not remove %s: %s", sb->dir, strerror(-r));
+	daemon_audit(d, "sandbox.rm", name, json_pack("{s:b}", "wipe", wipe));
+	/* Wait for the API threads still holding it (their VM is gone, they end soon). */
+	pthread_mutex_lock(&sb->lock);
+	sb->busy = 0;
+	sb->users--;
+	while (sb->users > 0)
+		pthread_cond_wait(&sb->cond, &sb->lock);
+	pthread_mutex_unlock(&sb->lock);
+	sb_free(sb);
+	return r;
+}
+
+void sb_stop_all(struct daemon *d)
+{
+	pthread_mutex_lock(&d->lock);
+	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next) {
+		pthread_mutex_lock(&sb->lock);
+		if (sb->pid > 0) {
+			sb_kill_vm(d, sb);
+			sb->state = SB_STOPPED;
+			sb_save(sb);
+		}
+		pthread_mutex_unlock(&sb->lock);
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+static struct sb_image *sb_find_image(struct sandbox *sb, const char *digest)
+{
+	for (int i = 0; i < sb->nimages; i++)
+		if (!strcmp(sb->images[i].digest, digest))
+			return &sb->images[i];
+	return NULL;
+}
+
+struct pull_progress {
+	void (*fn)(void *, json_t *);
+	void *ctx;
+};
+
+static void pull_progress_cb(void *ctx, const char *phase, const char *what, uint64_t done,
+			     uint64_t total)
+{
+	struct pull_progress *p = ctx;
+	if (p->fn)
+		p->fn(p->ctx, json_pack("{s:s,s:s,s:I,s:I}", "phase", phase, "what", what ? what : "",
+					"done", (json_int_t)done, "total", (json_int_t)total));
+}
+
+int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
+	    void (*progress)(void *, json_t *), void *pctx, json_t **out, struct k8_err *err)
+{
+	struct image_info info = { 0 };
+	struct pull_progress pp = { progress, pctx };
+	cleanup_free char *disk = NULL;
+	struct sb_image *img;
+	int r, slot;
+
+	r = image_resolve(d->images, image, &info, err);
+	if (r)
+		return r;
+	r = sb_ensure_running(d, sb, err);
+	if (r)
+		goto out;
+	r = image_disk(d->images, info.digest, pull_progress_cb, &pp, &disk, err);
+	if (r)
+		goto out;
+	sb_busy_enter(sb);
+	img = sb_find_image(sb, info.digest);
+	if (!img) {
+		bool used[K8_MAX_SLOTS] = { 0 };
+		for (int i = 0; i < sb->nimages; i++)
+			used[sb->images[i].slot] = true;
+		for (slot = 0; slot < K8_MAX_SLOTS && used[slot]; slot++)
+			;
+		if (slot == K8_MAX_SLOTS) {
+			r = k8_err_set(err, -ENOSPC,
+				       "sandbox '%s' already has %d images, the most one VM can hold; "
+				       "create another sandbox for this one", sb->name, K8_MAX_SLOTS);
+			goto leave;
+		}
+		if (progress)
+			progress(pctx, json_pack("{s:s,s:s}", "phase", "attach", "what", info.digest));
+		r = vm_attach_image(&sb->qmp, slot, disk, err);
+		if (r)
+			goto leave;
+		pthread_mutex_lock(&sb->lock);
+		img = &sb->images[sb->nimages++];
+		memset(img, 0, sizeof(*img));
+		snprintf(img->ref, sizeof(img->ref), "%s", info.ref);
+		snprintf(img->digest, sizeof(img->digest), "%s", info.digest);
+		snprintf(img->disk, sizeof(img->disk), "%s", disk);
+		img->slot = slot;
+		sb_save(sb);
+		pthread_mutex_unlock(&sb->lock);
+	}
+	r = sb_mount_images(sb, err);
+	if (!r) {
+		daemon_audit(d, "sandbox.pull", sb->name,
+			     json_pack("{s:s,s:s,s:i}", "image", info.ref, "digest", info.digest,
+				       "slot", img->slot));
+		*out = json_pack("{s:s,s:s,s:i}", "ref", info.ref, "digest", info.digest, "slot",
+				 img->slot);
+	}
+leave:
+	sb_busy_leave(sb);
+out:
+	image_info_clear(&info);
+	return r;
+}
+
+int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
+		     struct sb_image *img, json_t **config, struct k8_err *err)
+{
+	struct image_info info = { 0 };
+	struct sb_image *found;
+	int r;
+
+	r = image_resolve(d->images, image, &info, err);
+	if (r)
+		return r;
+	pthread_mutex_lock(&sb->lock);
+	found = sb_find_image(sb, info.digest);
+	if (found)
+		*img = *found;
+	pthread_mutex_unlock(&sb->lock);
+	if (!found || !found->mounted) {
+		/* Like `docker run`: use the image if the store has it. */
+		json_t *res = NULL;
+		r = sb_pull(d, sb, image, NULL, NULL, &res, err);
+		json_decref(res);
+		if (r)
+			goto out;
+		pthread_mutex_lock(&sb->lock);
+		found = sb_find_image(sb, info.digest);
+		if (found)
+			*img = *found;
+		pthread_mutex_unlock(&sb->lock);
+		if (!found) {
+			r = k8_err_set(err, -EIO, "image %s vanished from the sandbox", info.ref);
+			goto out;
+		}
+	}
+	*config = json_pack("{s:O,s:O?,s:O?,s:s,s:s}", "env", info.env, "entrypoint",
+			    info.entrypoint, "cmd", info.cmd, "workdir", info.workdir, "user", info.user);
+out:
+	image_info_clear(&info);
+	return r;
+}
+
+int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,
+		     struct stream **stream, struct k8_err *err)
+{
+	return link_request(&sb->link, req, timeout_ms, resp, stream, err);
+}

@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* vm.c - QEMU microvm: the command line, spawning, disks, and image slots.
+ *
+ * Every VM gets the same minimal device set: virtio-mmio only (no PCI, no ACPI, no legacy
+ * devices), one virtio-serial port for the agent, one scratch disk (ext4 in a qcow2, so
+ * it costs only what the guest writes), K8_MAX_SLOTS image slots and a virtio-rng.
+ *
+ * Image slots. microvm cannot hot-plug a disk, yet images reach a running sandbox
+ * (`sandbox pull` after `create`). So every VM boots with K8_MAX_SLOTS read-only
+ * virtio-blk disks, each an empty qcow2 overlay ("slot") with a large virtual size. A
+ * pull builds the image's EROFS disk on the host, adds it as a read-only block node over
+ * QMP and makes it the slot overlay's backing file with `blockdev-reopen`; the agent then
+ * drops its cache of the device and mounts it. A VM booted later gets the same graph on
+ * its command line. Decision and alternatives: docs/design.md "Images in a running VM".
+ */
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define SLOT_VSIZE "64G"
+
+/* Run a helper program (no shell) and wait; its stderr tail goes into the error. */
+static int run_cmd(const char *const argv[], struct k8_err *err)
+{
+	int pfd[2], status;
+	char out[2048];
+	size_t have = 0;
+	pid_t pid;
+
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return k8_err_set(err, -errno, "pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		return k8_err_set(err, -errno, "fork: %s", strerror(errno));
+	}
+	if (pid == 0) {
+		int nul = open("/dev/null", O_RDWR);
+		dup2(nul, 0);
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	for (;;) {
+		ssize_t n = read(pfd[0], out + have, sizeof(out) - 1 - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		if (have == sizeof(out) - 1) { /* keep the tail */
+			memmove(out, out + 1024, have - 1024);
+			have -= 1024;
+		}
+	}
+	out[have] = '\0';
+	close(pfd[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !have)
+		return k8_err_set(err, -ENOENT, "%s is not installed; run scripts/deps.sh", argv[0]);
+	while (have && (out[have - 1] == '\n' || out[have - 1] == ' '))
+		out[--have] = '\0';
+	return k8_err_set(err, -EIO, "%s failed: %s", argv[0], have ? out : "(no output)");
+}
+
+static int copy_file(const char *from, const char *to, struct k8_err *err)
+{
+	cleanup_close int in = open(from, O_RDONLY | O_CLOEXEC);
+	cleanup_close int out = -1;
+	struct stat st;
+	off_t off = 0;
+
+	if (in < 0 || fstat(in, &st) < 0)
+		return k8_err_set(err, -errno, "open %s: %s", from, strerror(errno));
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (out < 0)
+		return k8_err_set(err, -errno, "create %s: %s", to, strerror(errno));
+	while (off < st.st_size) {
+		ssize_t n = copy_file_range(in, NULL, out, NULL, (size_t)(st.st_size - off), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return k8_err_set(err, n < 0 ? -errno : -EIO, "copy to %s: %s", to,
+					  strerror(n < 0 ? errno : EIO));
+		off += n;
+	}
+	return 0;
+}
+
+/* A cached template, built once per home: an ext4 scratch disk of `gb` GB, or an empty
+ * slot overlay. Built in a temp name and renamed, so a crash leaves no half template. */
+static int template_path(const char *home, const char *kind, int gb, char *out, size_t outlen,
+			 struct k8_err *err)
+{
+	cleanup_free char *dir = xasprintf("%s/cache", home);
+	cleanup_free char *tmp = NULL, *raw = NULL, *size = NULL;
+	int r;
+
+	if (gb)
+		snprintf(out, outlen, "%s/%s-%dG.qcow2", dir, kind, gb);
+	else
+		snprintf(out, outlen, "%s/%s.qcow2", dir, kind);
+	if (access(out, R_OK) == 0)
+		return 0;
+	if ((r = mkdir_p(dir, 0700)) < 0)
+		return k8_err_set(err, r, "mkdir %s: %s", dir, strerror(-r));
+	tmp = xasprintf("%s.tmp.%d.%lu", out, (int)getpid(), (unsigned long)pthread_self());
+	if (!gb) {
+		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", tmp, SLOT_VSIZE, NULL };
+		r = run_cmd(argv, err);
+	} else {
+		raw = xasprintf("%s.raw", tmp);
+		size = xasprintf("%dG", gb);
+		const char *a1[] = { "truncate", "-s", size, raw, NULL };
+		const char *a2[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "kosa8-scratch", "-E",
+			       "lazy_itable_init=1,lazy_journal_init=1", raw, NULL };
+		const char *a3[] = { "qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, tmp, NULL };
+		r = run_cmd(a1, err);
+		if (!r)
+			r = run_cmd(a2, err);
+		if (!r)
+			r = run_cmd(a3, err);
+		unlink(raw);
+	}
+	if (!r && rename(tmp, out) < 0)
+		r = k8_err_set(err, -errno, "rename %s: %s", out, strerror(errno));
+	if (r)
+		unlink(tmp);
+	return r;
+}
+
+int vm_make_disks(const char *home, const char *dir, int disk_gb, struct k8_err *err)
+{
+	char tpl[4096];
+	int r;
+
+	r = template_path(home, "scratch", disk_gb, tpl, sizeof(tpl), err);
+	if (r)
+		return k8_err_wrap(err, "preparing the scratch disk");
+	cleanup_free char *scratch = xasprintf("%s/scratch.qcow2", dir);
+	if ((r = copy_file(tpl, scratch, err)))
+		return r;
+	r = template_path(home, "slot", 0, tpl, sizeof(tpl), err);
+	if (r)
+		return k8_err_wrap(err, "preparing image slots");
+	for (int i = 0; i < K8_MAX_SLOTS; i++) {
+		cleanup_free char *slot = xasprintf("%s/slot%d.qcow2", dir, i);
+		if ((r = copy_file(tpl, slot, err)))
+			return r;
+	}
+	return 0;
+}
+
+struct argv_b {
+	char **v;
+	int n, cap;
+};
+
+static void av_add(struct argv_b *a, char *s)
+{
+	if (a->n + 2 > a->cap) {
+		a->cap = a->cap ? a->cap * 2 : 64;
+		a->v = realloc(a->v, (size_t)a->cap * sizeof(char *));
+		if (!a->v)
+			abort();
+	}
+	a->v[a->n++] = s;
+	a->v[a->n] = NULL;
+}
+
+static void av_free(struct argv_b *a)
+{
+	for (int i = 0; i < a->n; i++)
+		free(a->v[i]);
+	free(a->v);
+}
+
+#define ADD(...) av_add(&a, xasprintf(__VA_ARGS__))
+
+int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
+{
+	struct argv_b a = { 0 };
+	cleanup_free char *log = xasprintf("%s/qemu.log", s->dir);
+	int logfd, r = 0;
+	pid_t pid;
+
+	ADD("qemu-system-x86_64");
+	ADD("-name");
+	ADD("kosa8,process=kosa8-vm");
+	ADD("-M");
+	ADD("microvm,acpi=off,pit=off,pic=off,rtc=off");
+	ADD("-accel");
+	/* TCG's translation cache defaults to 1 GiB; 128 MiB keeps QEMU's own footprint
+	 * small and inside the host cgroup's allowance. */
+	ADD("%s", strcmp(s->accel, "kvm") ? "tcg,tb-size=128" : "kvm");
+	ADD("-cpu");
+	ADD("%s", strcmp(s->accel, "kvm") ? "max" : "host");
+	ADD("-m");
+	ADD("%d", s->memory_mib);
+	ADD("-smp");
+	ADD("%d", s->cpus);
+	ADD("-nodefaults");
+	ADD("-no-user-config");
+	ADD("-nographic");
+	ADD("-no-reboot");
+	ADD("-sandbox");
+	ADD("on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+	ADD("-kernel");
+	ADD("/proc/self/fd/3");
+	ADD("-initrd");
+	ADD("/proc/self/fd/4");
+	ADD("-append");
+	ADD("console=ttyS0 quiet panic=-1 reboot=t");
+	/* The console goes to a bounded ring buffer, read over QMP when a boot fails: a
+	 * guest that prints without end cannot fill the host's disk. */
+	ADD("-chardev");
+	ADD("ringbuf,id=console,size=65536");
+	ADD("-serial");
+	ADD("chardev:console");
+	ADD("-qmp");
+	ADD("unix:%s,server=on,wait=off", s->qmp_path);
+	ADD("-device");
+	ADD("virtio-serial-device,max_ports=2");
+	ADD("-chardev");
+	ADD("socket,id=agent,path=%s,server=on,wait=off", s->agent_path);
+	ADD("-device");
+	ADD("virtserialport,chardev=agent,name=kosa8.agent");
+	ADD("-blockdev");
+	ADD("driver=file,node-name=scratch-file,filename=%s/scratch.qcow2,discard=unmap", s->dir);
+	ADD("-blockdev");
+	ADD("driver=qcow2,node-name=scratch,file=scratch-file,discard=unmap");
+	ADD("-device");
+	ADD("virtio-blk-device,drive=scratch,serial=scratch");
+	for (int i = 0; i < K8_MAX_SLOTS; i++) {
+		const struct sb_image *img = NULL;
+		for (int j = 0; j < s->nimages; j++)
+			if (s->images[j].slot == i)
+				img = &s->images[j];
+		if (img) {
+			ADD("-blockdev");
+			ADD("driver=raw,node-name=i%dg0,read-only=on,file.driver=file,"
+			    "file.filename=%s,file.read-only=on", i, img->disk);
+		}
+		ADD("-blockdev");
+		ADD("driver=file,node-name=slot%d-file,filename=%s/slot%d.qcow2,read-only=on", i,
+		    s->dir, i);
+		ADD("-blockdev");
+		if (img)
+			ADD("driver=qcow2,node-name=slot%d,file=slot%d-file,read-only=on,backing=i%dg0",
+			    i, i, i);
+		else
+			ADD("driver=qcow2,node-name=slot%d,file=slot%d-file,read-only=on", i, i);
+		ADD("-device");
+		ADD("virtio-blk-device,drive=slot%d,serial=slot%d,read-only=on", i, i);
+	}
+	ADD("-device");
+	ADD("virtio-rng-device");
+
+	logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (logfd < 0) {
+		r = k8_err_set(err, -errno, "create %s: %s", log, strerror(errno));
+		goto out;
+	}
+	pid = fork();
+	if (pid < 0) {
+		r = k8_err_set(err, -errno, "fork: %s", strerror(errno));
+		close(logfd);
+		goto out;
+	}
+	if (pid == 0) {
+		/* Only async-signal-safe calls from here: the daemon is multi-threaded. */
+		sigset_t none;
+		int nul = open("/dev/null", O_RDONLY);
+		setsid();
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		dup2(nul, 0);
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		if (dup2(s->kernel_fd, 3) < 0 || dup2(s->initramfs_fd, 4) < 0)
+			_exit(126);
+		fcntl(3, F_SETFD, 0);
+		fcntl(4, F_SETFD, 0);
+		for (int fd = 5; fd < 1024; fd++)
+			close(fd);
+		execvp(a.v[0], a.v);
+		_exit(127);
+	}
+	close(logfd);
+	*pidp = pid;
+out:
+	av_free(&a);
+	return r;
+}
+
+unsigned long long vm_proc_start(pid_t pid)
+{
+	char path[64], buf[1024];
+	cleanup_close int fd = -1;
+	ssize_t n;
+	char *p;
+	unsigned long long start = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (!p || p[1] != ' ')
+		return 0;
+	p += 2;
+	if (*p == 'Z' || *p == 'X')
+		return 0;
+	/* field 3 is the state; starttime is field 22 */
+	for (int field = 3; field < 22 && p; field++) {
+		p = strchr(p, ' ');
+		if (p)
+			p++;
+	}
+	if (p)
+		start = strtoull(p, NULL, 10);
+	return start;
+}
+
+bool vm_alive(pid_t pid, unsigned long long start)
+{
+	if (pid <= 0)
+		return false;
+	unsigned long long s = vm_proc_start(pid);
+	return s && (!start || s == start);
+}
+
+int vm_attach_image(struct qmp *q, int slot, const char *disk, struct k8_err *err)
+{
+	char node[32], slotname[16], slotfile[24];
+	static unsigned gen = 1;
+	int r;
+
+	snprintf(node, sizeof(node), "i%dg%u", slot, __atomic_add_fetch(&gen, 1, __ATOMIC_SEQ_CST));
+	snprintf(slotname, sizeof(slotname), "slot%d", slot);
+	snprintf(slotfile, sizeof(slotfile), "slot%d-file", slot);
+	r = qmp_exec(q, "blockdev-add",
+		     json_pack("{s:s,s:s,s:b,s:{s:s,s:s,s:b}}", "driver", "raw", "node-name", node,
+			       "read-only", 1, "file", "driver", "file", "filename", disk,
+			       "read-only", 1),
+		     NULL, 10000, err);
+	if (r)
+		return r;
+	r = qmp_exec(q, "blockdev-reopen",
+		     json_pack("{s:[{s:s,s:s,s:s,s:b,s:s}]}", "options", "driver", "qcow2",
+			       "node-name", slotname, "file", slotfile, "read-only", 1, "backing",
+			       node),
+		     NULL, 10000, err);
+	return r;
+}

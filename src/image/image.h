@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* image.h - the host's image store: content-addressed blobs shared by all sandboxes,
+ * references (names) to manifests, safe layer unpacking and one read-only disk image
+ * (EROFS) per image. Used by kosa8d only.
+ *
+ * Layout under <root> (normally $KOSA8_HOME/images):
+ *   blobs/sha256/<hex>        every blob, checked against its digest before it lands
+ *   refs.json                 { "docker.io/library/python:3.12-slim": "sha256:<manifest>" }
+ *   disks/<manifest-hex>.erofs  the image's root file system, built once, read-only
+ *   tmp/                      work in progress; anything here is discarded at open
+ *
+ * Thread safety: one struct image_store per daemon; every function takes its lock.
+ */
+#ifndef K8_IMAGE_H
+#define K8_IMAGE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/util.h"
+
+struct image_store;
+
+/* What a sandbox needs to run an image (from the image's config blob). */
+struct image_info {
+	char ref[512];          /* normalised reference, e.g. docker.io/library/python:3.12-slim */
+	char digest[80];        /* manifest digest, "sha256:<hex>" */
+	char config_digest[80];
+	uint64_t size;          /* sum of compressed layer sizes */
+	json_t *env;            /* array of "K=V" strings (may be empty, never NULL) */
+	json_t *entrypoint;     /* array of strings or NULL */
+	json_t *cmd;            /* array of strings or NULL */
+	char workdir[4096];     /* "" means "/" */
+	char user[256];         /* "" means root */
+};
+void image_info_clear(struct image_info *info);
+
+/* Progress callback for long work: `phase` is e.g. "unpack" or "disk", done/total in
+ * bytes (total 0 when unknown). May be NULL. */
+typedef void (*image_progress_fn)(void *ctx, const char *phase, const char *what,
+				  uint64_t done, uint64_t total);
+
+int image_store_open(const char *root, struct image_store **out, struct k8_err *err);
+void image_store_close(struct image_store *st);
+
+/* Normalise a reference the way Docker does: "python:3.12-slim" ->
+ * "docker.io/library/python:3.12-slim", "python" -> "...:latest", keeps "@sha256:...".
+ * Returns 0 or -EINVAL with a message naming what is wrong. */
+int image_ref_normalize(const char *in, char *out, size_t outlen, struct k8_err *err);
+
+/* Load images from a local source: an OCI image layout directory, an OCI archive (tar of
+ * a layout) or a `docker save` tarball. Every blob is verified. `tag` (may be NULL)
+ * names the image when the source carries no name. On success *loaded is a JSON array
+ * of {"ref": "...", "digest": "sha256:..."}. */
+int image_load(struct image_store *st, const char *path, const char *tag,
+	       image_progress_fn progress, void *ctx, json_t **loaded, struct k8_err *err);
+
+/* JSON array of {"ref","digest","size","created"} for every reference. */
+int image_list(struct image_store *st, json_t **out, struct k8_err *err);
+
+/* Resolve a reference (any form image_ref_normalize accepts, or a digest or a unique
+ * digest prefix) to its info. -ENOENT with "image X is not loaded; run kosa8 image
+ * load or kosa8 image pull" when absent. */
+int image_resolve(struct image_store *st, const char *ref, struct image_info *info,
+		  struct k8_err *err);
+
+/* Path of the read-only EROFS disk of the image with manifest `digest`, building it
+ * first (unpack all layers safely into a temporary tree, mkfs.erofs, rename into place)
+ * if it does not exist yet. Caller frees *path. */
+int image_disk(struct image_store *st, const char *digest, image_progress_fn progress,
+	       void *ctx, char **path, struct k8_err *err);
+
+/* Remove a reference; blobs and disks no longer referenced are deleted. */
+int image_remove(struct image_store *st, const char *ref, struct k8_err *err);
+
+/* Unpack one layer tar stream (gzip, zstd or uncompressed; detected) into the directory
+ * `rootfd` refers to, applying OCI whiteouts. Hostile input is refused with -EPERM or
+ * -EINVAL and a message: absolute or `..` paths, paths through symlinks, hard links to
+ * outside the root; -EFBIG when the files' declared sizes pass `max_bytes` in total
+ * (checked before writing). Device nodes, FIFOs and sockets are never created (the
+ * entry only removes what was at its path). On error the tree may hold part of the
+ * layer: callers discard it. Exposed for unit tests and fuzzing. */
+int image_unpack_layer(int rootfd, const char *layer_path, uint64_t max_bytes,
+		       struct k8_err *err);
+
+#endif

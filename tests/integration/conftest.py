@@ -1,0 +1,106 @@
+# SPDX-License-Identifier: Apache-2.0
+# conftest.py - end-to-end fixtures: the real kosa8 CLI, a real kosa8d, real QEMU VMs.
+#
+# One daemon and one booted sandbox are shared by the whole session (booting under TCG
+# costs seconds); tests that must break things (kill -9, tampering) use their own home.
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("KOSA8_BIN", os.path.join(TOP, "build", "bin"))
+KOSA8 = os.path.join(BIN, "kosa8")
+
+
+def run(args, home, input=None, timeout=300, check=False, env_extra=None):
+    """Run the CLI; returns CompletedProcess with text stdout/stderr."""
+    env = dict(os.environ, KOSA8_HOME=home)
+    if env_extra:
+        env.update(env_extra)
+    p = subprocess.run([KOSA8] + list(args), input=input, capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    if check and p.returncode != 0:
+        raise AssertionError("kosa8 %s failed (%d): %s%s" % (" ".join(args), p.returncode,
+                                                             p.stdout, p.stderr))
+    return p
+
+
+def run_json(args, home, **kw):
+    p = run(list(args) + ["--json"], home, check=True, **kw)
+    return json.loads(p.stdout)
+
+
+def daemon_pid(home):
+    with open(os.path.join(home, "kosa8d.lock")) as f:
+        return int(f.read().strip() or 0)
+
+
+class Home:
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, *args, **kw):
+        return run(args, self.path, **kw)
+
+    def json(self, *args, **kw):
+        return run_json(args, self.path, **kw)
+
+    def start(self, *extra):
+        return run(["daemon", "start"] + list(extra), self.path, check=True, timeout=200)
+
+    def stop(self):
+        return run(["daemon", "stop"], self.path, timeout=120)
+
+
+def new_home(prefix):
+    # Short paths: unix socket names are limited to 108 bytes.
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+@pytest.fixture(scope="session")
+def python_layout():
+    """The python test image (debootstrap minbase + python3), built once and cached."""
+    out = subprocess.run([os.path.join(TOP, "scripts", "test-image.sh")], capture_output=True,
+                         text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def home():
+    h = Home(new_home("k8t-"))
+    h.start()
+    yield h
+    h.stop()
+    if os.environ.get("KOSA8_KEEP_HOME") is None:
+        shutil.rmtree(h.path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def loaded(home, python_layout):
+    home("image", "load", python_layout, "--tag", "python:3.12-slim", check=True, timeout=600)
+    return "python:3.12-slim"
+
+
+@pytest.fixture(scope="session")
+def sandbox(home, loaded):
+    """One warm sandbox for every test that does not break it."""
+    home("sandbox", "create", "shared", "--cpus", "1", "--memory", "512", "--disk", "2",
+         check=True, timeout=300)
+    home("sandbox", "pull", "shared", loaded, check=True, timeout=600)
+    return "shared"
+
+
+def wait_for(pred, timeout=30, step=0.2):
+    end = time.time() + timeout
+    while time.time() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()

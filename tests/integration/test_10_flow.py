@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: Apache-2.0
+# The guide's flow through the real CLI, daemon and VM: run, stdin, exit codes,
+# streaming, env and workdir, start/exec/ps/stop, ls/inspect.
+import json
+import os
+import subprocess
+import time
+
+from conftest import KOSA8
+
+
+def test_status_reports_accelerator(home):
+    st = home.json("daemon", "status")
+    assert st["accel"] in ("kvm", "tcg")
+    assert st["accel_reason"]
+    assert "cgroup" in st
+
+
+def test_run_prints_and_passes_exit_code(home, sandbox, loaded):
+    p = home("sandbox", "run", sandbox, loaded, "timeout", "30", "python3", "-c", "print(6*7)")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "42\n"
+    p = home("sandbox", "run", sandbox, loaded, "python3", "-c", "import sys; sys.exit(3)")
+    assert p.returncode == 3
+    p = home("sandbox", "run", sandbox, loaded, "python3", "-c",
+             "import sys; sys.stderr.write('oops\\n'); sys.exit(1)")
+    assert p.returncode == 1 and p.stderr == "oops\n"
+
+
+def test_python_alias_from_the_guide(home, sandbox, loaded):
+    p = home("sandbox", "run", sandbox, loaded, "python", "-c", "print('guide')")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "guide\n"
+
+
+def test_stdin_passes_through(home, sandbox, loaded):
+    p = home("sandbox", "run", sandbox, loaded, "python3", "-", input="print(1)\n")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "1\n"
+    data = "".join("line %d\n" % i for i in range(20000))   # ~200 KB: crosses the window
+    p = home("sandbox", "run", sandbox, loaded, "python3", "-c",
+             "import sys; d=sys.stdin.read(); print(len(d))", input=data)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == str(len(data))
+
+
+def test_signal_exit_code(home, sandbox, loaded):
+    p = home("sandbox", "run", sandbox, loaded, "python3", "-c",
+             "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    assert p.returncode == 128 + 15
+
+
+def test_output_streams_live(home, sandbox, loaded):
+    env = dict(os.environ, KOSA8_HOME=home.path)
+    t0 = time.time()
+    proc = subprocess.Popen([KOSA8, "sandbox", "run", sandbox, loaded, "python3", "-u", "-c",
+                             "import time\nprint('first', flush=True)\ntime.sleep(4)\nprint('second')"],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    first = proc.stdout.readline()
+    t_first = time.time() - t0
+    rest = proc.stdout.read()
+    proc.wait(timeout=60)
+    t_all = time.time() - t0
+    assert first == "first\n" and rest == "second\n"
+    assert t_all - t_first >= 3, "output was buffered until exit (%.1f vs %.1f)" % (t_first, t_all)
+
+
+def test_env_and_workdir(home, sandbox, loaded):
+    p = home("sandbox", "run", "-e", "FOO=bar", "-w", "/tmp", sandbox, loaded, "python3", "-c",
+             "import os; print(os.environ['FOO'], os.getcwd(), os.environ.get('PATH','')[:1])")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "bar /tmp /\n"
+
+
+def test_containers_are_isolated(home, sandbox, loaded):
+    p = home("sandbox", "run", sandbox, loaded, "python3", "-c",
+             "import os; print(os.getpid()); open('/marker','w').write('x')")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "1"          # own PID namespace: the command is PID 1
+    p = home("sandbox", "run", sandbox, loaded, "python3", "-c",
+             "import os; print(os.path.exists('/marker'))")
+    assert p.stdout.strip() == "False"      # each run gets a fresh writable layer
+
+
+def test_start_exec_ps_stop(home, sandbox, loaded):
+    p = home("sandbox", "start", sandbox, loaded, "sleep", "infinity")
+    assert p.returncode == 0, p.stderr
+    cid = p.stdout.strip()
+    assert len(cid) == 12
+    p = home("sandbox", "exec", sandbox, cid, "python3", "-c",
+             "import os; print(os.getpid() > 1); open('/state','w').write('kept')")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "True\n"
+    p = home("sandbox", "exec", sandbox, cid, "cat", "/state")
+    assert p.stdout == "kept"
+    ps = home.json("sandbox", "ps", sandbox)
+    assert any(c["id"] == cid and c["running"] for c in ps)
+    p = home("sandbox", "exec", sandbox, cid, "python3", "-", input="print(2+2)\n")
+    assert p.stdout == "4\n"
+    p = home("sandbox", "stop", sandbox, cid)
+    assert p.returncode == 0, p.stderr
+    ps = home.json("sandbox", "ps", sandbox)
+    assert not any(c["id"] == cid and c["running"] for c in ps)
+
+
+def test_ls_and_inspect(home, sandbox):
+    ls = home.json("sandbox", "ls")
+    me = [s for s in ls if s["name"] == sandbox]
+    assert me and me[0]["state"] == "running"
+    p = home("sandbox", "inspect", sandbox)
+    assert p.returncode == 0
+    info = json.loads(p.stdout)
+    assert info["name"] == sandbox and info["images"]
+    assert info["memory_mib"] == 512 and info["cpus"] == 1
+
+
+def test_image_ls(home, loaded):
+    imgs = home.json("image", "ls")
+    assert any(i["ref"] == "docker.io/library/python:3.12-slim" for i in imgs)
