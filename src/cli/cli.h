@@ -182,6 +182,7 @@ int client_ping(struct client *cl, long timeout_ms, json_t **status);
  * On 101 returns 0 with the connected socket in *fd and the bytes that followed the
  * answer's head in *extra (malloc'd, *extra_len may be 0). Otherwise returns the mapped
  * errno with the daemon's message. */
+int client_exit_hint(void);
 int client_upgrade(struct client *cl, const char *path, const json_t *body, int *fd,
 		   unsigned char **extra, size_t *extra_len, struct k8_err *err);
 /* The "not running" message for this client's socket, as a k8_err. */

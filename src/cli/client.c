@@ -74,10 +74,22 @@ static int not_running(struct client *cl, struct k8_err *err)
 	return client_not_running(cl, absent, err);
 }
 
+/* The exit status the daemon suggested with its last error (run/exec: 127 command not
+ * found, 126 not executable, 125 otherwise); 0 when it suggested none. */
+static int last_exit_hint;
+
+int client_exit_hint(void)
+{
+	return last_exit_hint;
+}
+
 /* Turn an {"error":{"code","message"}} object (or anything else) into errno + message. */
 static int api_error(const json_t *body, long status, struct k8_err *err)
 {
 	const json_t *e = json_object_get(body, "error");
+	json_int_t hint = json_integer_value(json_object_get(e, "exit_code"));
+
+	last_exit_hint = (hint >= 1 && hint <= 255) ? (int)hint : 0;
 	const char *code = json_string_value(json_object_get(e, "code"));
 	const char *msg = json_string_value(json_object_get(e, "message"));
 

@@ -325,8 +325,10 @@ static int run_stream(struct client *cl, const char *path, json_t *body, int fwd
 	if (r < 0) {
 		if (r == -ECONNREFUSED)
 			return cli_fail(&err);
-		/* The process never started: Docker's 125, whatever the reason. */
-		return cli_die(CLI_EXIT_CANNOT_RUN, "%s", err.msg);
+		/* The process never started: the daemon's hint (127 command not found, 126
+		 * not executable), else Docker's 125. */
+		return cli_die(client_exit_hint() ? client_exit_hint() : CLI_EXIT_CANNOT_RUN,
+			       "%s", err.msg);
 	}
 	r = stream_pump(fd, extra, extra_len, fwd_stdin, &code, &err);
 	close(fd);

@@ -41,8 +41,7 @@ static int kvm_usable(char *why, size_t n)
 
 static bool pvm_loaded(void)
 {
-	cleanup_free char *mods = NULL;
-	return read_file("/proc/modules", 1 << 20, &mods, NULL) == 0 && strstr(mods, "kvm_pvm ");
+	return access("/sys/module/kvm_pvm", F_OK) == 0;
 }
 
 /* Boot the guest under KVM in a scratch sandbox dir; 0 when the agent said hello. */
@@ -80,6 +79,18 @@ static int probe_boot(struct daemon *d, uint64_t *ms, struct k8_err *err)
 	if (!r)
 		r = link_wait_hello(&link, PROBE_TIMEOUT_MS, err);
 	*ms = (now_mono_ns() - t0) / 1000000;
+	if (r) {
+		/* QEMU's own words say most: e.g. "failed to set MSR 0x10a". */
+		cleanup_free char *logp = xasprintf("%s/qemu.log", dir);
+		cleanup_free char *log = NULL;
+		if (read_file(logp, 4096, &log, NULL) == 0 && *log) {
+			char *nl = strchr(log, '\n');
+			if (nl)
+				*nl = '\0';
+			err->code = 0;
+			k8_err_set(err, -EIO, "%s", log);
+		}
+	}
 out:
 	if (link.fd >= 0)
 		link_close(&link);

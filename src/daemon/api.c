@@ -349,13 +349,21 @@ static json_t *status_json(struct daemon *d)
 	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next)
 		n++;
 	pthread_mutex_unlock(&d->lock);
-	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s}}",
+	int kfd = -1, ifd = -1;
+	struct k8_err gerr = { 0 };
+	bool verified = guest_verify_open(&d->guest, &kfd, &ifd, &gerr) == 0;
+	if (verified) {
+		close(kfd);
+		close(ifd);
+	}
+	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s}}",
 			 "version", "0.1.0", "pid", (int)getpid(), "home", d->home, "accel", d->accel,
 			 "accel_reason", d->accel_reason, "uptime_s",
 			 (json_int_t)((now_mono_ns() - d->started_mono) / 1000000000ull), "sandboxes", n,
 			 "cgroup", "version", d->cg.version, "usable", d->cg.version != 0, "note",
-			 d->cg.note, "guest", "dir", d->guest.dir, "kernel_sha256", d->guest.kernel_sha,
-			 "source", d->guest.source);
+			 d->cg.note, "guest", "dir", d->guest.dir, "kernel", d->guest.kernel,
+			 "initramfs", d->guest.initramfs, "source", d->guest.source, "verified",
+			 verified, "error", gerr.msg);
 }
 
 static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct req *rq,

@@ -23,7 +23,7 @@ struct image_store;
 struct audit;
 struct MHD_Daemon;
 
-#define K8_MAX_SLOTS 8          /* image disk slots attached to every VM at boot */
+#define K8_MAX_SLOTS 4          /* image slots per VM: microvm has 8 virtio-mmio transports */
 #define K8_NAME_MAX 63
 
 /* ---- host limits (cgroup.c) ---- */

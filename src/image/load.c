@@ -911,8 +911,15 @@ static int load_commit(struct load *l, json_t **loaded)
 			if (prev && strcmp(prev, dg))
 				replaced = true;
 			json_object_set_new(st->refs, name, json_string(dg));
-			json_array_append_new(*loaded, json_pack("{s:s, s:s}", "ref", name,
-								 "digest", dg));
+			bool dup = false;
+			size_t k;
+			json_t *seen;
+			json_array_foreach(*loaded, k, seen)
+				if (!strcmp(json_string_value(json_object_get(seen, "ref")), name))
+					dup = true;
+			if (!dup)
+				json_array_append_new(*loaded, json_pack("{s:s, s:s}", "ref", name,
+									 "digest", dg));
 		}
 	}
 	r = store_refs_save_locked(st, l->err);

@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: Apache-2.0
+# core.py - sandbox-core benchmarks, measured side by side in one run (shared, noisy
+# machines: compare ratios, not absolute times).
+#
+#  1. create-to-ready: `kosa8 sandbox create` against a bare QEMU boot of the same kernel,
+#     initramfs and devices to the agent's first message (HELLO).
+#  2. `run python3 -c pass` in a warm sandbox against the same exec sent to the agent
+#     directly over its socket in a bare VM.
+#  3. memory kosa8 adds per sandbox beyond the guest's RAM: QEMU's RSS over what the guest
+#     uses, and the daemon's growth per sandbox.
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from k8proto import Agent  # noqa: E402
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+KOSA8 = os.path.join(TOP, "build", "bin", "kosa8")
+GUEST = os.path.join(TOP, "build", "guest")
+N = int(os.environ.get("BENCH_N", "3"))
+MEM = 512
+
+
+def k(home, *args, check=True):
+    p = subprocess.run([KOSA8] + list(args), capture_output=True, text=True,
+                       env=dict(os.environ, KOSA8_HOME=home))
+    if check and p.returncode:
+        raise SystemExit("kosa8 %s: %s" % (" ".join(args), p.stderr))
+    return p
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def bare_vm(home, workdir, erofs=None):
+    """Boot the guest like kosa8d does, but by hand; returns (proc, agent, seconds to HELLO)."""
+    os.makedirs(workdir, exist_ok=True)
+    shutil.copy(os.path.join(home, "cache", "scratch-2G.qcow2"), os.path.join(workdir, "scratch.qcow2"))
+    args = ["qemu-system-x86_64", "-M", "microvm,acpi=off,pit=on,pic=off,rtc=off",
+            "-accel", "tcg,tb-size=128", "-cpu", "max", "-m", str(MEM), "-smp", "1",
+            "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+            "-kernel", os.path.join(GUEST, "vmlinux"), "-initrd", os.path.join(GUEST, "initramfs.cpio"),
+            "-append", "console=ttyS0 quiet panic=-1 reboot=t", "-serial", "null",
+            "-device", "virtio-serial-device,max_ports=2",
+            "-chardev", "socket,id=agent,path=%s/a.sock,server=on,wait=off" % workdir,
+            "-device", "virtserialport,chardev=agent,name=kosa8.agent",
+            "-blockdev", "driver=file,node-name=sf,filename=%s/scratch.qcow2" % workdir,
+            "-blockdev", "driver=qcow2,node-name=scratch,file=sf",
+            "-device", "virtio-blk-device,drive=scratch,serial=scratch"]
+    if erofs:
+        args += ["-blockdev", "driver=raw,node-name=img,read-only=on,file.driver=file,"
+                 "file.filename=%s,file.read-only=on" % erofs,
+                 "-device", "virtio-blk-device,drive=img,serial=slot0"]
+    args += ["-device", "virtio-rng-device"]
+    t0 = time.time()
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ag = Agent(os.path.join(workdir, "a.sock"))
+    ag.hello()
+    return proc, ag, time.time() - t0
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def main():
+    home = tempfile.mkdtemp(prefix="k8b-", dir="/tmp")
+    layout = subprocess.run([os.path.join(TOP, "scripts", "test-image.sh")], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    k(home, "daemon", "start")
+    st = json.loads(k(home, "daemon", "status", "--json").stdout)
+    print("accelerator: %s" % st["accel"])
+    k(home, "image", "load", layout, "--tag", "python:3.12-slim")
+    dpid = int(open(os.path.join(home, "kosa8d.lock")).read())
+
+    # 1. create-to-ready vs bare boot, alternating
+    kosa, bare = [], []
+    rss_daemon = [rss_kib(dpid)]
+    for i in range(N):
+        t0 = time.time()
+        k(home, "sandbox", "create", "b%d" % i, "--cpus", "1", "--memory", str(MEM), "--disk", "2")
+        kosa.append(time.time() - t0)
+        rss_daemon.append(rss_kib(dpid))
+        proc, ag, t = bare_vm(home, os.path.join(home, "bare%d" % i))
+        bare.append(t)
+        proc.kill()
+        proc.wait()
+    print("create-to-ready: kosa8 %.2f s, bare QEMU boot to agent HELLO %.2f s: ratio %.2fx "
+          "(kosa8 adds %+.0f%%)" % (med(kosa), med(bare), med(kosa) / med(bare),
+                                    100 * (med(kosa) / med(bare) - 1)))
+
+    # 2. run python3 -c pass: warm sandbox vs the agent alone
+    k(home, "sandbox", "pull", "b0", "python:3.12-slim")
+    disks = os.path.join(home, "images", "disks")
+    erofs = os.path.join(disks, os.listdir(disks)[0])
+    digest = "sha256:" + os.path.basename(erofs).split(".")[0]
+    proc, ag, _ = bare_vm(home, os.path.join(home, "barerun"), erofs)
+    ag.request({"op": "init", "time_ns": time.time_ns(), "hostname": "bare", "seed": "00" * 32,
+                "limits": {"pids": 1024, "memory_reserve_mib": 64}})
+    ag.request({"op": "image.mount", "slot": 0, "digest": digest})
+    env = ["PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    kr, ar = [], []
+    k(home, "sandbox", "run", "b0", "python:3.12-slim", "python3", "-c", "pass")  # warm
+    for i in range(N + 2):
+        t0 = time.time()
+        k(home, "sandbox", "run", "b0", "python:3.12-slim", "python3", "-c", "pass")
+        kr.append(time.time() - t0)
+        t0 = time.time()
+        out, ex = ag.run({"op": "run", "container": "%012x" % (0xb0000 + i), "image": digest,
+                          "argv": ["python3", "-c", "pass"], "env": env, "cwd": "/",
+                          "user": "0", "stdin": False, "rm": True, "detach": False})
+        ar.append(time.time() - t0)
+        assert ex.get("code") == 0, ex
+    print("run python3 -c pass: kosa8 CLI %.3f s, agent alone %.3f s: ratio %.2fx (kosa8 adds %.0f ms)"
+          % (med(kr), med(ar), med(kr) / med(ar), 1000 * (med(kr) - med(ar))))
+    qrss_bare = rss_kib(proc.pid)
+    proc.kill()
+    proc.wait()
+
+    # 3. memory
+    sb = json.loads(k(home, "sandbox", "inspect", "b0").stdout)
+    st = sb.get("stat", {})
+    used = (st.get("mem_total_kib", 0) - st.get("mem_free_kib", 0))
+    qrss = rss_kib(sb["pid"])
+    per_sb = (rss_daemon[-1] - rss_daemon[0]) / max(1, N)
+    print("memory: QEMU RSS %d MiB for a %d MiB guest using %d MiB (bare QEMU, same guest: %d MiB); "
+          "daemon grows %.0f KiB per sandbox" % (qrss // 1024, MEM, used // 1024,
+                                                  qrss_bare // 1024, per_sb))
+    print("memory kosa8 adds per sandbox beyond a bare QEMU: %+d MiB (QEMU) %+.1f MiB (daemon)"
+          % ((qrss - qrss_bare) // 1024, per_sb / 1024))
+    k(home, "daemon", "stop")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

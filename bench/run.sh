@@ -1,0 +1,6 @@
+#!/bin/sh
+# run.sh - all benchmarks (make bench). Ratios are measured side by side in one run.
+set -eu
+cd "$(dirname "$0")"
+echo "== sandbox core (issue 2)"
+python3 core.py
