@@ -47,7 +47,7 @@ def bare_vm(home, workdir, erofs=None):
     """Boot the guest like kosa8d does, but by hand; returns (proc, agent, seconds to HELLO)."""
     os.makedirs(workdir, exist_ok=True)
     shutil.copy(os.path.join(home, "cache", "scratch-2G.qcow2"), os.path.join(workdir, "scratch.qcow2"))
-    args = ["qemu-system-x86_64", "-M", "microvm,acpi=off,pit=on,pic=off,rtc=off",
+    args = ["qemu-system-x86_64", "-M", "microvm,acpi=off,pit=on,pic=on,rtc=off",
             "-accel", "tcg,tb-size=128", "-cpu", "max", "-m", str(MEM), "-smp", "1",
             "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
             "-kernel", os.path.join(GUEST, "vmlinux"), "-initrd", os.path.join(GUEST, "initramfs.cpio"),

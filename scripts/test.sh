@@ -13,5 +13,5 @@ make -s WERROR=1 san
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} ./tests/fuzz/run.sh
 echo "== unit + san + fuzz: $(( $(date +%s) - t0 )) s"
 cd tests/integration
-python3 -m pytest -v ${PYTEST_ARGS:-}
+/usr/bin/python3 -m pytest -v ${PYTEST_ARGS:-}
 echo "== all: $(( $(date +%s) - t0 )) s"

@@ -287,16 +287,26 @@ static struct timespec deadline_ts(int timeout_ms)
 
 int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err)
 {
-	struct timespec ts = deadline_ts(timeout_ms);
+	static const char host_hello[] = "{\"proto\":1}";
+	uint64_t deadline = now_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
 	int r = 0;
 
+	/* The agent says HELLO when it sees the port open. A reconnect faster than its
+	 * loop turns is invisible to it, so after a second of silence we greet it
+	 * (docs/protocol.md, "host HELLO"), and again every second. */
 	pthread_mutex_lock(&l->lock);
 	while (!l->hello && !l->broken) {
-		if (pthread_cond_timedwait(&l->cond, &l->lock, &ts) == ETIMEDOUT) {
+		struct timespec ts = deadline_ts(1000);
+		if (pthread_cond_timedwait(&l->cond, &l->lock, &ts) != ETIMEDOUT)
+			continue;
+		if (now_mono_ns() >= deadline) {
 			r = k8_err_set(err, -ETIMEDOUT,
 				       "the guest agent did not say hello within %d s", timeout_ms / 1000);
 			break;
 		}
+		pthread_mutex_unlock(&l->lock);
+		link_send(l, PROTO_HELLO, 0, 0, host_hello, sizeof(host_hello) - 1);
+		pthread_mutex_lock(&l->lock);
 	}
 	if (!r && !l->hello)
 		r = k8_err_set(err, -ECONNRESET, "%s", l->broken_why);

@@ -473,8 +473,8 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 			    sb_agent_request(sb, json_pack("{s:s}", "op", "ps"), 10000, &resp, NULL, &err))
 				r = reply_err(c, &err);
 			else
-				r = reply_json(c, 200, json_incref(json_object_get(resp, "containers")
-								   ?: json_array()));
+				r = reply_json(c, 200, sb_containers_json(sb, json_object_get(resp,
+											"containers")));
 			json_decref(resp);
 			sb_put(d, sb);
 		}

@@ -224,6 +224,7 @@ int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,
 		     struct stream **stream, struct k8_err *err);
 bool sb_name_valid(const char *name);
+json_t *sb_containers_json(struct sandbox *sb, json_t *agent_list);
 
 /* exec.c: bridges an upgraded API connection and an agent stream */
 struct exec_ctx;

@@ -227,10 +227,11 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 		}
 		goto fail;
 	}
+	json_t *det = json_pack("{s:s,s:O}", "container", x->container, "argv", x->argv);
+	if (image)
+		json_object_set_new(det, "image", json_string(image));
 	daemon_audit(d, is_run ? (detach ? "sandbox.start" : "sandbox.run") : "sandbox.exec",
-		     x->sb->name,
-		     json_pack("{s:s,s:s?,s:O}", "container", x->container, "image", image, "argv",
-			       x->argv));
+		     x->sb->name, det);
 	*out = x;
 	return 0;
 fail:

@@ -473,8 +473,8 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 		json_t *resp = NULL;
 		if (link_request(&sb->link, json_pack("{s:s}", "op", "ps"), 10000, &resp, NULL,
 				 &err) == 0) {
-			json_t *c = json_object_get(resp, "containers");
-			json_object_set(o, "containers", json_is_array(c) ? c : json_array());
+			json_object_set_new(o, "containers",
+					    sb_containers_json(sb, json_object_get(resp, "containers")));
 		}
 		json_decref(resp);
 		resp = NULL;
@@ -920,4 +920,44 @@ int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **r
 		     struct stream **stream, struct k8_err *err)
 {
 	return link_request(&sb->link, req, timeout_ms, resp, stream, err);
+}
+
+/* The agent's container list, made readable: image digests become the references the
+ * sandbox pulled them as, start times become RFC 3339. */
+json_t *sb_containers_json(struct sandbox *sb, json_t *list)
+{
+	json_t *out = json_array(), *c;
+	size_t i;
+
+	json_array_foreach(list, i, c) {
+		json_t *o;
+		const char *img;
+		json_int_t ns;
+		char ts[40];
+		time_t sec;
+		struct tm tm;
+
+		if (!json_is_object(c))
+			continue;
+		o = json_deep_copy(c);
+		img = json_string_value(json_object_get(c, "image"));
+		pthread_mutex_lock(&sb->lock);
+		for (int k = 0; img && k < sb->nimages; k++) {
+			const char *dg = sb->images[k].digest;
+			if (!strcmp(img, dg) || (strlen(img) == 64 && !strcmp(img, dg + 7))) {
+				json_object_set_new(o, "image", json_string(sb->images[k].ref));
+				json_object_set_new(o, "image_digest", json_string(dg));
+			}
+		}
+		pthread_mutex_unlock(&sb->lock);
+		ns = json_integer_value(json_object_get(c, "started_ns"));
+		if (ns > 0) {
+			sec = (time_t)(ns / 1000000000);
+			gmtime_r(&sec, &tm);
+			strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			json_object_set_new(o, "started", json_string(ts));
+		}
+		json_array_append_new(out, o);
+	}
+	return out;
 }

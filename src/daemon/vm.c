@@ -199,7 +199,7 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("-name");
 	ADD("kosa8,process=kosa8-vm");
 	ADD("-M");
-	ADD("microvm,acpi=off,pit=on,pic=off,rtc=off");
+	ADD("microvm,acpi=off,pit=on,pic=on,rtc=off");
 	ADD("-accel");
 	/* TCG's translation cache defaults to 1 GiB; 128 MiB keeps QEMU's own footprint
 	 * small and inside the host cgroup's allowance. */

@@ -45,9 +45,11 @@ def test_stdin_passes_through(home, sandbox, loaded):
 
 
 def test_signal_exit_code(home, sandbox, loaded):
+    # The command is PID 1 of its container, which ignores signals it has no handler
+    # for (as in Docker); a fault is delivered all the same: 128 + SIGSEGV.
     p = home("sandbox", "run", sandbox, loaded, "python3", "-c",
-             "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
-    assert p.returncode == 128 + 15
+             "import faulthandler; faulthandler.disable(); faulthandler._read_null()")
+    assert p.returncode == 128 + 11, (p.returncode, p.stderr)
 
 
 def test_output_streams_live(home, sandbox, loaded):

@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* agent.h - kosa8-agent (guest PID 1): the one context struct and each module's interface.
+ *
+ * Modules (one concern each):
+ *   main.c    PID 1 duties (boot mounts, reaping, never exiting) and the epoll loop
+ *   chan.c    the virtio-serial control channel: framing, outgoing queue, (re)connects
+ *   req.c     REQ parsing and validation, one handler per op
+ *   ctr.c     containers: create, stop, remove, list, limit events
+ *   proc.c    processes and their streams: pipes, flow-control windows, stdin, EXIT
+ *   launch.c  what runs between fork() and execve(): namespaces, rootfs, user, exec
+ *   mount.c   guest mounts: boot file systems, disks by serial, image slots, rootfs
+ *   cgroup.c  cgroup v2: the kosa8 subtree, one cgroup per container, events
+ *
+ * Errors: functions return 0 (or a count) or a negative errno; those that answer a
+ * request take a struct k8_err * for the message sent back to the host.
+ */
+#ifndef K8_AGENT_H
+#define K8_AGENT_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/proto.h"
+#include "common/util.h"
+
+#define AGENT_VERSION "0.1.0"
+
+/* Output is read from pipes in pieces that, with the 12-byte header, fit one 32 KiB
+ * virtio-serial write (the guest driver splits larger writes). */
+#define AGENT_OUT_CHUNK (32768u - PROTO_HDR_LEN)
+#define AGENT_LOG_CAP (16ull << 20)        /* detached container log, then dropped */
+#define AGENT_EXIT_GRACE_MS 250            /* output EOF wait after an exec'd process exits */
+#define AGENT_DEF_PIDS 1024
+#define AGENT_DEF_RESERVE_MIB 64
+#define AGENT_STOP_TIMEOUT_MS 10000
+#define AGENT_SCRATCH "/scratch"
+#define AGENT_CTR_DIR "/scratch/containers"
+#define AGENT_TRASH_DIR "/scratch/.trash"
+#define AGENT_IMAGES_DIR "/images"
+#define AGENT_CG_ROOT "/sys/fs/cgroup"
+#define AGENT_CG_DIR "/sys/fs/cgroup/kosa8"
+#define AGENT_SLOTS 8
+
+/* Limits on what one request may carry (defence in depth: the host is trusted, but a
+ * bug there must not become a crash here). */
+#define REQ_MAX_ARGV 4096
+#define REQ_MAX_STRV_BYTES (1u << 20)
+#define REQ_MAX_PATH 4096
+
+struct agent;
+
+/* What an epoll registration points at: every fd in the loop is embedded in one. */
+enum watch_kind { W_CHAN, W_SIGNAL, W_OUT, W_ERR, W_IN, W_CGEV };
+
+struct watch {
+	enum watch_kind kind;
+	int fd;            /* -1 once closed */
+	int registered;    /* in the epoll set */
+	uint32_t events;   /* interest while registered */
+	void *owner;       /* struct proc / struct ctr / NULL */
+};
+
+/* ---- channel (chan.c) ---- */
+struct outbuf {
+	struct outbuf *next;
+	size_t len, off;
+	unsigned char data[];
+};
+
+#define CHAN_HIGH (4u << 20)  /* queued bytes: stop reading pipes and the port above this */
+#define CHAN_LOW (1u << 20)   /* ... and resume below this */
+
+struct chan {
+	struct watch w;
+	char dev[64];
+	int connected;     /* host end open (as the guest driver reports it) */
+	int broken;        /* a bad header arrived: input is dropped until the next connect */
+	int congested;
+	int in_pending;    /* the port may hold input we did not read (congested) */
+	struct proto_reader rd;
+	struct outbuf *head, *tail;
+	size_t queued;
+	uint64_t connects;
+};
+
+/* ---- processes (proc.c) ---- */
+struct proc {
+	struct proc *next;
+	pid_t pid;
+	uint32_t stream;       /* REQ id of its run/exec; 0: no stream (detached, host gone) */
+	struct ctr *ctr;       /* NULL once the container record is gone */
+	int is_init;           /* the container's first process */
+	struct watch out, err, in;
+	uint32_t window;       /* output bytes the host still accepts */
+	unsigned char *ibuf;   /* stdin bytes received, not yet written to the pipe */
+	size_t ilen;
+	int in_eof;            /* host closed stdin: close the pipe once ibuf is drained */
+	int exited;
+	int status;            /* wait status */
+	int oom;
+	uint64_t exit_at;      /* monotonic ns of the exit */
+	int force_eof;         /* grace over: an empty pipe counts as EOF */
+	uint64_t oom_base;     /* memory.events oom_kill when it started */
+	int dead;
+};
+
+/* ---- containers (ctr.c) ---- */
+enum waiter_op { WAIT_STOP, WAIT_RM };
+
+struct waiter {
+	struct waiter *next;
+	uint32_t id;
+	enum waiter_op op;
+};
+
+struct ctr {
+	struct ctr *next;
+	char id[13];
+	char image[72];        /* "sha256:<hex>" */
+	char image_hex[65];
+	json_t *argv;
+	pid_t pid;
+	struct proc *init;
+	int running;
+	int exit_code, exit_signal, oom;
+	uint64_t started_ns;
+	int auto_rm, detach;
+	int remove_on_exit;    /* rm arrived while running */
+	int log_fd;
+	uint64_t log_bytes;
+	int log_full;
+	struct watch memev, pidsev;
+	uint64_t oom_kills, pids_hits;
+	uint64_t pids_event_at; /* monotonic ns of the last pids-limit EVENT */
+	uint64_t kill_at;      /* monotonic ns: SIGKILL the init then (0 = none) */
+	struct waiter *waiters;
+	int dead;
+};
+
+/* ---- cgroup removal retries (cgroup.c) ---- */
+struct cg_pending {
+	struct cg_pending *next;
+	char id[13];
+	int tries;
+	uint64_t at;
+};
+
+/* A `sync` running in a child: answered when the child is reaped (req.c). */
+struct sync_wait {
+	struct sync_wait *next;
+	pid_t pid;
+	uint32_t id;
+	int answer;            /* 0 once the host that asked went away */
+};
+
+struct agent {
+	int epfd;
+	int self_pidns;        /* /proc/self/ns/pid: restored after forking into another */
+	struct watch sig;
+	struct chan chan;
+	struct proc *procs, *dead_procs;
+	struct ctr *ctrs, *dead_ctrs;
+	struct cg_pending *cg_pending;
+	struct sync_wait *syncs;
+	char slot_image[AGENT_SLOTS][65]; /* hex digest mounted from slot N, "" if none */
+	int scratch_ok;
+	int cgroup_ok;
+	long pids_max;
+	long reserve_mib;
+	uint64_t boot_ms;      /* CLOCK_BOOTTIME when the agent was ready */
+	char kernel[65];
+	int disk_full;         /* disk-full EVENT sent, re-armed when space returns */
+	uint64_t disk_check_at;
+	unsigned char iobuf[64 * 1024];
+};
+
+/* ---- main.c ---- */
+void agent_log(const char *fmt, ...) K8_PRINTF(1, 2);
+/* Log, then reboot the VM (with -no-reboot QEMU exits): PID 1 must never return. */
+void agent_fatal(const char *fmt, ...) K8_PRINTF(1, 2) __attribute__((noreturn));
+/* Add, change or drop an fd's interest; events == 0 removes it from the set (so a
+ * hung-up pipe cannot spin the loop) while keeping the fd open. */
+int agent_watch(struct agent *a, struct watch *w, uint32_t events);
+/* Unregister and close. */
+void agent_unwatch(struct agent *a, struct watch *w);
+uint64_t agent_boottime_ms(void);
+/* EVENT disk-full when the scratch disk is (nearly) full; once until space returns. */
+void agent_disk_check(struct agent *a);
+
+/* ---- chan.c ---- */
+int chan_open(struct agent *a);
+void chan_event(struct agent *a, uint32_t events);
+/* Queue one frame for the host. Dropped (returns -ENOTCONN) when no host is connected:
+ * a frame means nothing to the next host. */
+int chan_send(struct agent *a, uint16_t type, uint16_t flags, uint32_t id, const void *p, size_t n);
+/* Send a JSON frame; takes ownership of `obj`. */
+int chan_send_json(struct agent *a, uint16_t type, uint32_t id, json_t *obj);
+int chan_resp_ok(struct agent *a, uint32_t id, json_t *obj);
+int chan_resp_err(struct agent *a, uint32_t id, const struct k8_err *err);
+int chan_event_json(struct agent *a, json_t *obj);
+int chan_congested(const struct agent *a);
+
+/* ---- req.c ---- */
+void req_handle(struct agent *a, uint32_t id, const unsigned char *payload, size_t len);
+/* A child was reaped: 1 when it was a `sync` helper (then answered). */
+int req_reaped(struct agent *a, pid_t pid);
+/* The host went away: pending `sync` answers are dropped (the syncs go on). */
+void req_drop_waiters(struct agent *a);
+
+/* ---- proc.c ---- */
+struct proc *proc_new(struct agent *a, pid_t pid, uint32_t stream, struct ctr *c, int in_fd,
+		      int out_fd, int err_fd);
+struct proc *proc_by_stream(struct agent *a, uint32_t stream);
+void proc_event(struct agent *a, struct watch *w, uint32_t events);
+void proc_stdin(struct agent *a, uint32_t stream, const unsigned char *p, size_t n, int eof);
+void proc_credit(struct agent *a, uint32_t stream, uint32_t n);
+void proc_signal(struct agent *a, uint32_t stream, uint32_t sig);
+/* A child was reaped: 1 when it was one of ours. */
+int proc_reaped(struct agent *a, pid_t pid, int status);
+/* The host went away: streams lose their ids, output goes to the container log. */
+void proc_orphan_all(struct agent *a);
+void proc_resume_all(struct agent *a);
+void proc_tick(struct agent *a, uint64_t now, uint64_t *next);
+void proc_gc(struct agent *a);
+
+/* ---- ctr.c ---- */
+struct ctr *ctr_find(struct agent *a, const char *id);
+struct launch;
+int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, json_t *argv,
+	    struct launch *l, int auto_rm, int detach, pid_t *pid, struct k8_err *err);
+int ctr_exec(struct agent *a, uint32_t reqid, struct ctr *c, struct launch *l, pid_t *pid,
+	     struct k8_err *err);
+json_t *ctr_list(struct agent *a);
+int ctr_running_count(struct agent *a);
+int ctr_count(struct agent *a);
+/* Both answer the request themselves, possibly later (when the init has exited). */
+void ctr_stop(struct agent *a, uint32_t reqid, struct ctr *c, int sig, uint64_t timeout_ms);
+void ctr_rm(struct agent *a, uint32_t reqid, struct ctr *c);
+/* The init was reaped (status known; output may still be draining). */
+void ctr_init_exited(struct agent *a, struct ctr *c, int status, int oom);
+/* The init's stream is complete: remove the container if it was started with rm. */
+void ctr_init_done(struct agent *a, struct ctr *c);
+void ctr_log_write(struct agent *a, struct ctr *c, const void *p, size_t n);
+void ctr_cg_event(struct agent *a, struct watch *w);
+void ctr_drop_waiters(struct agent *a);
+void ctr_tick(struct agent *a, uint64_t now, uint64_t *next);
+void ctr_gc(struct agent *a);
+int ctr_image_in_use(struct agent *a, const char *hex);
+/* Move /scratch/containers leftovers of an earlier boot to the trash, empty the trash. */
+void ctr_boot_cleanup(struct agent *a);
+
+/* ---- launch.c ---- */
+struct launch {
+	char **argv;           /* NULL-terminated, argv[0] searched in the env's PATH */
+	char **envp;           /* NULL-terminated, exactly what the process gets */
+	const char *cwd;
+	const char *user;      /* "user[:group]", names or numbers, checked by req.c; resolved
+				  in the container (its /etc/passwd and /etc/group) */
+	int want_stdin;        /* a pipe; else /dev/null */
+	int detach;            /* no stdin at all */
+	/* run: a new container (namespaces, overlay root) */
+	const char *ctr_id;
+	const char *lower;     /* /images/<hex> */
+	/* exec: join the namespaces of this pid (the container's init) */
+	pid_t target;
+};
+
+struct launch_out {
+	pid_t pid;
+	int in_fd, out_fd, err_fd; /* agent's ends, nonblocking; in_fd -1 without stdin */
+};
+
+int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, struct k8_err *err);
+
+/* ---- mount.c ---- */
+/* Boot: leave the initramfs for a tmpfs root, mount /proc /sys /dev ... */
+void mnt_boot(struct agent *a);
+int mnt_scratch(struct agent *a);
+/* /dev/vdX whose virtio-blk serial is `serial`. */
+int mnt_find_disk(const char *serial, char *dev, size_t devlen);
+int mnt_image(struct agent *a, int slot, const char *hex, struct k8_err *err);
+/* In the child of a new container: overlay root, /proc, /dev, pivot_root.
+ * On failure, fills msg. */
+int mnt_ctr_rootfs(const char *id, const char *lower, char *msg, size_t msglen);
+
+/* ---- cgroup.c ---- */
+void cg_boot(struct agent *a);
+void cg_apply_limits(struct agent *a);
+int cg_create(struct agent *a, const char *id, struct k8_err *err);
+int cg_attach(const char *id, pid_t pid);
+int cg_open_events(struct agent *a, struct ctr *c);
+/* Counter `key` of the container's memory.events or pids.events. */
+uint64_t cg_counter(const char *id, const char *file, const char *key);
+/* The same through an open events file (re-reading it re-arms its EPOLLPRI). */
+uint64_t cg_counter_fd(int fd, const char *key);
+/* rmdir, retried later while the cgroup still holds dying tasks. */
+void cg_remove(struct agent *a, const char *id);
+void cg_tick(struct agent *a, uint64_t now, uint64_t *next);
+uint64_t cg_mem_total_kib(void);
+
+#endif

@@ -1,0 +1,434 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* launch.c - starting a container process: fork into the right PID namespace, join
+ * the container's cgroup, set up (run) or join (exec) its other namespaces, become its
+ * user and execve() argv searched in the process's own PATH.
+ *
+ * Parent and child, step by step:
+ *   parent  unshare(CLONE_NEWPID) (run) or setns(<init>/ns/pid) (exec), fork(), then
+ *           setns back to its own PID namespace (only children ever change namespace)
+ *   child   waits on the sync pipe
+ *   parent  writes the child's pid into the cgroup's cgroup.procs, then releases it
+ *   child   oom_score_adj 0, namespaces + rootfs (or setns into the init's), cwd,
+ *           groups/uid/gid, capabilities (Docker's default set minus CAP_MKNOD),
+ *           stdio, default signals, every other fd close-on-exec, execve()
+ *   parent  reads the report pipe (close-on-exec in the child): EOF means execve()
+ *           succeeded; otherwise an {errno, message} record explains the failure and
+ *           the request is answered ok:false (the daemon turns ENOENT into 127).
+ * So every limit is in force before the first instruction of the user's program runs.
+ */
+#include "agent.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#define LAUNCH_TIMEOUT_MS 30000
+#define LAUNCH_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct launch_msg {
+	int32_t err;
+	char msg[500];
+};
+
+/* Docker's default capabilities for root in a container, without CAP_MKNOD: there is
+ * no device cgroup here (it needs BPF), so a device node made in a container could
+ * reach the VM's disks. */
+static const uint64_t launch_caps =
+	1ull << CAP_CHOWN | 1ull << CAP_DAC_OVERRIDE | 1ull << CAP_FSETID | 1ull << CAP_FOWNER |
+	1ull << CAP_NET_RAW | 1ull << CAP_SETGID | 1ull << CAP_SETUID | 1ull << CAP_SETFCAP |
+	1ull << CAP_SETPCAP | 1ull << CAP_NET_BIND_SERVICE | 1ull << CAP_SYS_CHROOT |
+	1ull << CAP_KILL | 1ull << CAP_AUDIT_WRITE;
+
+static void launch_fail(int rep, int e, const char *fmt, ...) K8_PRINTF(3, 4) __attribute__((noreturn));
+static void launch_fail(int rep, int e, const char *fmt, ...)
+{
+	struct launch_msg m = { .err = e ? e : EIO };
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(m.msg, sizeof(m.msg), fmt, ap);
+	va_end(ap);
+	(void)!write(rep, &m, sizeof(m));
+	_exit(127);
+}
+
+static const char *launch_getenv(char *const envp[], const char *key)
+{
+	size_t n = strlen(key);
+
+	for (; *envp; envp++)
+		if (!strncmp(*envp, key, n) && (*envp)[n] == '=')
+			return *envp + n + 1;
+	return NULL;
+}
+
+/* execvpe() semantics, but the search uses the PATH of the process's own environment
+ * (glibc's execvpe searches the caller's). Returns the errno to report. */
+static int launch_exec(char *const argv[], char *const envp[])
+{
+	const char *file = argv[0], *path, *p;
+	char buf[REQ_MAX_PATH + 256];
+	int eacces = 0;
+
+	if (strchr(file, '/')) {
+		execve(file, argv, envp);
+		return errno;
+	}
+	path = launch_getenv(envp, "PATH");
+	if (!path)
+		path = LAUNCH_DEFAULT_PATH;
+	for (p = path;; p++) {
+		const char *end = strchrnul(p, ':');
+		size_t dl = (size_t)(end - p);
+
+		if (dl + strlen(file) + 2 <= sizeof(buf)) {
+			if (dl == 0) {
+				snprintf(buf, sizeof(buf), "%s", file);
+			} else {
+				memcpy(buf, p, dl);
+				buf[dl] = '/';
+				snprintf(buf + dl + 1, sizeof(buf) - dl - 1, "%s", file);
+			}
+			execve(buf, argv, envp);
+			switch (errno) {
+			case EACCES:
+				eacces = 1;
+				break;
+			case ENOENT:
+			case ENOTDIR:
+			case ESTALE:
+			case ENODEV:
+			case ETIMEDOUT:
+				break;
+			default:
+				return errno;
+			}
+		}
+		p = end;
+		if (!*p)
+			break;
+	}
+	return eacces ? EACCES : ENOENT;
+}
+
+static int launch_is_num(const char *s)
+{
+	if (!*s)
+		return 0;
+	for (; *s; s++)
+		if (*s < '0' || *s > '9')
+			return 0;
+	return 1;
+}
+
+/* Find the line of /etc/passwd or /etc/group (in the container) whose field 0 is `name`,
+ * or whose field 2 is `id` when name is NULL. Fills f[0..3] (pointers into *buf). */
+static int launch_dbfind(const char *file, const char *name, unsigned long id, char **buf, char *f[4],
+			 char **rest)
+{
+	char *line, *save = NULL;
+
+	if (!*buf && read_file(file, 1 << 20, buf, NULL) < 0)
+		return 0;
+	for (line = strtok_r(*buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *s = line;
+		int i;
+
+		for (i = 0; i < 4 && s; i++) {
+			f[i] = s;
+			s = strchr(s, ':');
+			if (s)
+				*s++ = '\0';
+		}
+		if (i < 4 || !launch_is_num(f[2]))
+			continue;
+		if (name ? !strcmp(f[0], name) : strtoul(f[2], NULL, 10) == id) {
+			*rest = s ? s : f[3] + strlen(f[3]);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Resolve "user[:group]" the way Docker does: numbers as they are, names through the
+ * image's files; without a group, the user's primary group (or 0); supplementary groups
+ * from /etc/group for a user that has a passwd entry. */
+static void launch_resolve_user(const char *spec, uid_t *uid, gid_t *gid, gid_t *groups, int *ngroups,
+				int rep)
+{
+	char user[72], *group = NULL, *f[4], *rest, *buf = NULL;
+	const char *uname = NULL;
+	int have_gid = 0;
+
+	snprintf(user, sizeof(user), "%s", spec);
+	group = strchr(user, ':');
+	if (group)
+		*group++ = '\0';
+	*gid = 0;
+	*ngroups = 0;
+	if (launch_is_num(user)) {
+		*uid = (uid_t)strtoul(user, NULL, 10);
+		if (launch_dbfind("/etc/passwd", NULL, *uid, &buf, f, &rest)) {
+			*gid = (gid_t)strtoul(f[3], NULL, 10);
+			uname = f[0];
+		}
+	} else if (launch_dbfind("/etc/passwd", user, 0, &buf, f, &rest)) {
+		*uid = (uid_t)strtoul(f[2], NULL, 10);
+		*gid = (gid_t)strtoul(f[3], NULL, 10);
+		uname = f[0];
+	} else {
+		launch_fail(rep, EINVAL, "user %s: not in the image's /etc/passwd", user);
+	}
+	char name[72];
+	snprintf(name, sizeof(name), "%s", uname ? uname : "");
+	free(buf);
+	buf = NULL;
+	if (group && launch_is_num(group)) {
+		*gid = (gid_t)strtoul(group, NULL, 10);
+		have_gid = 1;
+	} else if (group) {
+		if (!launch_dbfind("/etc/group", group, 0, &buf, f, &rest))
+			launch_fail(rep, EINVAL, "group %s: not in the image's /etc/group", group);
+		*gid = (gid_t)strtoul(f[2], NULL, 10);
+		have_gid = 1;
+		free(buf);
+		buf = NULL;
+	}
+	/* Supplementary groups, as initgroups() makes them: the primary group, then (without
+	 * an explicit group, as in Docker's "user:group") every group listing the user. */
+	groups[(*ngroups)++] = *gid;
+	if (name[0] && !have_gid && read_file("/etc/group", 1 << 20, &buf, NULL) == 0) {
+		char *line, *save = NULL;
+
+		for (line = strtok_r(buf, "\n", &save); line && *ngroups < 64;
+		     line = strtok_r(NULL, "\n", &save)) {
+			char *g[4] = { 0 }, *s = line, *m, *msave = NULL;
+			int i;
+
+			for (i = 0; i < 4 && s; i++) {
+				g[i] = s;
+				s = i < 3 ? strchr(s, ':') : NULL;
+				if (s)
+					*s++ = '\0';
+			}
+			if (i < 4 || !launch_is_num(g[2]))
+				continue;
+			for (m = strtok_r(g[3], ",", &msave); m; m = strtok_r(NULL, ",", &msave))
+				if (!strcmp(m, name) && (gid_t)strtoul(g[2], NULL, 10) != *gid)
+					groups[(*ngroups)++] = (gid_t)strtoul(g[2], NULL, 10);
+		}
+	}
+	free(buf);
+}
+
+static void launch_identity(const struct launch *l, int rep)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+	struct __user_cap_data_struct data[2];
+	struct rlimit rl = { .rlim_cur = 1024, .rlim_max = 524288 };
+	gid_t gid, groups[64];
+	uid_t uid;
+	int ngroups;
+
+	launch_resolve_user(l->user, &uid, &gid, groups, &ngroups, rep);
+	setrlimit(RLIMIT_NOFILE, &rl);
+	if (setgroups((size_t)ngroups, groups) < 0)
+		launch_fail(rep, errno, "setgroups: %s", strerror(errno));
+	if (setgid(gid) < 0)
+		launch_fail(rep, errno, "setgid %u: %s", (unsigned)gid, strerror(errno));
+	for (int cap = 0; cap < 64; cap++)
+		if (!(launch_caps & (1ull << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 &&
+		    errno != EINVAL)
+			launch_fail(rep, errno, "dropping capability %d: %s", cap, strerror(errno));
+	if (setuid(uid) < 0)
+		launch_fail(rep, errno, "setuid %u: %s", (unsigned)uid, strerror(errno));
+	if (uid == 0) {
+		memset(data, 0, sizeof(data));
+		data[0].effective = data[0].permitted = (uint32_t)launch_caps;
+		data[1].effective = data[1].permitted = (uint32_t)(launch_caps >> 32);
+		if (syscall(SYS_capset, &hdr, data) < 0)
+			launch_fail(rep, errno, "capset: %s", strerror(errno));
+	}
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+}
+
+static void launch_child(const struct launch *l, int in_fd, int out_fd, int err_fd, int sync_fd,
+			 int rep, const int ns[4]) __attribute__((noreturn));
+static void launch_child(const struct launch *l, int in_fd, int out_fd, int err_fd, int sync_fd,
+			 int rep, const int ns[4])
+{
+	char msg[400], c;
+	sigset_t none;
+	int fd, e;
+
+	/* Until the parent put us into the container's cgroup, do nothing. */
+	if (read(sync_fd, &c, 1) != 1)
+		_exit(126);
+	fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)!write(fd, "0", 1);
+		close(fd);
+	}
+	if (!l->target) {
+		if (unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC) < 0)
+			launch_fail(rep, errno, "unshare: %s", strerror(errno));
+		if (sethostname(l->ctr_id, strlen(l->ctr_id)) < 0)
+			launch_fail(rep, errno, "sethostname: %s", strerror(errno));
+		if ((e = mnt_ctr_rootfs(l->ctr_id, l->lower, msg, sizeof(msg))) < 0)
+			launch_fail(rep, -e, "%s", msg);
+		mkdir_p(l->cwd, 0755); /* like Docker's working directory */
+	} else {
+		if (setns(ns[1], CLONE_NEWNS) < 0 || setns(ns[2], CLONE_NEWUTS) < 0 ||
+		    setns(ns[3], CLONE_NEWIPC) < 0)
+			launch_fail(rep, errno, "joining the container's namespaces: %s", strerror(errno));
+	}
+	if (chdir(l->cwd) < 0)
+		launch_fail(rep, errno, "chdir %s: %s", l->cwd, strerror(errno));
+	launch_identity(l, rep);
+	if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
+		launch_fail(rep, errno, "dup2: %s", strerror(errno));
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Everything the agent holds is O_CLOEXEC already; this covers whatever is not. */
+	syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
+	e = launch_exec(l->argv, l->envp);
+	launch_fail(rep, e, "exec %s: %s", l->argv[0], strerror(e));
+}
+
+static void launch_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static int launch_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
+}
+
+int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, struct k8_err *err)
+{
+	static const char *const nsname[4] = { "pid", "mnt", "uts", "ipc" };
+	int out[2] = { -1, -1 }, errp[2] = { -1, -1 }, in[2] = { -1, -1 };
+	int syncp[2] = { -1, -1 }, rep[2] = { -1, -1 }, ns[4] = { -1, -1, -1, -1 };
+	struct launch_msg m;
+	struct pollfd pfd;
+	pid_t pid;
+	ssize_t n;
+	int r = 0, i, fe;
+
+	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 ||
+	    pipe2(rep, O_CLOEXEC) < 0) {
+		r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
+		goto out;
+	}
+	if (l->want_stdin) {
+		if (pipe2(in, O_CLOEXEC) < 0) {
+			r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
+			goto out;
+		}
+	} else if ((in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+		r = k8_err_set(err, -errno, "open /dev/null: %s", strerror(errno));
+		goto out;
+	}
+	if (l->target) {
+		for (i = 0; i < 4; i++) {
+			char path[64];
+
+			snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)l->target, nsname[i]);
+			ns[i] = open(path, O_RDONLY | O_CLOEXEC);
+			if (ns[i] < 0) {
+				r = k8_err_set(err, errno == ENOENT ? -ESRCH : -errno,
+					       "container %s is not running (%s: %s)", l->ctr_id, path,
+					       strerror(errno));
+				goto out;
+			}
+		}
+		if (setns(ns[0], CLONE_NEWPID) < 0) {
+			r = k8_err_set(err, -errno, "setns pid: %s", strerror(errno));
+			goto out;
+		}
+	} else if (unshare(CLONE_NEWPID) < 0) {
+		r = k8_err_set(err, -errno, "unshare pid: %s", strerror(errno));
+		goto out;
+	}
+	pid = fork();
+	fe = errno;
+	if (pid == 0)
+		launch_child(l, in[0], out[1], errp[1], syncp[0], rep[1], ns);
+	/* Every later fork (cleanup helpers, the next container) must start from our own
+	 * PID namespace again; if that is impossible the agent cannot go on. */
+	if (setns(a->self_pidns, CLONE_NEWPID) < 0)
+		agent_fatal("returning to the agent's PID namespace: %s", strerror(errno));
+	if (pid < 0) {
+		r = k8_err_set(err, -fe, "fork: %s", strerror(fe));
+		goto out;
+	}
+	launch_close(&out[1]);
+	launch_close(&errp[1]);
+	launch_close(&in[0]);
+	launch_close(&syncp[0]);
+	launch_close(&rep[1]);
+	if ((r = cg_attach(l->ctr_id, pid)) < 0) {
+		k8_err_set(err, r, "joining cgroup kosa8/%s: %s", l->ctr_id, strerror(-r));
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	(void)!write(syncp[1], "g", 1);
+	launch_close(&syncp[1]);
+	pfd = (struct pollfd){ .fd = rep[0], .events = POLLIN };
+	while ((r = poll(&pfd, 1, LAUNCH_TIMEOUT_MS)) < 0 && errno == EINTR)
+		;
+	if (r <= 0) {
+		r = k8_err_set(err, -ETIMEDOUT, "the new process did not reach execve() in %d s",
+			       LAUNCH_TIMEOUT_MS / 1000);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	while ((n = read(rep[0], &m, sizeof(m))) < 0 && errno == EINTR)
+		;
+	if (n > 0) {
+		m.msg[sizeof(m.msg) - 1] = '\0';
+		r = k8_err_set(err, -(m.err > 0 ? m.err : EIO), "%s", m.msg);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	r = 0;
+	if (launch_nonblock(out[0]) < 0 || launch_nonblock(errp[0]) < 0 ||
+	    (in[1] >= 0 && launch_nonblock(in[1]) < 0))
+		agent_log("fcntl O_NONBLOCK: %s", strerror(errno));
+	o->pid = pid;
+	o->out_fd = steal_fd(&out[0]);
+	o->err_fd = steal_fd(&errp[0]);
+	o->in_fd = steal_fd(&in[1]);
+out:
+	launch_close(&out[0]);
+	launch_close(&out[1]);
+	launch_close(&errp[0]);
+	launch_close(&errp[1]);
+	launch_close(&in[0]);
+	launch_close(&in[1]);
+	launch_close(&syncp[0]);
+	launch_close(&syncp[1]);
+	launch_close(&rep[0]);
+	launch_close(&rep[1]);
+	for (i = 0; i < 4; i++)
+		launch_close(&ns[i]);
+	return r;
+}

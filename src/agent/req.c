@@ -1,0 +1,559 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* req.c - REQ frames: JSON parsing, validation of every field, one handler per op.
+ *
+ * A handler returns 0 when it has answered (or will answer later: stop, rm), or a
+ * negative errno with `err` filled, and req_handle answers {"ok":false,...}.
+ * Strings from the host are length-checked here; nothing later trusts a length.
+ */
+#include "agent.h"
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <linux/random.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+
+static int req_str(json_t *o, const char *key, size_t max, int required, const char **out,
+		   struct k8_err *err)
+{
+	json_t *v = json_object_get(o, key);
+
+	*out = NULL;
+	if (!v || json_is_null(v)) {
+		if (required)
+			return k8_err_set(err, -EINVAL, "missing field '%s'", key);
+		return 0;
+	}
+	if (!json_is_string(v))
+		return k8_err_set(err, -EINVAL, "field '%s' must be a string", key);
+	if (json_string_length(v) > max)
+		return k8_err_set(err, -ENAMETOOLONG, "field '%s' is longer than %zu bytes", key, max);
+	*out = json_string_value(v);
+	return 0;
+}
+
+/* A NULL-terminated vector pointing into the JSON strings (valid while `o` lives). */
+static int req_strv(json_t *o, const char *key, int required, int nonempty, char ***out,
+		    struct k8_err *err)
+{
+	json_t *v = json_object_get(o, key), *e;
+	size_t i, n, total = 0;
+	char **vec;
+
+	*out = NULL;
+	if (!v || json_is_null(v)) {
+		if (required)
+			return k8_err_set(err, -EINVAL, "missing field '%s'", key);
+		*out = xcalloc(1, sizeof(char *));
+		return 0;
+	}
+	if (!json_is_array(v))
+		return k8_err_set(err, -EINVAL, "field '%s' must be an array of strings", key);
+	n = json_array_size(v);
+	if (n > REQ_MAX_ARGV)
+		return k8_err_set(err, -E2BIG, "field '%s' has more than %d entries", key, REQ_MAX_ARGV);
+	if (nonempty && n == 0)
+		return k8_err_set(err, -EINVAL, "field '%s' must not be empty", key);
+	vec = xcalloc(n + 1, sizeof(char *));
+	json_array_foreach(v, i, e) {
+		if (!json_is_string(e)) {
+			free(vec);
+			return k8_err_set(err, -EINVAL, "field '%s' must be an array of strings", key);
+		}
+		total += json_string_length(e) + 1;
+		if (total > REQ_MAX_STRV_BYTES) {
+			free(vec);
+			return k8_err_set(err, -E2BIG, "field '%s' is larger than %u bytes", key,
+					  REQ_MAX_STRV_BYTES);
+		}
+		vec[i] = (char *)json_string_value(e);
+	}
+	*out = vec;
+	return 0;
+}
+
+static int req_bool(json_t *o, const char *key, int *out, struct k8_err *err)
+{
+	json_t *v = json_object_get(o, key);
+
+	*out = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v))
+		return k8_err_set(err, -EINVAL, "field '%s' must be true or false", key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int req_int(json_t *o, const char *key, long long min, long long max, long long def,
+		   long long *out, struct k8_err *err)
+{
+	json_t *v = json_object_get(o, key);
+
+	*out = def;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+		return k8_err_set(err, -EINVAL, "field '%s' must be an integer in %lld..%lld", key,
+				  min, max);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+static int req_is_hex(const char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return s[n] == '\0';
+}
+
+static int req_ctr_id(json_t *o, const char **id, struct k8_err *err)
+{
+	int r = req_str(o, "container", 64, 1, id, err);
+
+	if (r < 0)
+		return r;
+	if (strlen(*id) != 12 || !req_is_hex(*id, 12))
+		return k8_err_set(err, -EINVAL, "field 'container' must be 12 lowercase hex digits");
+	return 0;
+}
+
+static int req_digest(json_t *o, const char *key, const char **hex, struct k8_err *err)
+{
+	const char *d;
+	int r = req_str(o, key, 80, 1, &d, err);
+
+	if (r < 0)
+		return r;
+	if (strncmp(d, "sha256:", 7) || strlen(d) != 71 || !req_is_hex(d + 7, 64))
+		return k8_err_set(err, -EINVAL, "field '%s' must be sha256:<64 hex digits>", key);
+	*hex = d + 7;
+	return 0;
+}
+
+static int req_user_part(const char *s, size_t n)
+{
+	size_t i;
+
+	if (n == 0 || n > 64 || s[0] == '-')
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.')
+			return 0;
+	return 1;
+}
+
+/* "user[:group]", each a name or a number, as in Docker and the OCI image config. The
+ * names are looked up in the container's own /etc/passwd and /etc/group (launch.c). */
+static int req_user(json_t *o, struct launch *l, struct k8_err *err)
+{
+	const char *u, *colon;
+	int r = req_str(o, "user", 140, 0, &u, err);
+
+	l->user = "0";
+	if (r < 0 || !u || !*u)
+		return r;
+	colon = strchr(u, ':');
+	if (!req_user_part(u, colon ? (size_t)(colon - u) : strlen(u)) ||
+	    (colon && !req_user_part(colon + 1, strlen(colon + 1))))
+		return k8_err_set(err, -EINVAL, "field 'user' must be user[:group] (names or numbers)");
+	l->user = u;
+	return 0;
+}
+
+/* The fields run and exec share: argv, env, cwd, user, stdin. */
+static int req_launch(json_t *o, struct launch *l, struct k8_err *err)
+{
+	const char *cwd;
+	size_t i;
+	int r;
+
+	memset(l, 0, sizeof(*l));
+	if ((r = req_strv(o, "argv", 1, 1, &l->argv, err)) < 0)
+		return r;
+	if (!l->argv[0][0])
+		return k8_err_set(err, -EINVAL, "argv[0] must not be empty");
+	if ((r = req_strv(o, "env", 0, 0, &l->envp, err)) < 0)
+		return r;
+	for (i = 0; l->envp[i]; i++) {
+		const char *eq = strchr(l->envp[i], '=');
+		if (!eq || eq == l->envp[i])
+			return k8_err_set(err, -EINVAL, "env entry %zu is not KEY=VALUE", i);
+	}
+	if ((r = req_str(o, "cwd", REQ_MAX_PATH, 0, &cwd, err)) < 0)
+		return r;
+	if (cwd && *cwd && cwd[0] != '/')
+		return k8_err_set(err, -EINVAL, "field 'cwd' must be an absolute path");
+	l->cwd = cwd && *cwd ? cwd : "/";
+	if ((r = req_user(o, l, err)) < 0)
+		return r;
+	return req_bool(o, "stdin", &l->want_stdin, err);
+}
+
+static void req_launch_free(struct launch *l)
+{
+	free(l->argv);
+	free(l->envp);
+	l->argv = l->envp = NULL;
+}
+
+static int req_seed(const char *hex, struct k8_err *err)
+{
+	size_t n = strlen(hex), i;
+	struct rand_pool_info *pool;
+	unsigned char *buf;
+	int fd, r = 0;
+
+	if (n % 2 || n < 64 || n > 1024)
+		return k8_err_set(err, -EINVAL, "field 'seed' must be 32 to 512 bytes in hex");
+	pool = xcalloc(1, sizeof(*pool) + n / 2);
+	buf = (unsigned char *)pool->buf;
+	for (i = 0; i < n / 2; i++) {
+		unsigned v = 0;
+		for (int k = 0; k < 2; k++) {
+			char ch = hex[2 * i + (size_t)k];
+			v <<= 4;
+			if (ch >= '0' && ch <= '9')
+				v |= (unsigned)(ch - '0');
+			else if (ch >= 'a' && ch <= 'f')
+				v |= (unsigned)(ch - 'a' + 10);
+			else if (ch >= 'A' && ch <= 'F')
+				v |= (unsigned)(ch - 'A' + 10);
+			else
+				r = -EINVAL;
+		}
+		buf[i] = (unsigned char)v;
+	}
+	if (r < 0) {
+		free(pool);
+		return k8_err_set(err, r, "field 'seed' is not hex");
+	}
+	/* Both: the bytes mix into the pool (write), and are credited as entropy (ioctl). */
+	fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		r = write_full(fd, buf, n / 2);
+		close(fd);
+	}
+	fd = open("/dev/random", O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+	} else {
+		pool->entropy_count = (int)(n / 2 * 8);
+		pool->buf_size = (int)(n / 2);
+		if (ioctl(fd, RNDADDENTROPY, pool) < 0)
+			r = -errno;
+		close(fd);
+	}
+	explicit_bzero(pool, sizeof(*pool) + n / 2);
+	free(pool);
+	return r < 0 ? k8_err_set(err, r, "seeding the RNG: %s", strerror(-r)) : 0;
+}
+
+static int req_init(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	const char *host, *seed;
+	long long t, pids, reserve;
+	json_t *lim = json_object_get(req, "limits");
+	size_t i;
+	int r;
+
+	if ((r = req_int(req, "time_ns", 0, INT64_MAX, 0, &t, err)) < 0 ||
+	    (r = req_str(req, "hostname", 64, 0, &host, err)) < 0 ||
+	    (r = req_str(req, "seed", 1024, 0, &seed, err)) < 0)
+		return r;
+	if (lim && !json_is_null(lim) && !json_is_object(lim))
+		return k8_err_set(err, -EINVAL, "field 'limits' must be an object");
+	if ((r = req_int(lim, "pids", 16, 4194304, a->pids_max, &pids, err)) < 0 ||
+	    (r = req_int(lim, "memory_reserve_mib", 0, 1 << 20, a->reserve_mib, &reserve, err)) < 0)
+		return r;
+	if (host) {
+		for (i = 0; host[i]; i++)
+			if (!isalnum((unsigned char)host[i]) && host[i] != '-' && host[i] != '.')
+				return k8_err_set(err, -EINVAL, "field 'hostname' may hold letters, digits, '-' and '.'");
+	}
+	if (seed && (r = req_seed(seed, err)) < 0)
+		return r;
+	if (t > 0) {
+		struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ll),
+				       .tv_nsec = (long)(t % 1000000000ll) };
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+			return k8_err_set(err, -errno, "clock_settime: %s", strerror(errno));
+	}
+	if (host && *host && sethostname(host, strlen(host)) < 0)
+		return k8_err_set(err, -errno, "sethostname: %s", strerror(errno));
+	a->pids_max = (long)pids;
+	a->reserve_mib = (long)reserve;
+	cg_apply_limits(a);
+	chan_resp_ok(a, id, NULL);
+	return 0;
+}
+
+static int req_image_mount(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	const char *hex;
+	long long slot;
+	int r;
+
+	if ((r = req_int(req, "slot", 0, AGENT_SLOTS - 1, -1, &slot, err)) < 0 ||
+	    (r = req_digest(req, "digest", &hex, err)) < 0)
+		return r;
+	if (slot < 0)
+		return k8_err_set(err, -EINVAL, "missing field 'slot'");
+	if ((r = mnt_image(a, (int)slot, hex, err)) < 0)
+		return r;
+	chan_resp_ok(a, id, json_pack("{s:s+}", "path", AGENT_IMAGES_DIR "/", hex));
+	return 0;
+}
+
+static int req_image_mounted(struct agent *a, const char *hex)
+{
+	for (int i = 0; i < AGENT_SLOTS; i++)
+		if (!strcmp(a->slot_image[i], hex))
+			return 1;
+	return 0;
+}
+
+static int req_stream_free(struct agent *a, uint32_t id, struct k8_err *err)
+{
+	if (id == 0)
+		return k8_err_set(err, -EINVAL, "run/exec need a nonzero request id (it names the stream)");
+	if (proc_by_stream(a, id))
+		return k8_err_set(err, -EEXIST, "stream %u is still open", id);
+	return 0;
+}
+
+static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	const char *cid, *hex;
+	struct launch l;
+	int auto_rm, detach, r;
+	pid_t pid;
+
+	if ((r = req_ctr_id(req, &cid, err)) < 0 || (r = req_digest(req, "image", &hex, err)) < 0 ||
+	    (r = req_bool(req, "rm", &auto_rm, err)) < 0 ||
+	    (r = req_bool(req, "detach", &detach, err)) < 0)
+		return r;
+	if (!detach && (r = req_stream_free(a, id, err)) < 0)
+		return r;
+	if ((r = req_launch(req, &l, err)) < 0)
+		goto out;
+	if (ctr_find(a, cid)) {
+		r = k8_err_set(err, -EEXIST, "container %s already exists", cid);
+		goto out;
+	}
+	if (!req_image_mounted(a, hex)) {
+		r = k8_err_set(err, -ENOENT, "image sha256:%s is not mounted (image.mount first)", hex);
+		goto out;
+	}
+	if (detach)
+		l.want_stdin = 0;
+	l.detach = detach;
+	r = ctr_run(a, id, cid, hex, json_object_get(req, "argv"), &l, auto_rm, detach, &pid, err);
+	if (r == 0)
+		chan_resp_ok(a, id, json_pack("{s:i}", "pid", (int)pid));
+out:
+	req_launch_free(&l);
+	return r;
+}
+
+static int req_exec(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	const char *cid;
+	struct launch l;
+	struct ctr *c;
+	pid_t pid;
+	int r;
+
+	if ((r = req_ctr_id(req, &cid, err)) < 0 || (r = req_stream_free(a, id, err)) < 0)
+		return r;
+	if ((r = req_launch(req, &l, err)) < 0)
+		goto out;
+	c = ctr_find(a, cid);
+	if (!c) {
+		r = k8_err_set(err, -ENOENT, "no such container %s", cid);
+		goto out;
+	}
+	r = ctr_exec(a, id, c, &l, &pid, err);
+	if (r == 0)
+		chan_resp_ok(a, id, json_pack("{s:i}", "pid", (int)pid));
+out:
+	req_launch_free(&l);
+	return r;
+}
+
+static int req_ps(struct agent *a, uint32_t id, json_t *req K8_UNUSED, struct k8_err *err K8_UNUSED)
+{
+	chan_resp_ok(a, id, json_pack("{s:o}", "containers", ctr_list(a)));
+	return 0;
+}
+
+static int req_ctr(struct agent *a, json_t *req, struct ctr **c, struct k8_err *err)
+{
+	const char *cid;
+	int r = req_ctr_id(req, &cid, err);
+
+	if (r < 0)
+		return r;
+	*c = ctr_find(a, cid);
+	if (!*c)
+		return k8_err_set(err, -ENOENT, "no such container %s", cid);
+	return 0;
+}
+
+static int req_stop(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	struct ctr *c;
+	long long sig, timeout;
+	int r;
+
+	if ((r = req_ctr(a, req, &c, err)) < 0 ||
+	    (r = req_int(req, "signal", 1, 64, SIGTERM, &sig, err)) < 0 ||
+	    (r = req_int(req, "timeout_ms", 0, 3600000, AGENT_STOP_TIMEOUT_MS, &timeout, err)) < 0)
+		return r;
+	ctr_stop(a, id, c, (int)sig, (uint64_t)timeout);
+	return 0;
+}
+
+static int req_rm(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	struct ctr *c;
+	int r = req_ctr(a, req, &c, err);
+
+	if (r < 0)
+		return r;
+	ctr_rm(a, id, c);
+	return 0;
+}
+
+static uint64_t req_meminfo(const char *key)
+{
+	char *buf = NULL, *p;
+	uint64_t v = 0;
+
+	if (read_file("/proc/meminfo", 1 << 16, &buf, NULL) < 0)
+		return 0;
+	p = strstr(buf, key);
+	if (p)
+		v = strtoull(p + strlen(key), NULL, 10);
+	free(buf);
+	return v;
+}
+
+static int req_stat(struct agent *a, uint32_t id, json_t *req K8_UNUSED, struct k8_err *err K8_UNUSED)
+{
+	struct statfs sf;
+	uint64_t dt = 0, df = 0;
+
+	if (a->scratch_ok && statfs(AGENT_SCRATCH, &sf) == 0) {
+		dt = (uint64_t)sf.f_blocks * (uint64_t)sf.f_frsize / 1024u;
+		df = (uint64_t)sf.f_bavail * (uint64_t)sf.f_frsize / 1024u;
+	}
+	chan_resp_ok(a, id,
+		     json_pack("{s:I,s:I,s:I,s:I,s:I,s:i,s:i}", "uptime_ms",
+			       (json_int_t)agent_boottime_ms(), "mem_total_kib",
+			       (json_int_t)req_meminfo("MemTotal:"), "mem_free_kib",
+			       (json_int_t)req_meminfo("MemAvailable:"), "disk_total_kib", (json_int_t)dt,
+			       "disk_free_kib", (json_int_t)df, "containers", ctr_count(a), "running",
+			       ctr_running_count(a)));
+	return 0;
+}
+
+/* sync(2) can take seconds with much dirty data: a child does it, so the loop keeps
+ * serving (PING, output) meanwhile; the answer goes out when the child is reaped. */
+static int req_sync(struct agent *a, uint32_t id, json_t *req K8_UNUSED, struct k8_err *err)
+{
+	struct sync_wait *w;
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return k8_err_set(err, -errno, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		syscall(SYS_close_range, 3u, ~0u, 0u);
+		sync();
+		_exit(0);
+	}
+	w = xcalloc(1, sizeof(*w));
+	w->pid = pid;
+	w->id = id;
+	w->answer = 1;
+	w->next = a->syncs;
+	a->syncs = w;
+	return 0;
+}
+
+int req_reaped(struct agent *a, pid_t pid)
+{
+	for (struct sync_wait **pw = &a->syncs, *w; (w = *pw); pw = &w->next) {
+		if (w->pid != pid)
+			continue;
+		*pw = w->next;
+		if (w->answer)
+			chan_resp_ok(a, w->id, NULL);
+		free(w);
+		return 1;
+	}
+	return 0;
+}
+
+void req_drop_waiters(struct agent *a)
+{
+	for (struct sync_wait *w = a->syncs; w; w = w->next)
+		w->answer = 0; /* still reaped, no longer answered */
+}
+
+static const struct {
+	const char *op;
+	int (*fn)(struct agent *a, uint32_t id, json_t *req, struct k8_err *err);
+} req_ops[] = {
+	{ "init", req_init },   { "image.mount", req_image_mount },
+	{ "run", req_run },     { "exec", req_exec },
+	{ "ps", req_ps },       { "stop", req_stop },
+	{ "rm", req_rm },       { "stat", req_stat },
+	{ "sync", req_sync },
+};
+
+void req_handle(struct agent *a, uint32_t id, const unsigned char *payload, size_t len)
+{
+	struct k8_err err = { 0 };
+	json_error_t jerr;
+	json_t *req;
+	const char *op = NULL;
+	size_t i;
+	int r = -EOPNOTSUPP;
+
+	req = json_loadb((const char *)payload, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!req || !json_is_object(req)) {
+		k8_err_set(&err, -EINVAL, "request is not a JSON object: %s", req ? "" : jerr.text);
+		goto fail;
+	}
+	if (req_str(req, "op", 64, 1, &op, &err) < 0)
+		goto fail;
+	for (i = 0; i < ARRAY_SIZE(req_ops); i++) {
+		if (strcmp(op, req_ops[i].op))
+			continue;
+		r = req_ops[i].fn(a, id, req, &err);
+		if (r == 0) {
+			json_decref(req);
+			return;
+		}
+		break;
+	}
+	if (i == ARRAY_SIZE(req_ops))
+		k8_err_set(&err, -EOPNOTSUPP, "unknown op '%s'", op);
+	else if (!err.code)
+		k8_err_set(&err, r, "%s: %s", op, strerror(-r));
+	else if (strncmp(err.msg, "field", 5) == 0 || strncmp(err.msg, "missing", 7) == 0)
+		k8_err_wrap(&err, "%s", op);
+fail:
+	chan_resp_err(a, id, &err);
+	json_decref(req);
+}
