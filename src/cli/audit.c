@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { OPT_JSON = 'j', OPT_SANDBOX = 's', OPT_ACTION = 'a', OPT_SINCE = 'S', OPT_LIMIT = 'l' };
+enum { OPT_SANDBOX = 's', OPT_ACTION = 'a', OPT_SINCE = 'S', OPT_LIMIT = 'l' };
 
 /* Fields shown in their own columns, or that only the chain needs. */
 static int is_column(const char *key)
@@ -49,135 +49,124 @@ static void details_append(const json_t *obj, int skip, char *buf, size_t len, s
 	}
 }
 
-static int cmd_ls(const struct cli_cmd *self, int argc, char **argv, const char *home)
+/* The query string of `audit ls` from its filter flags ("" when none; each value checked
+ * and URL-encoded) into query; *json is set by --json. 0 or -EINVAL with a message. */
+static int ls_query(const struct cli_args *a, char *query, size_t len, int *json,
+		    struct k8_err *err)
 {
-	static const struct cli_opt opts[] = {
-		{ "sandbox", 0, 1, OPT_SANDBOX }, { "action", 0, 1, OPT_ACTION },
-		{ "since-seq", 0, 1, OPT_SINCE }, { "limit", 0, 1, OPT_LIMIT },
-		{ "json", 0, 0, OPT_JSON }, { NULL, 0, 0, 0 },
-	};
-	static const char *const hdr[] = { "SEQ", "TIME", "ACTION", "SANDBOX", "DETAILS" };
-	struct k8_err err = { 0 };
-	struct cli_args a;
-	struct client cl;
-	json_t *res = NULL, *it;
-	char query[2048] = "";
-	cleanup_free char *path = NULL;
-	size_t qoff = 0, i;
-	int rc, json = 0;
+	size_t qoff = 0;
 
-	if (!cli_begin(self, argc, argv, opts, 0, 0, 0, home, &a, &cl, &rc))
-		return rc;
-	for (int k = 0; k < a.nopts; k++) {
-		const char *v = a.opts[k].arg, *key = NULL;
+	query[0] = '\0';
+	for (int k = 0; k < a->nopts; k++) {
+		const char *v = a->opts[k].arg, *key = NULL;
 		long n;
 
-		switch (a.opts[k].id) {
-		case OPT_JSON:
-			json = 1;
+		switch (a->opts[k].id) {
+		case CLI_OPT_JSON:
+			*json = 1;
 			continue;
 		case OPT_SANDBOX:
-			if (cli_check_name(v, &err) < 0)
-				goto usage;
+			if (cli_check_name(v, err) < 0)
+				return err->code;
 			key = "sandbox";
 			break;
 		case OPT_ACTION:
 			key = "action";
 			break;
 		case OPT_SINCE:
-			if (cli_parse_range("--since-seq", v, 0, LONG_MAX, &n, &err) < 0)
-				goto usage;
+			if (cli_parse_range("--since-seq", v, 0, LONG_MAX, &n, err) < 0)
+				return err->code;
 			key = "since_seq";
 			break;
 		case OPT_LIMIT:
-			if (cli_parse_range("--limit", v, 1, 1000000, &n, &err) < 0)
-				goto usage;
+			if (cli_parse_range("--limit", v, 1, 1000000, &n, err) < 0)
+				return err->code;
 			key = "limit";
 			break;
 		}
 		cleanup_free char *enc = cli_urlenc(v);
-		int w = snprintf(query + qoff, sizeof(query) - qoff, "%c%s=%s", qoff ? '&' : '?',
-				 key, enc);
-		if (w < 0 || (size_t)w >= sizeof(query) - qoff) {
-			k8_err_set(&err, -EINVAL, "the filters are too long");
-			goto usage;
-		}
+		int w = snprintf(query + qoff, len - qoff, "%c%s=%s", qoff ? '&' : '?', key, enc);
+		if (w < 0 || (size_t)w >= len - qoff)
+			return k8_err_set(err, -EINVAL, "the filters are too long");
 		qoff += (size_t)w;
 	}
-	path = xasprintf("/v1/audit%s", query);
-	if (client_call(&cl, "GET", path, NULL, NULL, NULL, 0, &res, &err) < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
-	rc = CLI_EXIT_OK;
-	if (json) {
-		out_json(res, 1);
-		goto out;
-	}
-	struct out_table *t = out_table_new(5, hdr);
-	json_array_foreach(res, i, it) {
-		char seq[24] = "", when[40], details[1024] = "";
-		size_t doff = 0;
-		json_t *tv = json_object_get(it, "time"), *d;
-
-		if (!tv)
-			tv = json_object_get(it, "ts");
-		if (!tv)
-			tv = json_object_get(it, "ts_ns");
-		if (json_is_integer(json_object_get(it, "seq")))
-			snprintf(seq, sizeof(seq), "%lld",
-				 json_integer_value(json_object_get(it, "seq")));
-		if (out_time_parse(tv) >= 0)
-			out_localtime(out_time_parse(tv), when, sizeof(when));
-		else
-			snprintf(when, sizeof(when), "%s", json_string_value(tv) ?: "-");
-		d = json_object_get(it, "details");
-		if (json_is_object(d))
-			details_append(d, 0, details, sizeof(details), &doff);
-		else if (d) {
-			json_t *wrap = json_pack("{s:O}", "details", d);
-			details_append(wrap, 0, details, sizeof(details), &doff);
-			json_decref(wrap);
-		}
-		details_append(it, 1, details, sizeof(details), &doff);
-		const char *row[5] = {
-			seq, when, json_string_value(json_object_get(it, "action")),
-			json_string_value(json_object_get(it, "sandbox")), details,
-		};
-		out_table_row(t, row);
-	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-	goto out;
-usage:
-	rc = cli_usage(self->name, "%s", err.msg);
-out:
-	json_decref(res);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return 0;
 }
 
-static int cmd_verify(const struct cli_cmd *self, int argc, char **argv, const char *home)
+/* A row of the `audit ls` table (an out_row_fn; times are absolute, `now` is unused). */
+static void record_row(struct out_table *t, const json_t *it, double now)
 {
-	static const struct cli_opt opts[] = { { "json", 0, 0, OPT_JSON }, { NULL, 0, 0, 0 } };
+	char seq[24] = "", when[40], details[1024] = "";
+	size_t doff = 0;
+	json_t *tv = json_object_get(it, "time"), *d;
+
+	if (!tv)
+		tv = json_object_get(it, "ts");
+	if (!tv)
+		tv = json_object_get(it, "ts_ns");
+	if (json_is_integer(json_object_get(it, "seq")))
+		snprintf(seq, sizeof(seq), "%lld", json_integer_value(json_object_get(it, "seq")));
+	if (out_time_parse(tv) >= 0)
+		out_localtime(out_time_parse(tv), when, sizeof(when));
+	else
+		snprintf(when, sizeof(when), "%s", json_string_value(tv) ?: "-");
+	d = json_object_get(it, "details");
+	if (json_is_object(d))
+		details_append(d, 0, details, sizeof(details), &doff);
+	else if (d) {
+		json_t *wrap = json_pack("{s:O}", "details", d);
+		details_append(wrap, 0, details, sizeof(details), &doff);
+		json_decref(wrap);
+	}
+	details_append(it, 1, details, sizeof(details), &doff);
+	const char *row[5] = {
+		seq, when, json_string_value(json_object_get(it, "action")),
+		json_string_value(json_object_get(it, "sandbox")), details,
+	};
+	out_table_row(t, row);
+}
+
+static int show_records(const json_t *res, void *ctx)
+{
+	static const char *const hdr[] = { "SEQ", "TIME", "ACTION", "SANDBOX", "DETAILS" };
+
+	out_table_array(res, 5, hdr, record_row);
+	return CLI_EXIT_OK;
+}
+
+static int cmd_ls(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = {
+		{ "sandbox", 0, 1, OPT_SANDBOX }, { "action", 0, 1, OPT_ACTION },
+		{ "since-seq", 0, 1, OPT_SINCE }, { "limit", 0, 1, OPT_LIMIT },
+		{ "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
+	};
 	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
-	json_t *res = NULL;
-	int rc, ok;
+	char query[2048];
+	int rc, json = 0;
 
 	if (!cli_begin(self, argc, argv, opts, 0, 0, 0, home, &a, &cl, &rc))
 		return rc;
-	if (client_call(&cl, "GET", "/v1/audit/verify", NULL, NULL, NULL, 0, &res, &err) < 0) {
-		rc = cli_fail(&err);
-		goto out;
+	if (ls_query(&a, query, sizeof(query), &json, &err) < 0) {
+		rc = cli_usage(self->name, "%s", err.msg);
+	} else {
+		cleanup_free char *path = xasprintf("/v1/audit%s", query);
+		rc = cli_get_show(&cl, path, 0, json, show_records, NULL);
 	}
-	ok = json_is_true(json_object_get(res, "ok"));
-	rc = ok ? CLI_EXIT_OK : CLI_EXIT_ERROR;
-	if (a.nopts) {
+	return cli_end(&a, &cl, rc);
+}
+
+/* Say whether the chain holds (as JSON with `json`); exit 0 when it does, else 1. */
+static int show_verify(const json_t *res, int json)
+{
+	int ok = json_is_true(json_object_get(res, "ok"));
+	int rc = ok ? CLI_EXIT_OK : CLI_EXIT_ERROR;
+
+	if (json) {
 		out_json(res, 1);
-		goto out;
+		return rc;
 	}
 	long long n = json_integer_value(json_object_get(res, "records"));
 	const char *reason = json_string_value(json_object_get(res, "reason"));
@@ -190,11 +179,24 @@ static int cmd_verify(const struct cli_cmd *self, int argc, char **argv, const c
 	} else {
 		cli_die(rc, "audit log broken: %s", reason ? reason : "the chain does not verify");
 	}
-out:
-	json_decref(res);
-	cli_args_free(&a);
-	client_free(&cl);
 	return rc;
+}
+
+static int cmd_verify(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	struct cli_args a;
+	struct client cl;
+	json_t *res = NULL;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, cli_json_only, 0, 0, 0, home, &a, &cl, &rc))
+		return rc;
+	/* Not cli_get_show: the exit code says whether the chain holds, --json or not. */
+	rc = cli_get(&cl, "/v1/audit/verify", 0, &res);
+	if (rc == CLI_EXIT_OK)
+		rc = show_verify(res, cli_has_opt(&a, CLI_OPT_JSON));
+	json_decref(res);
+	return cli_end(&a, &cl, rc);
 }
 
 const struct cli_cmd cli_audit_cmds[] = {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cli.h - what the files of the kosa8 command-line tool share: the parsed command line,
- * the daemon client, the exec stream pump and output helpers.
+ * the daemon client, the exec stream pump, output helpers and the steps of a command.
  *
  * Errors inside the CLI follow the project convention (a negative errno plus a message in
  * a struct k8_err); main() turns the errno into the exit code of docs/cli.md with
@@ -115,6 +115,13 @@ struct out_table *out_table_new(int ncols, const char *const *headers);
 void out_table_row(struct out_table *t, const char *const *cells);
 void out_table_print(struct out_table *t, FILE *f);
 void out_table_free(struct out_table *t);
+/* Add the row for one element of the array out_table_array prints. `now` is when the
+ * table was started (seconds since the epoch), for "5m ago" cells. */
+typedef void (*out_row_fn)(struct out_table *t, const json_t *item, double now);
+/* Print the JSON array `items` on stdout as a table with these headers: a row an element,
+ * made by row(). */
+void out_table_array(const json_t *items, int ncols, const char *const *headers,
+		     out_row_fn row);
 
 /* "12.3 MB" style, decimal units. Writes into buf. */
 const char *out_bytes(uint64_t n, char *buf, size_t len);
@@ -222,6 +229,19 @@ int cli_die(int code, const char *fmt, ...) K8_PRINTF(2, 3);
 int cli_usage(const char *cmd, const char *fmt, ...) K8_PRINTF(2, 3);
 /* The home for a command: its own --home wins over the global one. */
 const char *cli_home(const struct cli_args *a, const char *global_home);
+/* ---- cmd.c: the steps commands share, from cli_begin to cli_end ----
+ *
+ * The helpers below that talk to the daemon report a failure themselves (cli_fail) and
+ * return an exit code: CLI_EXIT_OK (0) on success, the failure's code otherwise. */
+
+/* The id of --json, the same in every command that has it, and the option list of the
+ * commands whose only flag it is. */
+enum { CLI_OPT_JSON = 'j' };
+extern const struct cli_opt cli_json_only[];
+
+/* Was an option with this id given (once or more)? */
+int cli_has_opt(const struct cli_args *a, int id);
+
 /* The common start of a command: parse argv against opts, answer --help, check that
  * there are min_pos..max_pos positionals (max_pos < 0: no limit), and, when cl is not
  * NULL, set up the client. Returns 1 to go on; 0 when the command is over, with its exit
@@ -229,5 +249,39 @@ const char *cli_home(const struct cli_args *a, const char *global_home);
 int cli_begin(const struct cli_cmd *self, int argc, char **argv, const struct cli_opt *opts,
 	      int stop_after, int min_pos, int max_pos, const char *home, struct cli_args *a,
 	      struct client *cl, int *rc);
+/* The common end of a command that cli_begin let go on: free its arguments and client,
+ * return rc (its exit code). */
+int cli_end(struct cli_args *a, struct client *cl, int rc);
+
+/* GET path (timeout_ms 0: none). CLI_EXIT_OK with the answer in *res, which the caller
+ * json_decref()s; else the failure is reported and its exit code returned. */
+int cli_get(struct client *cl, const char *path, long timeout_ms, json_t **res);
+
+/* Print a command's successful answer `res` for a person; returns the exit code. */
+typedef int (*cli_show_fn)(const json_t *res, void *ctx);
+/* GET path and print the answer: as indented JSON when `json` (then the exit code is
+ * CLI_EXIT_OK), else with show(res, ctx). */
+int cli_get_show(struct client *cl, const char *path, long timeout_ms, int json,
+		 cli_show_fn show, void *ctx);
+/* A whole command that takes no positionals and no flag but --json: cli_begin, then
+ * cli_get_show of path with the command's struct client * as show's ctx, then cli_end. */
+int cli_view(const struct cli_cmd *self, int argc, char **argv, const char *home,
+	     const char *path, long timeout_ms, cli_show_fn show);
+
+/* POST body to path (no timeout) showing the daemon's progress as out_progress does.
+ * With `json` the progress objects and then the result go to stdout as JSON lines, and
+ * the caller prints nothing more. CLI_EXIT_OK with the result in *res (the caller
+ * json_decref()s it), else the failure is reported and its exit code returned. */
+int cli_post_progress(struct client *cl, const char *path, const json_t *body, int json,
+		      json_t **res);
+
+/* Act on one item of a command that takes several (image rm REF..., sandbox rm
+ * NAME...): 0, or a negative errno with the message in err (which starts zeroed). */
+typedef int (*cli_item_fn)(struct client *cl, const char *item, void *ctx,
+			   struct k8_err *err);
+/* Call fn for each of items[0..n), reporting each failure and going on with the next
+ * item, except after -ECONNREFUSED (no daemon: the rest would fail alike). Returns the
+ * exit code of the last failure, or CLI_EXIT_OK when there was none. */
+int cli_each(struct client *cl, const char *const *items, int n, cli_item_fn fn, void *ctx);
 
 #endif

@@ -275,9 +275,7 @@ out:
 	for (int i = 0; i < nowned; i++)
 		free(owned[i]);
 	free(owned);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return cli_end(&a, &cl, rc);
 }
 
 static int cmd_stop(const struct cli_cmd *self, int argc, char **argv, const char *home)
@@ -333,32 +331,16 @@ static int cmd_stop(const struct cli_cmd *self, int argc, char **argv, const cha
 out:
 	json_decref(st);
 	json_decref(res);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return cli_end(&a, &cl, rc);
 }
 
-static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const char *home)
+/* The `daemon status` report of the status object st; ctx is the struct client. */
+static int show_status(const json_t *st, void *ctx)
 {
-	static const struct cli_opt opts[] = { { "json", 0, 0, 'j' }, { NULL, 0, 0, 0 } };
-	struct k8_err err = { 0 };
-	struct cli_args a;
-	struct client cl;
-	json_t *st = NULL, *cg, *guest;
+	const struct client *cl = ctx;
+	json_t *cg, *guest;
 	char desc[512], up[32];
-	int rc;
 
-	if (!cli_begin(self, argc, argv, opts, 0, 0, 0, home, &a, &cl, &rc))
-		return rc;
-	if (client_call(&cl, "GET", "/v1/status", NULL, NULL, NULL, 10000, &st, &err) < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
-	rc = CLI_EXIT_OK;
-	if (a.nopts) {
-		out_json(st, 1);
-		goto out;
-	}
 	describe_accel(st, desc, sizeof(desc), 1);
 	long long upt = json_integer_value(json_object_get(st, "uptime_s"));
 	if (upt < 120)
@@ -370,8 +352,8 @@ static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const c
 	printf("kosa8d %s running (pid %lld, up %s)\n",
 	       json_string_value(json_object_get(st, "version")) ?: "?",
 	       json_integer_value(json_object_get(st, "pid")), up);
-	printf("  home:       %s\n", json_string_value(json_object_get(st, "home")) ?: cl.home);
-	printf("  socket:     %s\n", cl.sock);
+	printf("  home:       %s\n", json_string_value(json_object_get(st, "home")) ?: cl->home);
+	printf("  socket:     %s\n", cl->sock);
 	printf("  accel:      %s\n", desc);
 	printf("  sandboxes:  %lld\n", json_integer_value(json_object_get(st, "sandboxes")));
 	cg = json_object_get(st, "cgroup");
@@ -395,11 +377,12 @@ static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const c
 		       json_is_true(ver) ? "checksum verified" :
 		       json_is_false(ver) ? "checksum NOT verified" : "checksum unknown");
 	}
-out:
-	json_decref(st);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return CLI_EXIT_OK;
+}
+
+static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	return cli_view(self, argc, argv, home, "/v1/status", 10000, show_status);
 }
 
 const struct cli_cmd cli_daemon_cmds[] = {

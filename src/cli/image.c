@@ -7,25 +7,30 @@
 #include <string.h>
 #include <time.h>
 
-static const struct cli_opt json_only[] = { { "json", 0, 0, 'j' }, { NULL, 0, 0, 0 } };
-
-static int has_opt(const struct cli_args *a, int id)
+/* What `image load` loaded, one line an image. */
+static void show_loaded(const json_t *res, const char *path)
 {
-	for (int i = 0; i < a->nopts; i++)
-		if (a->opts[i].id == id)
-			return 1;
-	return 0;
+	json_t *loaded = json_object_get(res, "loaded"), *it;
+	size_t i;
+
+	json_array_foreach(loaded, i, it) {
+		char d[40];
+		printf("loaded %s (%s)\n", json_string_value(json_object_get(it, "ref")) ?: "?",
+		       out_short_digest(json_string_value(json_object_get(it, "digest")), d,
+					sizeof(d)));
+	}
+	if (!json_array_size(loaded))
+		printf("loaded nothing: %s holds no image\n", path);
 }
 
 static int cmd_load(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
 	static const struct cli_opt opts[] = {
-		{ "tag", 't', 1, 't' }, { "json", 0, 0, 'j' }, { NULL, 0, 0, 0 },
+		{ "tag", 't', 1, 't' }, { "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
 	};
 	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
-	struct out_progress prog;
 	const char *tag = NULL;
 	cleanup_free char *path = NULL;
 	json_t *body = NULL, *res = NULL;
@@ -36,126 +41,83 @@ static int cmd_load(const struct cli_cmd *self, int argc, char **argv, const cha
 	for (int i = 0; i < a.nopts; i++) {
 		if (a.opts[i].id == 't')
 			tag = a.opts[i].arg;
-		else if (a.opts[i].id == 'j')
+		else if (a.opts[i].id == CLI_OPT_JSON)
 			json = 1;
 	}
 	path = realpath(a.pos[0], NULL);
 	if (!path) {
 		k8_err_set(&err, -errno, "%s: %s", a.pos[0], strerror(errno));
-		rc = cli_fail(&err);
-		goto out;
+		return cli_end(&a, &cl, cli_fail(&err));
 	}
 	body = json_pack("{s:s}", "path", path);
 	if (tag)
 		json_object_set_new(body, "tag", json_string(tag));
-	out_progress_init(&prog, json);
-	int r = client_call(&cl, "POST", "/v1/images/load", body, out_progress_cb, &prog, 0, &res,
-			    &err);
-	out_progress_end(&prog);
-	if (r < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
-	rc = CLI_EXIT_OK;
-	if (json) {
-		out_json(res, 0);
-		goto out;
-	}
-	json_t *loaded = json_object_get(res, "loaded"), *it;
-	size_t i;
-	json_array_foreach(loaded, i, it) {
-		char d[40];
-		printf("loaded %s (%s)\n", json_string_value(json_object_get(it, "ref")) ?: "?",
-		       out_short_digest(json_string_value(json_object_get(it, "digest")), d,
-					sizeof(d)));
-	}
-	if (!json_array_size(loaded))
-		printf("loaded nothing: %s holds no image\n", path);
-out:
+	rc = cli_post_progress(&cl, "/v1/images/load", body, json, &res);
+	if (rc == CLI_EXIT_OK && !json)
+		show_loaded(res, path);
 	json_decref(body);
 	json_decref(res);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return cli_end(&a, &cl, rc);
+}
+
+/* A row of the `image ls` table (an out_row_fn). */
+static void image_row(struct out_table *t, const json_t *it, double now)
+{
+	char d[40], sz[32], cr[32];
+	json_t *size = json_object_get(it, "size");
+	const char *row[4] = {
+		json_string_value(json_object_get(it, "ref")),
+		out_short_digest(json_string_value(json_object_get(it, "digest")), d, sizeof(d)),
+		json_is_integer(size) ? out_bytes((uint64_t)json_integer_value(size), sz,
+						  sizeof(sz)) : NULL,
+		out_ago(out_time_parse(json_object_get(it, "created")), now, cr, sizeof(cr)),
+	};
+
+	out_table_row(t, row);
+}
+
+static int show_images(const json_t *res, void *ctx)
+{
+	static const char *const hdr[] = { "REF", "DIGEST", "SIZE", "CREATED" };
+
+	out_table_array(res, 4, hdr, image_row);
+	return CLI_EXIT_OK;
 }
 
 static int cmd_ls(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
-	static const char *const hdr[] = { "REF", "DIGEST", "SIZE", "CREATED" };
-	struct k8_err err = { 0 };
-	struct cli_args a;
-	struct client cl;
-	json_t *res = NULL, *it;
-	size_t i;
-	int rc;
+	return cli_view(self, argc, argv, home, "/v1/images", 0, show_images);
+}
 
-	if (!cli_begin(self, argc, argv, json_only, 0, 0, 0, home, &a, &cl, &rc))
-		return rc;
-	if (client_call(&cl, "GET", "/v1/images", NULL, NULL, NULL, 0, &res, &err) < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
-	rc = CLI_EXIT_OK;
-	if (has_opt(&a, 'j')) {
-		out_json(res, 1);
-		goto out;
-	}
-	struct out_table *t = out_table_new(4, hdr);
-	double now = (double)time(NULL);
-	json_array_foreach(res, i, it) {
-		char d[40], sz[32], cr[32];
-		json_t *size = json_object_get(it, "size");
-		const char *row[4] = {
-			json_string_value(json_object_get(it, "ref")),
-			out_short_digest(json_string_value(json_object_get(it, "digest")), d,
-					 sizeof(d)),
-			json_is_integer(size) ? out_bytes((uint64_t)json_integer_value(size), sz,
-							  sizeof(sz)) : NULL,
-			out_ago(out_time_parse(json_object_get(it, "created")), now, cr,
-				sizeof(cr)),
-		};
-		out_table_row(t, row);
-	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-out:
+/* Remove the image `ref` (a cli_item_fn; ctx points to the --json flag) and say so. */
+static int rm_one(struct client *cl, const char *ref, void *ctx, struct k8_err *err)
+{
+	const int *json = ctx;
+	cleanup_free char *enc = cli_urlenc(ref);
+	cleanup_free char *path = xasprintf("/v1/images/%s", enc);
+	json_t *res = NULL;
+	int r = client_call(cl, "DELETE", path, NULL, NULL, NULL, 0, &res, err);
+
+	if (r < 0)
+		return r;
+	if (*json)
+		out_json(res, 0);
+	else
+		printf("removed %s\n", ref);
 	json_decref(res);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return 0;
 }
 
 static int cmd_rm(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
-	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
-	json_t *res = NULL;
-	int rc;
+	int rc, json;
 
-	if (!cli_begin(self, argc, argv, json_only, 0, 1, -1, home, &a, &cl, &rc))
+	if (!cli_begin(self, argc, argv, cli_json_only, 0, 1, -1, home, &a, &cl, &rc))
 		return rc;
-	rc = CLI_EXIT_OK;
-	for (int i = 0; i < a.npos; i++) {
-		cleanup_free char *enc = cli_urlenc(a.pos[i]);
-		cleanup_free char *path = xasprintf("/v1/images/%s", enc);
-		memset(&err, 0, sizeof(err));
-		if (client_call(&cl, "DELETE", path, NULL, NULL, NULL, 0, &res, &err) < 0) {
-			rc = cli_fail(&err);
-			if (err.code == -ECONNREFUSED)
-				break;
-			continue;
-		}
-		if (has_opt(&a, 'j'))
-			out_json(res, 0);
-		else
-			printf("removed %s\n", a.pos[i]);
-		json_decref(res);
-		res = NULL;
-	}
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	json = cli_has_opt(&a, CLI_OPT_JSON);
+	return cli_end(&a, &cl, cli_each(&cl, a.pos, a.npos, rm_one, &json));
 }
 
 const struct cli_cmd cli_image_cmds[] = {

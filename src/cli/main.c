@@ -97,39 +97,6 @@ int cli_help(const struct cli_cmd *cmd)
 	return CLI_EXIT_OK;
 }
 
-int cli_begin(const struct cli_cmd *self, int argc, char **argv, const struct cli_opt *opts,
-	      int stop_after, int min_pos, int max_pos, const char *home, struct cli_args *a,
-	      struct client *cl, int *rc)
-{
-	struct k8_err err = { 0 };
-	const char *nl;
-
-	if (cli_args_parse(argc, argv, opts, stop_after, a, &err) < 0) {
-		*rc = cli_usage(self->name, "%s", err.msg);
-		return 0;
-	}
-	if (a->help) {
-		cli_args_free(a);
-		*rc = cli_help(self);
-		return 0;
-	}
-	if (a->npos < min_pos || (max_pos >= 0 && a->npos > max_pos)) {
-		nl = strchr(self->help, '\n');
-		fprintf(stderr, "kosa8: %s: %s\n%.*s\n", self->name,
-			a->npos < min_pos ? "missing arguments" : "too many arguments",
-			nl ? (int)(nl - self->help) : (int)strlen(self->help), self->help);
-		cli_args_free(a);
-		*rc = CLI_EXIT_USAGE;
-		return 0;
-	}
-	if (cl && client_init(cl, cli_home(a, home), &err) < 0) {
-		cli_args_free(a);
-		*rc = cli_fail(&err);
-		return 0;
-	}
-	return 1;
-}
-
 /* ---- kosa8 version ---- */
 
 static int cmd_version(const struct cli_cmd *self, int argc, char **argv, const char *home)
@@ -219,11 +186,16 @@ static void group_help(const struct group *g, FILE *f)
 		g->name);
 }
 
-static const struct cli_cmd *group_find(const struct group *g, const char *verb)
+/* The command `verb` of group g; NULL after reporting "<adj> command 'kosa8 GROUP VERB';
+ * see: kosa8 GROUP --help" on stderr (the caller exits with CLI_EXIT_USAGE). */
+static const struct cli_cmd *group_find(const struct group *g, const char *verb,
+					const char *adj)
 {
 	for (const struct cli_cmd *c = g->cmds; c->name; c++)
 		if (!strcmp(verb_of(c), verb))
 			return c;
+	cli_die(CLI_EXIT_USAGE, "%s command 'kosa8 %s %s'; see: kosa8 %s --help", adj, g->name,
+		verb, g->name);
 	return NULL;
 }
 
@@ -254,11 +226,8 @@ static int do_help(int argc, char **argv)
 		group_help(g, stdout);
 		return CLI_EXIT_OK;
 	}
-	c = group_find(g, argv[1]);
-	if (!c)
-		return cli_die(CLI_EXIT_USAGE, "no command 'kosa8 %s %s'; see: kosa8 %s --help",
-			       g->name, argv[1], g->name);
-	return cli_help(c);
+	c = group_find(g, argv[1], "no");
+	return c ? cli_help(c) : CLI_EXIT_USAGE;
 }
 
 static int run_group(const struct group *g, int argc, char **argv, const char *home)
@@ -273,11 +242,8 @@ static int run_group(const struct group *g, int argc, char **argv, const char *h
 		group_help(g, stdout);
 		return CLI_EXIT_OK;
 	}
-	c = group_find(g, argv[0]);
-	if (!c)
-		return cli_die(CLI_EXIT_USAGE, "unknown command 'kosa8 %s %s'; see: kosa8 %s --help",
-			       g->name, argv[0], g->name);
-	return c->fn(c, argc - 1, argv + 1, home);
+	c = group_find(g, argv[0], "unknown");
+	return c ? c->fn(c, argc - 1, argv + 1, home) : CLI_EXIT_USAGE;
 }
 
 int main(int argc, char **argv)

@@ -91,6 +91,20 @@ void out_table_free(struct out_table *t)
 	free(t);
 }
 
+void out_table_array(const json_t *items, int ncols, const char *const *headers,
+		     out_row_fn row)
+{
+	struct out_table *t = out_table_new(ncols, headers);
+	double now = (double)time(NULL);
+	const json_t *it;
+	size_t i;
+
+	json_array_foreach((json_t *)items, i, it)
+		row(t, it, now);
+	out_table_print(t, stdout);
+	out_table_free(t);
+}
+
 const char *out_bytes(uint64_t n, char *buf, size_t len)
 {
 	static const char *const unit[] = { "B", "kB", "MB", "GB", "TB", "PB" };
@@ -215,6 +229,8 @@ void out_json(const json_t *v, int pretty)
 	fflush(stdout);
 }
 
+/* Not write_full() of common/util.c: that one gives up on EAGAIN without saying how much
+ * it wrote, and an inherited stdout may be non-blocking. */
 int out_write_all(int fd, const void *buf, size_t n)
 {
 	const char *p = buf;
@@ -326,13 +342,19 @@ void out_progress_cb(void *ctx, const json_t *progress)
 	out_progress_update(ctx, progress);
 }
 
-void out_progress_end(struct out_progress *p)
+/* End the line on screen, if any, with `tail`: "\n" keeps it, "\r\033[K" erases it. */
+static void progress_close(struct out_progress *p, const char *tail)
 {
 	if (p->tty && p->open) {
-		fputc('\n', stderr);
+		fputs(tail, stderr);
 		fflush(stderr);
 	}
 	p->open = 0;
+}
+
+void out_progress_end(struct out_progress *p)
+{
+	progress_close(p, "\n");
 }
 
 void out_spinner(struct out_progress *p, const char *fmt, ...)
@@ -353,9 +375,5 @@ void out_spinner(struct out_progress *p, const char *fmt, ...)
 
 void out_spinner_clear(struct out_progress *p)
 {
-	if (p->tty && p->open) {
-		fputs("\r\033[K", stderr);
-		fflush(stderr);
-	}
-	p->open = 0;
+	progress_close(p, "\r\033[K");
 }

@@ -13,21 +13,11 @@
 #include <unistd.h>
 
 enum {
-	OPT_JSON = 'j', OPT_CPUS = 'c', OPT_MEMORY = 'M', OPT_DISK = 'D', OPT_EGRESS = 'g',
+	OPT_CPUS = 'c', OPT_MEMORY = 'M', OPT_DISK = 'D', OPT_EGRESS = 'g',
 	OPT_EGRESS_ALLOW = 'G', OPT_MOUNT = 'm', OPT_ENV = 'e', OPT_WORKDIR = 'w',
 	OPT_USER = 'u', OPT_INTERACTIVE = 'i', OPT_DETACH = 'd', OPT_WIPE = 'W',
 	OPT_FORCE = 'f', OPT_TIMEOUT = 't',
 };
-
-static const struct cli_opt json_only[] = { { "json", 0, 0, OPT_JSON }, { NULL, 0, 0, 0 } };
-
-static int has_opt(const struct cli_args *a, int id)
-{
-	for (int i = 0; i < a->nopts; i++)
-		if (a->opts[i].id == id)
-			return 1;
-	return 0;
-}
 
 /* "/v1/sandboxes/<name><suffix>" with the name URL-encoded. */
 static char *sb_path(const char *name, const char *suffix)
@@ -88,12 +78,11 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		{ "cpus", 0, 1, OPT_CPUS }, { "memory", 0, 1, OPT_MEMORY },
 		{ "disk", 0, 1, OPT_DISK }, { "egress", 0, 1, OPT_EGRESS },
 		{ "egress-allow", 0, 1, OPT_EGRESS_ALLOW }, { "mount", 0, 1, OPT_MOUNT },
-		{ "json", 0, 0, OPT_JSON }, { NULL, 0, 0, 0 },
+		{ "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
 	};
 	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
-	struct out_progress prog;
 	long cpus = 2, mem = 1024, disk = 4;
 	const char *egress = NULL;
 	json_t *body = NULL, *res = NULL, *allow = NULL, *mounts = NULL;
@@ -112,7 +101,7 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		case OPT_CPUS: r = cli_parse_range("--cpus", v, 1, 64, &cpus, &err); break;
 		case OPT_MEMORY: r = cli_parse_range("--memory", v, 128, 65536, &mem, &err); break;
 		case OPT_DISK: r = cli_parse_range("--disk", v, 1, 1024, &disk, &err); break;
-		case OPT_JSON: json = 1; break;
+		case CLI_OPT_JSON: json = 1; break;
 		case OPT_EGRESS:
 			if (strcmp(v, "deny") && strcmp(v, "allow-all"))
 				r = k8_err_set(&err, -EINVAL,
@@ -162,20 +151,13 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		json_object_set(body, "egress_allow", allow);
 	if (mounts)
 		json_object_set(body, "mounts", mounts);
-
-	out_progress_init(&prog, json);
-	r = client_call(&cl, "POST", "/v1/sandboxes", body, out_progress_cb, &prog, 0, &res, &err);
-	out_progress_end(&prog);
-	if (r < 0) {
-		rc = cli_fail(&err);
+	rc = cli_post_progress(&cl, "/v1/sandboxes", body, json, &res);
+	if (rc != CLI_EXIT_OK)
 		goto out;
-	}
 	const char *state = json_string_value(json_object_get(res, "state"));
 	rc = state && !strcmp(state, "failed") ? CLI_EXIT_ERROR : CLI_EXIT_OK;
-	if (json) {
-		out_json(res, 0);
+	if (json)
 		goto out;
-	}
 	if (rc) {
 		const char *e = json_string_value(json_object_get(res, "error"));
 		cli_die(rc, "sandbox '%s' failed to start%s%s", a.pos[0], e ? ": " : "",
@@ -193,53 +175,37 @@ out:
 	json_decref(res);
 	json_decref(allow);
 	json_decref(mounts);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return cli_end(&a, &cl, rc);
 }
 
 /* ---- pull ---- */
 
 static int cmd_pull(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
-	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
-	struct out_progress prog;
 	json_t *body = NULL, *res = NULL;
 	cleanup_free char *path = NULL;
 	int rc, json;
 
-	if (!cli_begin(self, argc, argv, json_only, 0, 2, 2, home, &a, &cl, &rc))
+	if (!cli_begin(self, argc, argv, cli_json_only, 0, 2, 2, home, &a, &cl, &rc))
 		return rc;
 	if (!name_ok(self, a.pos[0], &rc))
-		goto out;
-	json = has_opt(&a, OPT_JSON);
+		return cli_end(&a, &cl, rc);
+	json = cli_has_opt(&a, CLI_OPT_JSON);
 	body = json_pack("{s:s}", "image", a.pos[1]);
 	path = sb_path(a.pos[0], "/pull");
-	out_progress_init(&prog, json);
-	int r = client_call(&cl, "POST", path, body, out_progress_cb, &prog, 0, &res, &err);
-	out_progress_end(&prog);
-	if (r < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
-	rc = CLI_EXIT_OK;
-	if (json) {
-		out_json(res, 0);
-	} else {
+	rc = cli_post_progress(&cl, path, body, json, &res);
+	if (rc == CLI_EXIT_OK && !json) {
 		char d[40];
 		printf("%s: %s (%s) ready\n", a.pos[0],
 		       json_string_value(json_object_get(res, "ref")) ?: a.pos[1],
 		       out_short_digest(json_string_value(json_object_get(res, "digest")), d,
 					sizeof(d)));
 	}
-out:
 	json_decref(body);
 	json_decref(res);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return cli_end(&a, &cl, rc);
 }
 
 /* ---- run, start, exec ---- */
@@ -402,9 +368,7 @@ static int do_run(const struct cli_cmd *self, int argc, char **argv, const char 
 	rc = run_stream(&cl, path, body, fwd);
 out:
 	json_decref(body);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return cli_end(&a, &cl, rc);
 }
 
 static int cmd_run(const struct cli_cmd *self, int argc, char **argv, const char *home)
@@ -443,80 +407,100 @@ static int cmd_exec(const struct cli_cmd *self, int argc, char **argv, const cha
 	rc = run_stream(&cl, path, body, fwd);
 out:
 	json_decref(body);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	return cli_end(&a, &cl, rc);
 }
 
-/* ---- ps, stop ---- */
+/* ---- ps, stop, ls, inspect, rm ---- */
 
-static int cmd_ps(const struct cli_cmd *self, int argc, char **argv, const char *home)
+/* ps and inspect: `NAME [--json]`, GET the sandbox's path + suffix, and print the answer
+ * with show; as JSON with --json, or always when show is NULL. */
+static int sb_view(const struct cli_cmd *self, int argc, char **argv, const char *home,
+		   const char *suffix, cli_show_fn show)
+{
+	struct cli_args a;
+	struct client cl;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, cli_json_only, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	if (name_ok(self, a.pos[0], &rc)) {
+		cleanup_free char *path = sb_path(a.pos[0], suffix);
+		rc = cli_get_show(&cl, path, 0, !show || cli_has_opt(&a, CLI_OPT_JSON), show,
+				  NULL);
+	}
+	return cli_end(&a, &cl, rc);
+}
+
+/* A row of the `sandbox ps` table (an out_row_fn). */
+static void container_row(struct out_table *t, const json_t *it, double now)
+{
+	char pid[24] = "", status[32], started[32], cmd[200] = "";
+	json_t *argvj = json_object_get(it, "argv"), *w, *ec;
+	size_t k, off = 0;
+
+	if (json_integer_value(json_object_get(it, "pid")) > 0)
+		snprintf(pid, sizeof(pid), "%lld", json_integer_value(json_object_get(it, "pid")));
+	ec = json_object_get(it, "exit_code");
+	if (json_is_true(json_object_get(it, "running")))
+		snprintf(status, sizeof(status), "running");
+	else if (json_is_integer(ec))
+		snprintf(status, sizeof(status), "exited (%lld)", json_integer_value(ec));
+	else
+		snprintf(status, sizeof(status), "exited");
+	json_array_foreach(argvj, k, w) {
+		int n = snprintf(cmd + off, sizeof(cmd) - off, "%s%s", k ? " " : "",
+				 json_string_value(w) ?: "");
+		if (n < 0 || (size_t)n >= sizeof(cmd) - off)
+			break;
+		off += (size_t)n;
+	}
+	const char *row[6] = {
+		json_string_value(json_object_get(it, "id")),
+		short_ref(json_string_value(json_object_get(it, "image"))),
+		pid, status,
+		out_ago(out_time_parse(json_object_get(it, "started")), now, started,
+			sizeof(started)),
+		cmd,
+	};
+	out_table_row(t, row);
+}
+
+static int show_containers(const json_t *res, void *ctx)
 {
 	static const char *const hdr[] = { "CONTAINER", "IMAGE", "PID", "STATUS", "STARTED",
 					   "COMMAND" };
-	struct k8_err err = { 0 };
-	struct cli_args a;
-	struct client cl;
-	json_t *res = NULL, *it;
-	cleanup_free char *path = NULL;
-	size_t i;
-	int rc;
 
-	if (!cli_begin(self, argc, argv, json_only, 0, 1, 1, home, &a, &cl, &rc))
-		return rc;
-	if (!name_ok(self, a.pos[0], &rc))
-		goto out;
-	path = sb_path(a.pos[0], "/containers");
-	if (client_call(&cl, "GET", path, NULL, NULL, NULL, 0, &res, &err) < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
-	rc = CLI_EXIT_OK;
-	if (has_opt(&a, OPT_JSON)) {
-		out_json(res, 1);
-		goto out;
-	}
-	struct out_table *t = out_table_new(6, hdr);
-	double now = (double)time(NULL);
-	json_array_foreach(res, i, it) {
-		char pid[24] = "", status[32], started[32], cmd[200] = "";
-		json_t *argvj = json_object_get(it, "argv"), *w, *ec;
-		size_t k, off = 0;
+	out_table_array(res, 6, hdr, container_row);
+	return CLI_EXIT_OK;
+}
 
-		if (json_integer_value(json_object_get(it, "pid")) > 0)
-			snprintf(pid, sizeof(pid), "%lld",
-				 json_integer_value(json_object_get(it, "pid")));
-		ec = json_object_get(it, "exit_code");
-		if (json_is_true(json_object_get(it, "running")))
-			snprintf(status, sizeof(status), "running");
-		else if (json_is_integer(ec))
-			snprintf(status, sizeof(status), "exited (%lld)", json_integer_value(ec));
-		else
-			snprintf(status, sizeof(status), "exited");
-		json_array_foreach(argvj, k, w) {
-			int n = snprintf(cmd + off, sizeof(cmd) - off, "%s%s", k ? " " : "",
-					 json_string_value(w) ?: "");
-			if (n < 0 || (size_t)n >= sizeof(cmd) - off)
-				break;
-			off += (size_t)n;
-		}
-		const char *row[6] = {
-			json_string_value(json_object_get(it, "id")),
-			short_ref(json_string_value(json_object_get(it, "image"))),
-			pid, status,
-			out_ago(out_time_parse(json_object_get(it, "started")), now, started,
-				sizeof(started)),
-			cmd,
-		};
-		out_table_row(t, row);
-	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-out:
+static int cmd_ps(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	return sb_view(self, argc, argv, home, "/containers", show_containers);
+}
+
+/* What `sandbox stop` applies to each container. */
+struct stop_req {
+	const char *name;
+	long timeout;
+};
+
+/* Stop the container `id` (a cli_item_fn; ctx is a struct stop_req) and print its id. */
+static int stop_one(struct client *cl, const char *id, void *ctx, struct k8_err *err)
+{
+	const struct stop_req *req = ctx;
+	cleanup_free char *enc = cli_urlenc(id);
+	cleanup_free char *suffix = xasprintf("/containers/%s/stop", enc);
+	cleanup_free char *path = sb_path(req->name, suffix);
+	json_t *body = json_pack("{s:I}", "timeout_s", (json_int_t)req->timeout), *res = NULL;
+
+	/* The daemon waits up to timeout_s, then kills: allow it that long. */
+	int r = client_call(cl, "POST", path, body, NULL, NULL, 0, &res, err);
+	json_decref(body);
 	json_decref(res);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	if (r >= 0)
+		printf("%s\n", id);
+	return r;
 }
 
 static int cmd_stop(const struct cli_cmd *self, int argc, char **argv, const char *home)
@@ -526,134 +510,95 @@ static int cmd_stop(const struct cli_cmd *self, int argc, char **argv, const cha
 	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
-	long timeout = 10;
+	struct stop_req req = { .timeout = 10 };
 	int rc;
 
 	if (!cli_begin(self, argc, argv, opts, 0, 2, -1, home, &a, &cl, &rc))
 		return rc;
 	if (!name_ok(self, a.pos[0], &rc))
-		goto out;
+		return cli_end(&a, &cl, rc);
 	for (int i = 0; i < a.nopts; i++)
 		if (a.opts[i].id == OPT_TIMEOUT &&
-		    cli_parse_range("--timeout", a.opts[i].arg, 0, 3600, &timeout, &err) < 0) {
-			rc = cli_usage(self->name, "%s", err.msg);
-			goto out;
-		}
-	rc = CLI_EXIT_OK;
-	for (int i = 1; i < a.npos; i++) {
-		cleanup_free char *id = cli_urlenc(a.pos[i]);
-		cleanup_free char *suffix = xasprintf("/containers/%s/stop", id);
-		cleanup_free char *path = sb_path(a.pos[0], suffix);
-		json_t *body = json_pack("{s:I}", "timeout_s", (json_int_t)timeout), *res = NULL;
-
-		memset(&err, 0, sizeof(err));
-		/* The daemon waits up to timeout_s, then kills: allow it that long. */
-		int r = client_call(&cl, "POST", path, body, NULL, NULL, 0, &res, &err);
-		json_decref(body);
-		json_decref(res);
-		if (r < 0) {
-			rc = cli_fail(&err);
-			if (r == -ECONNREFUSED)
-				break;
-			continue;
-		}
-		printf("%s\n", a.pos[i]);
-	}
-out:
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+		    cli_parse_range("--timeout", a.opts[i].arg, 0, 3600, &req.timeout, &err) < 0)
+			return cli_end(&a, &cl, cli_usage(self->name, "%s", err.msg));
+	req.name = a.pos[0];
+	return cli_end(&a, &cl, cli_each(&cl, a.pos + 1, a.npos - 1, stop_one, &req));
 }
 
-/* ---- ls, inspect, rm ---- */
+/* A row of the `sandbox ls` table (an out_row_fn). */
+static void sandbox_row(struct out_table *t, const json_t *it, double now)
+{
+	char cpus[16], mem[24], disk[24], created[32], images[256] = "";
+	json_t *imgs = json_object_get(it, "images"), *im;
+	size_t k, off = 0;
 
-static int cmd_ls(const struct cli_cmd *self, int argc, char **argv, const char *home)
+	snprintf(cpus, sizeof(cpus), "%lld", json_integer_value(json_object_get(it, "cpus")));
+	snprintf(mem, sizeof(mem), "%lld MiB",
+		 json_integer_value(json_object_get(it, "memory_mib")));
+	snprintf(disk, sizeof(disk), "%lld GB", json_integer_value(json_object_get(it, "disk_gb")));
+	json_array_foreach(imgs, k, im) {
+		int n = snprintf(images + off, sizeof(images) - off, "%s%s", k ? "," : "",
+				 short_ref(json_string_value(json_object_get(im, "ref"))) ?: "?");
+		if (n < 0 || (size_t)n >= sizeof(images) - off)
+			break;
+		off += (size_t)n;
+	}
+	const char *row[8] = {
+		json_string_value(json_object_get(it, "name")),
+		json_string_value(json_object_get(it, "state")),
+		cpus, mem, disk,
+		json_string_value(json_object_get(it, "accel")),
+		out_ago(out_time_parse(json_object_get(it, "created")), now, created,
+			sizeof(created)),
+		images,
+	};
+	out_table_row(t, row);
+}
+
+static int show_sandboxes(const json_t *res, void *ctx)
 {
 	static const char *const hdr[] = { "NAME", "STATE", "CPUS", "MEMORY", "DISK", "ACCEL",
 					   "CREATED", "IMAGES" };
-	struct k8_err err = { 0 };
-	struct cli_args a;
-	struct client cl;
-	json_t *res = NULL, *it;
-	size_t i;
-	int rc;
 
-	if (!cli_begin(self, argc, argv, json_only, 0, 0, 0, home, &a, &cl, &rc))
-		return rc;
-	if (client_call(&cl, "GET", "/v1/sandboxes", NULL, NULL, NULL, 0, &res, &err) < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
-	rc = CLI_EXIT_OK;
-	if (has_opt(&a, OPT_JSON)) {
-		out_json(res, 1);
-		goto out;
-	}
-	struct out_table *t = out_table_new(8, hdr);
-	double now = (double)time(NULL);
-	json_array_foreach(res, i, it) {
-		char cpus[16], mem[24], disk[24], created[32], images[256] = "";
-		json_t *imgs = json_object_get(it, "images"), *im;
-		size_t k, off = 0;
+	out_table_array(res, 8, hdr, sandbox_row);
+	return CLI_EXIT_OK;
+}
 
-		snprintf(cpus, sizeof(cpus), "%lld", json_integer_value(json_object_get(it, "cpus")));
-		snprintf(mem, sizeof(mem), "%lld MiB",
-			 json_integer_value(json_object_get(it, "memory_mib")));
-		snprintf(disk, sizeof(disk), "%lld GB",
-			 json_integer_value(json_object_get(it, "disk_gb")));
-		json_array_foreach(imgs, k, im) {
-			int n = snprintf(images + off, sizeof(images) - off, "%s%s", k ? "," : "",
-					 short_ref(json_string_value(json_object_get(im, "ref")))
-						 ?: "?");
-			if (n < 0 || (size_t)n >= sizeof(images) - off)
-				break;
-			off += (size_t)n;
-		}
-		const char *row[8] = {
-			json_string_value(json_object_get(it, "name")),
-			json_string_value(json_object_get(it, "state")),
-			cpus, mem, disk,
-			json_string_value(json_object_get(it, "accel")),
-			out_ago(out_time_parse(json_object_get(it, "created")), now, created,
-				sizeof(created)),
-			images,
-		};
-		out_table_row(t, row);
-	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-out:
-	json_decref(res);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+static int cmd_ls(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	return cli_view(self, argc, argv, home, "/v1/sandboxes", 0, show_sandboxes);
 }
 
 static int cmd_inspect(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
-	struct k8_err err = { 0 };
-	struct cli_args a;
-	struct client cl;
-	json_t *res = NULL;
-	cleanup_free char *path = NULL;
-	int rc;
+	return sb_view(self, argc, argv, home, "", NULL);
+}
 
-	if (!cli_begin(self, argc, argv, json_only, 0, 1, 1, home, &a, &cl, &rc))
-		return rc;
-	if (!name_ok(self, a.pos[0], &rc))
-		goto out;
-	path = sb_path(a.pos[0], "");
-	if (client_call(&cl, "GET", path, NULL, NULL, NULL, 0, &res, &err) < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
-	out_json(res, 1);
-	rc = CLI_EXIT_OK;
-out:
+/* How `sandbox rm` removes each sandbox. */
+struct rm_req {
+	int wipe;
+	int force;
+};
+
+/* Delete the sandbox `name` (a cli_item_fn; ctx is a struct rm_req) and say so; with
+ * force, one that does not exist is no error and says nothing. */
+static int rm_one(struct client *cl, const char *name, void *ctx, struct k8_err *err)
+{
+	const struct rm_req *req = ctx;
+	cleanup_free char *path = sb_path(name, req->wipe ? "?wipe=1" : "");
+	json_t *res = NULL;
+	struct out_progress prog;
+
+	out_progress_init(&prog, 0);
+	out_spinner(&prog, "removing %s%s", name, req->wipe ? " (wiping its disk)" : "");
+	int r = client_call(cl, "DELETE", path, NULL, NULL, NULL, 0, &res, err);
+	out_spinner_clear(&prog);
 	json_decref(res);
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+	if (r == -ENOENT && req->force)
+		return 0;
+	if (r >= 0)
+		printf("removed %s\n", name);
+	return r;
 }
 
 static int cmd_rm(const struct cli_cmd *self, int argc, char **argv, const char *home)
@@ -661,44 +606,19 @@ static int cmd_rm(const struct cli_cmd *self, int argc, char **argv, const char 
 	static const struct cli_opt opts[] = {
 		{ "wipe", 0, 0, OPT_WIPE }, { "force", 'f', 0, OPT_FORCE }, { NULL, 0, 0, 0 },
 	};
-	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
-	int rc, wipe, force;
+	struct rm_req req;
+	int rc;
 
 	if (!cli_begin(self, argc, argv, opts, 0, 1, -1, home, &a, &cl, &rc))
 		return rc;
 	for (int i = 0; i < a.npos; i++)
 		if (!name_ok(self, a.pos[i], &rc))
-			goto out;
-	wipe = has_opt(&a, OPT_WIPE);
-	force = has_opt(&a, OPT_FORCE);
-	rc = CLI_EXIT_OK;
-	for (int i = 0; i < a.npos; i++) {
-		cleanup_free char *path = sb_path(a.pos[i], wipe ? "?wipe=1" : "");
-		json_t *res = NULL;
-		struct out_progress prog;
-
-		memset(&err, 0, sizeof(err));
-		out_progress_init(&prog, 0);
-		out_spinner(&prog, "removing %s%s", a.pos[i], wipe ? " (wiping its disk)" : "");
-		int r = client_call(&cl, "DELETE", path, NULL, NULL, NULL, 0, &res, &err);
-		out_spinner_clear(&prog);
-		json_decref(res);
-		if (r == -ENOENT && force)
-			continue;
-		if (r < 0) {
-			rc = cli_fail(&err);
-			if (r == -ECONNREFUSED)
-				break;
-			continue;
-		}
-		printf("removed %s\n", a.pos[i]);
-	}
-out:
-	cli_args_free(&a);
-	client_free(&cl);
-	return rc;
+			return cli_end(&a, &cl, rc);
+	req.wipe = cli_has_opt(&a, OPT_WIPE);
+	req.force = cli_has_opt(&a, OPT_FORCE);
+	return cli_end(&a, &cl, cli_each(&cl, a.pos, a.npos, rm_one, &req));
 }
 
 const struct cli_cmd cli_sandbox_cmds[] = {

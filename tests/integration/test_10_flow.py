@@ -114,6 +114,12 @@ def test_ls_and_inspect(home, sandbox):
     info = json.loads(p.stdout)
     assert info["name"] == sandbox and info["images"]
     assert info["memory_mib"] == 512 and info["cpus"] == 1
+    st = home.json("daemon", "status")
+    if st["cgroup"]["usable"]:
+        # host-side limits sit on the QEMU process
+        assert "cgroup" in info["limits"]["host"], info["limits"]
+        assert "memory" in info["limits"]["host"]
+    assert info["stat"]["mem_total_kib"] > 400 * 1024
 
 
 def test_image_ls(home, loaded):

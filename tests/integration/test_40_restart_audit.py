@@ -25,6 +25,18 @@ def test_kill9_restart_adopts_running_vm(home, sandbox, loaded):
     home("sandbox", "stop", sandbox, cid)
 
 
+def test_stopped_sandbox_boots_again_on_use(home, sandbox, loaded):
+    home.stop()
+    home.start()
+    me = [s for s in home.json("sandbox", "ls") if s["name"] == sandbox]
+    assert me and me[0]["state"] == "stopped"
+    p = home("sandbox", "run", sandbox, loaded, "python3", "-c", "print('back')")
+    assert p.stdout == "back\n", p.stderr
+    me = [s for s in home.json("sandbox", "ls") if s["name"] == sandbox]
+    assert me[0]["state"] == "running"
+    assert any(r["action"] == "sandbox.boot" for r in home.json("audit", "ls", "--sandbox", sandbox))
+
+
 def test_audit_records_actions_and_verifies(home, sandbox):
     recs = home.json("audit", "ls")
     actions = {r["action"] for r in recs}
