@@ -52,3 +52,10 @@ def test_unsupported_flags_are_refused_clearly(home):
     p = home("sandbox", "create", "netbox", "--egress-allow", "example.org")
     assert p.returncode != 0
     assert "egress" in p.stderr
+
+
+def test_image_in_use_cannot_be_removed(home, sandbox, loaded):
+    p = home("image", "rm", loaded)
+    assert p.returncode == 5, (p.returncode, p.stderr)
+    assert "attached to sandbox" in p.stderr and sandbox in p.stderr
+    assert any(i["ref"].endswith("python:3.12-slim") for i in home.json("image", "ls"))

@@ -133,7 +133,10 @@ def test_audit_tampering_detected():
 
 
 def test_rm_removes_everything(home, loaded):
-    home("sandbox", "create", "gone", "--cpus", "1", "--memory", "256", "--disk", "1", check=True)
+    # --egress deny is the default and what the guide spells out: accepted as such
+    home("sandbox", "create", "gone", "--cpus", "1", "--memory", "256", "--disk", "1",
+         "--egress", "deny", check=True)
+    assert [s for s in home.json("sandbox", "ls") if s["name"] == "gone"][0]["egress"] == "deny"
     d = os.path.join(home.path, "sandboxes", "gone")
     assert os.path.isdir(d)
     p = home("sandbox", "rm", "gone", "--wipe")
