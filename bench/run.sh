@@ -4,3 +4,5 @@ set -eu
 cd "$(dirname "$0")"
 echo "== sandbox core (issue 2)"
 python3 core.py
+echo "== images from a registry (issue 3)"
+python3 pull.py

@@ -15,6 +15,7 @@
 #define K8_IMAGE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/util.h"
@@ -54,6 +55,20 @@ int image_ref_normalize(const char *in, char *out, size_t outlen, struct k8_err 
  * of {"ref": "...", "digest": "sha256:..."}. */
 int image_load(struct image_store *st, const char *path, const char *tag,
 	       image_progress_fn progress, void *ctx, json_t **loaded, struct k8_err *err);
+
+/* Pull an image from a registry (OCI distribution API): manifest (linux/amd64 from an
+ * index), config and layers, every blob verified against its digest; blobs the store has
+ * are not fetched again. Nothing lands unless everything arrived and verified. On success
+ * *result is {"ref": normalised name, "digest": "sha256:<manifest>", "registry": host}. */
+struct pull_opts {
+	bool offline;                 /* KOSA8_OFFLINE: never touch the network */
+	const char *auth_file;        /* kosa8 credentials JSON ({"auths": ...}), may be NULL */
+	const char *docker_config;    /* ~/.docker/config.json path, may be NULL */
+	const char *const *insecure;  /* registries allowed over plain http besides loopback */
+	const char *const *mirrors;   /* for docker.io: "http(s)://host:port", tried first */
+};
+int image_pull(struct image_store *st, const char *ref, const struct pull_opts *opts,
+	       image_progress_fn progress, void *ctx, json_t **result, struct k8_err *err);
 
 /* JSON array of {"ref","digest","size","created"} for every reference. */
 int image_list(struct image_store *st, json_t **out, struct k8_err *err);

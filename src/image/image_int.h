@@ -15,6 +15,7 @@
 #define IMAGE_JSON_MAX        (4u << 20)      /* one manifest, index or config blob */
 #define IMAGE_REFS_MAX        (16u << 20)     /* refs.json */
 #define IMAGE_UNPACK_MAX      (64ull << 30)   /* bytes one image may unpack to */
+#define IMAGE_PULL_MAX        (32ull << 30)   /* bytes one pull may download */
 #define UNPACK_MAX_ENTRIES    1000000u        /* entries in one layer */
 #define UNPACK_MAX_PATH       4096u           /* bytes in one entry's path */
 #define UNPACK_MAX_DEPTH      256u            /* components in one path */
@@ -85,6 +86,11 @@ int store_lookup_locked(struct image_store *st, const char *ref, char hex[65],
 			char *refout, size_t reflen, struct k8_err *err);
 /* Under the lock: GC now if nothing is busy, else mark it pending. */
 void store_gc_locked(struct image_store *st);
+/* Name `name` (normalised) the manifest `mhex`, whose blobs are all stored: sets the ref
+ * under the lock, writes refs.json (rolled back on failure) and collects the image the
+ * name pointed at before, if nothing else names it. */
+int store_ref_set(struct image_store *st, const char *name, const char *mhex,
+		  struct k8_err *err);
 /* Create a unique name for tmp/: "<prefix>-<pid>-<seq>". */
 void store_tmp_name(struct image_store *st, const char *prefix, char *out, size_t n);
 
@@ -93,5 +99,24 @@ int unpack_layer(int rootfd, const char *layer_path, uint64_t max_bytes, uint64_
 		 struct k8_err *err);
 /* rm -rf of dirfd/name that never follows a symlink. */
 int unpack_remove_at(int dirfd, const char *name, unsigned depth);
+
+/* registry.c: pure helpers, exposed for unit tests. */
+struct registry_challenge {
+	char scheme[16];           /* "bearer" or "basic" (lower case) */
+	char realm[1024];
+	char service[256];
+	char scope[512];
+};
+/* Parse a WWW-Authenticate value: 0, -EINVAL (malformed; Bearer needs a realm) or
+ * -ENOTSUP (another scheme). */
+int registry_parse_challenge(const char *hdr, struct registry_challenge *c);
+/* From an OCI index or Docker manifest list, the linux/amd64 manifest's hex and size:
+ * 0, -ENOENT (none; `avail` lists the platforms there are, "linux/arm64/v8, ...") or
+ * -EINVAL (its descriptor is malformed). */
+int registry_pick_platform(json_t *index, char hex[65], int64_t *size, char *avail,
+			   size_t availlen);
+/* May registry `domain` ("host[:port]") be reached over plain http? Loopback
+ * (127.0.0.0/8, localhost, [::1]) and the hosts or host:ports in `insecure`. */
+bool registry_plain_http_ok(const char *domain, const char *const *insecure);
 
 #endif

@@ -37,7 +37,8 @@ bool ref_hex_valid(const char *s, size_t n)
 
 bool ref_digest_valid(const char *s, char *hex)
 {
-	if (strncmp(s, "sha256:", 7) || strlen(s + 7) != 64 || !ref_hex_valid(s + 7, 64))
+	/* s may come straight from hostile JSON (json_string_value of a missing field) */
+	if (!s || strncmp(s, "sha256:", 7) || strlen(s + 7) != 64 || !ref_hex_valid(s + 7, 64))
 		return false;
 	if (hex)
 		memcpy(hex, s + 7, 65);

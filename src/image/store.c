@@ -231,6 +231,37 @@ int store_refs_save_locked(struct image_store *st, struct k8_err *err)
 	return 0;
 }
 
+/* ---------------------------------------------------------------- names */
+
+int store_ref_set(struct image_store *st, const char *name, const char *mhex,
+		  struct k8_err *err)
+{
+	char dg[72];
+	const char *prev;
+	json_t *old;
+	bool replaced;
+	int r;
+
+	snprintf(dg, sizeof(dg), "sha256:%s", mhex);
+	pthread_mutex_lock(&st->lock);
+	prev = json_string_value(json_object_get(st->refs, name));
+	replaced = prev && strcmp(prev, dg);
+	old = json_deep_copy(st->refs);
+	json_object_set_new(st->refs, name, json_string(dg));
+	r = store_refs_save_locked(st, err);
+	if (r) {
+		json_decref(st->refs);
+		st->refs = old;
+		old = NULL;
+		store_gc_locked(st);   /* the blobs that just landed are garbage again */
+	} else if (replaced) {
+		store_gc_locked(st);
+	}
+	pthread_mutex_unlock(&st->lock);
+	json_decref(old);
+	return r;
+}
+
 /* ---------------------------------------------------------------- GC */
 
 static void store_gc_sweep(int dirfd, json_t *keep, const char *suffix)

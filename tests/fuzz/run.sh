@@ -23,7 +23,7 @@ SECS=${FUZZ_SECONDS:-20}
 CC=${FUZZ_CC:-clang}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 CFLAGS="-std=gnu11 -D_GNU_SOURCE -Isrc -pthread -g -O1 $SAN"
-LIBS="-ljansson -larchive -lcrypto -lpthread ${FUZZ_LIBS:-}"
+LIBS="-ljansson -larchive -lcrypto -lcurl -lpthread ${FUZZ_LIBS:-}"
 
 command -v "$CC" >/dev/null 2>&1 || { echo "fuzz: $CC not found (libFuzzer needs clang)"; exit 1; }
 mkdir -p "$OUT/obj" || exit 1

@@ -1,0 +1,1060 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* registry.c - `image pull`: an OCI distribution (registry v2) client over libcurl.
+ *
+ * Theory of operation. A pull is: resolve the reference (docker.io is served by
+ * registry-1.docker.io, or by configured mirrors tried first), GET the manifest (at most
+ * IMAGE_JSON_MAX bytes, hashed; a digest-pinned reference must match), pick linux/amd64
+ * from an index or a Docker manifest list, then GET the config and the layers into a
+ * staging directory under tmp/ through the store's blob writer, which hashes while it
+ * writes and refuses more than the declared size. Only when everything has arrived and
+ * verified do the blobs move (rename) into blobs/sha256/ and the name into refs.json, so
+ * a failed pull leaves the store as it was. Blobs the store already has are not fetched.
+ * Concurrent pulls each have their own staging directory; a rename over an identical
+ * blob is harmless.
+ *
+ * Network: https, except for loopback registries (127.0.0.0/8, localhost, [::1]) and those
+ * the caller lists as insecure. Redirects are followed (5 at most; blob downloads often
+ * redirect to object storage) and never from https to http; credentials are not sent
+ * to another host. A 401 is answered by its WWW-Authenticate challenge: Bearer (get a
+ * token from the realm, anonymously or with Basic credentials) or Basic. Transport errors,
+ * 429 and 5xx are retried three times with backoff; an interrupted blob resumes with a
+ * Range request (the writer keeps its hash state), or restarts when the server ignores it.
+ */
+#include "image/image_int.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MT_OCI_INDEX    "application/vnd.oci.image.index.v1+json"
+#define MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
+#define MT_DKR_LIST     "application/vnd.docker.distribution.manifest.list.v2+json"
+#define MT_DKR_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
+#define REG_ACCEPT "Accept: " MT_OCI_INDEX ", " MT_OCI_MANIFEST ", " MT_DKR_LIST ", " \
+	MT_DKR_MANIFEST
+#define REG_TRIES      3
+#define REG_ERRBODY    4096      /* bytes of an error response kept for the message */
+#define REG_TOKEN_MAX  (64u << 10)
+#define REG_LAYERS_MAX 1000
+
+enum reg_sink { SINK_MEM, SINK_BLOB };
+
+struct reg_xfer {
+	enum reg_sink sink;
+	/* SINK_MEM */
+	char *buf;
+	size_t len, cap, max;
+	/* SINK_BLOB */
+	struct blob_writer *w;
+	int stagefd;
+	uint64_t max_blob;
+	const char *what;
+	/* response */
+	char *errbody;
+	size_t errlen;
+	char challenge[2048];
+	char ctype[256];
+	char dcd[80];              /* Docker-Content-Digest */
+	int fatal;                 /* an error our callbacks raised (do not retry) */
+	struct k8_err ferr;
+	bool checked;              /* the status of this response was looked at */
+	uint64_t next_progress;
+};
+
+struct reg {
+	struct image_store *st;
+	const struct pull_opts *opts;
+	image_progress_fn progress;
+	void *ctx;
+	struct k8_err *err;
+	struct ref_parts rp;
+	char norm[512];
+	char base[320];            /* "https://host[:port]" of the endpoint in use */
+	char host[300];            /* that endpoint's host[:port], for messages */
+	bool plain_ok;             /* http allowed for this endpoint */
+	char basic[1024];          /* "user:pass" for this registry, or "" */
+	char *authz;               /* "Authorization: ..." header to send, or NULL */
+	CURL *curl;
+	uint64_t fetched;          /* bytes received in this pull */
+	int stagefd;
+	char stagename[96];
+	json_t *staged;            /* hex -> true */
+};
+
+static pthread_once_t reg_curl_once = PTHREAD_ONCE_INIT;
+
+static void reg_curl_init(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void reg_progress(struct reg *g, const char *what, uint64_t done, uint64_t total)
+{
+	if (g->progress)
+		g->progress(g->ctx, "pull", what, done, total);
+}
+
+/* ---------------------------------------------------------------- pure helpers */
+
+static const char *reg_skip_ws(const char *p)
+{
+	while (*p == ' ' || *p == '\t' || *p == ',')
+		p++;
+	return p;
+}
+
+int registry_parse_challenge(const char *hdr, struct registry_challenge *c)
+{
+	const char *p = hdr;
+	size_t n;
+
+	memset(c, 0, sizeof(*c));
+	if (!hdr)
+		return -EINVAL;
+	p = reg_skip_ws(p);
+	n = strcspn(p, " \t");
+	if (n == 0 || n >= sizeof(c->scheme))
+		return -EINVAL;
+	memcpy(c->scheme, p, n);
+	for (size_t i = 0; i < n; i++)
+		c->scheme[i] = (char)tolower((unsigned char)c->scheme[i]);
+	if (strcmp(c->scheme, "bearer") && strcmp(c->scheme, "basic"))
+		return -ENOTSUP;
+	p += n;
+	for (;;) {
+		char key[32], val[1024];
+		size_t kn, vn = 0;
+
+		p = reg_skip_ws(p);
+		if (!*p)
+			break;
+		kn = strcspn(p, "= \t,");
+		if (kn == 0 || kn >= sizeof(key) || p[kn] != '=')
+			return -EINVAL;
+		for (size_t i = 0; i < kn; i++)
+			key[i] = (char)tolower((unsigned char)p[i]);
+		key[kn] = '\0';
+		p += kn + 1;
+		if (*p == '"') {
+			p++;
+			while (*p && *p != '"') {
+				if (*p == '\\' && p[1])
+					p++;
+				if (vn + 1 >= sizeof(val))
+					return -EINVAL;
+				val[vn++] = *p++;
+			}
+			if (*p != '"')
+				return -EINVAL;
+			p++;
+		} else {
+			while (*p && *p != ',' && *p != ' ' && *p != '\t') {
+				if (vn + 1 >= sizeof(val))
+					return -EINVAL;
+				val[vn++] = *p++;
+			}
+		}
+		val[vn] = '\0';
+		if (!strcmp(key, "realm"))
+			snprintf(c->realm, sizeof(c->realm), "%s", val);
+		else if (!strcmp(key, "service"))
+			snprintf(c->service, sizeof(c->service), "%s", val);
+		else if (!strcmp(key, "scope"))
+			snprintf(c->scope, sizeof(c->scope), "%s", val);
+	}
+	if (!strcmp(c->scheme, "bearer") && !c->realm[0])
+		return -EINVAL;
+	return 0;
+}
+
+int registry_pick_platform(json_t *index, char hex[65], int64_t *size, char *avail,
+			   size_t availlen)
+{
+	json_t *ms = json_object_get(index, "manifests"), *d;
+	size_t i, used = 0;
+
+	if (availlen)
+		avail[0] = '\0';
+	if (!json_is_array(ms))
+		return -EINVAL;
+	json_array_foreach(ms, i, d) {
+		json_t *p = json_object_get(d, "platform");
+		const char *os = json_string_value(json_object_get(p, "os"));
+		const char *arch = json_string_value(json_object_get(p, "architecture"));
+		const char *var = json_string_value(json_object_get(p, "variant"));
+		json_t *sz = json_object_get(d, "size");
+
+		if (os && arch && !strcmp(os, "linux") && !strcmp(arch, "amd64")) {
+			if (!ref_digest_valid(json_string_value(json_object_get(d, "digest")), hex) ||
+			    !json_is_integer(sz) || json_integer_value(sz) < 0)
+				return -EINVAL;
+			*size = (int64_t)json_integer_value(sz);
+			return 0;
+		}
+		if (availlen && used + 1 < availlen) {
+			int n = snprintf(avail + used, availlen - used, "%s%s/%s%s%s", used ? ", " : "",
+					 os ? os : "?", arch ? arch : "?", var ? "/" : "", var ? var : "");
+			if (n > 0)
+				used = used + (size_t)n < availlen ? used + (size_t)n : availlen - 1;
+		}
+	}
+	return -ENOENT;
+}
+
+bool registry_plain_http_ok(const char *domain, const char *const *insecure)
+{
+	char host[256];
+	const char *p;
+	size_t n;
+	struct in_addr a;
+
+	for (size_t i = 0; insecure && insecure[i]; i++)
+		if (!strcmp(insecure[i], domain))
+			return true;
+	if (domain[0] == '[') {
+		p = strchr(domain, ']');
+		n = p ? (size_t)(p - domain) + 1 : strlen(domain);
+	} else {
+		n = strcspn(domain, ":");
+	}
+	if (n >= sizeof(host))
+		return false;
+	memcpy(host, domain, n);
+	host[n] = '\0';
+	for (size_t i = 0; insecure && insecure[i]; i++)
+		if (!strcmp(insecure[i], host))
+			return true;
+	if (!strcmp(host, "localhost") || !strcmp(host, "[::1]"))
+		return true;
+	return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* ---------------------------------------------------------------- credentials */
+
+/* The "user:pass" for `domain` in a Docker-style config file ({"auths": {...}}). */
+static int reg_creds_from(const char *path, const char *domain, char *out, size_t outlen,
+			  struct k8_err *err)
+{
+	cleanup_free char *buf = NULL;
+	size_t len;
+	json_t *j, *auths, *v;
+	json_error_t je;
+	const char *k;
+	int r;
+	bool dockerio = !strcmp(domain, "docker.io");
+
+	r = read_file(path, 1u << 20, &buf, &len);
+	if (r == -ENOENT)
+		return 0;
+	if (r)
+		return k8_err_set(err, r, "reading credentials %s: %s", path, strerror(-r));
+	j = json_loadb(buf, len, 0, &je);
+	if (!j)
+		return k8_err_set(err, -EINVAL, "credentials %s are not valid JSON: %s (line %d)",
+				  path, je.text, je.line);
+	auths = json_object_get(j, "auths");
+	json_object_foreach(auths, k, v) {
+		char key[300];
+		const char *s = k, *a, *u, *pw;
+		size_t n;
+
+		if (!strncmp(s, "https://", 8))
+			s += 8;
+		else if (!strncmp(s, "http://", 7))
+			s += 7;
+		n = strcspn(s, "/");
+		if (n >= sizeof(key))
+			continue;
+		memcpy(key, s, n);
+		key[n] = '\0';
+		if (strcmp(key, domain) && !(dockerio && (!strcmp(key, "index.docker.io") ||
+							  !strcmp(key, "registry-1.docker.io"))))
+			continue;
+		a = json_string_value(json_object_get(v, "auth"));
+		u = json_string_value(json_object_get(v, "username"));
+		pw = json_string_value(json_object_get(v, "password"));
+		if (a && *a) {
+			size_t al = strlen(a);
+			unsigned char *dec = xmalloc(al + 4);
+			int dl = al % 4 == 0 ? EVP_DecodeBlock(dec, (const unsigned char *)a, (int)al) : -1;
+			if (dl > 0) {
+				while (al && a[al - 1] == '=' && dl > 0) {   /* padding decodes as zeros */
+					al--;
+					dl--;
+				}
+			}
+			if (dl <= 0 || (size_t)dl >= outlen || !memchr(dec, ':', (size_t)dl)) {
+				free(dec);
+				json_decref(j);
+				return k8_err_set(err, -EINVAL, "credentials %s: the \"auth\" of %s is not "
+						  "base64 of user:password", path, k);
+			}
+			memcpy(out, dec, (size_t)dl);
+			out[dl] = '\0';
+			free(dec);
+		} else if (u && pw) {
+			snprintf(out, outlen, "%s:%s", u, pw);
+		} else {
+			continue;
+		}
+		break;
+	}
+	json_decref(j);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- transfers */
+
+static size_t reg_header_cb(char *data, size_t size, size_t n, void *arg)
+{
+	struct reg_xfer *x = arg;
+	size_t len = size * n, vl;
+	const char *v;
+
+	if (len >= 5 && !strncmp(data, "HTTP/", 5)) {   /* a new response (redirects) */
+		x->challenge[0] = x->ctype[0] = x->dcd[0] = '\0';
+		return len;
+	}
+	v = memchr(data, ':', len);
+	if (!v)
+		return len;
+	vl = len - (size_t)(v + 1 - data);
+	for (v++; vl && (*v == ' ' || *v == '\t'); v++, vl--)
+		;
+	while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+		vl--;
+#define REG_HDR(name, field)                                                              \
+	if (!strncasecmp(data, name ":", sizeof(name)) && !x->field[0] &&                  \
+	    vl < sizeof(x->field)) {                                                       \
+		memcpy(x->field, v, vl);                                                   \
+		x->field[vl] = '\0';                                                       \
+	}
+	REG_HDR("WWW-Authenticate", challenge)
+	REG_HDR("Content-Type", ctype)
+	REG_HDR("Docker-Content-Digest", dcd)
+#undef REG_HDR
+	return len;
+}
+
+struct reg_wctx {
+	struct reg *g;
+	struct reg_xfer *x;
+};
+
+static size_t reg_write_cb(char *data, size_t size, size_t n, void *arg)
+{
+	struct reg_wctx *c = arg;
+	struct reg_xfer *x = c->x;
+	struct reg *g = c->g;
+	size_t len = size * n;
+	long code = 0;
+	int r;
+
+	curl_easy_getinfo(g->curl, CURLINFO_RESPONSE_CODE, &code);
+	if (code < 200 || code > 299) {
+		size_t k = len;
+		if (!x->errbody)
+			x->errbody = xmalloc(REG_ERRBODY + 1);
+		if (x->errlen + k > REG_ERRBODY)
+			k = REG_ERRBODY - x->errlen;
+		memcpy(x->errbody + x->errlen, data, k);
+		x->errlen += k;
+		x->errbody[x->errlen] = '\0';
+		return len;
+	}
+	g->fetched += len;
+	if (g->fetched > IMAGE_PULL_MAX) {
+		x->fatal = k8_err_set(&x->ferr, -EFBIG, "the image is larger than %llu bytes, the "
+				      "most kosa8 pulls", (unsigned long long)IMAGE_PULL_MAX);
+		return 0;
+	}
+	if (x->sink == SINK_MEM) {
+		if (x->len + len > x->max) {
+			x->fatal = k8_err_set(&x->ferr, -EFBIG, "%s is larger than %zu bytes", x->what,
+					      x->max);
+			return 0;
+		}
+		if (x->len + len + 1 > x->cap) {
+			x->cap = (x->len + len + 1) * 2;
+			if (x->cap > x->max + 1)
+				x->cap = x->max + 1;
+			x->buf = realloc(x->buf, x->cap);
+			if (!x->buf) {
+				x->fatal = k8_err_set(&x->ferr, -ENOMEM, "out of memory");
+				return 0;
+			}
+		}
+		memcpy(x->buf + x->len, data, len);
+		x->len += len;
+		x->buf[x->len] = '\0';
+		return len;
+	}
+	if (!x->checked) {
+		x->checked = true;
+		if (code == 200 && x->w->size > 0) {   /* the server ignored our Range: restart */
+			blobw_abort(x->w);
+			r = blobw_open(x->w, x->stagefd, x->max_blob, &x->ferr);
+			if (r) {
+				x->fatal = r;
+				return 0;
+			}
+		}
+	}
+	r = blobw_write(x->w, data, len, &x->ferr);
+	if (r) {
+		if (r == -EFBIG) {
+			x->ferr.code = 0;
+			k8_err_set(&x->ferr, -EFBIG, "%s is larger than its descriptor says (%llu "
+				   "bytes); refused", x->what, (unsigned long long)x->max_blob);
+		}
+		x->fatal = r;
+		return 0;
+	}
+	if (x->w->size >= x->next_progress) {
+		reg_progress(g, x->what, x->w->size, x->max_blob);
+		x->next_progress = x->w->size + (4u << 20);
+	}
+	return len;
+}
+
+/* The registry's own words from an error body ({"errors":[{"code","message"}]}). */
+static void reg_errbody_msg(struct reg_xfer *x, char *out, size_t n)
+{
+	json_t *j, *e;
+	const char *code, *msg;
+
+	out[0] = '\0';
+	if (!x->errbody)
+		return;
+	j = json_loadb(x->errbody, x->errlen, 0, NULL);
+	e = json_array_get(json_object_get(j, "errors"), 0);
+	code = json_string_value(json_object_get(e, "code"));
+	msg = json_string_value(json_object_get(e, "message"));
+	if (code || msg)
+		snprintf(out, n, ": %s%s%s", msg ? msg : "", msg && code ? " - " : "",
+			 code ? code : "");
+	json_decref(j);
+}
+
+static void reg_xfer_reset(struct reg_xfer *x)
+{
+	free(x->errbody);
+	x->errbody = NULL;
+	x->errlen = 0;
+	x->challenge[0] = x->ctype[0] = x->dcd[0] = '\0';
+	x->checked = false;
+	if (x->sink == SINK_MEM)
+		x->len = 0;
+}
+
+/* One GET; *code is the final HTTP status. Returns the curl code. */
+static CURLcode reg_perform(struct reg *g, const char *url, const char *accept,
+			    const char *authz, uint64_t range_from, struct reg_xfer *x, long *code)
+{
+	struct curl_slist *h = NULL;
+	struct reg_wctx wc = { g, x };
+	char range[64];
+	CURLcode cc;
+
+	reg_xfer_reset(x);
+	curl_easy_reset(g->curl);
+	curl_easy_setopt(g->curl, CURLOPT_URL, url);
+	curl_easy_setopt(g->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(g->curl, CURLOPT_USERAGENT, "kosa8");
+	curl_easy_setopt(g->curl, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(g->curl, CURLOPT_MAXREDIRS, 5L);
+	curl_easy_setopt(g->curl, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(g->curl, CURLOPT_REDIR_PROTOCOLS_STR, g->plain_ok ? "http,https" : "https");
+	curl_easy_setopt(g->curl, CURLOPT_CONNECTTIMEOUT, 30L);
+	curl_easy_setopt(g->curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(g->curl, CURLOPT_LOW_SPEED_TIME, 60L);
+	curl_easy_setopt(g->curl, CURLOPT_HEADERFUNCTION, reg_header_cb);
+	curl_easy_setopt(g->curl, CURLOPT_HEADERDATA, x);
+	curl_easy_setopt(g->curl, CURLOPT_WRITEFUNCTION, reg_write_cb);
+	curl_easy_setopt(g->curl, CURLOPT_WRITEDATA, &wc);
+	if (accept)
+		h = curl_slist_append(h, accept);
+	if (authz)
+		h = curl_slist_append(h, authz);   /* curl drops it when redirected elsewhere */
+	if (range_from) {
+		snprintf(range, sizeof(range), "Range: bytes=%llu-", (unsigned long long)range_from);
+		h = curl_slist_append(h, range);
+	}
+	if (h)
+		curl_easy_setopt(g->curl, CURLOPT_HTTPHEADER, h);
+	cc = curl_easy_perform(g->curl);
+	*code = 0;
+	curl_easy_getinfo(g->curl, CURLINFO_RESPONSE_CODE, code);
+	curl_slist_free_all(h);
+	return cc;
+}
+
+static bool reg_transient(CURLcode cc, long code)
+{
+	if (cc == CURLE_OK)
+		return code == 429 || (code >= 500 && code <= 599);
+	switch (cc) {
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Answer a 401 challenge: sets g->authz. */
+static int reg_authenticate(struct reg *g, const char *challenge)
+{
+	struct registry_challenge c;
+	struct reg_xfer t = { .sink = SINK_MEM, .max = REG_TOKEN_MAX, .what = "a token response" };
+	cleanup_free char *url = NULL, *basic_hdr = NULL;
+	char scope[600], *es, *esc;
+	json_t *j = NULL;
+	const char *tok;
+	long code;
+	CURLcode cc;
+	int r;
+
+	if (registry_parse_challenge(challenge, &c))
+		return k8_err_set(g->err, -EACCES, "registry %s refused access (HTTP 401) with a "
+				  "challenge kosa8 does not understand: %.200s", g->host,
+				  challenge[0] ? challenge : "(none)");
+	if (g->basic[0]) {
+		unsigned char *b64 = xmalloc(4 * (strlen(g->basic) / 3 + 2));
+		EVP_EncodeBlock(b64, (const unsigned char *)g->basic, (int)strlen(g->basic));
+		basic_hdr = xasprintf("Authorization: Basic %s", (char *)b64);
+		free(b64);
+	}
+	if (!strcmp(c.scheme, "basic")) {
+		if (!basic_hdr)
+			return k8_err_set(g->err, -EACCES, "registry %s requires a user name and "
+					  "password, and kosa8 has none for it; add them to the "
+					  "credentials file (\"auths\": {\"%s\": {\"auth\": "
+					  "\"base64(user:password)\"}})", g->host, g->rp.domain);
+		if (g->authz && !strcmp(g->authz, basic_hdr))
+			return k8_err_set(g->err, -EACCES, "registry %s refused the credentials kosa8 "
+					  "has for it (HTTP 401)", g->host);
+		free(g->authz);
+		g->authz = steal_pointer(&basic_hdr);
+		return 0;
+	}
+	/* Bearer: a token from the realm. */
+	if (strncmp(c.realm, "https://", 8) &&
+	    !(strncmp(c.realm, "http://", 7) == 0 && g->plain_ok))
+		return k8_err_set(g->err, -EACCES, "registry %s sends for a token to '%s', which is "
+				  "not https; refused", g->host, c.realm);
+	if (c.scope[0])
+		snprintf(scope, sizeof(scope), "%s", c.scope);
+	else
+		snprintf(scope, sizeof(scope), "repository:%s:pull", g->rp.path);
+	es = curl_easy_escape(g->curl, scope, 0);
+	esc = curl_easy_escape(g->curl, c.service, 0);
+	url = xasprintf("%s%cscope=%s%s%s", c.realm, strchr(c.realm, '?') ? '&' : '?',
+			es ? es : "", c.service[0] ? "&service=" : "", c.service[0] && esc ? esc : "");
+	curl_free(es);
+	curl_free(esc);
+	for (int attempt = 0;; attempt++) {
+		cc = reg_perform(g, url, NULL, basic_hdr, 0, &t, &code);
+		if (t.fatal) {
+			r = k8_err_set(g->err, t.fatal, "getting a token for %s: %s", g->host, t.ferr.msg);
+			goto out;
+		}
+		if (attempt + 1 < REG_TRIES && reg_transient(cc, code)) {
+			usleep(500000u << attempt);
+			continue;
+		}
+		break;
+	}
+	if (cc != CURLE_OK) {
+		r = k8_err_set(g->err, -EHOSTUNREACH, "getting a token from %s for %s: %s", c.realm,
+			       g->host, curl_easy_strerror(cc));
+		goto out;
+	}
+	if (code == 401 || code == 403) {
+		r = k8_err_set(g->err, -EACCES, "the token service %s refused %s (HTTP %ld)%s", c.realm,
+			       basic_hdr ? "the credentials kosa8 has for this registry" :
+			       "anonymous access; add credentials for this registry", code,
+			       basic_hdr ? "" : " (or the image does not exist)");
+		goto out;
+	}
+	if (code != 200) {
+		r = k8_err_set(g->err, -EPROTO, "the token service %s answered HTTP %ld", c.realm,
+			       code);
+		goto out;
+	}
+	j = json_loadb(t.buf ? t.buf : "", t.len, 0, NULL);
+	tok = json_string_value(json_object_get(j, "token"));
+	if (!tok || !*tok)
+		tok = json_string_value(json_object_get(j, "access_token"));
+	if (!tok || !*tok || strpbrk(tok, "\r\n")) {
+		r = k8_err_set(g->err, -EPROTO, "the token service %s sent no usable token", c.realm);
+		goto out;
+	}
+	free(g->authz);
+	g->authz = xasprintf("Authorization: Bearer %s", tok);
+	r = 0;
+out:
+	json_decref(j);
+	free(t.buf);
+	free(t.errbody);
+	return r;
+}
+
+/* GET `path` (under /v2/<name>/) from the endpoint, with auth and retries. */
+static int reg_get(struct reg *g, const char *path, const char *accept, struct reg_xfer *x,
+		   const char *what)
+{
+	cleanup_free char *url = xasprintf("%s/v2/%s/%s", g->base, g->rp.path, path);
+	bool authed = false;
+	char emsg[512];
+	long code;
+	CURLcode cc;
+
+	for (int attempt = 0;;) {
+		uint64_t from = x->sink == SINK_BLOB ? x->w->size : 0;
+
+		cc = reg_perform(g, url, accept, g->authz, from, x, &code);
+		if (x->fatal)
+			return k8_err_set(g->err, x->fatal, "%s", x->ferr.msg);
+		if (cc == CURLE_OK && code == 401 && !authed) {
+			int r;
+			authed = true;
+			r = reg_authenticate(g, x->challenge);
+			if (r)
+				return r;
+			continue;
+		}
+		if (cc == CURLE_OK && code == 416 && from) {   /* bad range: start over */
+			blobw_abort(x->w);
+			int r = blobw_open(x->w, x->stagefd, x->max_blob, g->err);
+			if (r)
+				return r;
+			continue;
+		}
+		if (cc == CURLE_OK && code >= 200 && code <= 299)
+			return 0;
+		if (++attempt < REG_TRIES && reg_transient(cc, code)) {
+			usleep(500000u << (attempt - 1));
+			continue;
+		}
+		break;
+	}
+	if (cc != CURLE_OK)
+		return k8_err_set(g->err, -EHOSTUNREACH, "fetching %s from %s: %s (after %d tries)",
+				  what, g->host, curl_easy_strerror(cc), REG_TRIES);
+	reg_errbody_msg(x, emsg, sizeof(emsg));
+	if (code == 404)
+		return k8_err_set(g->err, -ENOENT, "%s: %s was not found on %s (HTTP 404)%s",
+				  g->norm, what, g->host, emsg);
+	if ((code == 401 || code == 403) && g->basic[0])
+		return k8_err_set(g->err, -EACCES, "%s: registry %s refused the credentials kosa8 "
+				  "has for it (HTTP %ld for %s)%s", g->norm, g->host, code, what, emsg);
+	if (code == 401 || code == 403)
+		return k8_err_set(g->err, -EACCES, "%s: registry %s refused access to %s (HTTP "
+				  "%ld)%s; add credentials for this registry", g->norm, g->host, what,
+				  code, emsg);
+	return k8_err_set(g->err, -EPROTO, "%s: fetching %s from %s failed: HTTP %ld%s", g->norm,
+			  what, g->host, code, emsg);
+}
+
+/* ---------------------------------------------------------------- manifests and blobs */
+
+static int reg_stage_mem(struct reg *g, const char *data, size_t n, const char *hex,
+			 const char *what)
+{
+	struct blob_writer w;
+	char got[65];
+	int r;
+
+	if (json_object_get(g->staged, hex) || store_blob_exists(g->st, hex))
+		return 0;
+	r = blobw_open(&w, g->stagefd, 0, g->err);
+	if (r)
+		return r;
+	if ((r = blobw_write(&w, data, n, g->err)) ||
+	    (r = blobw_finish(&w, hex, what, hex, got, g->err))) {
+		blobw_abort(&w);
+		return r;
+	}
+	json_object_set_new(g->staged, hex, json_true());
+	return 0;
+}
+
+/* Fetch a manifest (by tag or "sha256:<hex>"); verify `want_hex` when given. Its hex
+ * (always the SHA-256 of the bytes received), its bytes and its parsed JSON out. */
+static int reg_manifest(struct reg *g, const char *refpart, const char *want_hex,
+			struct reg_xfer *x, char hex[65], json_t **out)
+{
+	cleanup_free char *path = xasprintf("manifests/%s", refpart);
+	char what[200], desc[300];
+	int r;
+
+	snprintf(what, sizeof(what), "manifest %s", refpart);
+	x->sink = SINK_MEM;
+	x->max = IMAGE_JSON_MAX;
+	x->what = what;
+	r = reg_get(g, path, REG_ACCEPT, x, what);
+	if (r)
+		return r;
+	sha256_hex(x->buf ? x->buf : "", x->len, hex);
+	if (want_hex && strcmp(want_hex, hex))
+		return k8_err_set(g->err, -EBADMSG, "%s: the manifest %s from %s hashes to "
+				  "sha256:%s; the registry sent something else than was asked "
+				  "for (damaged or tampered with); nothing was stored", g->norm, refpart,
+				  g->host, hex);
+	snprintf(desc, sizeof(desc), "the manifest %s from %s", refpart, g->host);
+	return store_json_parse(x->buf ? x->buf : "", x->len, desc, out, g->err);
+}
+
+static bool reg_mt_is(json_t *o, const char *ctype, const char *a, const char *b)
+{
+	const char *mt = json_string_value(json_object_get(o, "mediaType"));
+
+	if (!mt && ctype && *ctype)
+		mt = ctype;
+	return mt && (!strncmp(mt, a, strlen(a)) || (b && !strncmp(mt, b, strlen(b))));
+}
+
+/* A descriptor's hex and size. */
+static int reg_desc(struct reg *g, json_t *d, char hex[65], int64_t *size, const char *what)
+{
+	json_t *sz = json_object_get(d, "size");
+	const char *dg = json_string_value(json_object_get(d, "digest"));
+
+	if (!dg || !ref_digest_valid(dg, hex))
+		return k8_err_set(g->err, -EINVAL, "%s: the %s descriptor's digest '%s' is not "
+				  "sha256:<64 hex> (the only algorithm kosa8 supports)", g->norm, what,
+				  dg ? dg : "(none)");
+	if (!json_is_integer(sz) || json_integer_value(sz) < 0)
+		return k8_err_set(g->err, -EINVAL, "%s: the %s sha256:%.12s has no valid size",
+				  g->norm, what, hex);
+	*size = (int64_t)json_integer_value(sz);
+	return 0;
+}
+
+/* Make sure blob `hex` of `size` bytes is in the store or staged. */
+static int reg_blob(struct reg *g, const char *hex, int64_t size, const char *kind)
+{
+	struct blob_writer w;
+	struct reg_xfer x = { .sink = SINK_BLOB, .w = &w, .stagefd = g->stagefd };
+	cleanup_free char *path = xasprintf("blobs/sha256:%s", hex);
+	char what[128], got[65];
+	struct stat s;
+	int r;
+
+	if (json_object_get(g->staged, hex))
+		return 0;
+	snprintf(what, sizeof(what), "%s sha256:%.12s", kind, hex);
+	if (fstatat(g->st->blobfd, hex, &s, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(s.st_mode)) {
+		if (s.st_size != size)
+			return k8_err_set(g->err, -EBADMSG, "%s: %s sha256:%.12s is %lld bytes in the "
+					  "store, but the manifest says %lld", g->norm, kind, hex,
+					  (long long)s.st_size, (long long)size);
+		reg_progress(g, what, (uint64_t)size, (uint64_t)size);
+		return 0;
+	}
+	x.what = what;
+	x.max_blob = (uint64_t)size;
+	r = blobw_open(&w, g->stagefd, (uint64_t)size, g->err);
+	if (r)
+		return r;
+	r = reg_get(g, path, NULL, &x, what);
+	free(x.errbody);
+	if (r) {
+		blobw_abort(&w);
+		return r;
+	}
+	if (w.size != (uint64_t)size) {
+		blobw_abort(&w);
+		return k8_err_set(g->err, -EBADMSG, "%s: %s from %s is %llu bytes, but the manifest "
+				  "says %lld; refused, nothing was stored", g->norm, what, g->host,
+				  (unsigned long long)w.size, (long long)size);
+	}
+	r = blobw_finish(&w, hex, what, hex, got, g->err);
+	if (r)
+		return r == -EBADMSG ? k8_err_wrap(g->err, "%s: from %s; nothing was stored", g->norm,
+						   g->host) : r;
+	json_object_set_new(g->staged, hex, json_true());
+	reg_progress(g, what, (uint64_t)size, (uint64_t)size);
+	return 0;
+}
+
+/* Fetch the image manifest (through an index when there is one), the config and the
+ * layers. The image manifest's hex out. */
+static int reg_fetch(struct reg *g, char mhex[65])
+{
+	struct reg_xfer x = { 0 };
+	json_t *m = NULL, *layers, *ld;
+	char want[65], hex[65], avail[600];
+	const char *refpart = g->rp.digest[0] ? g->rp.digest : g->rp.tag;
+	int64_t size, total = 0;
+	size_t i;
+	int r;
+
+	if (g->rp.digest[0])
+		ref_digest_valid(g->rp.digest, want);
+	r = reg_manifest(g, refpart[0] ? refpart : "latest", g->rp.digest[0] ? want : NULL, &x,
+			 mhex, &m);
+	if (r)
+		goto out;
+	if (x.dcd[0] && !strncmp(x.dcd, "sha256:", 7) && strcmp(x.dcd + 7, mhex)) {
+		r = k8_err_set(g->err, -EBADMSG, "%s: the manifest from %s hashes to sha256:%s, but "
+			       "the registry says %s; refused", g->norm, g->host, mhex, x.dcd);
+		goto out;
+	}
+	if (reg_mt_is(m, x.ctype, MT_OCI_INDEX, MT_DKR_LIST) ||
+	    (!json_object_get(m, "layers") && json_is_array(json_object_get(m, "manifests")))) {
+		char ihex[65];
+		memcpy(ihex, mhex, 65);
+		r = registry_pick_platform(m, hex, &size, avail, sizeof(avail));
+		if (r == -ENOENT) {
+			r = k8_err_set(g->err, -ENOENT, "%s: no linux/amd64 image in the index "
+				       "sha256:%.12s on %s%s%s%s; kosa8 runs linux/amd64 images only",
+				       g->norm, ihex, g->host, avail[0] ? " (it has " : "", avail,
+				       avail[0] ? ")" : "");
+			goto out;
+		}
+		if (r) {
+			r = k8_err_set(g->err, -EINVAL, "%s: the index sha256:%.12s on %s is malformed",
+				       g->norm, ihex, g->host);
+			goto out;
+		}
+		if (size > (int64_t)IMAGE_JSON_MAX) {
+			r = k8_err_set(g->err, -EFBIG, "%s: the manifest sha256:%.12s is larger than "
+				       "%u bytes", g->norm, hex, IMAGE_JSON_MAX);
+			goto out;
+		}
+		json_decref(m);
+		m = NULL;
+		char dref[80];
+		snprintf(dref, sizeof(dref), "sha256:%s", hex);
+		r = reg_manifest(g, dref, hex, &x, mhex, &m);
+		if (r)
+			goto out;
+		if (reg_mt_is(m, x.ctype, MT_OCI_INDEX, MT_DKR_LIST)) {
+			r = k8_err_set(g->err, -EINVAL, "%s: nested image indexes are not supported",
+				       g->norm);
+			goto out;
+		}
+	}
+	if (!json_is_integer(json_object_get(m, "schemaVersion")) ||
+	    json_integer_value(json_object_get(m, "schemaVersion")) != 2) {
+		r = k8_err_set(g->err, -EINVAL, "%s: the manifest on %s is not schema 2 (old docker "
+			       "schema 1 images are not supported)", g->norm, g->host);
+		goto out;
+	}
+	if (json_object_get(m, "mediaType") && !reg_mt_is(m, NULL, MT_OCI_MANIFEST, MT_DKR_MANIFEST)) {
+		r = k8_err_set(g->err, -EINVAL, "%s: the manifest on %s has media type %s, which is "
+			       "not an image manifest", g->norm, g->host,
+			       json_string_value(json_object_get(m, "mediaType")));
+		goto out;
+	}
+	if ((r = store_manifest_check(m, hex, NULL, g->err))) {
+		k8_err_wrap(g->err, "%s: the manifest on %s", g->norm, g->host);
+		goto out;
+	}
+	layers = json_object_get(m, "layers");
+	if (json_array_size(layers) > REG_LAYERS_MAX) {
+		r = k8_err_set(g->err, -E2BIG, "%s: the manifest lists more than %d layers", g->norm,
+			       REG_LAYERS_MAX);
+		goto out;
+	}
+	/* Sizes first: refuse what could never fit before fetching anything. */
+	json_array_foreach(layers, i, ld) {
+		if ((r = reg_desc(g, ld, hex, &size, "layer")))
+			goto out;
+		total += size;
+		if ((uint64_t)total > IMAGE_PULL_MAX) {
+			r = k8_err_set(g->err, -EFBIG, "%s: the image's layers add up to more than "
+				       "%llu bytes, the most kosa8 pulls", g->norm,
+				       (unsigned long long)IMAGE_PULL_MAX);
+			goto out;
+		}
+	}
+	if ((r = reg_desc(g, json_object_get(m, "config"), hex, &size, "config")))
+		goto out;
+	if (size > (int64_t)IMAGE_JSON_MAX) {
+		r = k8_err_set(g->err, -EFBIG, "%s: the image config is larger than %u bytes",
+			       g->norm, IMAGE_JSON_MAX);
+		goto out;
+	}
+	if ((r = reg_blob(g, hex, size, "image config")))
+		goto out;
+	json_array_foreach(layers, i, ld) {
+		const char *mt = json_string_value(json_object_get(ld, "mediaType"));
+		if (mt && strstr(mt, "encrypted")) {
+			r = k8_err_set(g->err, -EINVAL, "%s: layer %zu has media type %s; encrypted "
+				       "layers are not supported", g->norm, i, mt);
+			goto out;
+		}
+		reg_desc(g, ld, hex, &size, "layer");
+		if ((r = reg_blob(g, hex, size, "layer")))
+			goto out;
+	}
+	/* The manifest last: its blob names everything above. */
+	r = reg_stage_mem(g, x.buf, x.len, mhex, "the manifest");
+out:
+	json_decref(m);
+	free(x.buf);
+	free(x.errbody);
+	return r;
+}
+
+/* Move the staged blobs into the store, then record the name. */
+static int reg_commit(struct reg *g, const char *mhex)
+{
+	const char *hex;
+	json_t *v;
+
+	json_object_foreach(g->staged, hex, v)
+		if (renameat(g->stagefd, hex, g->st->blobfd, hex) < 0)
+			return k8_err_set(g->err, -errno, "storing blob sha256:%s: %s", hex,
+					  strerror(errno));
+	if (fsync(g->st->blobfd) < 0)
+		return k8_err_set(g->err, -errno, "fsync of the blob directory: %s", strerror(errno));
+	return store_ref_set(g->st, g->norm, mhex, g->err);
+}
+
+/* ---------------------------------------------------------------- entry point */
+
+static int reg_endpoint(struct reg *g, const char *base)
+{
+	const char *h = strstr(base, "://");
+
+	snprintf(g->base, sizeof(g->base), "%s", base);
+	while (strlen(g->base) > 1 && g->base[strlen(g->base) - 1] == '/')
+		g->base[strlen(g->base) - 1] = '\0';
+	snprintf(g->host, sizeof(g->host), "%s", h ? h + 3 : base);
+	g->plain_ok = !strncmp(g->base, "http://", 7);
+	free(g->authz);
+	g->authz = NULL;
+	return 0;
+}
+
+static int reg_pull_from(struct reg *g, char mhex[65])
+{
+	json_object_clear(g->staged);
+	return reg_fetch(g, mhex) ?: reg_commit(g, mhex);
+}
+
+int image_pull(struct image_store *st, const char *ref, const struct pull_opts *opts,
+	       image_progress_fn progress, void *ctx, json_t **result, struct k8_err *err)
+{
+	static const struct pull_opts none = { 0 };
+	struct reg g = { .st = st, .opts = opts ? opts : &none, .progress = progress, .ctx = ctx,
+			 .err = err, .stagefd = -1 };
+	struct image_info info;
+	struct k8_err e = { 0 };
+	char mhex[65];
+	int r;
+
+	*result = NULL;
+	opts = g.opts;
+	if (!ref || !*ref)
+		return k8_err_set(err, -EINVAL, "image pull: no image named");
+	if ((r = image_ref_normalize(ref, g.norm, sizeof(g.norm), err)) ||
+	    (r = ref_parse(g.norm, &g.rp, err)))
+		return r;
+	/* Offline, or pinned by a digest the store already has: no network. */
+	if (opts->offline || g.rp.digest[0]) {
+		r = image_resolve(st, g.norm, &info, &e);
+		/* Found by its digest: the name given is recorded too, as a pull would. */
+		if (!r && g.rp.digest[0])
+			r = store_ref_set(st, g.norm, info.digest + 7, err);
+		if (!r) {
+			*result = json_pack("{s:s, s:s, s:s}", "ref", g.norm, "digest", info.digest,
+					    "registry", g.rp.domain);
+			image_info_clear(&info);
+			return 0;
+		}
+		image_info_clear(&info);
+		if (r != -ENOENT)
+			return k8_err_set(err, r, "%s", e.msg);
+		if (opts->offline)
+			return k8_err_set(err, -ENETUNREACH, "KOSA8_OFFLINE is set: not fetching %s; "
+					  "load it with kosa8 image load", g.norm);
+	}
+	if (opts->auth_file && (r = reg_creds_from(opts->auth_file, g.rp.domain, g.basic,
+						   sizeof(g.basic), err)))
+		return r;
+	if (!g.basic[0] && opts->docker_config &&
+	    (r = reg_creds_from(opts->docker_config, g.rp.domain, g.basic, sizeof(g.basic), err)))
+		return r;
+	pthread_once(&reg_curl_once, reg_curl_init);
+	g.curl = curl_easy_init();
+	if (!g.curl)
+		return k8_err_set(err, -ENOMEM, "libcurl: cannot create a handle");
+	g.staged = json_object();
+	store_busy_begin(st);
+	store_tmp_name(st, "pull", g.stagename, sizeof(g.stagename));
+	if (mkdirat(st->tmpfd, g.stagename, 0700) < 0 ||
+	    (g.stagefd = openat(st->tmpfd, g.stagename, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				O_CLOEXEC)) < 0) {
+		r = k8_err_set(err, -errno, "creating a staging directory in %s/tmp: %s", st->root,
+			       strerror(errno));
+		goto out;
+	}
+	r = -ENOENT;
+	if (!strcmp(g.rp.domain, "docker.io")) {
+		char basic[sizeof(g.basic)];
+		/* Docker Hub's credentials are not for the mirrors' operators. */
+		memcpy(basic, g.basic, sizeof(basic));
+		g.basic[0] = '\0';
+		for (size_t i = 0; opts->mirrors && opts->mirrors[i]; i++) {
+			struct k8_err me = { 0 };
+			g.err = &me;
+			reg_endpoint(&g, opts->mirrors[i]);
+			r = reg_pull_from(&g, mhex);
+			g.err = err;
+			if (!r || r == -EBADMSG) {   /* a mirror serving bad data is not skipped */
+				if (r)
+					k8_err_set(err, r, "mirror %s: %s", opts->mirrors[i], me.msg);
+				break;
+			}
+			reg_progress(&g, me.msg, 0, 0);   /* why this mirror was skipped */
+		}
+		memcpy(g.basic, basic, sizeof(basic));
+		explicit_bzero(basic, sizeof(basic));
+		if (r && r != -EBADMSG) {
+			reg_endpoint(&g, "https://registry-1.docker.io");
+			r = reg_pull_from(&g, mhex);
+		}
+	} else {
+		char base[300];
+		snprintf(base, sizeof(base), "%s://%s",
+			 registry_plain_http_ok(g.rp.domain, opts->insecure) ? "http" : "https",
+			 g.rp.domain);
+		reg_endpoint(&g, base);
+		r = reg_pull_from(&g, mhex);
+	}
+	if (!r) {
+		char dg[72];
+		snprintf(dg, sizeof(dg), "sha256:%s", mhex);
+		*result = json_pack("{s:s, s:s, s:s}", "ref", g.norm, "digest", dg, "registry",
+				    g.host);
+	}
+out:
+	if (g.stagefd >= 0) {
+		k8_closep(&g.stagefd);
+		unpack_remove_at(st->tmpfd, g.stagename, 0);
+	}
+	store_busy_end(st);
+	curl_easy_cleanup(g.curl);
+	json_decref(g.staged);
+	free(g.authz);
+	explicit_bzero(g.basic, sizeof(g.basic));
+	return r;
+}
