@@ -18,12 +18,11 @@ echo '$ kosa8 sandbox run interp python:3.12-slim timeout 30 python3 -c "print(6
 kosa8 sandbox run interp python:3.12-slim timeout 30 python3 -c 'print(6*7)'
 echo '$ echo "import platform; print(platform.node(), platform.release())" | kosa8 sandbox run interp python:3.12-slim python3 -'
 echo 'import platform; print(platform.node(), platform.release())' | kosa8 sandbox run interp python:3.12-slim python3 -
-if kosa8 checkpoint --help >/dev/null 2>&1; then
-	kosa8 checkpoint interp --label clean
-	kosa8 sandbox run interp python:3.12-slim python3 -c "open('/tmp/dirty','w').write('x')"
-	kosa8 rewind interp --to clean -y
-else
-	echo "(checkpoint and rewind arrive with issue #6; until then each run gets a fresh container)"
-fi
+# The guide's loop: a clean checkpoint, a run that dirties the machine, a rewind.
+kosa8 checkpoint rm interp clean >/dev/null 2>&1 || true
+kosa8 checkpoint interp --label clean
+echo '$ kosa8 sandbox run interp python:3.12-slim python3 -c "open(\"/dirty\", \"w\").write(\"x\")"'
+kosa8 sandbox run interp python:3.12-slim sh -c 'echo x > /tmp/dirty; ls /tmp/dirty'
+kosa8 rewind interp --to clean -y
 kosa8 sandbox ls
 kosa8 audit verify

@@ -251,6 +251,10 @@ static int req_seed(const char *hex, struct k8_err *err)
 		pool->buf_size = (int)(n / 2);
 		if (ioctl(fd, RNDADDENTROPY, pool) < 0)
 			r = -errno;
+		/* A restored checkpoint resumes the very same crng state in every copy:
+		 * make the kernel reseed from the pool now, not at its next interval. */
+		else if (ioctl(fd, RNDRESEEDCRNG) < 0 && errno != ENOTTY && errno != EINVAL)
+			r = -errno;
 		close(fd);
 	}
 	explicit_bzero(pool, sizeof(*pool) + n / 2);

@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <termios.h>
 #include <time.h>
+#include <unistd.h>
 
 /* What `image load` loaded, one line an image. */
 static void show_loaded(const json_t *res, const char *path)
@@ -59,6 +61,104 @@ static int cmd_load(const struct cli_cmd *self, int argc, char **argv, const cha
 	json_decref(res);
 	return cli_end(&a, &cl, rc);
 }
+
+/* kosa8 image pull REF: the daemon fetches it (registries are reached by the host). */
+static int cmd_pull(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	struct cli_args a;
+	struct client cl;
+	json_t *body, *res = NULL;
+	int rc, json;
+
+	if (!cli_begin(self, argc, argv, cli_json_only, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	json = cli_has_opt(&a, CLI_OPT_JSON);
+	body = json_pack("{s:s}", "image", a.pos[0]);
+	rc = cli_post_progress(&cl, "/v1/images/pull", body, json, &res);
+	if (rc == CLI_EXIT_OK && !json) {
+		char d[40];
+		printf("pulled %s (%s) from %s\n",
+		       json_string_value(json_object_get(res, "ref")) ?: a.pos[0],
+		       out_short_digest(json_string_value(json_object_get(res, "digest")), d, sizeof(d)),
+		       json_string_value(json_object_get(res, "registry")) ?: "?");
+	}
+	json_decref(body);
+	json_decref(res);
+	return cli_end(&a, &cl, rc);
+}
+
+/* kosa8 login REGISTRY [-u USER] [--password-stdin]: credentials go to the daemon, which
+ * keeps them readable by its user only. */
+static int cmd_login(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = { { "username", 'u', 1, 'u' },
+					       { "password-stdin", 0, 0, 'p' }, { NULL, 0, 0, 0 } };
+	struct cli_args a;
+	struct client cl;
+	struct k8_err err = { 0 };
+	char user[256] = "", pass[4097] = "";
+	json_t *body, *res = NULL;
+	int rc, from_stdin = 0;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	for (int i = 0; i < a.nopts; i++) {
+		if (a.opts[i].id == 'u')
+			snprintf(user, sizeof(user), "%s", a.opts[i].arg);
+		else if (a.opts[i].id == 'p')
+			from_stdin = 1;
+	}
+	if (!user[0]) {
+		if (!isatty(0))
+			return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "-u USER is required when "
+							"not on a terminal"));
+		fprintf(stderr, "Username: ");
+		if (!fgets(user, sizeof(user), stdin))
+			return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "no username"));
+		user[strcspn(user, "\r\n")] = '\0';
+	}
+	if (from_stdin || !isatty(0)) {
+		if (!fgets(pass, sizeof(pass), stdin))
+			pass[0] = '\0';
+	} else {
+		struct termios old, quiet;
+		fprintf(stderr, "Password: ");
+		tcgetattr(0, &old);
+		quiet = old;
+		quiet.c_lflag &= ~(tcflag_t)ECHO;
+		tcsetattr(0, TCSANOW, &quiet);
+		if (!fgets(pass, sizeof(pass), stdin))
+			pass[0] = '\0';
+		tcsetattr(0, TCSANOW, &old);
+		fputc('\n', stderr);
+	}
+	pass[strcspn(pass, "\r\n")] = '\0';
+	if (!pass[0])
+		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "no password given"));
+	body = json_pack("{s:s,s:s,s:s}", "registry", a.pos[0], "username", user, "password", pass);
+	explicit_bzero(pass, sizeof(pass));
+	if (client_call(&cl, "POST", "/v1/auth", body, NULL, NULL, 30000, &res, &err) < 0)
+		rc = cli_fail(&err);
+	else
+		printf("credentials for %s saved (readable by the daemon's user only)\n", a.pos[0]);
+	json_decref(body);
+	json_decref(res);
+	return cli_end(&a, &cl, rc);
+}
+
+const struct cli_cmd cli_login_cmd = {
+	"login", cmd_login, "keep credentials for a registry",
+	"Usage: kosa8 login REGISTRY [-u USER] [--password-stdin]\n"
+	"\n"
+	"Save credentials for REGISTRY (host[:port], as in image references) in\n"
+	"$KOSA8_HOME/auth.json, mode 0600, used by `image pull` and `sandbox pull` for Basic\n"
+	"auth and for Bearer tokens. The password is read from stdin (--password-stdin, or\n"
+	"whenever stdin is not a terminal), else asked for without echo. They are not\n"
+	"checked against the registry until the next pull. ~/.docker/config.json is read too.\n"
+	"\n"
+	"Example:\n"
+	"  echo \"$TOKEN\" | kosa8 login registry.example.com -u me --password-stdin\n",
+};
 
 /* A row of the `image ls` table (an out_row_fn). */
 static void image_row(struct out_table *t, const json_t *it, double now)
@@ -121,6 +221,23 @@ static int cmd_rm(const struct cli_cmd *self, int argc, char **argv, const char 
 }
 
 const struct cli_cmd cli_image_cmds[] = {
+	{ "image pull", cmd_pull, "fetch an image from a registry into the store",
+	  "Usage: kosa8 image pull REF [--json]\n"
+	  "\n"
+	  "Fetch REF from its registry on the host: every blob is checked against its digest\n"
+	  "and kept in the store shared by all sandboxes. REF is a name as Docker spells it\n"
+	  "(python:3.12-slim is docker.io/library/python:3.12-slim), with a tag or @sha256:\n"
+	  "digest. Registries on 127.0.0.1 or listed in KOSA8_INSECURE_REGISTRIES (as seen by\n"
+	  "the daemon) are reached over plain HTTP. Mirrors for docker.io come from\n"
+	  "KOSA8_REGISTRY_MIRRORS; credentials from $KOSA8_HOME/auth.json or\n"
+	  "~/.docker/config.json. With KOSA8_OFFLINE=1 on the daemon nothing is fetched.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --json     progress as JSON lines, then {\"ref\",\"digest\",\"registry\"}\n"
+	  "\n"
+	  "Examples:\n"
+	  "  kosa8 image pull python:3.12-slim\n"
+	  "  kosa8 image pull 127.0.0.1:5000/library/python:3.12-slim\n" },
 	{ "image load", cmd_load, "load an image from a file or directory",
 	  "Usage: kosa8 image load PATH [--tag NAME:TAG] [--json]\n"
 	  "\n"

@@ -29,9 +29,19 @@ static const char top_help[] =
 	"  sandbox ls         list sandboxes\n"
 	"  sandbox inspect    everything about one sandbox, as JSON\n"
 	"  sandbox rm         delete a sandbox\n"
+	"  sandbox pause      stop a sandbox's vCPUs\n"
+	"  sandbox resume     start them again\n"
+	"\n"
+	"Checkpoints:\n"
+	"  checkpoint NAME --label L   save memory, processes and disk\n"
+	"  checkpoint ls      list a sandbox's checkpoints\n"
+	"  checkpoint rm      remove one\n"
+	"  rewind NAME --to L -y       put the whole machine back to a checkpoint\n"
 	"\n"
 	"Images:\n"
+	"  image pull         fetch an image from a registry into the store\n"
 	"  image load         load an OCI layout, OCI archive or docker save tarball\n"
+	"  login REGISTRY     keep credentials for a registry\n"
 	"  image ls           list images in the host's store\n"
 	"  image rm           remove an image from the store\n"
 	"\n"
@@ -168,6 +178,7 @@ static const struct group groups[] = {
 	{ "sandbox", cli_sandbox_cmds, "create sandboxes (small VMs) and run code in them" },
 	{ "image", cli_image_cmds, "the host's image store, shared by all sandboxes" },
 	{ "audit", cli_audit_cmds, "the hash-chained record of every action" },
+	{ "checkpoint", cli_checkpoint_cmds, "save a whole sandbox: memory, processes, disk" },
 };
 
 static const char *verb_of(const struct cli_cmd *c)
@@ -219,6 +230,10 @@ static int do_help(int argc, char **argv)
 	}
 	if (!strcmp(argv[0], "version"))
 		return cli_help(&version_cmd);
+	if (!strcmp(argv[0], "rewind"))
+		return cli_help(&cli_rewind_cmd);
+	if (!strcmp(argv[0], "login"))
+		return cli_help(&cli_login_cmd);
 	g = find_group(argv[0]);
 	if (!g)
 		return cli_die(CLI_EXIT_USAGE, "no help for '%s'; see: kosa8 help", argv[0]);
@@ -242,6 +257,10 @@ static int run_group(const struct group *g, int argc, char **argv, const char *h
 		group_help(g, stdout);
 		return CLI_EXIT_OK;
 	}
+	/* `kosa8 checkpoint NAME --label L`: the group's first word is a sandbox name. */
+	if (g->cmds == cli_checkpoint_cmds && strcmp(argv[0], "ls") && strcmp(argv[0], "rm") &&
+	    strcmp(argv[0], "create"))
+		return g->cmds[0].fn(&g->cmds[0], argc, argv, home);
 	c = group_find(g, argv[0], "unknown");
 	return c ? c->fn(c, argc - 1, argv + 1, home) : CLI_EXIT_USAGE;
 }
@@ -283,6 +302,10 @@ int main(int argc, char **argv)
 		return do_help(argc - i - 1, argv + i + 1);
 	if (!strcmp(argv[i], "version"))
 		return cmd_version(&version_cmd, argc - i - 1, argv + i + 1, home);
+	if (!strcmp(argv[i], "rewind"))
+		return cli_rewind_cmd.fn(&cli_rewind_cmd, argc - i - 1, argv + i + 1, home);
+	if (!strcmp(argv[i], "login"))
+		return cli_login_cmd.fn(&cli_login_cmd, argc - i - 1, argv + i + 1, home);
 	g = find_group(argv[i]);
 	if (!g)
 		return cli_die(CLI_EXIT_USAGE, "unknown command '%s'; see: kosa8 --help", argv[i]);

@@ -760,5 +760,20 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox rm interp\n" },
+	{ "sandbox pause", cli_cmd_pause, "stop a sandbox's vCPUs (memory stays)",
+	  "Usage: kosa8 sandbox pause NAME\n"
+	  "\n"
+	  "Stop the vCPUs of sandbox NAME: its processes stop where they are and keep\n"
+	  "their memory. It is listed as paused; run and exec are refused until resume.\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox pause interp\n" },
+	{ "sandbox resume", cli_cmd_resume, "start a paused sandbox's vCPUs again",
+	  "Usage: kosa8 sandbox resume NAME\n"
+	  "\n"
+	  "Let a paused sandbox go on; its clock is set to now.\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox resume interp\n" },
 	{ NULL, NULL, NULL, NULL },
 };

@@ -67,7 +67,7 @@ static int probe_boot(struct daemon *d, uint64_t *ms, struct k8_err *err)
 	unlink(agent);
 	struct vm_spec spec = { .accel = "kvm", .cpus = 1, .memory_mib = 256, .dir = dir,
 				.qmp_path = qmp, .agent_path = agent, .kernel_fd = kfd,
-				.initramfs_fd = ifd };
+				.initramfs_fd = ifd, .incoming_fd = -1 };
 	r = vm_spawn(&spec, &pid, err);
 	close(kfd);
 	close(ifd);
@@ -83,12 +83,15 @@ static int probe_boot(struct daemon *d, uint64_t *ms, struct k8_err *err)
 		/* QEMU's own words say most: e.g. "failed to set MSR 0x10a". */
 		cleanup_free char *logp = xasprintf("%s/qemu.log", dir);
 		cleanup_free char *log = NULL;
-		if (read_file(logp, 4096, &log, NULL) == 0 && *log) {
-			char *nl = strchr(log, '\n');
-			if (nl)
-				*nl = '\0';
-			err->code = 0;
-			k8_err_set(err, -EIO, "%s", log);
+		if (read_file(logp, 16384, &log, NULL) == 0 && *log) {
+			char *msg = strchr(log, '\n'); /* skip the command line */
+			char *nl;
+			if (msg && *++msg) {
+				if ((nl = strchr(msg, '\n')))
+					*nl = '\0';
+				err->code = 0;
+				k8_err_set(err, -EIO, "%s", msg);
+			}
 		}
 	}
 out:

@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +42,7 @@ static const char *err_code_name(int code, unsigned *http)
 		*http = 409;
 		return "conflict";
 	case -ETIMEDOUT: case -ECONNRESET: case -ENOTCONN: case -EPIPE:
+	case -EHOSTUNREACH: case -ENETUNREACH: case -EPROTO:   /* registries */
 		*http = 503;
 		return "unavailable";
 	default:
@@ -269,6 +271,15 @@ static int job_image_load(struct job *j, json_t **result, struct k8_err *err)
 	return 0;
 }
 
+static int job_image_pull(struct job *j, json_t **result, struct k8_err *err)
+{
+	const char *image = json_string_value(json_object_get(j->body, "image"));
+
+	if (!image || !*image)
+		return k8_err_set(err, -EINVAL, "an image is required, e.g. python:3.12-slim");
+	return sb_image_pull(j->d, image, job_progress, j, result, err);
+}
+
 static int job_sandbox_create(struct job *j, json_t **result, struct k8_err *err)
 {
 	return sb_create(j->d, j->body, job_progress, j, result, err);
@@ -366,6 +377,90 @@ static json_t *status_json(struct daemon *d)
 			 verified, "error", gerr.msg);
 }
 
+/* POST /v1/auth: keep registry credentials in $KOSA8_HOME/auth.json (0600, the Docker
+ * config format), read by image pulls. The secret never reaches the audit log. */
+static int auth_store(struct daemon *d, json_t *body, struct k8_err *err)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	const char *reg = json_string_value(json_object_get(body, "registry"));
+	const char *user = json_string_value(json_object_get(body, "username"));
+	const char *pass = json_string_value(json_object_get(body, "password"));
+	cleanup_free char *path = xasprintf("%s/auth.json", d->home);
+	cleanup_free char *text = NULL, *pair = NULL;
+	unsigned char *b64;
+	json_t *cfg = NULL, *auths;
+	char *out;
+	int r, n;
+
+	if (!reg || !*reg || strlen(reg) > 255 || strpbrk(reg, " \t\r\n\"") ||
+	    !user || !*user || strlen(user) > 255 || strchr(user, ':') || !pass ||
+	    strlen(pass) > 4096)
+		return k8_err_set(err, -EINVAL, "registry, username (no ':') and password are "
+				  "required");
+	pair = xasprintf("%s:%s", user, pass);
+	b64 = xmalloc(4 * ((strlen(pair) + 2) / 3) + 1);
+	n = EVP_EncodeBlock(b64, (const unsigned char *)pair, (int)strlen(pair));
+	b64[n] = '\0';
+	pthread_mutex_lock(&lock);
+	if (read_file(path, 1 << 20, &text, NULL) == 0)
+		cfg = json_loads(text, 0, NULL);
+	if (!json_is_object(cfg)) {
+		json_decref(cfg);
+		cfg = json_object();
+	}
+	auths = json_object_get(cfg, "auths");
+	if (!json_is_object(auths)) {
+		auths = json_object();
+		json_object_set_new(cfg, "auths", auths);
+	}
+	json_object_set_new(auths, reg, json_pack("{s:s}", "auth", (char *)b64));
+	out = json_dumps(cfg, JSON_INDENT(2));
+	r = write_file_atomic(path, out, strlen(out), 0600);
+	pthread_mutex_unlock(&lock);
+	explicit_bzero(b64, (size_t)n);
+	explicit_bzero(out, strlen(out));
+	explicit_bzero(pair, strlen(pair));
+	free(b64);
+	free(out);
+	json_decref(cfg);
+	if (r)
+		return k8_err_set(err, r, "cannot write %s: %s", path, strerror(-r));
+	daemon_audit(d, "registry.login", NULL, json_pack("{s:s,s:s}", "registry", reg,
+							  "username", user));
+	return 0;
+}
+
+/* /v1/sandboxes/{name}/checkpoints[/{label}], /rewind, /pause, /resume */
+static enum MHD_Result route_checkpoints(struct daemon *d, struct MHD_Connection *c,
+					 const char *method, char p[8][512], int n, json_t *body)
+{
+	struct k8_err err = { 0 };
+	struct sandbox *sb = sb_get(d, p[2], &err);
+	json_t *out = NULL;
+	int r;
+
+	if (!sb)
+		return reply_err(c, &err);
+	if (n == 4 && !strcmp(p[3], "checkpoints") && !strcmp(method, "POST"))
+		r = ckpt_create(d, sb, json_string_value(json_object_get(body, "label")), &out, &err);
+	else if (n == 4 && !strcmp(p[3], "checkpoints") && !strcmp(method, "GET"))
+		r = ckpt_list(d, sb, &out, &err);
+	else if (n == 5 && !strcmp(p[3], "checkpoints") && !strcmp(method, "DELETE"))
+		r = ckpt_remove(d, sb, p[4], &err);
+	else if (n == 4 && !strcmp(p[3], "rewind") && !strcmp(method, "POST"))
+		r = ckpt_rewind(d, sb, json_string_value(json_object_get(body, "to")), &out, &err);
+	else if (n == 4 && (!strcmp(p[3], "pause") || !strcmp(p[3], "resume")) &&
+		 !strcmp(method, "POST"))
+		r = sb_pause(d, sb, !strcmp(p[3], "pause"), &err);
+	else
+		r = k8_err_set(&err, -ENOENT, "no such endpoint: %s /v1/sandboxes/%s/%s; see docs/api.md",
+			       method, p[2], p[3]);
+	sb_put(d, sb);
+	if (r)
+		return reply_err(c, &err);
+	return reply_json(c, 200, out ? out : json_object());
+}
+
 static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct req *rq,
 			     const char *method, const char *url)
 {
@@ -401,6 +496,8 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 		r = image_list(d->images, &out, &err) ? reply_err(c, &err) : reply_json(c, 200, out);
 	} else if (n == 3 && !strcmp(p[1], "images") && !strcmp(p[2], "load") && post) {
 		r = reply_job(c, d, job_image_load, body, NULL);
+	} else if (n == 3 && !strcmp(p[1], "images") && !strcmp(p[2], "pull") && post) {
+		r = reply_job(c, d, job_image_pull, body, NULL);
 	} else if (n == 3 && !strcmp(p[1], "images") && del) {
 		const char *user = NULL;
 		struct image_info info = { 0 };
@@ -512,6 +609,12 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 			r = e ? reply_err(c, &err) : reply_json(c, 200, json_object());
 			sb_put(d, sb);
 		}
+	} else if (n >= 4 && !strcmp(p[1], "sandboxes") &&
+		   (!strcmp(p[3], "checkpoints") || !strcmp(p[3], "rewind") ||
+		    !strcmp(p[3], "pause") || !strcmp(p[3], "resume"))) {
+		r = route_checkpoints(d, c, method, p, n, body);
+	} else if (n == 2 && !strcmp(p[1], "auth") && post) {
+		r = auth_store(d, body, &err) ? reply_err(c, &err) : reply_json(c, 200, json_object());
 	} else if (n == 2 && !strcmp(p[1], "audit") && get) {
 		const char *sbn = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "sandbox");
 		const char *act = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");

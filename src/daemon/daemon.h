@@ -51,6 +51,9 @@ void qmp_close(struct qmp *q);
  * Returns -EIO with the QMP error's desc in err. */
 int qmp_exec(struct qmp *q, const char *cmd, json_t *args /* stolen, may be NULL */,
 	     json_t **ret, int timeout_ms, struct k8_err *err);
+/* The same, passing `fd` to QEMU with the command (for getfd). */
+int qmp_exec_fd(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
+		int timeout_ms, struct k8_err *err);
 
 /* ---- agent link (agentlink.c) ---- */
 struct stream;
@@ -148,6 +151,8 @@ struct sandbox {
 	struct qmp qmp;
 	struct agentlink link;
 	uint64_t boot_ms;
+	char disk[256];                 /* current writable top layer (file name in dir) */
+	bool paused;                    /* vCPUs stopped by `sandbox pause` */
 };
 
 /* ---- guest image (guest.c) ---- */
@@ -172,6 +177,8 @@ struct vm_spec {
 	int kernel_fd, initramfs_fd;
 	const struct sb_image *images;  /* attached at boot (backing of their slots) */
 	int nimages;
+	const char *scratch;            /* the writable top layer; NULL: <dir>/scratch.qcow2 */
+	int incoming_fd;                /* >= 0: restore from this migration stream */
 };
 /* Spawn QEMU detached from the daemon (own session), returns its pid. */
 int vm_spawn(const struct vm_spec *spec, pid_t *pid, struct k8_err *err);
@@ -181,6 +188,8 @@ bool vm_alive(pid_t pid, unsigned long long start);
 unsigned long long vm_proc_start(pid_t pid);
 /* Attach image disk `disk` as the backing of slot `slot` of a running VM. */
 int vm_attach_image(struct qmp *q, int slot, const char *disk, struct k8_err *err);
+/* Run a helper program (no shell); its output's tail goes into err on failure. */
+int vm_run_cmd(const char *const argv[], struct k8_err *err);
 
 /* ---- the daemon ---- */
 struct daemon {
@@ -217,14 +226,34 @@ json_t *sb_list_json(struct daemon *d);
 int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err);
 int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
 	    void (*progress)(void *, json_t *), void *pctx, json_t **out, struct k8_err *err);
+/* Pull `ref` from its registry into the image store (KOSA8_OFFLINE, credentials, mirrors
+ * and insecure registries from the daemon's environment); audited as image.pull. */
+int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, json_t *),
+		  void *pctx, json_t **out, struct k8_err *err);
 int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err);
 void sb_stop_all(struct daemon *d);
 int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 		     struct sb_image *img, json_t **config, struct k8_err *err);
+void sb_busy_enter(struct sandbox *sb);
+void sb_busy_leave(struct sandbox *sb);
+int sb_save(struct sandbox *sb);
+void sb_kill_vm(struct daemon *d, struct sandbox *sb);
+int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
+		  struct k8_err *err);
 int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,
 		     struct stream **stream, struct k8_err *err);
 bool sb_name_valid(const char *name);
 json_t *sb_containers_json(struct sandbox *sb, json_t *agent_list);
+
+/* checkpoint.c: memory, devices and disk of a running sandbox, and back */
+#define K8_MAX_CHECKPOINTS 10
+int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
+		struct k8_err *err);
+int ckpt_list(struct daemon *d, struct sandbox *sb, json_t **out, struct k8_err *err);
+int ckpt_remove(struct daemon *d, struct sandbox *sb, const char *label, struct k8_err *err);
+int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
+		struct k8_err *err);
+int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *err);
 
 /* exec.c: bridges an upgraded API connection and an agent stream */
 struct exec_ctx;

@@ -204,6 +204,11 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 	r = sb_ensure_running(d, x->sb, err);
 	if (r)
 		goto fail;
+	if (x->sb->paused) {
+		r = k8_err_set(err, -EBUSY, "sandbox '%s' is paused; resume it with `kosa8 sandbox "
+			       "resume %s`", sbname, sbname);
+		goto fail;
+	}
 	if (is_run) {
 		r = sb_image_for_run(d, x->sb, image, &img, &cfg, err);
 		if (r)

@@ -102,8 +102,45 @@ void qmp_close(struct qmp *q)
 	q->buf = NULL;
 }
 
+/* Write one command line, with `fd` attached (SCM_RIGHTS) when it is >= 0. */
+static int qmp_send_line(struct qmp *q, const char *line, int fd)
+{
+	struct iovec iov = { .iov_base = (void *)line, .iov_len = strlen(line) };
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (fd < 0)
+		return write_full(q->fd, line, strlen(line));
+	memset(&u, 0, sizeof(u));
+	mh.msg_control = u.buf;
+	mh.msg_controllen = sizeof(u.buf);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	do
+		n = sendmsg(q->fd, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	if ((size_t)n < iov.iov_len)
+		return write_full(q->fd, line + n, iov.iov_len - (size_t)n);
+	return 0;
+}
+
 int qmp_exec(struct qmp *q, const char *cmd, json_t *args, json_t **ret, int timeout_ms,
 	     struct k8_err *err)
+{
+	return qmp_exec_fd(q, cmd, args, -1, ret, timeout_ms, err);
+}
+
+int qmp_exec_fd(struct qmp *q, const char *cmd, json_t *args, int fd, json_t **ret,
+		int timeout_ms, struct k8_err *err)
 {
 	uint64_t deadline = now_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
 	json_t *req = json_pack("{s:s}", "execute", cmd);
@@ -112,7 +149,11 @@ int qmp_exec(struct qmp *q, const char *cmd, json_t *args, json_t **ret, int tim
 
 	if (args)
 		json_object_set_new(req, "arguments", args);
-	line = json_dumps(req, JSON_COMPACT);
+	{
+		char *t = json_dumps(req, JSON_COMPACT);
+		line = xasprintf("%s\n", t ? t : "{}");
+		free(t);
+	}
 	json_decref(req);
 	pthread_mutex_lock(&q->lock);
 	if (q->fd < 0) {
@@ -120,9 +161,7 @@ int qmp_exec(struct qmp *q, const char *cmd, json_t *args, json_t **ret, int tim
 		free(line);
 		return k8_err_set(err, -ENOTCONN, "QMP: not connected");
 	}
-	r = write_full(q->fd, line, strlen(line));
-	if (!r)
-		r = write_full(q->fd, "\n", 1);
+	r = qmp_send_line(q, line, fd);
 	free(line);
 	if (r) {
 		pthread_mutex_unlock(&q->lock);

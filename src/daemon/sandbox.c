@@ -73,15 +73,16 @@ static json_t *sb_record(struct sandbox *sb)
 		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
 						      "digest", sb->images[i].digest, "disk",
 						      sb->images[i].disk, "slot", sb->images[i].slot));
-	return json_pack("{s:i,s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:I,s:s,s:o}", "version", 1,
+	return json_pack("{s:i,s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:I,s:s,s:o,s:s}", "version", 1,
 			 "name", sb->name, "id", sb->id, "cpus", sb->cpus, "memory_mib",
 			 sb->memory_mib, "disk_gb", sb->disk_gb, "created", sb->created, "state",
 			 state_names[sb->state], "pid", (json_int_t)sb->pid, "pid_start",
-			 (json_int_t)sb->pid_start, "accel", sb->accel, "images", imgs);
+			 (json_int_t)sb->pid_start, "accel", sb->accel, "images", imgs, "disk",
+			 sb->disk[0] ? sb->disk : "scratch.qcow2");
 }
 
 /* Caller holds sb->lock. */
-static int sb_save(struct sandbox *sb)
+int sb_save(struct sandbox *sb)
 {
 	json_t *rec = sb_record(sb);
 	char *text = json_dumps(rec, JSON_INDENT(2));
@@ -157,7 +158,7 @@ static void sb_on_event(void *ctx, json_t *ev)
 
 /* ---- boot, adopt, stop ---- */
 
-static void sb_kill_vm(struct daemon *d, struct sandbox *sb)
+void sb_kill_vm(struct daemon *d, struct sandbox *sb)
 {
 	struct k8_err err = { 0 };
 
@@ -177,6 +178,7 @@ static void sb_kill_vm(struct daemon *d, struct sandbox *sb)
 			waitpid(sb->pid, NULL, 0);
 	}
 	cgroup_remove(&d->cg, sb->name);
+	sb->paused = false;
 	sb->pid = 0;
 	sb->pid_start = 0;
 	sb->child = false;
@@ -234,9 +236,15 @@ static int sb_init_guest(struct daemon *d, struct sandbox *sb, struct k8_err *er
 		return k8_err_set(err, -EIO, "getrandom failed");
 	for (int i = 0; i < 32; i++)
 		snprintf(hex + 2 * i, 3, "%02x", seed[i]);
+	char host[K8_NAME_MAX + 1];
+	/* The guest's hostname: the sandbox name with '_' (not valid there) as '-'. */
+	snprintf(host, sizeof(host), "%s", sb->name);
+	for (char *c = host; *c; c++)
+		if (*c == '_')
+			*c = '-';
 	r = link_request(&sb->link,
 			 json_pack("{s:s,s:I,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
-				   (json_int_t)now_real_ns(), "hostname", sb->name, "seed", hex,
+				   (json_int_t)now_real_ns(), "hostname", host, "seed", hex,
 				   "limits", "pids", 1024, "memory_reserve_mib", 64),
 			 REQ_TIMEOUT_MS, &resp, NULL, err);
 	json_decref(resp);
@@ -245,10 +253,107 @@ static int sb_init_guest(struct daemon *d, struct sandbox *sb, struct k8_err *er
 	return sb_mount_images(sb, err);
 }
 
+/* After QEMU was spawned (a fresh boot, or restored from a checkpoint): reach its
+ * monitor, put it in its cgroup, reach the agent and initialise the guest. On failure
+ * the VM is killed and err holds the reason with the guest console's tail. */
+int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
+		  struct k8_err *err)
+{
+	char qmp_path[4200], agent_path[4200], tail[1024];
+	int r;
+
+	sb_paths(d, sb, qmp_path, agent_path, sizeof(qmp_path));
+	pthread_mutex_lock(&sb->lock);
+	sb->pid = pid;
+	sb->child = true;
+	sb->pid_start = vm_proc_start(pid);
+	sb->paused = false;
+	snprintf(sb->accel, sizeof(sb->accel), "%s", d->accel);
+	pthread_mutex_unlock(&sb->lock);
+
+	r = qmp_connect(&sb->qmp, qmp_path, 15000, err);
+	if (r) {
+		cleanup_free char *log = NULL;
+		cleanup_free char *logp = xasprintf("%s/qemu.log", sb->dir);
+		usleep(100000);
+		char *msg;
+		if (read_file(logp, 16384, &log, NULL) == 0 && (msg = strchr(log, '\n')) && *++msg) {
+			err->code = 0;   /* QEMU's own words, after the command line */
+			k8_err_set(err, -EIO, "QEMU did not start: %s", msg);
+		}
+		goto fail;
+	}
+	if (cgroup_apply(&d->cg, sb->name, pid, sb->cpus,
+			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
+			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
+		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
+	if (restored) {
+		/* A checkpoint is saved with the vCPUs stopped, and QEMU keeps a restored
+		 * machine in the state it was saved in: wait for the state to be in, then
+		 * start it. */
+		uint64_t deadline = now_mono_ns() + 120000000000ull;
+		for (;;) {
+			json_t *st = NULL;
+			if ((r = qmp_exec(&sb->qmp, "query-status", NULL, &st, 10000, err)))
+				goto fail;
+			const char *s = json_string_value(json_object_get(st, "status"));
+			bool in = s && !strcmp(s, "inmigrate");
+			bool running = s && !strcmp(s, "running");
+			bool bad = s && (!strcmp(s, "internal-error") || !strcmp(s, "shutdown") ||
+					 !strcmp(s, "guest-panicked"));
+			json_decref(st);
+			if (bad) {
+				r = k8_err_set(err, -EIO, "QEMU could not restore the checkpoint (%s)", s);
+				goto fail;
+			}
+			if (running)
+				break;
+			if (!in) {
+				if ((r = qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, err)))
+					goto fail;
+				break;
+			}
+			if (now_mono_ns() > deadline) {
+				r = k8_err_set(err, -ETIMEDOUT, "restoring the checkpoint took too long");
+				goto fail;
+			}
+			usleep(2000);
+		}
+	}
+	r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
+	if (r)
+		goto fail;
+	if (restored) {
+		/* The restored agent believes its host is still there: greet it now
+		 * rather than after a second of silence. */
+		static const char hello[] = "{\"proto\":1}";
+		link_send(&sb->link, PROTO_HELLO, 0, 0, hello, sizeof(hello) - 1);
+	}
+	r = link_wait_hello(&sb->link, BOOT_TIMEOUT_MS, err);
+	if (r)
+		goto fail;
+	if (restored)
+		for (int i = 0; i < sb->nimages; i++)
+			sb->images[i].mounted = true;
+	r = sb_init_guest(d, sb, err);
+	if (r)
+		goto fail;
+	return 0;
+fail:
+	console_tail(sb, tail, sizeof(tail));
+	if (tail[0])
+		k8_err_wrap(err, "guest console: ...%s\n", tail);
+	pthread_mutex_lock(&sb->lock);
+	sb_kill_vm(d, sb);
+	pthread_mutex_unlock(&sb->lock);
+	return r;
+}
+
 /* Boot the VM of a sandbox. Caller holds sb->busy (not the lock). */
 static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
-	char qmp_path[4200], agent_path[4200], tail[1024];
+	char qmp_path[4200], agent_path[4200];
+	cleanup_free char *scratch = NULL;
 	int kfd = -1, ifd = -1, r;
 	uint64_t t0 = now_mono_ns();
 	pid_t pid = 0;
@@ -263,56 +368,72 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 			     json_pack("{s:s}", "reason", err->msg));
 		return r;
 	}
+	if (sb->disk[0])
+		scratch = xasprintf("%s/%s", sb->dir, sb->disk);
 	spec = (struct vm_spec){ .accel = d->accel, .cpus = sb->cpus, .memory_mib = sb->memory_mib,
 				 .dir = sb->dir, .qmp_path = qmp_path, .agent_path = agent_path,
 				 .kernel_fd = kfd, .initramfs_fd = ifd, .images = sb->images,
-				 .nimages = sb->nimages };
+				 .nimages = sb->nimages, .scratch = scratch, .incoming_fd = -1 };
 	r = vm_spawn(&spec, &pid, err);
 	close(kfd);
 	close(ifd);
 	if (r)
 		return r;
-	pthread_mutex_lock(&sb->lock);
-	sb->pid = pid;
-	sb->child = true;
-	sb->pid_start = vm_proc_start(pid);
-	snprintf(sb->accel, sizeof(sb->accel), "%s", d->accel);
-	pthread_mutex_unlock(&sb->lock);
-
-	r = qmp_connect(&sb->qmp, qmp_path, 15000, err);
-	if (r) {
-		cleanup_free char *log = NULL;
-		cleanup_free char *logp = xasprintf("%s/qemu.log", sb->dir);
-		usleep(100000);
-		if (read_file(logp, 4096, &log, NULL) == 0 && *log) {
-			err->code = 0;
-			k8_err_set(err, -EIO, "QEMU did not start: %s", log);
-		}
-		goto fail;
-	}
-	if (cgroup_apply(&d->cg, sb->name, pid, sb->cpus,
-			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
-			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
-		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
-	r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
-	if (r)
-		goto fail;
-	r = link_wait_hello(&sb->link, BOOT_TIMEOUT_MS, err);
-	if (r)
-		goto fail;
-	r = sb_init_guest(d, sb, err);
-	if (r)
-		goto fail;
-	sb->boot_ms = (now_mono_ns() - t0) / 1000000;
-	return 0;
-fail:
-	console_tail(sb, tail, sizeof(tail));
-	if (tail[0])
-		k8_err_wrap(err, "guest console: ...%s\n", tail);
-	pthread_mutex_lock(&sb->lock);
-	sb_kill_vm(d, sb);
-	pthread_mutex_unlock(&sb->lock);
+	r = sb_connect_vm(d, sb, pid, false, err);
+	if (!r)
+		sb->boot_ms = (now_mono_ns() - t0) / 1000000;
 	return r;
+}
+
+/* A daemon killed in the middle of a checkpoint can leave its VM stopped, or with a new
+ * disk layer on top that sandbox.json does not name yet. Put both right: the vCPUs run
+ * (pausing is not remembered across daemons) and the record names the real top layer,
+ * whose parent is the one recorded. */
+static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
+{
+	json_t *st = NULL, *blk = NULL, *it;
+	size_t i;
+
+	if (qmp_exec(&sb->qmp, "query-status", NULL, &st, 5000, err) == 0) {
+		const char *s = json_string_value(json_object_get(st, "status"));
+		if (s && strcmp(s, "running"))
+			qmp_exec(&sb->qmp, "cont", NULL, NULL, 5000, err);
+	}
+	json_decref(st);
+	if (qmp_exec(&sb->qmp, "query-block", NULL, &blk, 5000, err) == 0) {
+		json_array_foreach(blk, i, it) {
+			const char *qdev = json_string_value(json_object_get(it, "qdev"));
+			const char *file = json_string_value(
+				json_object_get(json_object_get(it, "inserted"), "file"));
+			const char *base = file ? strrchr(file, '/') : NULL;
+			if (!qdev || !strstr(qdev, "scratchdev") || !base)
+				continue;
+			base++;
+			const char *cur = sb->disk[0] ? sb->disk : "scratch.qcow2";
+			if (strcmp(base, cur) && strlen(base) < sizeof(sb->disk) && !strchr(base, '/')) {
+				cleanup_free char *lp = xasprintf("%s/layers.json", sb->dir);
+				cleanup_free char *t = NULL;
+				json_t *layers = NULL;
+				if (read_file(lp, 1 << 20, &t, NULL) == 0)
+					layers = json_loads(t, 0, NULL);
+				if (!json_is_object(layers)) {
+					json_decref(layers);
+					layers = json_pack("{s:n}", "scratch.qcow2");
+				}
+				json_object_set_new(layers, base, json_string(cur));
+				char *out = json_dumps(layers, JSON_INDENT(1) | JSON_SORT_KEYS);
+				write_file_atomic(lp, out, strlen(out), 0600);
+				free(out);
+				json_decref(layers);
+				daemon_log("sandbox %s: its disk top is %s (a checkpoint was cut short)",
+					   sb->name, base);
+				snprintf(sb->disk, sizeof(sb->disk), "%s", base);
+			}
+		}
+	}
+	json_decref(blk);
+	err->code = 0;
+	err->msg[0] = '\0';
 }
 
 /* Reconnect to a VM that outlived the previous daemon. */
@@ -326,6 +447,7 @@ static int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	r = qmp_connect(&sb->qmp, qmp_path, 5000, err);
 	if (r)
 		return r;
+	sb_adopt_fixups(sb, err);
 	r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
 	if (r)
 		return r;
@@ -346,7 +468,7 @@ static int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 }
 
 /* Take the sandbox's lifecycle token; waits for another holder. */
-static void sb_busy_enter(struct sandbox *sb)
+void sb_busy_enter(struct sandbox *sb)
 {
 	pthread_mutex_lock(&sb->lock);
 	while (sb->busy)
@@ -355,7 +477,7 @@ static void sb_busy_enter(struct sandbox *sb)
 	pthread_mutex_unlock(&sb->lock);
 }
 
-static void sb_busy_leave(struct sandbox *sb)
+void sb_busy_leave(struct sandbox *sb)
 {
 	pthread_mutex_lock(&sb->lock);
 	sb->busy = 0;
@@ -453,7 +575,7 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 						      "digest", sb->images[i].digest, "slot",
 						      sb->images[i].slot));
 	o = json_pack("{s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:o,s:s}", "name", sb->name, "state",
-		      state_names[sb->state], "cpus", sb->cpus, "memory_mib", sb->memory_mib,
+		      (sb->state == SB_RUNNING && sb->paused) ? "paused" : state_names[sb->state], "cpus", sb->cpus, "memory_mib", sb->memory_mib,
 		      "disk_gb", sb->disk_gb, "created", sb->created, "accel", sb->accel, "pid",
 		      (json_int_t)sb->pid, "images", imgs, "egress", "deny");
 	if (sb->error[0])
@@ -468,7 +590,7 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 				    json_integer((json_int_t)sb->link.dropped_frames));
 	}
 	pthread_mutex_unlock(&sb->lock);
-	if (detail && sb->state == SB_RUNNING) {
+	if (detail && sb->state == SB_RUNNING && !sb->paused) {
 		struct k8_err err = { 0 };
 		json_t *resp = NULL;
 		if (link_request(&sb->link, json_pack("{s:s}", "op", "ps"), 10000, &resp, NULL,
@@ -528,6 +650,11 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->created, sizeof(sb->created), "%s", created);
 	snprintf(sb->accel, sizeof(sb->accel), "%s", accel);
+	{
+		const char *disk = json_string_value(json_object_get(rec, "disk"));
+		if (disk && !strchr(disk, '/') && strlen(disk) < sizeof(sb->disk))
+			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
+	}
 	sb->pid = (pid_t)pid;
 	sb->pid_start = (unsigned long long)start;
 	imgs = json_object_get(rec, "images");
@@ -815,6 +942,61 @@ static void pull_progress_cb(void *ctx, const char *phase, const char *what, uin
 					"done", (json_int_t)done, "total", (json_int_t)total));
 }
 
+/* Split a comma-separated environment variable into a NULL-terminated list. */
+static char **sb_env_list(const char *name)
+{
+	const char *v = getenv(name);
+	char *copy, *save = NULL, *t, **list;
+	size_t n = 0;
+
+	if (!v || !*v)
+		return NULL;
+	copy = xstrdup(v);
+	list = xcalloc(strlen(v) / 2 + 2, sizeof(*list));
+	for (t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
+		list[n++] = xstrdup(t);
+	free(copy);
+	return list;
+}
+
+static void sb_env_list_free(char **list)
+{
+	for (size_t i = 0; list && list[i]; i++)
+		free(list[i]);
+	free(list);
+}
+
+int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, json_t *),
+		  void *pctx, json_t **out, struct k8_err *err)
+{
+	struct pull_progress pp = { progress, pctx };
+	const char *off = getenv("KOSA8_OFFLINE"), *dc = getenv("DOCKER_CONFIG");
+	const char *home = getenv("HOME");
+	cleanup_free char *auth = xasprintf("%s/auth.json", d->home);
+	cleanup_free char *docker = dc && *dc ? xasprintf("%s/config.json", dc) :
+				    home && *home ? xasprintf("%s/.docker/config.json", home) : NULL;
+	char **insecure = sb_env_list("KOSA8_INSECURE_REGISTRIES");
+	char **mirrors = sb_env_list("KOSA8_REGISTRY_MIRRORS");
+	struct pull_opts o = {
+		.offline = off && *off && strcmp(off, "0"),
+		.auth_file = auth,
+		.docker_config = docker,
+		.insecure = (const char *const *)insecure,
+		.mirrors = (const char *const *)mirrors,
+	};
+	int r;
+
+	r = image_pull(d->images, ref, &o, pull_progress_cb, &pp, out, err);
+	if (!r)
+		daemon_audit(d, "image.pull", NULL,
+			     json_pack("{s:O,s:O,s:O}", "ref", json_object_get(*out, "ref"),
+				       "digest", json_object_get(*out, "digest"),
+				       "registry", json_object_get(*out, "registry")));
+	sb_env_list_free(insecure);
+	sb_env_list_free(mirrors);
+	return r;
+}
+
 int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
 	    void (*progress)(void *, json_t *), void *pctx, json_t **out, struct k8_err *err)
 {
@@ -825,8 +1007,22 @@ int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
 	int r, slot;
 
 	r = image_resolve(d->images, image, &info, err);
-	if (r)
+	if (r == -ENOENT) {
+		/* Not in the store: fetch it (image_pull fails fast when offline). */
+		json_t *pulled = NULL;
+		struct k8_err pe = { 0 };
+		r = sb_image_pull(d, image, progress, pctx, &pulled, &pe);
+		if (!r)
+			r = image_resolve(d->images, json_string_value(json_object_get(pulled, "ref")),
+					  &info, &pe);
+		json_decref(pulled);
+		if (r) {
+			err->code = 0;
+			return k8_err_set(err, r, "%s", pe.msg);
+		}
+	} else if (r) {
 		return r;
+	}
 	r = sb_ensure_running(d, sb, err);
 	if (r)
 		goto out;

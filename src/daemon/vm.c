@@ -25,7 +25,7 @@
 #define SLOT_VSIZE "64G"
 
 /* Run a helper program (no shell) and wait; its stderr tail goes into the error. */
-static int run_cmd(const char *const argv[], struct k8_err *err)
+int vm_run_cmd(const char *const argv[], struct k8_err *err)
 {
 	int pfd[2], status;
 	char out[2048];
@@ -118,7 +118,7 @@ static int template_path(const char *home, const char *kind, int gb, char *out, 
 	tmp = xasprintf("%s.tmp.%d.%lu", out, (int)getpid(), (unsigned long)pthread_self());
 	if (!gb) {
 		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", tmp, SLOT_VSIZE, NULL };
-		r = run_cmd(argv, err);
+		r = vm_run_cmd(argv, err);
 	} else {
 		raw = xasprintf("%s.raw", tmp);
 		size = xasprintf("%dG", gb);
@@ -126,11 +126,11 @@ static int template_path(const char *home, const char *kind, int gb, char *out, 
 		const char *a2[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "kosa8-scratch", "-E",
 			       "lazy_itable_init=1,lazy_journal_init=1", raw, NULL };
 		const char *a3[] = { "qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, tmp, NULL };
-		r = run_cmd(a1, err);
+		r = vm_run_cmd(a1, err);
 		if (!r)
-			r = run_cmd(a2, err);
+			r = vm_run_cmd(a2, err);
 		if (!r)
-			r = run_cmd(a3, err);
+			r = vm_run_cmd(a3, err);
 		unlink(raw);
 	}
 	if (!r && rename(tmp, out) < 0)
@@ -237,11 +237,14 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("-device");
 	ADD("virtserialport,chardev=agent,name=kosa8.agent");
 	ADD("-blockdev");
-	ADD("driver=file,node-name=scratch-file,filename=%s/scratch.qcow2,discard=unmap", s->dir);
+	if (s->scratch)
+		ADD("driver=file,node-name=scratch-file,filename=%s,discard=unmap", s->scratch);
+	else
+		ADD("driver=file,node-name=scratch-file,filename=%s/scratch.qcow2,discard=unmap", s->dir);
 	ADD("-blockdev");
 	ADD("driver=qcow2,node-name=scratch,file=scratch-file,discard=unmap");
 	ADD("-device");
-	ADD("virtio-blk-device,drive=scratch,serial=scratch");
+	ADD("virtio-blk-device,id=scratchdev,drive=scratch,serial=scratch");
 	for (int i = 0; i < K8_MAX_SLOTS; i++) {
 		const struct sb_image *img = NULL;
 		for (int j = 0; j < s->nimages; j++)
@@ -266,12 +269,20 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	}
 	ADD("-device");
 	ADD("virtio-rng-device");
+	if (s->incoming_fd >= 0) {
+		ADD("-incoming");
+		ADD("fd:5");
+	}
 
 	logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (logfd < 0) {
 		r = k8_err_set(err, -errno, "create %s: %s", log, strerror(errno));
 		goto out;
 	}
+	/* The command line opens the log: what ran is the first thing one needs. */
+	for (int i = 0; i < a.n; i++)
+		dprintf(logfd, "%s%s", i ? " " : "", a.v[i]);
+	dprintf(logfd, "\n");
 	pid = fork();
 	if (pid < 0) {
 		r = k8_err_set(err, -errno, "fork: %s", strerror(errno));
@@ -290,9 +301,13 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		dup2(logfd, 2);
 		if (dup2(s->kernel_fd, 3) < 0 || dup2(s->initramfs_fd, 4) < 0)
 			_exit(126);
+		if (s->incoming_fd >= 0 && dup2(s->incoming_fd, 5) < 0)
+			_exit(126);
 		fcntl(3, F_SETFD, 0);
 		fcntl(4, F_SETFD, 0);
-		for (int fd = 5; fd < 1024; fd++)
+		if (s->incoming_fd >= 0)
+			fcntl(5, F_SETFD, 0);
+		for (int fd = s->incoming_fd >= 0 ? 6 : 5; fd < 1024; fd++)
 			close(fd);
 		execvp(a.v[0], a.v);
 		_exit(127);

@@ -6,6 +6,7 @@
 #include "t.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -137,6 +138,9 @@ int main(void)
 	json_t *resp;
 	struct stream *s;
 	uint64_t t0;
+
+	/* As in kosa8d: a peer that went away is an error return, not a signal. */
+	signal(SIGPIPE, SIG_IGN);
 
 	/* garbage: the link breaks, the request fails at once, no crash */
 	fake_start(&f, &t, F_GARBAGE);

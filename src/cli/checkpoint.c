@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* checkpoint.c - kosa8 checkpoint NAME --label L | checkpoint ls | checkpoint rm,
+ * kosa8 rewind NAME --to L -y, and sandbox pause | resume. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { OPT_LABEL = 1, OPT_TO, OPT_YES };
+
+static const char *opt_arg(const struct cli_args *a, int id)
+{
+	const char *v = NULL;
+	for (int i = 0; i < a->nopts; i++)
+		if (a->opts[i].id == id)
+			v = a->opts[i].arg;
+	return v;
+}
+
+static char *sb_sub(const char *name, const char *sub)
+{
+	cleanup_free char *n = cli_urlenc(name);
+	return xasprintf("/v1/sandboxes/%s%s", n, sub);
+}
+
+/* POST and print: JSON with --json, else `fmt` filled by the caller's printer. */
+static int post(struct client *cl, const char *path, json_t *body, json_t **res)
+{
+	struct k8_err err = { 0 };
+
+	if (client_call(cl, "POST", path, body, NULL, NULL, 0, res, &err) < 0)
+		return cli_fail(&err);
+	return CLI_EXIT_OK;
+}
+
+static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = { { "label", 'l', 1, OPT_LABEL },
+					       { "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 } };
+	struct cli_args a;
+	struct client cl;
+	json_t *body, *res = NULL;
+	cleanup_free char *path = NULL;
+	const char *label;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	label = opt_arg(&a, OPT_LABEL);
+	if (!label || !*label)
+		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--label L is required; e.g. "
+						"kosa8 checkpoint %s --label clean", a.pos[0]));
+	body = json_pack("{s:s}", "label", label);
+	path = sb_sub(a.pos[0], "/checkpoints");
+	rc = post(&cl, path, body, &res);
+	if (rc == CLI_EXIT_OK) {
+		if (cli_has_opt(&a, CLI_OPT_JSON)) {
+			out_json(res, 0);
+		} else {
+			char sz[32];
+			out_bytes((uint64_t)json_integer_value(json_object_get(res, "size")), sz, sizeof(sz));
+			printf("checkpoint %s of %s: %s of memory and device state, %lld ms\n", label,
+			       a.pos[0], sz, (long long)json_integer_value(json_object_get(res, "ms")));
+			if (json_string_value(json_object_get(res, "removed")))
+				printf("removed the oldest checkpoint, %s (%d are kept)\n",
+				       json_string_value(json_object_get(res, "removed")), 10);
+		}
+	}
+	json_decref(body);
+	json_decref(res);
+	return cli_end(&a, &cl, rc);
+}
+
+static void ckpt_row(struct out_table *t, const json_t *it, double now)
+{
+	char sz[32], ago[32];
+	const char *cells[3];
+
+	out_bytes((uint64_t)json_integer_value(json_object_get(it, "size")), sz, sizeof(sz));
+	out_ago(out_time_parse(json_object_get(it, "created")), now, ago, sizeof(ago));
+	cells[0] = json_string_value(json_object_get(it, "label"));
+	cells[1] = ago;
+	cells[2] = sz;
+	out_table_row(t, cells);
+}
+
+static int show_ckpts(const json_t *res, void *ctx)
+{
+	static const char *const hdr[] = { "LABEL", "CREATED", "SIZE" };
+	(void)ctx;
+	out_table_array(res, 3, hdr, ckpt_row);
+	return CLI_EXIT_OK;
+}
+
+static int cmd_ls(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	struct cli_args a;
+	struct client cl;
+	cleanup_free char *path = NULL;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, cli_json_only, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	path = sb_sub(a.pos[0], "/checkpoints");
+	rc = cli_get_show(&cl, path, 30000, cli_has_opt(&a, CLI_OPT_JSON), show_ckpts, NULL);
+	return cli_end(&a, &cl, rc);
+}
+
+static int cmd_rm(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	struct cli_args a;
+	struct client cl;
+	struct k8_err err = { 0 };
+	cleanup_free char *path = NULL, *lab = NULL;
+	json_t *res = NULL;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, NULL, 0, 2, 2, home, &a, &cl, &rc))
+		return rc;
+	lab = cli_urlenc(a.pos[1]);
+	{
+		cleanup_free char *sub = xasprintf("/checkpoints/%s", lab);
+		path = sb_sub(a.pos[0], sub);
+	}
+	if (client_call(&cl, "DELETE", path, NULL, NULL, NULL, 30000, &res, &err) < 0)
+		rc = cli_fail(&err);
+	else
+		printf("removed checkpoint %s of %s\n", a.pos[1], a.pos[0]);
+	json_decref(res);
+	return cli_end(&a, &cl, rc);
+}
+
+const struct cli_cmd cli_checkpoint_cmds[] = {
+	{ "checkpoint create", cmd_create, "save the whole machine: memory, processes, disk",
+	  "Usage: kosa8 checkpoint NAME --label LABEL [--json]\n"
+	  "\n"
+	  "Save sandbox NAME as it is this instant: memory, running processes, device state\n"
+	  "and disk. The vCPUs stop for the moment it takes (a few hundred ms), then go on.\n"
+	  "Labels are unique per sandbox; ten checkpoints are kept, and the eleventh removes\n"
+	  "the oldest (and says so).\n"
+	  "\n"
+	  "Options:\n"
+	  "  -l, --label LABEL   its name: letters, digits, '-', '_', '.'\n"
+	  "  --json              {\"label\",\"created\",\"size\",\"ms\"} as one line\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 checkpoint interp --label clean\n" },
+	{ "checkpoint ls", cmd_ls, "list a sandbox's checkpoints",
+	  "Usage: kosa8 checkpoint ls NAME [--json]\n"
+	  "\n"
+	  "The checkpoints of sandbox NAME, oldest first: label, age and size.\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 checkpoint ls interp\n" },
+	{ "checkpoint rm", cmd_rm, "remove a checkpoint",
+	  "Usage: kosa8 checkpoint rm NAME LABEL\n"
+	  "\n"
+	  "Remove checkpoint LABEL of sandbox NAME and the disk layers only it needed.\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 checkpoint rm interp clean\n" },
+	{ NULL, NULL, NULL, NULL },
+};
+
+static int cmd_rewind(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = { { "to", 't', 1, OPT_TO }, { "yes", 'y', 0, OPT_YES },
+					       { "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 } };
+	struct cli_args a;
+	struct client cl;
+	json_t *body, *res = NULL;
+	cleanup_free char *path = NULL;
+	const char *to;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	to = opt_arg(&a, OPT_TO);
+	if (!to || !*to)
+		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--to LABEL is required; list the "
+						"labels with kosa8 checkpoint ls %s", a.pos[0]));
+	if (!cli_has_opt(&a, OPT_YES)) {
+		char line[16];
+		if (!isatty(0) || !isatty(2))
+			return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE,
+				"rewinding %s to %s discards everything since; pass -y (--yes) to "
+				"confirm when not on a terminal", a.pos[0], to));
+		fprintf(stderr, "Rewind %s to checkpoint %s? Everything since is lost. [y/N] ",
+			a.pos[0], to);
+		if (!fgets(line, sizeof(line), stdin) || (line[0] != 'y' && line[0] != 'Y'))
+			return cli_end(&a, &cl, cli_die(CLI_EXIT_ERROR, "not rewound"));
+	}
+	body = json_pack("{s:s}", "to", to);
+	path = sb_sub(a.pos[0], "/rewind");
+	rc = post(&cl, path, body, &res);
+	if (rc == CLI_EXIT_OK) {
+		if (cli_has_opt(&a, CLI_OPT_JSON))
+			out_json(res, 0);
+		else
+			printf("%s rewound to %s in %lld ms\n", a.pos[0], to,
+			       (long long)json_integer_value(json_object_get(res, "ms")));
+	}
+	json_decref(body);
+	json_decref(res);
+	return cli_end(&a, &cl, rc);
+}
+
+const struct cli_cmd cli_rewind_cmd = {
+	"rewind", cmd_rewind, "put a sandbox back to a checkpoint",
+	"Usage: kosa8 rewind NAME --to LABEL [-y] [--json]\n"
+	"\n"
+	"Put the whole machine of sandbox NAME back to checkpoint LABEL: memory, running\n"
+	"processes and disk. The guest's clock is set to now and its random number\n"
+	"generator reseeded from the host. Asks for confirmation on a terminal; -y skips\n"
+	"the question, and is required when not on a terminal.\n"
+	"\n"
+	"Options:\n"
+	"  -t, --to LABEL   the checkpoint\n"
+	"  -y, --yes        do not ask\n"
+	"  --json           {\"label\",\"ms\"} as one line\n"
+	"\n"
+	"Example:\n"
+	"  kosa8 rewind interp --to clean -y\n",
+};
+
+static int pause_resume(const struct cli_cmd *self, int argc, char **argv, const char *home,
+			const char *what)
+{
+	struct cli_args a;
+	struct client cl;
+	cleanup_free char *path = NULL;
+	json_t *res = NULL;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, NULL, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	path = sb_sub(a.pos[0], what);
+	rc = post(&cl, path, NULL, &res);
+	if (rc == CLI_EXIT_OK)
+		printf("%s %s\n", a.pos[0], what[1] == 'p' ? "paused" : "resumed");
+	json_decref(res);
+	return cli_end(&a, &cl, rc);
+}
+
+int cli_cmd_pause(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	return pause_resume(self, argc, argv, home, "/pause");
+}
+
+int cli_cmd_resume(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	return pause_resume(self, argc, argv, home, "/resume");
+}

@@ -1,0 +1,576 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* checkpoint.c - checkpoints of a whole sandbox (memory, devices, processes, disk), rewind
+ * to them, and pause/resume.
+ *
+ * Theory of operation. A checkpoint stops the vCPUs, streams memory and device state to a
+ * file through QEMU's migration (an fd passed over QMP: `-sandbox on` forbids QEMU to
+ * open files or spawn helpers), then freezes the disk: `blockdev-snapshot-sync` puts a new
+ * empty qcow2 layer on top of the current one, which becomes the checkpoint's read-only
+ * layer. Then the vCPUs continue. Both steps happen while the guest is stopped, so memory
+ * and disk are one consistent instant.
+ *
+ * A rewind kills the VM and starts a fresh QEMU with `-incoming` reading the state file,
+ * on a new empty layer whose backing is the checkpoint's layer; the agent is greeted,
+ * the guest's clock set to now and its RNG reseeded from the host.
+ *
+ * On disk, per sandbox: checkpoints/<label>/{state,meta.json} (meta.json is written last,
+ * so a checkpoint without it was interrupted and is never listed), layers.json (each
+ * layer file's parent), and the layer files. A layer is deleted when neither the
+ * current top nor any checkpoint reaches it through the parent links.
+ */
+#include "daemon/daemon.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#define MIGRATE_TIMEOUT_MS 120000
+
+static bool label_valid(const char *l)
+{
+	size_t n = l ? strlen(l) : 0;
+	if (n == 0 || n > 63)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = l[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      (i > 0 && (c == '-' || c == '_' || c == '.'))))
+			return false;
+	}
+	return true;
+}
+
+static const char *top_of(struct sandbox *sb)
+{
+	return sb->disk[0] ? sb->disk : "scratch.qcow2";
+}
+
+/* ---- layers.json: child -> parent ---- */
+
+static json_t *layers_load(struct sandbox *sb)
+{
+	cleanup_free char *p = xasprintf("%s/layers.json", sb->dir);
+	cleanup_free char *t = NULL;
+	json_t *v = NULL;
+
+	if (read_file(p, 1 << 20, &t, NULL) == 0)
+		v = json_loads(t, 0, NULL);
+	if (!json_is_object(v)) {
+		json_decref(v);
+		v = json_pack("{s:n}", "scratch.qcow2");
+	}
+	return v;
+}
+
+static void layers_save(struct sandbox *sb, json_t *v)
+{
+	cleanup_free char *p = xasprintf("%s/layers.json", sb->dir);
+	char *t = json_dumps(v, JSON_INDENT(1) | JSON_SORT_KEYS);
+	write_file_atomic(p, t, strlen(t), 0600);
+	free(t);
+}
+
+static void mark_chain(json_t *layers, json_t *keep, const char *l)
+{
+	for (int depth = 0; l && depth < 4096 && !json_object_get(keep, l); depth++) {
+		json_object_set_new(keep, l, json_true());
+		l = json_string_value(json_object_get(layers, l));
+	}
+}
+
+/* Delete layers nothing reaches any more. */
+static void layers_gc(struct sandbox *sb)
+{
+	json_t *layers = layers_load(sb), *keep = json_object(), *v;
+	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
+	const char *k;
+	void *tmp;
+	DIR *dd;
+	struct dirent *de;
+
+	mark_chain(layers, keep, top_of(sb));
+	dd = opendir(cdir);
+	while (dd && (de = readdir(dd))) {
+		cleanup_free char *mp = xasprintf("%s/%s/meta.json", cdir, de->d_name);
+		cleanup_free char *t = NULL;
+		json_t *m;
+		if (de->d_name[0] == '.' || read_file(mp, 1 << 20, &t, NULL))
+			continue;
+		m = json_loads(t, 0, NULL);
+		mark_chain(layers, keep, json_string_value(json_object_get(m, "layer")));
+		json_decref(m);
+	}
+	if (dd)
+		closedir(dd);
+	json_object_foreach_safe(layers, tmp, k, v) {
+		if (json_object_get(keep, k) || !strcmp(k, "scratch.qcow2"))
+			continue;
+		cleanup_free char *f = xasprintf("%s/%s", sb->dir, k);
+		unlink(f);
+		json_object_del(layers, k);
+	}
+	layers_save(sb, layers);
+	json_decref(layers);
+	json_decref(keep);
+}
+
+static void new_layer_name(char *out, size_t n)
+{
+	snprintf(out, n, "layer-%llx.qcow2", (unsigned long long)now_real_ns());
+}
+
+static char *ckpt_dir(struct sandbox *sb, const char *label)
+{
+	return xasprintf("%s/checkpoints/%s", sb->dir, label);
+}
+
+static json_t *meta_load(struct sandbox *sb, const char *label)
+{
+	cleanup_free char *p = xasprintf("%s/checkpoints/%s/meta.json", sb->dir, label);
+	cleanup_free char *t = NULL;
+	json_t *m;
+
+	if (read_file(p, 1 << 20, &t, NULL))
+		return NULL;
+	m = json_loads(t, 0, NULL);
+	if (!json_is_object(m)) {
+		json_decref(m);
+		return NULL;
+	}
+	return m;
+}
+
+int ckpt_list(struct daemon *d, struct sandbox *sb, json_t **out, struct k8_err *err)
+{
+	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
+	json_t *arr = json_array();
+	DIR *dd = opendir(cdir);
+	struct dirent *de;
+
+	(void)d;
+	(void)err;
+	while (dd && (de = readdir(dd))) {
+		json_t *m;
+		if (de->d_name[0] == '.' || !label_valid(de->d_name) || !(m = meta_load(sb, de->d_name)))
+			continue;
+		json_array_append_new(arr, json_pack("{s:O,s:O,s:O,s:O}", "label",
+						     json_object_get(m, "label"), "created",
+						     json_object_get(m, "created"), "created_ns",
+						     json_object_get(m, "created_ns"), "size",
+						     json_object_get(m, "size")));
+		json_decref(m);
+	}
+	if (dd)
+		closedir(dd);
+	/* oldest first */
+	size_t n = json_array_size(arr);
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0; j--) {
+			json_t *a = json_array_get(arr, j - 1), *b = json_array_get(arr, j);
+			if (json_integer_value(json_object_get(a, "created_ns")) <=
+			    json_integer_value(json_object_get(b, "created_ns")))
+				break;
+			json_incref(a);
+			json_array_set(arr, j - 1, b);
+			json_array_set_new(arr, j, a);
+		}
+	*out = arr;
+	return 0;
+}
+
+static int remove_locked(struct sandbox *sb, const char *label, struct k8_err *err)
+{
+	cleanup_free char *dir = ckpt_dir(sb, label);
+	cleanup_free char *meta = xasprintf("%s/meta.json", dir);
+
+	if (access(meta, F_OK) < 0)
+		return k8_err_set(err, -ENOENT, "sandbox '%s' has no checkpoint '%s'; list them with "
+				  "`kosa8 checkpoint ls %s`", sb->name, label, sb->name);
+	unlink(meta);  /* first: from here on it is not listed */
+	rm_rf(dir);
+	layers_gc(sb);
+	return 0;
+}
+
+int ckpt_remove(struct daemon *d, struct sandbox *sb, const char *label, struct k8_err *err)
+{
+	int r;
+
+	if (!label_valid(label))
+		return k8_err_set(err, -ENOENT, "no checkpoint '%.80s'", label);
+	sb_busy_enter(sb);
+	r = remove_locked(sb, label, err);
+	sb_busy_leave(sb);
+	if (!r)
+		daemon_audit(d, "checkpoint.rm", sb->name, json_pack("{s:s}", "label", label));
+	return r;
+}
+
+/* Wait for a migration to finish; on failure err says QEMU's reason. */
+static int wait_migration(struct qmp *q, struct k8_err *err)
+{
+	uint64_t deadline = now_mono_ns() + (uint64_t)MIGRATE_TIMEOUT_MS * 1000000ull;
+
+	for (;;) {
+		json_t *ret = NULL;
+		int r = qmp_exec(q, "query-migrate", NULL, &ret, 10000, err);
+		if (r)
+			return r;
+		const char *st = json_string_value(json_object_get(ret, "status"));
+		if (st && !strcmp(st, "completed")) {
+			json_decref(ret);
+			return 0;
+		}
+		if (st && (!strcmp(st, "failed") || !strcmp(st, "cancelled"))) {
+			r = k8_err_set(err, -EIO, "QEMU could not save the machine: %s",
+				       json_string_value(json_object_get(ret, "error-desc")) ?: st);
+			json_decref(ret);
+			return r;
+		}
+		json_decref(ret);
+		if (now_mono_ns() > deadline)
+			return k8_err_set(err, -ETIMEDOUT, "saving the machine took too long");
+		usleep(5000);
+	}
+}
+
+/* The block node under the scratch device right now. */
+static int scratch_node(struct qmp *q, char *out, size_t n, struct k8_err *err)
+{
+	json_t *ret = NULL, *it;
+	size_t i;
+	int r = qmp_exec(q, "query-block", NULL, &ret, 10000, err);
+
+	if (r)
+		return r;
+	r = k8_err_set(err, -ENOENT, "QEMU shows no scratch disk");
+	json_array_foreach(ret, i, it) {
+		const char *qdev = json_string_value(json_object_get(it, "qdev"));
+		const char *node = json_string_value(
+			json_object_get(json_object_get(it, "inserted"), "node-name"));
+		if (qdev && strstr(qdev, "scratchdev") && node) {
+			snprintf(out, n, "%s", node);
+			err->code = 0;
+			err->msg[0] = '\0';
+			r = 0;
+			break;
+		}
+	}
+	json_decref(ret);
+	return r;
+}
+
+int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
+		struct k8_err *err)
+{
+	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
+	cleanup_free char *tmpdir = NULL, *final = NULL, *state = NULL;
+	char layer[64], node[64], newnode[64], created[40];
+	json_t *list = NULL, *ret = NULL, *imgs, *meta, *layers;
+	struct statvfs vfs;
+	const char *frozen;
+	uint64_t t0 = now_mono_ns(), t_saved;
+	struct stat st;
+	int fd = -1, r;
+	bool stopped = false;
+	const char *removed = NULL;
+	char removed_buf[64] = "";
+
+	if (!label_valid(label))
+		return k8_err_set(err, -EINVAL, "invalid checkpoint label '%.80s': use 1-63 letters, "
+				  "digits, '-', '_' or '.'", label ? label : "");
+	if ((r = sb_ensure_running(d, sb, err)))
+		return r;
+	sb_busy_enter(sb);
+	final = ckpt_dir(sb, label);
+	{
+		cleanup_free char *m = xasprintf("%s/meta.json", final);
+		if (access(m, F_OK) == 0) {
+			r = k8_err_set(err, -EEXIST, "sandbox '%s' already has a checkpoint '%s'; "
+				       "remove it first (kosa8 checkpoint rm %s %s) or pick another "
+				       "label", sb->name, label, sb->name, label);
+			goto out;
+		}
+	}
+	mkdir_p(cdir, 0700);
+	if (statvfs(cdir, &vfs) == 0 &&
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)sb->memory_mib + 256) << 20) {
+		r = k8_err_set(err, -ENOSPC, "not enough free disk space under %s for a checkpoint "
+			       "of a %d MiB sandbox (%llu MiB free); free some space first", cdir,
+			       sb->memory_mib,
+			       (unsigned long long)(((uint64_t)vfs.f_bavail * vfs.f_frsize) >> 20));
+		goto out;
+	}
+	rm_rf(final); /* an interrupted attempt without meta.json */
+	tmpdir = xasprintf("%s/.tmp-%s", cdir, label);
+	rm_rf(tmpdir);
+	if ((r = mkdir_p(tmpdir, 0700))) {
+		k8_err_set(err, r, "mkdir %s: %s", tmpdir, strerror(-r));
+		goto out;
+	}
+	state = xasprintf("%s/state", tmpdir);
+	fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		r = k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
+		goto out;
+	}
+	/* Let the guest's file systems reach the disk: the frozen layer is then clean. */
+	{
+		json_t *resp = NULL;
+		link_request(&sb->link, json_pack("{s:s}", "op", "sync"), 30000, &resp, NULL, err);
+		json_decref(resp);
+		err->code = 0;
+		err->msg[0] = '\0';
+	}
+	if ((r = qmp_exec(&sb->qmp, "stop", NULL, NULL, 10000, err)))
+		goto out;
+	stopped = true;
+	if ((r = qmp_exec_fd(&sb->qmp, "getfd", json_pack("{s:s}", "fdname", "ckpt"), fd, NULL,
+			     10000, err)))
+		goto out;
+	if ((r = qmp_exec(&sb->qmp, "migrate", json_pack("{s:s}", "uri", "fd:ckpt"), NULL, 10000,
+			  err)) ||
+	    (r = wait_migration(&sb->qmp, err)))
+		goto out;
+	t_saved = now_mono_ns();
+	if ((r = scratch_node(&sb->qmp, node, sizeof(node), err)))
+		goto out;
+	new_layer_name(layer, sizeof(layer));
+	snprintf(newnode, sizeof(newnode), "top%llx", (unsigned long long)(now_real_ns() & 0xffffffffffull));
+	{
+		cleanup_free char *lp = xasprintf("%s/%s", sb->dir, layer);
+		r = qmp_exec(&sb->qmp, "blockdev-snapshot-sync",
+			     json_pack("{s:s,s:s,s:s,s:s}", "node-name", node, "snapshot-file", lp,
+				       "snapshot-node-name", newnode, "format", "qcow2"),
+			     NULL, 30000, err);
+		if (r)
+			goto out;
+	}
+	qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, err);
+	stopped = false;
+
+	/* The VM runs again; make the checkpoint durable, then visible. */
+	frozen = top_of(sb);
+	layers = layers_load(sb);
+	json_object_set_new(layers, layer, json_string(frozen));
+	layers_save(sb, layers);
+	json_decref(layers);
+	fsync(fd);
+	fstat(fd, &st);
+	imgs = json_array();
+	for (int i = 0; i < sb->nimages; i++)
+		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
+						      "digest", sb->images[i].digest, "disk",
+						      sb->images[i].disk, "slot", sb->images[i].slot));
+	{
+		struct timespec ts;
+		struct tm tm;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		gmtime_r(&ts.tv_sec, &tm);
+		strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	}
+	meta = json_pack("{s:i,s:s,s:s,s:I,s:s,s:I,s:i,s:i,s:o}", "version", 1, "label", label,
+			 "created", created, "created_ns", (json_int_t)now_real_ns(), "layer", frozen,
+			 "size", (json_int_t)st.st_size, "memory_mib", sb->memory_mib, "cpus",
+			 sb->cpus, "images", imgs);
+	{
+		char *t = json_dumps(meta, JSON_INDENT(2));
+		cleanup_free char *mp = xasprintf("%s/meta.json", tmpdir);
+		r = write_file_atomic(mp, t, strlen(t), 0600);
+		free(t);
+	}
+	json_decref(meta);
+	if (!r && rename(tmpdir, final) < 0)
+		r = -errno;
+	if (r) {
+		k8_err_set(err, r, "saving checkpoint metadata: %s", strerror(-r));
+		goto out;
+	}
+	pthread_mutex_lock(&sb->lock);
+	snprintf(sb->disk, sizeof(sb->disk), "%s", layer);
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+
+	/* Ten kept: the eleventh removes the oldest. */
+	ckpt_list(d, sb, &list, err);
+	if (json_array_size(list) > K8_MAX_CHECKPOINTS) {
+		const char *old = json_string_value(json_object_get(json_array_get(list, 0), "label"));
+		snprintf(removed_buf, sizeof(removed_buf), "%s", old ? old : "");
+		if (old && strcmp(old, label) && remove_locked(sb, removed_buf, err) == 0)
+			removed = removed_buf;
+	}
+	json_decref(list);
+	*out = json_pack("{s:s,s:s,s:I,s:I,s:I}", "label", label, "created", created, "size",
+			 (json_int_t)st.st_size, "ms", (json_int_t)((now_mono_ns() - t0) / 1000000),
+			 "pause_ms", (json_int_t)((now_mono_ns() - t0) / 1000000));
+	(void)t_saved;
+	if (removed)
+		json_object_set_new(*out, "removed", json_string(removed));
+	daemon_audit(d, "checkpoint.create", sb->name,
+		     json_pack("{s:s,s:I,s:s?}", "label", label, "size", (json_int_t)st.st_size,
+			       "removed_oldest", removed));
+	r = 0;
+out:
+	if (stopped)
+		qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, NULL);
+	if (fd >= 0)
+		close(fd);
+	if (tmpdir && r)
+		rm_rf(tmpdir);
+	sb_busy_leave(sb);
+	json_decref(ret);
+	return r;
+}
+
+int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
+		struct k8_err *err)
+{
+	cleanup_free char *state = NULL, *top = NULL;
+	char qmp_path[4200], agent_path[4200], layer[64];
+	json_t *meta = NULL, *imgs, *it, *layers;
+	const char *frozen;
+	struct sb_image saved[K8_MAX_SLOTS];
+	int nsaved = 0, kfd = -1, ifd = -1, sfd = -1, r;
+	uint64_t t0 = now_mono_ns();
+	pid_t pid = 0;
+	size_t i;
+
+	if (!label_valid(label) || !(meta = meta_load(sb, label)))
+		return k8_err_set(err, -ENOENT, "sandbox '%s' has no checkpoint '%.80s'; list them "
+				  "with `kosa8 checkpoint ls %s`", sb->name, label ? label : "",
+				  sb->name);
+	frozen = json_string_value(json_object_get(meta, "layer"));
+	if (!frozen || strchr(frozen, '/')) {
+		json_decref(meta);
+		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
+	}
+	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err))) {
+		json_decref(meta);
+		return r;
+	}
+	imgs = json_object_get(meta, "images");
+	json_array_foreach(imgs, i, it) {
+		const char *ref, *dg, *disk;
+		int slot;
+		if (nsaved >= K8_MAX_SLOTS ||
+		    json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
+				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
+			continue;
+		memset(&saved[nsaved], 0, sizeof(saved[0]));
+		snprintf(saved[nsaved].ref, sizeof(saved[0].ref), "%s", ref);
+		snprintf(saved[nsaved].digest, sizeof(saved[0].digest), "%s", dg);
+		snprintf(saved[nsaved].disk, sizeof(saved[0].disk), "%s", disk);
+		saved[nsaved].slot = slot;
+		nsaved++;
+	}
+
+	sb_busy_enter(sb);
+	state = xasprintf("%s/checkpoints/%s/state", sb->dir, label);
+	sfd = open(state, O_RDONLY | O_CLOEXEC);
+	if (sfd < 0) {
+		r = k8_err_set(err, -errno, "open %s: %s", state, strerror(errno));
+		goto out;
+	}
+	/* The old machine goes; its top layer is garbage unless a checkpoint needs it. */
+	pthread_mutex_lock(&sb->lock);
+	sb_kill_vm(d, sb);
+	sb->state = SB_BOOTING;
+	pthread_mutex_unlock(&sb->lock);
+
+	new_layer_name(layer, sizeof(layer));
+	top = xasprintf("%s/%s", sb->dir, layer);
+	{
+		cleanup_free char *base = xasprintf("%s/%s", sb->dir, frozen);
+		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+				       "-b", base, top, NULL };
+		if ((r = vm_run_cmd(argv, err)))
+			goto fail;
+	}
+	layers = layers_load(sb);
+	json_object_set_new(layers, layer, json_string(frozen));
+	layers_save(sb, layers);
+	json_decref(layers);
+
+	snprintf(qmp_path, sizeof(qmp_path), "%s/run/%s.qmp", d->home, sb->id);
+	snprintf(agent_path, sizeof(agent_path), "%s/run/%s.agent", d->home, sb->id);
+	unlink(qmp_path);
+	unlink(agent_path);
+	pthread_mutex_lock(&sb->lock);
+	memcpy(sb->images, saved, sizeof(saved));
+	sb->nimages = nsaved;
+	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
+	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
+	pthread_mutex_unlock(&sb->lock);
+	struct vm_spec spec = { .accel = d->accel, .cpus = sb->cpus, .memory_mib = sb->memory_mib,
+				.dir = sb->dir, .qmp_path = qmp_path, .agent_path = agent_path,
+				.kernel_fd = kfd, .initramfs_fd = ifd, .images = sb->images,
+				.nimages = sb->nimages, .scratch = top, .incoming_fd = sfd };
+	if ((r = vm_spawn(&spec, &pid, err)))
+		goto fail;
+	/* QEMU starts the guest by itself once the state is in. */
+	r = sb_connect_vm(d, sb, pid, true, err);
+	if (r)
+		goto fail;
+	pthread_mutex_lock(&sb->lock);
+	snprintf(sb->disk, sizeof(sb->disk), "%s", layer);
+	sb->state = SB_RUNNING;
+	sb->error[0] = '\0';
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+	layers_gc(sb);
+	*out = json_pack("{s:s,s:I}", "label", label, "ms",
+			 (json_int_t)((now_mono_ns() - t0) / 1000000));
+	daemon_audit(d, "checkpoint.rewind", sb->name,
+		     json_pack("{s:s,s:I}", "label", label,
+			       "ms", (json_int_t)((now_mono_ns() - t0) / 1000000)));
+	goto out;
+fail:
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_FAILED;
+	snprintf(sb->error, sizeof(sb->error), "rewind to %s failed: %s", label, err->msg);
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+	daemon_audit(d, "checkpoint.rewind.failed", sb->name,
+		     json_pack("{s:s,s:s}", "label", label, "error", err->msg));
+out:
+	if (kfd >= 0)
+		close(kfd);
+	if (ifd >= 0)
+		close(ifd);
+	if (sfd >= 0)
+		close(sfd);
+	json_decref(meta);
+	sb_busy_leave(sb);
+	return r;
+}
+
+int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *err)
+{
+	int r;
+
+	if ((r = sb_ensure_running(d, sb, err)))
+		return r;
+	sb_busy_enter(sb);
+	r = qmp_exec(&sb->qmp, pause ? "stop" : "cont", NULL, NULL, 10000, err);
+	if (!r) {
+		pthread_mutex_lock(&sb->lock);
+		sb->paused = pause;
+		pthread_mutex_unlock(&sb->lock);
+		if (!pause) {
+			/* Time went on outside: tell the guest. */
+			json_t *resp = NULL;
+			struct k8_err e2 = { 0 };
+			link_request(&sb->link, json_pack("{s:s,s:I}", "op", "init", "time_ns",
+							  (json_int_t)now_real_ns()),
+				     10000, &resp, NULL, &e2);
+			json_decref(resp);
+		}
+		daemon_audit(d, pause ? "sandbox.pause" : "sandbox.resume", sb->name, NULL);
+	}
+	sb_busy_leave(sb);
+	return r;
+}

@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+# Checkpoint, rewind, pause and resume through the real CLI and VM (TCG).
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import KOSA8, daemon_pid, wait_for
+
+HOLDER = ("import os, time\n"
+          "x = os.urandom(8).hex()\n"
+          "while True:\n"
+          "    if os.path.exists('/ask'):\n"
+          "        open('/ans.tmp', 'w').write(x); os.rename('/ans.tmp', '/ans'); os.remove('/ask')\n"
+          "    time.sleep(0.05)\n")
+
+
+def ask(home, sb, cid):
+    """The value the holder process keeps in memory."""
+    p = home("sandbox", "exec", sb, cid, "python3", "-c",
+             "import os, time\n"
+             "if os.path.exists('/ans'): os.remove('/ans')\n"
+             "open('/ask', 'w').close()\n"
+             "for i in range(200):\n"
+             "    if os.path.exists('/ans'): print(open('/ans').read()); break\n"
+             "    time.sleep(0.05)\n")
+    return p.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def cksb(home, loaded):
+    name = "ck"
+    home("sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2", check=True)
+    home("sandbox", "pull", name, loaded, check=True)
+    yield name
+    home("sandbox", "rm", name)
+
+
+def test_rewind_restores_processes_and_disk(home, cksb, loaded):
+    cid = home("sandbox", "start", cksb, loaded, "python3", "-c", HOLDER, check=True).stdout.strip()
+    before = ask(home, cksb, cid)
+    assert len(before) == 16
+    p = home("checkpoint", cksb, "--label", "clean", "--json")
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout)
+    assert info["label"] == "clean" and info["size"] > 0
+    home("sandbox", "exec", cksb, cid, "sh", "-c", "echo dirty > /dirty", check=True)
+    p = home("rewind", cksb, "--to", "clean", "-y", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["ms"] < 30000
+    p = home("sandbox", "exec", cksb, cid, "sh", "-c", "test -e /dirty; echo $?")
+    assert p.stdout.strip() == "1", "a file written after the checkpoint survived the rewind"
+    assert ask(home, cksb, cid) == before, "the process lost its memory"
+    ls = home.json("checkpoint", "ls", cksb)
+    assert [c["label"] for c in ls] == ["clean"]
+    recs = home.json("audit", "ls", "--sandbox", cksb)
+    assert {"checkpoint.create", "checkpoint.rewind"} <= {r["action"] for r in recs}
+
+
+def test_rewind_needs_yes_off_a_terminal(home, cksb):
+    p = home("rewind", cksb, "--to", "clean")        # stdin is not a terminal here
+    assert p.returncode == 2
+    assert "-y" in p.stderr
+
+
+def test_random_numbers_differ_after_two_rewinds(home, cksb, loaded):
+    seen = set()
+    for _ in range(2):
+        home("rewind", cksb, "--to", "clean", "-y", check=True)
+        p = home("sandbox", "run", cksb, loaded, "python3", "-c",
+                 "import os; print(os.urandom(16).hex())", check=True)
+        seen.add(p.stdout.strip())
+    assert len(seen) == 2
+
+
+def test_ten_are_kept(home, cksb):
+    for i in range(10):
+        p = home("checkpoint", cksb, "--label", "k%d" % i)
+        assert p.returncode == 0, p.stderr
+    labels = [c["label"] for c in home.json("checkpoint", "ls", cksb)]
+    assert len(labels) == 10
+    assert "clean" not in labels and labels[0] == "k0" and labels[-1] == "k9"
+    p = home("checkpoint", cksb, "--label", "k0")
+    assert p.returncode == 5 and "already has" in p.stderr
+    p = home("checkpoint", "rm", cksb, "k0")
+    assert p.returncode == 0
+    assert len(home.json("checkpoint", "ls", cksb)) == 9
+    home("rewind", cksb, "--to", "k5", "-y", check=True)
+
+
+def test_pause_stops_and_resume_continues(home, cksb, loaded):
+    cid = home("sandbox", "start", cksb, loaded, "python3", "-c",
+               "import time\nn = 0\nwhile True:\n"
+               "    n += 1; open('/n.tmp','w').write(str(n))\n"
+               "    import os; os.rename('/n.tmp', '/n'); time.sleep(0.1)\n",
+               check=True).stdout.strip()
+    time.sleep(1)
+
+    def count():
+        return int(home("sandbox", "exec", cksb, cid, "cat", "/n", check=True).stdout)
+    c0 = count()
+    home("sandbox", "pause", cksb, check=True)
+    assert [s for s in home.json("sandbox", "ls") if s["name"] == cksb][0]["state"] == "paused"
+    p = home("sandbox", "exec", cksb, cid, "cat", "/n")
+    assert p.returncode != 0 and "paused" in p.stderr
+    time.sleep(3)
+    home("sandbox", "resume", cksb, check=True)
+    c1 = count()
+    assert c1 - c0 < 15, "it kept counting while paused (%d -> %d)" % (c0, c1)
+    time.sleep(2)
+    assert count() > c1 + 3
+
+
+def test_daemon_killed_during_checkpoint_leaves_a_consistent_list(home, cksb):
+    env = dict(os.environ, KOSA8_HOME=home.path)
+    pid = daemon_pid(home.path)
+    proc = subprocess.Popen([KOSA8, "checkpoint", cksb, "--label", "cut"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.15)
+    os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10)
+    home.start()
+    ls = home.json("checkpoint", "ls", cksb)
+    for c in ls:        # everything listed can be restored
+        if c["label"] in ("cut", "k9"):
+            p = home("rewind", cksb, "--to", c["label"], "-y")
+            assert p.returncode == 0, p.stderr
+    p = home("sandbox", "run", cksb, "python:3.12-slim", "python3", "-c", "print('ok')")
+    assert p.stdout == "ok\n", p.stderr
