@@ -69,6 +69,7 @@ def main():
             shutil.rmtree(home)
 
             d = os.path.join(work, "sk%d" % i)
+            os.makedirs(d)
             t0 = time.time()
             subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false",
                             "docker://" + ref, "oci:%s/oci:x" % d], check=True)

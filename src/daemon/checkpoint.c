@@ -332,6 +332,11 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	if ((r = qmp_exec_fd(&sb->qmp, "getfd", json_pack("{s:s}", "fdname", "ckpt"), fd, NULL,
 			     10000, err)))
 		goto out;
+	/* Migration is throttled to 128 MiB/s by default (it was made for networks); a
+	 * checkpoint goes to a local file with the vCPUs stopped, so no cap. */
+	if ((r = qmp_exec(&sb->qmp, "migrate-set-parameters",
+			  json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40), NULL, 10000, err)))
+		goto out;
 	if ((r = qmp_exec(&sb->qmp, "migrate", json_pack("{s:s}", "uri", "fd:ckpt"), NULL, 10000,
 			  err)) ||
 	    (r = wait_migration(&sb->qmp, err)))

@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: Apache-2.0
+# checkpoint.py - checkpoint and rewind latency (issue 6) for a 1 GiB sandbox running a
+# Python container, at two amounts of touched memory, so the growth is visible.
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+KOSA8 = os.path.join(TOP, "build", "bin", "kosa8")
+N = int(os.environ.get("BENCH_N", "3"))
+
+
+def k(home, *args):
+    p = subprocess.run([KOSA8] + list(args), capture_output=True, text=True,
+                       env=dict(os.environ, KOSA8_HOME=home))
+    if p.returncode:
+        raise SystemExit("kosa8 %s: %s" % (" ".join(args), p.stderr))
+    return p.stdout
+
+
+def main():
+    layout = subprocess.run([os.path.join(TOP, "scripts", "test-image.sh")], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    home = tempfile.mkdtemp(prefix="k8c-", dir="/tmp")
+    try:
+        k(home, "daemon", "start")
+        k(home, "image", "load", layout, "--tag", "python:3.12-slim")
+        for mib in (64, 512):
+            name = "m%d" % mib
+            k(home, "sandbox", "create", name, "--cpus", "1", "--memory", "1024", "--disk", "2")
+            k(home, "sandbox", "pull", name, "python:3.12-slim")
+            k(home, "sandbox", "start", name, "python:3.12-slim", "python3", "-c",
+              "import time, os\nb = bytearray(os.urandom(1 << 20)) * %d\n"
+              "open('/ready', 'w').close()\nwhile True: time.sleep(1)" % mib)
+            for _ in range(600):
+                st = json.loads(k(home, "sandbox", "inspect", name))
+                used = st["stat"]["mem_total_kib"] - st["stat"]["mem_free_kib"]
+                if used > mib * 1024:
+                    break
+                time.sleep(0.5)
+            cp, rw, size = [], [], 0
+            for i in range(N):
+                r = json.loads(k(home, "checkpoint", name, "--label", "c%d" % i, "--json"))
+                cp.append(r["ms"])
+                size = r["size"]
+                r = json.loads(k(home, "rewind", name, "--to", "c%d" % i, "-y", "--json"))
+                rw.append(r["ms"])
+            print("1 GiB sandbox, ~%d MiB touched (guest uses %d MiB): checkpoint %d ms, "
+                  "rewind %d ms, state file %d MiB"
+                  % (mib, used // 1024, statistics.median(cp), statistics.median(rw),
+                     size >> 20))
+            k(home, "sandbox", "rm", name)
+        k(home, "daemon", "stop")
+    finally:
+        subprocess.run([KOSA8, "daemon", "stop"], capture_output=True,
+                       env=dict(os.environ, KOSA8_HOME=home))
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
