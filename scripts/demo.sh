@@ -21,7 +21,7 @@ echo 'import platform; print(platform.node(), platform.release())' | kosa8 sandb
 # The guide's loop: a clean checkpoint, a run that dirties the machine, a rewind.
 kosa8 checkpoint rm interp clean >/dev/null 2>&1 || true
 kosa8 checkpoint interp --label clean
-echo '$ kosa8 sandbox run interp python:3.12-slim python3 -c "open(\"/dirty\", \"w\").write(\"x\")"'
+echo '$ kosa8 sandbox run interp python:3.12-slim sh -c "echo x > /tmp/dirty; ls /tmp/dirty"'
 kosa8 sandbox run interp python:3.12-slim sh -c 'echo x > /tmp/dirty; ls /tmp/dirty'
 kosa8 rewind interp --to clean -y
 kosa8 sandbox ls
