@@ -112,6 +112,7 @@ static const struct cli_opt start_opts[] = {
 	{ "accel", 0, 1, 'a' },
 	{ "allow-mount", 0, 1, 'm' },
 	{ "foreground", 0, 0, 'f' },
+	{ "offline", 0, 0, 'o' },
 	{ NULL, 0, 0, 0 },
 };
 
@@ -163,6 +164,9 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 		}
 		case 'f':
 			foreground = 1;
+			break;
+		case 'o':
+			args[nargs++] = (char *)"--offline";
 			break;
 		}
 	}
@@ -388,7 +392,7 @@ static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const c
 const struct cli_cmd cli_daemon_cmds[] = {
 	{ "daemon start", cmd_start, "start kosa8d and wait until it answers",
 	  "Usage: kosa8 daemon start [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... "
-	  "[--foreground]\n"
+	  "[--offline] [--foreground]\n"
 	  "\n"
 	  "Start kosa8d, the daemon that owns all of kosa8's state, detached from this\n"
 	  "terminal (its output goes to $KOSA8_HOME/kosa8d.log), and wait until it answers\n"
@@ -401,6 +405,8 @@ const struct cli_cmd cli_daemon_cmds[] = {
 	  "                      or tcg\n"
 	  "  --allow-mount DIR   host directory that sandboxes may mount (--mount), and what\n"
 	  "                      is below it; repeat for more\n"
+	  "  --offline           fetch nothing from any registry (like KOSA8_OFFLINE=1);\n"
+	  "                      local images keep working\n"
 	  "  --foreground        run kosa8d in this terminal instead (for systemd, debugging)\n"
 	  "\n"
 	  "The daemon program is $KOSA8D, or kosa8d in the same directory as kosa8.\n"

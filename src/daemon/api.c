@@ -367,10 +367,13 @@ static json_t *status_json(struct daemon *d)
 		close(kfd);
 		close(ifd);
 	}
-	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s}}",
+	const char *off = getenv("KOSA8_OFFLINE");
+	bool offline = d->offline || (off && *off && strcmp(off, "0"));
+	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s}}",
 			 "version", "0.1.0", "pid", (int)getpid(), "home", d->home, "accel", d->accel,
 			 "accel_reason", d->accel_reason, "uptime_s",
 			 (json_int_t)((now_mono_ns() - d->started_mono) / 1000000000ull), "sandboxes", n,
+			 "offline", offline,
 			 "cgroup", "version", d->cg.version, "usable", d->cg.version != 0, "note",
 			 d->cg.note, "guest", "dir", d->guest.dir, "kernel", d->guest.kernel,
 			 "initramfs", d->guest.initramfs, "source", d->guest.source, "verified",

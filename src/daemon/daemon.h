@@ -210,6 +210,7 @@ struct daemon {
 	struct MHD_Daemon *mhd;
 	int stop_pipe[2];
 	volatile int stopping;
+	bool offline;                   /* --offline: never fetch (KOSA8_OFFLINE likewise) */
 	bool stop_vms;
 };
 

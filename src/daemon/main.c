@@ -27,10 +27,12 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: kosa8d [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... [--foreground]\n"
+		"Usage: kosa8d [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... [--offline]\n"
+		"              [--foreground]\n"
 		"\n"
 		"The kosa8 daemon: owns all sandboxes, images and the audit log under DIR\n"
 		"(default $KOSA8_HOME or ~/.kosa8) and serves the API on DIR/kosa8d.sock.\n"
+		"--offline (or KOSA8_OFFLINE=1) fetches nothing from any registry.\n"
 		"Normally started with `kosa8 daemon start`.\n");
 }
 
@@ -88,6 +90,7 @@ int main(int argc, char **argv)
 		{ "accel", required_argument, NULL, 'a' },
 		{ "allow-mount", required_argument, NULL, 'm' },
 		{ "foreground", no_argument, NULL, 'f' },
+		{ "offline", no_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -116,6 +119,9 @@ int main(int argc, char **argv)
 			d->allow_mounts[d->nallow_mounts++] = xstrdup(optarg);
 			break;
 		case 'f':
+			break;
+		case 'o':
+			d->offline = true;
 			break;
 		case 'h':
 			usage(stdout);

@@ -739,6 +739,66 @@ static int body_int(json_t *body, const char *key, int def, int lo, int hi, int 
 	return 0;
 }
 
+/* Take a name in the table: a new sandbox, BOOTING, whose busy token and one user
+ * reference the caller holds. NULL (err set) if the name is invalid or taken. */
+struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *err)
+{
+	struct sandbox *sb, *it;
+
+	if (!name || !sb_name_valid(name)) {
+		k8_err_set(err, -EINVAL,
+			   "invalid sandbox name '%.80s': use 1-63 characters a-z, 0-9, '-', "
+			   "'_' or '.', starting with a letter or digit", name ? name : "");
+		return NULL;
+	}
+	pthread_mutex_lock(&d->lock);
+	for (it = d->sandboxes; it; it = it->next)
+		if (!strcmp(it->name, name))
+			break;
+	if (it) {
+		pthread_mutex_unlock(&d->lock);
+		k8_err_set(err, -EEXIST,
+			   "a sandbox named '%s' already exists; pick another name or remove "
+			   "it with `kosa8 sandbox rm %s`", name, name);
+		return NULL;
+	}
+	sb = sb_new(d, name);
+	sb->state = SB_BOOTING;
+	sb->busy = 1;
+	sb->users = 1;
+	iso_now(sb->created, sizeof(sb->created));
+	snprintf(sb->accel, sizeof(sb->accel), "%s", d->accel);
+	sb->next = d->sandboxes;
+	d->sandboxes = sb;
+	pthread_mutex_unlock(&d->lock);
+	return sb;
+}
+
+/* Undo sb_reserve after a failed create: nothing half-made stays behind, the name is
+ * free again. Frees sb. */
+void sb_unreserve(struct daemon *d, struct sandbox *sb)
+{
+	struct sandbox **pp;
+
+	pthread_mutex_lock(&d->lock);
+	for (pp = &d->sandboxes; *pp; pp = &(*pp)->next)
+		if (*pp == sb) {
+			*pp = sb->next;
+			break;
+		}
+	pthread_mutex_unlock(&d->lock);
+	rm_rf(sb->dir);
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_REMOVING;
+	sb->busy = 0;
+	sb->users--;
+	pthread_cond_broadcast(&sb->cond);
+	while (sb->users > 0)
+		pthread_cond_wait(&sb->cond, &sb->lock);
+	pthread_mutex_unlock(&sb->lock);
+	sb_free(sb);
+}
+
 int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
 	      json_t **out, struct k8_err *err)
 {
@@ -774,28 +834,12 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 		return k8_err_set(err, -ENOENT,
 				  "the guest image is missing, so no VM can boot; build it with `make`");
 
-	pthread_mutex_lock(&d->lock);
-	for (it = d->sandboxes; it; it = it->next)
-		if (!strcmp(it->name, name))
-			break;
-	if (it) {
-		pthread_mutex_unlock(&d->lock);
-		return k8_err_set(err, -EEXIST,
-				  "a sandbox named '%s' already exists; pick another name or remove "
-				  "it with `kosa8 sandbox rm %s`", name, name);
-	}
-	sb = sb_new(d, name);
+	sb = sb_reserve(d, name, err);
+	if (!sb)
+		return -EEXIST;
 	sb->cpus = cpus;
 	sb->memory_mib = mem;
 	sb->disk_gb = disk;
-	sb->state = SB_BOOTING;
-	sb->busy = 1;
-	sb->users = 1;
-	iso_now(sb->created, sizeof(sb->created));
-	snprintf(sb->accel, sizeof(sb->accel), "%s", d->accel);
-	sb->next = d->sandboxes;
-	d->sandboxes = sb;
-	pthread_mutex_unlock(&d->lock);
 
 	if (progress)
 		progress(pctx, json_pack("{s:s,s:s}", "phase", "disks", "what", name));
@@ -813,26 +857,8 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 		r = sb_boot(d, sb, err);
 	}
 	if (r) {
-		/* Nothing half-made stays behind: the name is free again. */
-		struct sandbox **pp;
-		pthread_mutex_lock(&d->lock);
-		for (pp = &d->sandboxes; *pp; pp = &(*pp)->next)
-			if (*pp == sb) {
-				*pp = sb->next;
-				break;
-			}
-		pthread_mutex_unlock(&d->lock);
-		rm_rf(sb->dir);
 		daemon_audit(d, "sandbox.create.failed", name, json_pack("{s:s}", "error", err->msg));
-		pthread_mutex_lock(&sb->lock);
-		sb->state = SB_REMOVING;
-		sb->busy = 0;
-		sb->users--;
-		pthread_cond_broadcast(&sb->cond);
-		while (sb->users > 0)
-			pthread_cond_wait(&sb->cond, &sb->lock);
-		pthread_mutex_unlock(&sb->lock);
-		sb_free(sb);
+		sb_unreserve(d, sb);
 		return r;
 	}
 	pthread_mutex_lock(&sb->lock);
@@ -942,20 +968,27 @@ static void pull_progress_cb(void *ctx, const char *phase, const char *what, uin
 					"done", (json_int_t)done, "total", (json_int_t)total));
 }
 
-/* Split a comma-separated environment variable into a NULL-terminated list. */
-static char **sb_env_list(const char *name)
+/* A NULL-terminated list: the comma-separated environment variable `env` first, then
+ * the strings of array `key` in $KOSA8_HOME/config.json (docs/images.md, "Pulling"). */
+static char **sb_setting_list(const char *env, json_t *cfg, const char *key)
 {
-	const char *v = getenv(name);
+	const char *v = getenv(env);
+	json_t *arr = json_object_get(cfg, key), *it;
+	size_t n = 0, i, cap = (v ? strlen(v) / 2 + 1 : 0) + json_array_size(arr) + 1;
 	char *copy, *save = NULL, *t, **list;
-	size_t n = 0;
 
-	if (!v || !*v)
+	if ((!v || !*v) && !json_array_size(arr))
 		return NULL;
-	copy = xstrdup(v);
-	list = xcalloc(strlen(v) / 2 + 2, sizeof(*list));
-	for (t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
-		list[n++] = xstrdup(t);
-	free(copy);
+	list = xcalloc(cap, sizeof(*list));
+	if (v && *v) {
+		copy = xstrdup(v);
+		for (t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
+			list[n++] = xstrdup(t);
+		free(copy);
+	}
+	json_array_foreach(arr, i, it)
+		if (json_is_string(it) && json_string_length(it) && json_string_length(it) < 512)
+			list[n++] = xstrdup(json_string_value(it));
 	return list;
 }
 
@@ -964,6 +997,26 @@ static void sb_env_list_free(char **list)
 	for (size_t i = 0; list && list[i]; i++)
 		free(list[i]);
 	free(list);
+}
+
+/* $KOSA8_HOME/config.json, read at each pull so an edit needs no restart; {} when
+ * absent or unreadable (a malformed file is logged, not fatal). */
+static json_t *sb_daemon_config(struct daemon *d)
+{
+	cleanup_free char *p = xasprintf("%s/config.json", d->home);
+	cleanup_free char *t = NULL;
+	json_error_t je;
+	json_t *cfg;
+
+	if (read_file(p, 1 << 20, &t, NULL))
+		return json_object();
+	cfg = json_loads(t, 0, &je);
+	if (!json_is_object(cfg)) {
+		daemon_log("ignoring %s: not a JSON object (%s)", p, je.text);
+		json_decref(cfg);
+		return json_object();
+	}
+	return cfg;
 }
 
 int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, json_t *),
@@ -975,10 +1028,12 @@ int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, js
 	cleanup_free char *auth = xasprintf("%s/auth.json", d->home);
 	cleanup_free char *docker = dc && *dc ? xasprintf("%s/config.json", dc) :
 				    home && *home ? xasprintf("%s/.docker/config.json", home) : NULL;
-	char **insecure = sb_env_list("KOSA8_INSECURE_REGISTRIES");
-	char **mirrors = sb_env_list("KOSA8_REGISTRY_MIRRORS");
+	json_t *cfg = sb_daemon_config(d);
+	char **insecure = sb_setting_list("KOSA8_INSECURE_REGISTRIES", cfg, "insecure_registries");
+	char **mirrors = sb_setting_list("KOSA8_REGISTRY_MIRRORS", cfg, "registry_mirrors");
 	struct pull_opts o = {
-		.offline = off && *off && strcmp(off, "0"),
+		.offline = d->offline || (off && *off && strcmp(off, "0")) ||
+			   json_is_true(json_object_get(cfg, "offline")),
 		.auth_file = auth,
 		.docker_config = docker,
 		.insecure = (const char *const *)insecure,
@@ -994,6 +1049,7 @@ int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, js
 				       "registry", json_object_get(*out, "registry")));
 	sb_env_list_free(insecure);
 	sb_env_list_free(mirrors);
+	json_decref(cfg);
 	return r;
 }
 
