@@ -7,19 +7,14 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+
 import time
 
-TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-KOSA8 = os.path.join(TOP, "build", "bin", "kosa8")
+from k8cli import KOSA8, TOP, out as k
+
 N = int(os.environ.get("BENCH_N", "3"))
 
 
-def k(home, *args):
-    p = subprocess.run([KOSA8] + list(args), capture_output=True, text=True,
-                       env=dict(os.environ, KOSA8_HOME=home))
-    if p.returncode:
-        raise SystemExit("kosa8 %s: %s" % (" ".join(args), p.stderr))
-    return p.stdout
 
 
 def main():

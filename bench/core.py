@@ -15,32 +15,20 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from k8proto import Agent  # noqa: E402
+from k8cli import KOSA8, TOP, k, rss_kib  # noqa: E402
 
-TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-KOSA8 = os.path.join(TOP, "build", "bin", "kosa8")
 GUEST = os.path.join(TOP, "build", "guest")
 N = int(os.environ.get("BENCH_N", "3"))
 MEM = 512
 
 
-def k(home, *args, check=True):
-    p = subprocess.run([KOSA8] + list(args), capture_output=True, text=True,
-                       env=dict(os.environ, KOSA8_HOME=home))
-    if check and p.returncode:
-        raise SystemExit("kosa8 %s: %s" % (" ".join(args), p.stderr))
-    return p
 
 
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def bare_vm(home, workdir, erofs=None):

@@ -10,10 +10,11 @@ import socket
 import statistics
 import subprocess
 import tempfile
+
 import time
 
-TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-KOSA8 = os.path.join(TOP, "build", "bin", "kosa8")
+from k8cli import TOP, k  # noqa: F401
+
 N = int(os.environ.get("BENCH_N", "3"))
 
 
@@ -25,12 +26,6 @@ def free_port():
     return p
 
 
-def k(home, *args):
-    p = subprocess.run([KOSA8] + list(args), capture_output=True, text=True,
-                       env=dict(os.environ, KOSA8_HOME=home))
-    if p.returncode:
-        raise SystemExit("kosa8 %s: %s" % (" ".join(args), p.stderr))
-    return p.stdout
 
 
 def main():
