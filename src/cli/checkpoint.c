@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* checkpoint.c - kosa8 checkpoint NAME --label L | checkpoint ls | checkpoint rm,
- * kosa8 rewind NAME --to L -y, and sandbox pause | resume. */
+ * kosa8 rewind NAME --to L -y, and sandbox pause | resume | fork. */
 #include "cli/cli.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-enum { OPT_LABEL = 1, OPT_TO, OPT_YES };
+enum { OPT_LABEL = 1, OPT_TO, OPT_YES, OPT_FROM, OPT_NAME };
 
 static const char *opt_arg(const struct cli_args *a, int id)
 {
@@ -251,4 +251,40 @@ int cli_cmd_pause(const struct cli_cmd *self, int argc, char **argv, const char 
 int cli_cmd_resume(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
 	return pause_resume(self, argc, argv, home, "/resume");
+}
+
+int cli_cmd_fork(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = { { "from", 0, 1, OPT_FROM }, { "name", 0, 1, OPT_NAME },
+					       { "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 } };
+	struct cli_args a;
+	struct client cl;
+	json_t *body, *res = NULL;
+	cleanup_free char *path = NULL;
+	const char *from, *name;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	from = opt_arg(&a, OPT_FROM);
+	name = opt_arg(&a, OPT_NAME);
+	if (!from || !*from)
+		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--from LABEL is required; list the "
+						"labels with kosa8 checkpoint ls %s", a.pos[0]));
+	if (!name || !*name)
+		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--name NEW is required: the new "
+						"sandbox's name"));
+	body = json_pack("{s:s,s:s}", "from", from, "name", name);
+	path = sb_sub(a.pos[0], "/fork");
+	rc = post(&cl, path, body, &res);
+	if (rc == CLI_EXIT_OK) {
+		if (cli_has_opt(&a, CLI_OPT_JSON))
+			out_json(res, 0);
+		else
+			printf("%s forked from %s at checkpoint %s in %lld ms\n", name, a.pos[0], from,
+			       (long long)json_integer_value(json_object_get(res, "ms")));
+	}
+	json_decref(body);
+	json_decref(res);
+	return cli_end(&a, &cl, rc);
 }

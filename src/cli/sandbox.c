@@ -775,5 +775,22 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox resume interp\n" },
+	{ "sandbox fork", cli_cmd_fork, "a new sandbox from a checkpoint of another",
+	  "Usage: kosa8 sandbox fork SRC --from LABEL --name NEW [--json]\n"
+	  "\n"
+	  "Create sandbox NEW from checkpoint LABEL of sandbox SRC: the same memory, running\n"
+	  "processes, containers and disk as SRC had at that instant. The disk layers are\n"
+	  "shared copy-on-write (hard links), so a fork costs only what it writes, and SRC\n"
+	  "can be removed without harm to it. NEW has its own hostname (its name), its\n"
+	  "clock is set to now and its random number generator reseeded from the host.\n"
+	  "SRC keeps running untouched.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --from LABEL   the checkpoint of SRC (kosa8 checkpoint ls SRC)\n"
+	  "  --name NEW     the new sandbox's name\n"
+	  "  --json         the new sandbox as one line, with \"forked_from\" and \"ms\"\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox fork interp --from clean --name interp-2\n" },
 	{ NULL, NULL, NULL, NULL },
 };

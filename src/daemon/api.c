@@ -433,7 +433,7 @@ static int auth_store(struct daemon *d, json_t *body, struct k8_err *err)
 	return 0;
 }
 
-/* /v1/sandboxes/{name}/checkpoints[/{label}], /rewind, /pause, /resume */
+/* /v1/sandboxes/{name}/checkpoints[/{label}], /rewind, /fork, /pause, /resume */
 static enum MHD_Result route_checkpoints(struct daemon *d, struct MHD_Connection *c,
 					 const char *method, char p[8][512], int n, json_t *body)
 {
@@ -452,6 +452,9 @@ static enum MHD_Result route_checkpoints(struct daemon *d, struct MHD_Connection
 		r = ckpt_remove(d, sb, p[4], &err);
 	else if (n == 4 && !strcmp(p[3], "rewind") && !strcmp(method, "POST"))
 		r = ckpt_rewind(d, sb, json_string_value(json_object_get(body, "to")), &out, &err);
+	else if (n == 4 && !strcmp(p[3], "fork") && !strcmp(method, "POST"))
+		r = ckpt_fork(d, sb, json_string_value(json_object_get(body, "from")),
+			      json_string_value(json_object_get(body, "name")), &out, &err);
 	else if (n == 4 && (!strcmp(p[3], "pause") || !strcmp(p[3], "resume")) &&
 		 !strcmp(method, "POST"))
 		r = sb_pause(d, sb, !strcmp(p[3], "pause"), &err);
@@ -614,7 +617,7 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 		}
 	} else if (n >= 4 && !strcmp(p[1], "sandboxes") &&
 		   (!strcmp(p[3], "checkpoints") || !strcmp(p[3], "rewind") ||
-		    !strcmp(p[3], "pause") || !strcmp(p[3], "resume"))) {
+		    !strcmp(p[3], "pause") || !strcmp(p[3], "resume") || !strcmp(p[3], "fork"))) {
 		r = route_checkpoints(d, c, method, p, n, body);
 	} else if (n == 2 && !strcmp(p[1], "auth") && post) {
 		r = auth_store(d, body, &err) ? reply_err(c, &err) : reply_json(c, 200, json_object());

@@ -123,6 +123,49 @@ static void new_layer_name(char *out, size_t n)
 	snprintf(out, n, "layer-%llx.qcow2", (unsigned long long)now_real_ns());
 }
 
+int ckpt_chain(struct sandbox *sb, const char *layer, char ***out)
+{
+	json_t *layers = layers_load(sb);
+	const char *l = json_string_value(json_object_get(layers, layer ? layer : top_of(sb)));
+	char **v = NULL;
+	int n = 0;
+
+	for (; l && !strchr(l, '/') && n < 4096; l = json_string_value(json_object_get(layers, l))) {
+		v = realloc(v, (size_t)(n + 1) * sizeof(*v));
+		if (!v)
+			abort();
+		v[n++] = xasprintf("%s/%s", sb->dir, l);
+	}
+	json_decref(layers);
+	*out = v;
+	return n;
+}
+
+void ckpt_chain_free(char **chain, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(chain[i]);
+	free(chain);
+}
+
+/* A new empty top layer over `base` (a file name in sb's dir). A fork's layers name the
+ * source's files in their headers, so there the backing is not opened (-u): its size is
+ * the sandbox's disk size. */
+static int make_top(struct sandbox *sb, const char *base, const char *top, struct k8_err *err)
+{
+	cleanup_free char *bp = xasprintf("%s/%s", sb->dir, base);
+	cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
+
+	if (sb->forked) {
+		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+				       "-u", "-b", bp, top, size, NULL };
+		return vm_run_cmd(argv, err);
+	}
+	const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+			       "-b", bp, top, NULL };
+	return vm_run_cmd(argv, err);
+}
+
 static char *ckpt_dir(struct sandbox *sb, const char *label)
 {
 	return xasprintf("%s/checkpoints/%s", sb->dir, label);
@@ -439,6 +482,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	json_t *meta = NULL, *imgs, *it, *layers;
 	const char *frozen;
 	struct sb_image saved[K8_MAX_SLOTS];
+	char **chain = NULL;
 	int nsaved = 0, kfd = -1, ifd = -1, sfd = -1, r;
 	uint64_t t0 = now_mono_ns();
 	pid_t pid = 0;
@@ -488,13 +532,8 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 
 	new_layer_name(layer, sizeof(layer));
 	top = xasprintf("%s/%s", sb->dir, layer);
-	{
-		cleanup_free char *base = xasprintf("%s/%s", sb->dir, frozen);
-		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-				       "-b", base, top, NULL };
-		if ((r = vm_run_cmd(argv, err)))
-			goto fail;
-	}
+	if ((r = make_top(sb, frozen, top, err)))
+		goto fail;
 	layers = layers_load(sb);
 	json_object_set_new(layers, layer, json_string(frozen));
 	layers_save(sb, layers);
@@ -514,7 +553,12 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 				.dir = sb->dir, .qmp_path = qmp_path, .agent_path = agent_path,
 				.kernel_fd = kfd, .initramfs_fd = ifd, .images = sb->images,
 				.nimages = sb->nimages, .scratch = top, .incoming_fd = sfd };
-	if ((r = vm_spawn(&spec, &pid, err)))
+	if (sb->forked)
+		spec.nchain = ckpt_chain(sb, layer, &chain);
+	spec.chain = (const char *const *)chain;
+	r = vm_spawn(&spec, &pid, err);
+	ckpt_chain_free(chain, spec.nchain);
+	if (r)
 		goto fail;
 	/* QEMU starts the guest by itself once the state is in. */
 	r = sb_connect_vm(d, sb, pid, true, err);
@@ -577,5 +621,173 @@ int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *er
 		daemon_audit(d, pause ? "sandbox.pause" : "sandbox.resume", sb->name, NULL);
 	}
 	sb_busy_leave(sb);
+	return r;
+}
+
+/* Fork. The checkpoint's layers are frozen (nothing writes them again), so the new
+ * sandbox gets hard links to them under the same names, its own layers.json, and its
+ * own empty top: N forks cost only their own writes, and removing the source (or its
+ * checkpoint) leaves every fork whole. The linked files' qcow2 headers still name the
+ * source's paths, and changing them would change the source's (same inode): a fork's
+ * QEMU is given its backing chain explicitly instead (sandbox.json "forked"). Memory
+ * comes from the checkpoint's state file, as in a rewind; the guest is then greeted,
+ * its clock set, its RNG reseeded and its hostname set to the new name. */
+int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,
+	      json_t **out, struct k8_err *err)
+{
+	cleanup_free char *state = NULL, *top = NULL;
+	char qmp_path[4200], agent_path[4200], layer[64];
+	json_t *meta = NULL, *imgs, *it, *srcl = NULL, *layers = NULL;
+	const char *frozen, *l;
+	struct sandbox *sb = NULL;
+	char **chain = NULL;
+	int kfd = -1, ifd = -1, sfd = -1, nchain = 0, r, depth;
+	uint64_t t0 = now_mono_ns();
+	bool src_busy = false;
+	pid_t pid = 0;
+	size_t i;
+
+	if (!label || !label_valid(label))
+		return k8_err_set(err, -EINVAL, "which checkpoint? give --from LABEL (list them with "
+				  "`kosa8 checkpoint ls %s`)", src->name);
+	if (!name)
+		return k8_err_set(err, -EINVAL, "a name for the new sandbox is required (--name)");
+	if (!d->guest.kernel[0])
+		return k8_err_set(err, -ENOENT,
+				  "the guest image is missing, so no VM can boot; build it with `make`");
+	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
+		return r;
+	if (!(sb = sb_reserve(d, name, err))) {
+		r = err->code ? err->code : -EEXIST;
+		goto out;
+	}
+	/* The source's checkpoint must not go while its layers are linked. */
+	sb_busy_enter(src);
+	src_busy = true;
+	if (!(meta = meta_load(src, label))) {
+		r = k8_err_set(err, -ENOENT, "sandbox '%s' has no checkpoint '%s'; list them with "
+			       "`kosa8 checkpoint ls %s`", src->name, label, src->name);
+		goto fail;
+	}
+	frozen = json_string_value(json_object_get(meta, "layer"));
+	if (!frozen || strchr(frozen, '/')) {
+		r = k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
+		goto fail;
+	}
+	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: src->cpus;
+	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: src->memory_mib;
+	sb->disk_gb = src->disk_gb;
+	sb->forked = true;
+	imgs = json_object_get(meta, "images");
+	json_array_foreach(imgs, i, it) {
+		const char *ref, *dg, *disk;
+		int slot;
+		if (sb->nimages >= K8_MAX_SLOTS ||
+		    json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
+				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
+			continue;
+		struct sb_image *img = &sb->images[sb->nimages++];
+		snprintf(img->ref, sizeof(img->ref), "%s", ref);
+		snprintf(img->digest, sizeof(img->digest), "%s", dg);
+		snprintf(img->disk, sizeof(img->disk), "%s", disk);
+		img->slot = slot;
+	}
+	state = xasprintf("%s/checkpoints/%s/state", src->dir, label);
+	sfd = open(state, O_RDONLY | O_CLOEXEC);
+	if (sfd < 0) {
+		r = k8_err_set(err, -errno, "open %s: %s", state, strerror(errno));
+		goto fail;
+	}
+	if ((r = mkdir_p(sb->dir, 0700))) {
+		k8_err_set(err, r, "mkdir %s: %s", sb->dir, strerror(-r));
+		goto fail;
+	}
+	/* Its own image slots (a scratch disk too, replaced by the link below). */
+	if ((r = vm_make_disks(d->home, sb->dir, sb->disk_gb, err)))
+		goto fail;
+	{
+		cleanup_free char *own = xasprintf("%s/scratch.qcow2", sb->dir);
+		unlink(own);
+	}
+	srcl = layers_load(src);
+	layers = json_object();
+	for (l = frozen, depth = 0; l; depth++) {
+		const char *parent = json_string_value(json_object_get(srcl, l));
+		cleanup_free char *from = xasprintf("%s/%s", src->dir, l);
+		cleanup_free char *to = xasprintf("%s/%s", sb->dir, l);
+		if (strchr(l, '/') || depth >= 4096 || json_object_get(layers, l)) {
+			r = k8_err_set(err, -EINVAL, "the layers of sandbox '%s' are damaged "
+				       "(layers.json)", src->name);
+			goto fail;
+		}
+		if (link(from, to) < 0) {
+			r = k8_err_set(err, -errno, "link %s to %s: %s%s", from, to, strerror(errno),
+				       errno == EXDEV ? " (sandboxes must be on one file system)" : "");
+			goto fail;
+		}
+		json_object_set_new(layers, l, parent ? json_string(parent) : json_null());
+		l = parent;
+	}
+	sb_busy_leave(src);
+	src_busy = false;
+
+	new_layer_name(layer, sizeof(layer));
+	top = xasprintf("%s/%s", sb->dir, layer);
+	json_object_set_new(layers, layer, json_string(frozen));
+	layers_save(sb, layers);
+	if ((r = make_top(sb, frozen, top, err)))
+		goto fail;
+	snprintf(sb->disk, sizeof(sb->disk), "%s", layer);
+	pthread_mutex_lock(&sb->lock);
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+
+	snprintf(qmp_path, sizeof(qmp_path), "%s/run/%s.qmp", d->home, sb->id);
+	snprintf(agent_path, sizeof(agent_path), "%s/run/%s.agent", d->home, sb->id);
+	unlink(qmp_path);
+	unlink(agent_path);
+	nchain = ckpt_chain(sb, layer, &chain);
+	struct vm_spec spec = { .accel = d->accel, .cpus = sb->cpus, .memory_mib = sb->memory_mib,
+				.dir = sb->dir, .qmp_path = qmp_path, .agent_path = agent_path,
+				.kernel_fd = kfd, .initramfs_fd = ifd, .images = sb->images,
+				.nimages = sb->nimages, .scratch = top, .incoming_fd = sfd,
+				.chain = (const char *const *)chain, .nchain = nchain };
+	if ((r = vm_spawn(&spec, &pid, err)))
+		goto fail;
+	if ((r = sb_connect_vm(d, sb, pid, true, err)))
+		goto fail;
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_RUNNING;
+	sb->boot_ms = (now_mono_ns() - t0) / 1000000;
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+	daemon_audit(d, "sandbox.fork", sb->name,
+		     json_pack("{s:s,s:s,s:s,s:I}", "from", src->name, "label", label, "name",
+			       sb->name, "ms", (json_int_t)sb->boot_ms));
+	sb_busy_leave(sb);
+	*out = sb_to_json(sb, false);
+	json_object_set_new(*out, "forked_from",
+			    json_pack("{s:s,s:s}", "sandbox", src->name, "checkpoint", label));
+	json_object_set_new(*out, "ms", json_integer((json_int_t)sb->boot_ms));
+	sb_put(d, sb);
+	r = 0;
+	goto out;
+fail:
+	if (src_busy)
+		sb_busy_leave(src);
+	daemon_audit(d, "sandbox.fork.failed", name,
+		     json_pack("{s:s,s:s,s:s}", "from", src->name, "label", label, "error", err->msg));
+	sb_unreserve(d, sb);
+out:
+	ckpt_chain_free(chain, nchain);
+	json_decref(meta);
+	json_decref(srcl);
+	json_decref(layers);
+	if (kfd >= 0)
+		close(kfd);
+	if (ifd >= 0)
+		close(ifd);
+	if (sfd >= 0)
+		close(sfd);
 	return r;
 }

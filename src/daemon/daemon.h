@@ -153,6 +153,7 @@ struct sandbox {
 	uint64_t boot_ms;
 	char disk[256];                 /* current writable top layer (file name in dir) */
 	bool paused;                    /* vCPUs stopped by `sandbox pause` */
+	bool forked;                    /* made by `sandbox fork`: explicit backing chain */
 };
 
 /* ---- guest image (guest.c) ---- */
@@ -179,6 +180,11 @@ struct vm_spec {
 	int nimages;
 	const char *scratch;            /* the writable top layer; NULL: <dir>/scratch.qcow2 */
 	int incoming_fd;                /* >= 0: restore from this migration stream */
+	/* Optional: the scratch layer's backing chain, its parent first, the root last
+	 * (absolute paths). Set, QEMU opens exactly these instead of following the
+	 * paths in the qcow2 headers. */
+	const char *const *chain;
+	int nchain;
 };
 /* Spawn QEMU detached from the daemon (own session), returns its pid. */
 int vm_spawn(const struct vm_spec *spec, pid_t *pid, struct k8_err *err);
@@ -245,6 +251,11 @@ int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **r
 		     struct stream **stream, struct k8_err *err);
 bool sb_name_valid(const char *name);
 json_t *sb_containers_json(struct sandbox *sb, json_t *agent_list);
+/* Take / give back a name in the sandbox table (create and fork). sb_reserve returns a
+ * BOOTING sandbox whose busy token and one user reference the caller holds; NULL with
+ * err set if the name is invalid or taken. sb_unreserve removes its dir and frees it. */
+struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *err);
+void sb_unreserve(struct daemon *d, struct sandbox *sb);
 
 /* checkpoint.c: memory, devices and disk of a running sandbox, and back */
 #define K8_MAX_CHECKPOINTS 10
@@ -255,6 +266,14 @@ int ckpt_remove(struct daemon *d, struct sandbox *sb, const char *label, struct 
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err);
 int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *err);
+/* A new sandbox `name` started from checkpoint `label` of `src`: its disk layers are hard
+ * links to the checkpoint's, so it costs only what it writes. */
+int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,
+	      json_t **out, struct k8_err *err);
+/* The backing chain under `layer` (NULL: the current top) as absolute paths, its parent
+ * first, from layers.json; returns how many (0: none, *out NULL). */
+int ckpt_chain(struct sandbox *sb, const char *layer, char ***out);
+void ckpt_chain_free(char **chain, int n);
 
 /* exec.c: bridges an upgraded API connection and an agent stream */
 struct exec_ctx;

@@ -73,12 +73,12 @@ static json_t *sb_record(struct sandbox *sb)
 		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
 						      "digest", sb->images[i].digest, "disk",
 						      sb->images[i].disk, "slot", sb->images[i].slot));
-	return json_pack("{s:i,s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:I,s:s,s:o,s:s}", "version", 1,
+	return json_pack("{s:i,s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:I,s:s,s:o,s:s,s:b}", "version", 1,
 			 "name", sb->name, "id", sb->id, "cpus", sb->cpus, "memory_mib",
 			 sb->memory_mib, "disk_gb", sb->disk_gb, "created", sb->created, "state",
 			 state_names[sb->state], "pid", (json_int_t)sb->pid, "pid_start",
 			 (json_int_t)sb->pid_start, "accel", sb->accel, "images", imgs, "disk",
-			 sb->disk[0] ? sb->disk : "scratch.qcow2");
+			 sb->disk[0] ? sb->disk : "scratch.qcow2", "forked", sb->forked);
 }
 
 /* Caller holds sb->lock. */
@@ -354,6 +354,7 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
 	char qmp_path[4200], agent_path[4200];
 	cleanup_free char *scratch = NULL;
+	char **chain = NULL;
 	int kfd = -1, ifd = -1, r;
 	uint64_t t0 = now_mono_ns();
 	pid_t pid = 0;
@@ -374,7 +375,13 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 				 .dir = sb->dir, .qmp_path = qmp_path, .agent_path = agent_path,
 				 .kernel_fd = kfd, .initramfs_fd = ifd, .images = sb->images,
 				 .nimages = sb->nimages, .scratch = scratch, .incoming_fd = -1 };
+	/* A fork's layers are hard links whose qcow2 headers name the source's files:
+	 * QEMU gets its whole backing chain from layers.json instead. */
+	if (sb->forked)
+		spec.nchain = ckpt_chain(sb, NULL, &chain);
+	spec.chain = (const char *const *)chain;
 	r = vm_spawn(&spec, &pid, err);
+	ckpt_chain_free(chain, spec.nchain);
 	close(kfd);
 	close(ifd);
 	if (r)
@@ -655,6 +662,7 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 		if (disk && !strchr(disk, '/') && strlen(disk) < sizeof(sb->disk))
 			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
 	}
+	sb->forked = json_is_true(json_object_get(rec, "forked"));
 	sb->pid = (pid_t)pid;
 	sb->pid_start = (unsigned long long)start;
 	imgs = json_object_get(rec, "images");
@@ -805,7 +813,7 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	const char *name = json_string_value(json_object_get(body, "name"));
 	const char *egress = json_string_value(json_object_get(body, "egress"));
 	json_t *allow = json_object_get(body, "egress_allow"), *mounts = json_object_get(body, "mounts");
-	struct sandbox *sb, *it;
+	struct sandbox *sb;
 	int cpus, mem, disk, r;
 
 	if (!name)
@@ -881,7 +889,8 @@ static void wipe_file(const char *path)
 	struct stat st;
 	static const char zero[65536];
 
-	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+	/* A disk layer shared with a fork (hard link) still holds the fork's data. */
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1)
 		return;
 	for (off_t off = 0; off < st.st_size; off += (off_t)sizeof(zero)) {
 		size_t n = (size_t)(st.st_size - off) < sizeof(zero) ? (size_t)(st.st_size - off)

@@ -241,8 +241,23 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		ADD("driver=file,node-name=scratch-file,filename=%s,discard=unmap", s->scratch);
 	else
 		ADD("driver=file,node-name=scratch-file,filename=%s/scratch.qcow2,discard=unmap", s->dir);
+	/* An explicit backing chain, root first (a node must exist before one names it as
+	 * its backing); the root has no backing file in its header. */
+	for (int i = s->nchain - 1; i >= 0; i--) {
+		ADD("-blockdev");
+		ADD("driver=file,node-name=l%d-file,filename=%s,read-only=on", i, s->chain[i]);
+		ADD("-blockdev");
+		if (i == s->nchain - 1)
+			ADD("driver=qcow2,node-name=l%d,file=l%d-file,read-only=on", i, i);
+		else
+			ADD("driver=qcow2,node-name=l%d,file=l%d-file,read-only=on,backing=l%d", i,
+			    i, i + 1);
+	}
 	ADD("-blockdev");
-	ADD("driver=qcow2,node-name=scratch,file=scratch-file,discard=unmap");
+	if (s->nchain > 0)
+		ADD("driver=qcow2,node-name=scratch,file=scratch-file,discard=unmap,backing=l0");
+	else
+		ADD("driver=qcow2,node-name=scratch,file=scratch-file,discard=unmap");
 	ADD("-device");
 	ADD("virtio-blk-device,id=scratchdev,drive=scratch,serial=scratch");
 	for (int i = 0; i < K8_MAX_SLOTS; i++) {

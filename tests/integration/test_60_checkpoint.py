@@ -131,3 +131,82 @@ def test_daemon_killed_during_checkpoint_leaves_a_consistent_list(home, cksb):
             assert p.returncode == 0, p.stderr
     p = home("sandbox", "run", cksb, "python:3.12-slim", "python3", "-c", "print('ok')")
     assert p.stdout == "ok\n", p.stderr
+
+
+def test_fork_is_independent_and_cheap(home, cksb, loaded):
+    cid = home("sandbox", "start", cksb, loaded, "python3", "-c", HOLDER, check=True).stdout.strip()
+    before = ask(home, cksb, cid)
+    home("checkpoint", cksb, "--label", "fk", check=True)
+    t0 = time.time()
+    p = home("sandbox", "fork", cksb, "--from", "fk", "--name", "ckf1", "--json")
+    wall = time.time() - t0
+    assert p.returncode == 0, p.stderr
+    try:
+        info = json.loads(p.stdout)
+        assert info["name"] == "ckf1" and info["state"] == "running"
+        assert info["forked_from"] == {"sandbox": cksb, "checkpoint": "fk"}
+        print("fork latency: %d ms in the daemon, %.2f s wall" % (info["ms"], wall))
+        # Same memory: the held process and its value came along.
+        assert ask(home, "ckf1", cid) == before
+        # Independent disks, both ways.
+        home("sandbox", "exec", "ckf1", cid, "sh", "-c", "echo f > /fork-only", check=True)
+        home("sandbox", "exec", cksb, cid, "sh", "-c", "echo s > /source-only", check=True)
+        p = home("sandbox", "exec", cksb, cid, "sh", "-c", "test -e /fork-only; echo $?")
+        assert p.stdout.strip() == "1", "the source sees the fork's file"
+        p = home("sandbox", "exec", "ckf1", cid, "sh", "-c", "test -e /source-only; echo $?")
+        assert p.stdout.strip() == "1", "the fork sees the source's file"
+        p = home("sandbox", "run", "ckf1", loaded, "python3", "-c", "print('ok')")
+        assert p.stdout == "ok\n", p.stderr
+        # Cheap: the frozen layers are hard links, the fork's own top holds only its writes.
+        d = home.json("sandbox", "inspect", "ckf1")["dir"]
+        rec = json.load(open(os.path.join(d, "sandbox.json")))
+        assert rec["forked"] is True
+        top = os.stat(os.path.join(d, rec["disk"]))
+        layers = json.load(open(os.path.join(d, "layers.json")))
+        linked = [l for l in layers if l != rec["disk"]]
+        assert linked and all(os.stat(os.path.join(d, l)).st_nlink >= 2 for l in linked)
+        print("fork's own top layer: %d KiB on disk" % (top.st_blocks // 2))
+        assert top.st_blocks * 512 < 32 << 20
+        recs = home.json("audit", "ls", "--sandbox", "ckf1")
+        assert "sandbox.fork" in {r["action"] for r in recs}
+    finally:
+        home("sandbox", "rm", "ckf1")
+    # The source still works and still has its own file.
+    p = home("sandbox", "exec", cksb, cid, "sh", "-c", "cat /source-only")
+    assert p.stdout.strip() == "s", p.stderr
+
+
+def test_fork_errors(home, cksb):
+    p = home("sandbox", "fork", cksb, "--from", "nope", "--name", "ckf2")
+    assert p.returncode != 0 and "no checkpoint" in p.stderr
+    p = home("sandbox", "fork", cksb, "--from", "fk", "--name", cksb)
+    assert p.returncode != 0 and "already exists" in p.stderr
+    p = home("sandbox", "fork", cksb, "--from", "fk")
+    assert p.returncode == 2
+    assert "ckf2" not in [s["name"] for s in home.json("sandbox", "ls")]
+
+
+def test_fork_survives_its_source(home, loaded):
+    src, fk = "fsrc", "fsrc-fork"
+    home("sandbox", "create", src, "--cpus", "1", "--memory", "256", "--disk", "1", check=True)
+    try:
+        home("sandbox", "pull", src, loaded, check=True)
+        home("sandbox", "run", src, loaded, "true", check=True)
+        home("checkpoint", src, "--label", "a", check=True)
+        home("checkpoint", src, "--label", "b", check=True)   # a chain of two frozen layers
+        home("sandbox", "fork", src, "--from", "b", "--name", fk, check=True)
+    finally:
+        home("sandbox", "rm", src)
+    try:
+        p = home("sandbox", "run", fk, loaded, "python3", "-c", "print('ok')")
+        assert p.stdout == "ok\n", p.stderr
+        cid = home("sandbox", "start", fk, loaded, "sleep", "100000", check=True).stdout.strip()
+        home("sandbox", "exec", fk, cid, "sh", "-c", "echo 1 > /x", check=True)
+        # Checkpoint and rewind inside the fork, with its source gone.
+        home("checkpoint", fk, "--label", "c", check=True)
+        home("sandbox", "exec", fk, cid, "sh", "-c", "echo 2 > /x", check=True)
+        home("rewind", fk, "--to", "c", "-y", check=True)
+        p = home("sandbox", "exec", fk, cid, "cat", "/x")
+        assert p.stdout.strip() == "1", p.stderr
+    finally:
+        home("sandbox", "rm", fk)
