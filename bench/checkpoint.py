@@ -44,10 +44,17 @@ def main():
                 size = r["size"]
                 r = json.loads(k(home, "rewind", name, "--to", "c%d" % i, "-y", "--json"))
                 rw.append(r["ms"])
+            fk = []
+            for i in range(N):
+                t0 = time.time()
+                k(home, "sandbox", "fork", name, "--from", "c0", "--name", "%s-f%d" % (name, i))
+                fk.append(1000 * (time.time() - t0))
             print("1 GiB sandbox, ~%d MiB touched (guest uses %d MiB): checkpoint %d ms, "
-                  "rewind %d ms, state file %d MiB"
+                  "rewind %d ms, fork %d ms, state file %d MiB"
                   % (mib, used // 1024, statistics.median(cp), statistics.median(rw),
-                     size >> 20))
+                     statistics.median(fk), size >> 20))
+            for i in range(N):
+                k(home, "sandbox", "rm", "%s-f%d" % (name, i))
             k(home, "sandbox", "rm", name)
         k(home, "daemon", "stop")
     finally:

@@ -4,13 +4,18 @@
  * Theory of operation. A pull is: resolve the reference (docker.io is served by
  * registry-1.docker.io, or by configured mirrors tried first), GET the manifest (at most
  * IMAGE_JSON_MAX bytes, hashed; a digest-pinned reference must match), pick linux/amd64
- * from an index or a Docker manifest list, then GET the config and the layers into a
- * staging directory under tmp/ through the store's blob writer, which hashes while it
- * writes and refuses more than the declared size. Only when everything has arrived and
- * verified do the blobs move (rename) into blobs/sha256/ and the name into refs.json, so
- * a failed pull leaves the store as it was. Blobs the store already has are not fetched.
- * Concurrent pulls each have their own staging directory; a rename over an identical
- * blob is harmless.
+ * from an index or a Docker manifest list, then GET the config and the layers, REG_PARALLEL
+ * at a time (a thread and a curl handle each), into a staging directory under tmp/
+ * through the store's blob writer, which hashes while it writes and refuses more than
+ * the declared size. Each verified blob moves (rename) into blobs/sha256/ at once, where
+ * nothing references it yet; the first failure cancels the other downloads. Only when
+ * every blob is there do the manifest and the name land (refs.json); a failed pull marks
+ * a GC pending, which collects what it landed once no pull, load or disk build is busy,
+ * so the store ends as it was. Blobs the store already has are not fetched.
+ *
+ * Single flight: concurrent pulls of one name in one store do the work once (the others
+ * wait and share the result), and each blob is downloaded by one pull at a time (see
+ * "single flight" below).
  *
  * Network: https, except for loopback registries (127.0.0.0/8, localhost, [::1]) and those
  * the caller lists as insecure. Redirects are followed (5 at most; blob downloads often
@@ -41,6 +46,7 @@
 #define REG_ERRBODY    4096      /* bytes of an error response kept for the message */
 #define REG_TOKEN_MAX  (64u << 10)
 #define REG_LAYERS_MAX 1000
+#define REG_PARALLEL   3         /* blobs downloaded at once by one pull */
 
 enum reg_sink { SINK_MEM, SINK_BLOB };
 
@@ -79,8 +85,10 @@ struct reg {
 	bool plain_ok;             /* http allowed for this endpoint */
 	char basic[1024];          /* "user:pass" for this registry, or "" */
 	char *authz;               /* "Authorization: ..." header to send, or NULL */
-	CURL *curl;
-	uint64_t fetched;          /* bytes received in this pull */
+	CURL *curl;                /* each download thread has its own (and its own authz) */
+	uint64_t *fetched;         /* bytes received in this pull (shared, atomic) */
+	int *cancel;               /* set when a sibling download failed (shared, atomic) */
+	pthread_mutex_t *plock;    /* serializes progress calls from the download threads */
 	int stagefd;
 	char stagename[96];
 	json_t *staged;            /* hex -> true */
@@ -95,8 +103,104 @@ static void reg_curl_init(void)
 
 static void reg_progress(struct reg *g, const char *what, uint64_t done, uint64_t total)
 {
-	if (g->progress)
-		g->progress(g->ctx, "pull", what, done, total);
+	if (!g->progress)
+		return;
+	pthread_mutex_lock(g->plock);
+	g->progress(g->ctx, "pull", what, done, total);
+	pthread_mutex_unlock(g->plock);
+}
+
+static bool reg_cancelled(struct reg *g)
+{
+	return g->cancel && __atomic_load_n(g->cancel, __ATOMIC_ACQUIRE);
+}
+
+/* ---------------------------------------------------------------- single flight
+ *
+ * Pulls of one name in one store at once: the first (the leader) does the work, the
+ * others wait for it and return its result, or pull themselves when it failed. Blobs:
+ * one download per digest per store at a time; a pull that needs a blob another one is
+ * downloading waits until it has landed in the store (or the download failed, and then
+ * fetches it itself). A download thread holds at most one blob and never waits while
+ * holding one, so pulls sharing blobs cannot deadlock. */
+struct reg_flight {
+	struct reg_flight *next;
+	const struct image_store *st;
+	char key[512];
+	bool done;
+	int r;
+	json_t *result;
+	unsigned refs;
+};
+
+static pthread_mutex_t reg_fl_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reg_fl_cond = PTHREAD_COND_INITIALIZER;   /* flights and blobs */
+static struct reg_flight *reg_flights;
+static json_t *reg_fl_blobs;   /* "<store>:<hex>" -> true while a pull downloads it */
+
+static void reg_flight_put_locked(struct reg_flight *f)
+{
+	if (--f->refs == 0) {
+		json_decref(f->result);
+		free(f);
+	}
+}
+
+/* NULL when another pull of `key` was under way and succeeded (*result is a copy of its
+ * result); else the flight this pull leads, for reg_flight_end. */
+static struct reg_flight *reg_flight_begin(const struct image_store *st, const char *key,
+					   json_t **result)
+{
+	struct reg_flight *f;
+
+	pthread_mutex_lock(&reg_fl_lock);
+	for (;;) {
+		bool ok;
+
+		for (f = reg_flights; f; f = f->next)
+			if (f->st == st && !strcmp(f->key, key))
+				break;
+		if (!f)
+			break;
+		f->refs++;
+		while (!f->done)
+			pthread_cond_wait(&reg_fl_cond, &reg_fl_lock);
+		ok = f->r == 0 && f->result;
+		if (ok)
+			*result = json_deep_copy(f->result);
+		reg_flight_put_locked(f);
+		if (ok && *result) {
+			pthread_mutex_unlock(&reg_fl_lock);
+			return NULL;
+		}
+		/* It failed: lead a pull of our own (or join the next one). */
+	}
+	f = xcalloc(1, sizeof(*f));
+	f->st = st;
+	snprintf(f->key, sizeof(f->key), "%s", key);
+	f->refs = 1;
+	f->next = reg_flights;
+	reg_flights = f;
+	pthread_mutex_unlock(&reg_fl_lock);
+	return f;
+}
+
+static void reg_flight_end(struct reg_flight *f, int r, json_t *result)
+{
+	struct reg_flight **pp;
+
+	pthread_mutex_lock(&reg_fl_lock);
+	for (pp = &reg_flights; *pp; pp = &(*pp)->next)
+		if (*pp == f) {
+			*pp = f->next;
+			break;
+		}
+	f->done = true;
+	f->r = r;
+	f->result = r ? NULL : json_incref(result);
+	pthread_cond_broadcast(&reg_fl_cond);
+	reg_flight_put_locked(f);
+	pthread_mutex_unlock(&reg_fl_lock);
 }
 
 /* ---------------------------------------------------------------- pure helpers */
@@ -367,8 +471,11 @@ static size_t reg_write_cb(char *data, size_t size, size_t n, void *arg)
 		x->errbody[x->errlen] = '\0';
 		return len;
 	}
-	g->fetched += len;
-	if (g->fetched > IMAGE_PULL_MAX) {
+	if (reg_cancelled(g)) {
+		x->fatal = k8_err_set(&x->ferr, -ECANCELED, "cancelled: another download failed");
+		return 0;
+	}
+	if (__atomic_add_fetch(g->fetched, len, __ATOMIC_RELAXED) > IMAGE_PULL_MAX) {
 		x->fatal = k8_err_set(&x->ferr, -EFBIG, "the image is larger than %llu bytes, the "
 				      "most kosa8 pulls", (unsigned long long)IMAGE_PULL_MAX);
 		return 0;
@@ -452,6 +559,16 @@ static void reg_xfer_reset(struct reg_xfer *x)
 		x->len = 0;
 }
 
+/* Stops a transfer (stalled or not) once a sibling download failed. */
+static int reg_xferinfo_cb(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	(void)dt;
+	(void)dn;
+	(void)ut;
+	(void)un;
+	return reg_cancelled(arg) ? 1 : 0;
+}
+
 /* One GET; *code is the final HTTP status. Returns the curl code. */
 static CURLcode reg_perform(struct reg *g, const char *url, const char *accept,
 			    const char *authz, uint64_t range_from, struct reg_xfer *x, long *code)
@@ -477,6 +594,11 @@ static CURLcode reg_perform(struct reg *g, const char *url, const char *accept,
 	curl_easy_setopt(g->curl, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(g->curl, CURLOPT_WRITEFUNCTION, reg_write_cb);
 	curl_easy_setopt(g->curl, CURLOPT_WRITEDATA, &wc);
+	if (g->cancel) {
+		curl_easy_setopt(g->curl, CURLOPT_XFERINFOFUNCTION, reg_xferinfo_cb);
+		curl_easy_setopt(g->curl, CURLOPT_XFERINFODATA, g);
+		curl_easy_setopt(g->curl, CURLOPT_NOPROGRESS, 0L);
+	}
 	if (accept)
 		h = curl_slist_append(h, accept);
 	if (authz)
@@ -626,7 +748,11 @@ static int reg_get(struct reg *g, const char *path, const char *accept, struct r
 	for (int attempt = 0;;) {
 		uint64_t from = x->sink == SINK_BLOB ? x->w->size : 0;
 
+		if (reg_cancelled(g))
+			return k8_err_set(g->err, -ECANCELED, "cancelled: another download failed");
 		cc = reg_perform(g, url, accept, g->authz, from, x, &code);
+		if (reg_cancelled(g))
+			return k8_err_set(g->err, -ECANCELED, "cancelled: another download failed");
 		if (x->fatal)
 			return k8_err_set(g->err, x->fatal, "%s", x->ferr.msg);
 		if (cc == CURLE_OK && code == 401 && !authed) {
@@ -745,27 +871,29 @@ static int reg_desc(struct reg *g, json_t *d, char hex[65], int64_t *size, const
 	return 0;
 }
 
-/* Make sure blob `hex` of `size` bytes is in the store or staged. */
-static int reg_blob(struct reg *g, const char *hex, int64_t size, const char *kind)
+/* The store has blob `hex`: 1 (of the right size), 0 (not there) or an error. */
+static int reg_blob_stored(struct reg *g, const char *hex, int64_t size, const char *kind)
+{
+	struct stat s;
+
+	if (fstatat(g->st->blobfd, hex, &s, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(s.st_mode))
+		return 0;
+	if (s.st_size != size)
+		return k8_err_set(g->err, -EBADMSG, "%s: %s sha256:%.12s is %lld bytes in the "
+				  "store, but the manifest says %lld", g->norm, kind, hex,
+				  (long long)s.st_size, (long long)size);
+	return 1;
+}
+
+/* Download blob `hex` of `size` bytes, verify it and move it into the store. */
+static int reg_blob_download(struct reg *g, const char *hex, int64_t size, const char *what)
 {
 	struct blob_writer w;
 	struct reg_xfer x = { .sink = SINK_BLOB, .w = &w, .stagefd = g->stagefd };
 	cleanup_free char *path = xasprintf("blobs/sha256:%s", hex);
-	char what[128], got[65];
-	struct stat s;
+	char got[65];
 	int r;
 
-	if (json_object_get(g->staged, hex))
-		return 0;
-	snprintf(what, sizeof(what), "%s sha256:%.12s", kind, hex);
-	if (fstatat(g->st->blobfd, hex, &s, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(s.st_mode)) {
-		if (s.st_size != size)
-			return k8_err_set(g->err, -EBADMSG, "%s: %s sha256:%.12s is %lld bytes in the "
-					  "store, but the manifest says %lld", g->norm, kind, hex,
-					  (long long)s.st_size, (long long)size);
-		reg_progress(g, what, (uint64_t)size, (uint64_t)size);
-		return 0;
-	}
 	x.what = what;
 	x.max_blob = (uint64_t)size;
 	r = blobw_open(&w, g->stagefd, (uint64_t)size, g->err);
@@ -783,12 +911,140 @@ static int reg_blob(struct reg *g, const char *hex, int64_t size, const char *ki
 				  "says %lld; refused, nothing was stored", g->norm, what, g->host,
 				  (unsigned long long)w.size, (long long)size);
 	}
-	r = blobw_finish(&w, hex, what, hex, got, g->err);
+	r = blobw_finish(&w, hex, what, NULL, got, g->err);
 	if (r)
 		return r == -EBADMSG ? k8_err_wrap(g->err, "%s: from %s; nothing was stored", g->norm,
 						   g->host) : r;
-	json_object_set_new(g->staged, hex, json_true());
+	/* Verified: it lands now (unreferenced until the name is recorded; a failed pull
+	 * has the store collect it), so that other pulls waiting for it can use it. */
+	if (renameat(g->stagefd, w.name, g->st->blobfd, hex) < 0) {
+		r = -errno;
+		unlinkat(g->stagefd, w.name, 0);
+		return k8_err_set(g->err, r, "storing %s: %s", what, strerror(-r));
+	}
+	if (fsync(g->st->blobfd) < 0)
+		return k8_err_set(g->err, -errno, "fsync of the blob directory: %s", strerror(errno));
+	return 0;
+}
+
+/* Make sure blob `hex` of `size` bytes is in the store: there already, downloaded by
+ * another pull (waited for), or downloaded here. */
+static int reg_blob(struct reg *g, const char *hex, int64_t size, const char *kind)
+{
+	char what[128], key[128];
+	int r;
+
+	snprintf(what, sizeof(what), "%s sha256:%.12s", kind, hex);
+	snprintf(key, sizeof(key), "%p:%s", (void *)g->st, hex);
+	pthread_mutex_lock(&reg_fl_lock);
+	for (;;) {
+		r = reg_blob_stored(g, hex, size, kind);
+		if (r)
+			break;
+		if (reg_cancelled(g)) {
+			r = k8_err_set(g->err, -ECANCELED, "cancelled: another download failed");
+			break;
+		}
+		if (!reg_fl_blobs)
+			reg_fl_blobs = json_object();
+		if (!json_object_get(reg_fl_blobs, key)) {
+			json_object_set_new(reg_fl_blobs, key, json_true());
+			break;
+		}
+		pthread_cond_wait(&reg_fl_cond, &reg_fl_lock);
+	}
+	pthread_mutex_unlock(&reg_fl_lock);
+	if (r < 0)
+		return r;
+	if (r == 0) {   /* ours to download */
+		r = reg_blob_download(g, hex, size, what);
+		pthread_mutex_lock(&reg_fl_lock);
+		json_object_del(reg_fl_blobs, key);
+		pthread_cond_broadcast(&reg_fl_cond);
+		pthread_mutex_unlock(&reg_fl_lock);
+		if (r)
+			return r;
+	}
 	reg_progress(g, what, (uint64_t)size, (uint64_t)size);
+	return 0;
+}
+
+/* The config and the layers, REG_PARALLEL at a time, each thread with its own handle.
+ * The first failure cancels the others and is the pull's error. */
+struct reg_job {
+	char hex[65];
+	int64_t size;
+	const char *kind;
+};
+
+struct reg_pool {
+	struct reg *g;
+	struct reg_job *jobs;
+	size_t n, next;
+	pthread_mutex_t lock;
+	int cancel;
+	int r;
+	struct k8_err err;
+};
+
+static void *reg_worker(void *arg)
+{
+	struct reg_pool *p = arg;
+	struct reg w = *p->g;
+	struct k8_err e = { 0 };
+
+	w.err = &e;
+	w.cancel = &p->cancel;
+	w.authz = p->g->authz ? xstrdup(p->g->authz) : NULL;
+	w.curl = curl_easy_init();
+	for (;;) {
+		struct reg_job *j;
+		int r;
+
+		pthread_mutex_lock(&p->lock);
+		j = !p->cancel && p->next < p->n ? &p->jobs[p->next++] : NULL;
+		pthread_mutex_unlock(&p->lock);
+		if (!j)
+			break;
+		r = w.curl ? reg_blob(&w, j->hex, j->size, j->kind) :
+			k8_err_set(&e, -ENOMEM, "libcurl: cannot create a handle");
+		if (!r)
+			continue;
+		pthread_mutex_lock(&p->lock);
+		if (!p->r) {
+			p->r = r;
+			p->err = e;
+		}
+		__atomic_store_n(&p->cancel, 1, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&p->lock);
+		/* Wake the threads waiting for a blob another pull downloads. */
+		pthread_mutex_lock(&reg_fl_lock);
+		pthread_cond_broadcast(&reg_fl_cond);
+		pthread_mutex_unlock(&reg_fl_lock);
+		break;
+	}
+	if (w.curl)
+		curl_easy_cleanup(w.curl);
+	free(w.authz);
+	return NULL;
+}
+
+static int reg_blobs(struct reg *g, struct reg_job *jobs, size_t n)
+{
+	struct reg_pool p = { .g = g, .jobs = jobs, .n = n };
+	pthread_t th[REG_PARALLEL];
+	size_t nt = 0;
+
+	pthread_mutex_init(&p.lock, NULL);
+	while (nt < REG_PARALLEL && nt < n && pthread_create(&th[nt], NULL, reg_worker, &p) == 0)
+		nt++;
+	if (nt == 0)
+		reg_worker(&p);   /* no thread to be had: one at a time, here */
+	for (size_t i = 0; i < nt; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&p.lock);
+	if (p.r)
+		return k8_err_set(g->err, p.r, "%s", p.err.msg);
 	return 0;
 }
 
@@ -797,6 +1053,8 @@ static int reg_blob(struct reg *g, const char *hex, int64_t size, const char *ki
 static int reg_fetch(struct reg *g, char mhex[65])
 {
 	struct reg_xfer x = { 0 };
+	struct reg_job *jobs = NULL;
+	size_t njobs = 0;
 	json_t *m = NULL, *layers, *ld;
 	char want[65], hex[65], avail[600];
 	const char *refpart = g->rp.digest[0] ? g->rp.digest : g->rp.tag;
@@ -891,8 +1149,11 @@ static int reg_fetch(struct reg *g, char mhex[65])
 			       g->norm, IMAGE_JSON_MAX);
 		goto out;
 	}
-	if ((r = reg_blob(g, hex, size, "image config")))
-		goto out;
+	jobs = xcalloc(json_array_size(layers) + 1, sizeof(*jobs));
+	memcpy(jobs[0].hex, hex, 65);
+	jobs[0].size = size;
+	jobs[0].kind = "image config";
+	njobs = 1;
 	json_array_foreach(layers, i, ld) {
 		const char *mt = json_string_value(json_object_get(ld, "mediaType"));
 		if (mt && strstr(mt, "encrypted")) {
@@ -900,13 +1161,15 @@ static int reg_fetch(struct reg *g, char mhex[65])
 				       "layers are not supported", g->norm, i, mt);
 			goto out;
 		}
-		reg_desc(g, ld, hex, &size, "layer");
-		if ((r = reg_blob(g, hex, size, "layer")))
-			goto out;
+		reg_desc(g, ld, jobs[njobs].hex, &jobs[njobs].size, "layer");
+		jobs[njobs++].kind = "layer";
 	}
+	if ((r = reg_blobs(g, jobs, njobs)))
+		goto out;
 	/* The manifest last: its blob names everything above. */
 	r = reg_stage_mem(g, x.buf, x.len, mhex, "the manifest");
 out:
+	free(jobs);
 	json_decref(m);
 	free(x.buf);
 	free(x.errbody);
@@ -950,15 +1213,99 @@ static int reg_pull_from(struct reg *g, char mhex[65])
 	return reg_fetch(g, mhex) ?: reg_commit(g, mhex);
 }
 
+/* The network part of a pull, led by this call (no other pull of the name under way). */
+static int reg_pull_net(struct reg *g, json_t **result)
+{
+	struct image_store *st = g->st;
+	const struct pull_opts *opts = g->opts;
+	struct k8_err *err = g->err;
+	char mhex[65];
+	int r;
+
+	pthread_once(&reg_curl_once, reg_curl_init);
+	g->curl = curl_easy_init();
+	if (!g->curl)
+		return k8_err_set(err, -ENOMEM, "libcurl: cannot create a handle");
+	g->staged = json_object();
+	store_busy_begin(st);
+	store_tmp_name(st, "pull", g->stagename, sizeof(g->stagename));
+	if (mkdirat(st->tmpfd, g->stagename, 0700) < 0 ||
+	    (g->stagefd = openat(st->tmpfd, g->stagename, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				 O_CLOEXEC)) < 0) {
+		r = k8_err_set(err, -errno, "creating a staging directory in %s/tmp: %s", st->root,
+			       strerror(errno));
+		goto out;
+	}
+	r = -ENOENT;
+	if (!strcmp(g->rp.domain, "docker.io")) {
+		char basic[sizeof(g->basic)];
+		/* Docker Hub's credentials are not for the mirrors' operators. */
+		memcpy(basic, g->basic, sizeof(basic));
+		g->basic[0] = '\0';
+		for (size_t i = 0; opts->mirrors && opts->mirrors[i]; i++) {
+			struct k8_err me = { 0 };
+			g->err = &me;
+			reg_endpoint(g, opts->mirrors[i]);
+			r = reg_pull_from(g, mhex);
+			g->err = err;
+			if (!r || r == -EBADMSG) {   /* a mirror serving bad data is not skipped */
+				if (r)
+					k8_err_set(err, r, "mirror %s: %s", opts->mirrors[i], me.msg);
+				break;
+			}
+			reg_progress(g, me.msg, 0, 0);   /* why this mirror was skipped */
+		}
+		memcpy(g->basic, basic, sizeof(basic));
+		explicit_bzero(basic, sizeof(basic));
+		if (r && r != -EBADMSG) {
+			reg_endpoint(g, "https://registry-1.docker.io");
+			r = reg_pull_from(g, mhex);
+		}
+	} else {
+		char base[300];
+		snprintf(base, sizeof(base), "%s://%s",
+			 registry_plain_http_ok(g->rp.domain, opts->insecure) ? "http" : "https",
+			 g->rp.domain);
+		reg_endpoint(g, base);
+		r = reg_pull_from(g, mhex);
+	}
+	if (!r) {
+		char dg[72];
+		snprintf(dg, sizeof(dg), "sha256:%s", mhex);
+		*result = json_pack("{s:s, s:s, s:s}", "ref", g->norm, "digest", dg, "registry",
+				    g->host);
+	}
+out:
+	if (g->stagefd >= 0) {
+		k8_closep(&g->stagefd);
+		unpack_remove_at(st->tmpfd, g->stagename, 0);
+	}
+	if (r) {   /* blobs that landed before the failure go once nothing else is busy */
+		pthread_mutex_lock(&st->lock);
+		st->gc_pending = true;
+		pthread_mutex_unlock(&st->lock);
+	}
+	store_busy_end(st);
+	curl_easy_cleanup(g->curl);
+	g->curl = NULL;
+	json_decref(g->staged);
+	g->staged = NULL;
+	free(g->authz);
+	g->authz = NULL;
+	return r;
+}
+
 int image_pull(struct image_store *st, const char *ref, const struct pull_opts *opts,
 	       image_progress_fn progress, void *ctx, json_t **result, struct k8_err *err)
 {
 	static const struct pull_opts none = { 0 };
+	pthread_mutex_t plock = PTHREAD_MUTEX_INITIALIZER;
+	uint64_t fetched = 0;
 	struct reg g = { .st = st, .opts = opts ? opts : &none, .progress = progress, .ctx = ctx,
-			 .err = err, .stagefd = -1 };
+			 .err = err, .stagefd = -1, .fetched = &fetched, .plock = &plock };
+	struct reg_flight *fl;
 	struct image_info info;
 	struct k8_err e = { 0 };
-	char mhex[65];
 	int r;
 
 	*result = NULL;
@@ -989,72 +1336,20 @@ int image_pull(struct image_store *st, const char *ref, const struct pull_opts *
 	}
 	if (opts->auth_file && (r = reg_creds_from(opts->auth_file, g.rp.domain, g.basic,
 						   sizeof(g.basic), err)))
-		return r;
+		goto done;
 	if (!g.basic[0] && opts->docker_config &&
 	    (r = reg_creds_from(opts->docker_config, g.rp.domain, g.basic, sizeof(g.basic), err)))
-		return r;
-	pthread_once(&reg_curl_once, reg_curl_init);
-	g.curl = curl_easy_init();
-	if (!g.curl)
-		return k8_err_set(err, -ENOMEM, "libcurl: cannot create a handle");
-	g.staged = json_object();
-	store_busy_begin(st);
-	store_tmp_name(st, "pull", g.stagename, sizeof(g.stagename));
-	if (mkdirat(st->tmpfd, g.stagename, 0700) < 0 ||
-	    (g.stagefd = openat(st->tmpfd, g.stagename, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-				O_CLOEXEC)) < 0) {
-		r = k8_err_set(err, -errno, "creating a staging directory in %s/tmp: %s", st->root,
-			       strerror(errno));
-		goto out;
+		goto done;
+	/* Another pull of this name under way: its result, once it is done. */
+	fl = reg_flight_begin(st, g.norm, result);
+	if (!fl) {
+		r = 0;
+		goto done;
 	}
-	r = -ENOENT;
-	if (!strcmp(g.rp.domain, "docker.io")) {
-		char basic[sizeof(g.basic)];
-		/* Docker Hub's credentials are not for the mirrors' operators. */
-		memcpy(basic, g.basic, sizeof(basic));
-		g.basic[0] = '\0';
-		for (size_t i = 0; opts->mirrors && opts->mirrors[i]; i++) {
-			struct k8_err me = { 0 };
-			g.err = &me;
-			reg_endpoint(&g, opts->mirrors[i]);
-			r = reg_pull_from(&g, mhex);
-			g.err = err;
-			if (!r || r == -EBADMSG) {   /* a mirror serving bad data is not skipped */
-				if (r)
-					k8_err_set(err, r, "mirror %s: %s", opts->mirrors[i], me.msg);
-				break;
-			}
-			reg_progress(&g, me.msg, 0, 0);   /* why this mirror was skipped */
-		}
-		memcpy(g.basic, basic, sizeof(basic));
-		explicit_bzero(basic, sizeof(basic));
-		if (r && r != -EBADMSG) {
-			reg_endpoint(&g, "https://registry-1.docker.io");
-			r = reg_pull_from(&g, mhex);
-		}
-	} else {
-		char base[300];
-		snprintf(base, sizeof(base), "%s://%s",
-			 registry_plain_http_ok(g.rp.domain, opts->insecure) ? "http" : "https",
-			 g.rp.domain);
-		reg_endpoint(&g, base);
-		r = reg_pull_from(&g, mhex);
-	}
-	if (!r) {
-		char dg[72];
-		snprintf(dg, sizeof(dg), "sha256:%s", mhex);
-		*result = json_pack("{s:s, s:s, s:s}", "ref", g.norm, "digest", dg, "registry",
-				    g.host);
-	}
-out:
-	if (g.stagefd >= 0) {
-		k8_closep(&g.stagefd);
-		unpack_remove_at(st->tmpfd, g.stagename, 0);
-	}
-	store_busy_end(st);
-	curl_easy_cleanup(g.curl);
-	json_decref(g.staged);
-	free(g.authz);
+	r = reg_pull_net(&g, result);
+	reg_flight_end(fl, r, *result);
+done:
 	explicit_bzero(g.basic, sizeof(g.basic));
+	pthread_mutex_destroy(&plock);
 	return r;
 }

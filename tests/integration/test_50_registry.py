@@ -252,34 +252,250 @@ def test_pull_by_tag_digest_and_cached(registry, daemon, python_layout):
                                              "registry": reg.host}
 
 
-def test_concurrent_pulls_do_not_corrupt_the_store(registry, daemon, python_layout):
-    reg = registry()
-    reg.push(python_layout)
-    d = daemon()
-    import threading
-    out = [None, None]
+class CountingProxy:
+    """A plain pass-through in front of the registry that counts the blob downloads per
+    digest, can hold each blob back `delay` seconds (a slow link), and records the most
+    blob downloads it saw at once."""
 
-    def go(i):
-        out[i] = pull(d.home, reg.image)
-    ts = [threading.Thread(target=go, args=(i,)) for i in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    mdg, _ = layout_manifest(python_layout)
-    for res, err, _, _ in out:
-        assert err is None, err
-        assert res["digest"] == mdg
-    refs, blobs, tmp = d.store()
-    assert refs == {reg.image: mdg} and tmp == []
-    # Every stored blob matches its name.
+    def __init__(self, upstream, delay=0.0):
+        import collections
+        import http.server
+        import threading
+        self.upstream = upstream
+        self.delay = delay
+        self.blob_gets = collections.Counter()
+        self.active = 0
+        self.max_active = 0
+        lock = threading.Lock()
+        proxy = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                blob = "/blobs/" in self.path
+                if blob:
+                    with lock:
+                        proxy.blob_gets[self.path.rsplit("/", 1)[1]] += 1
+                        proxy.active += 1
+                        proxy.max_active = max(proxy.max_active, proxy.active)
+                try:
+                    hdrs = {k: self.headers[k] for k in ("Accept", "Range", "Authorization")
+                            if self.headers.get(k)}
+                    c = http.client.HTTPConnection(proxy.upstream, timeout=60)
+                    c.request("GET", self.path, headers=hdrs)
+                    r = c.getresponse()
+                    body = r.read()
+                    c.close()
+                    if blob and proxy.delay:
+                        time.sleep(proxy.delay)
+                    self.send_response(r.status)
+                    for k in ("Content-Type", "Docker-Content-Digest", "Content-Range",
+                              "WWW-Authenticate", "Location"):
+                        if r.getheader(k):
+                            self.send_header(k, r.getheader(k))
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                finally:
+                    if blob:
+                        with lock:
+                            proxy.active -= 1
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        self.host = "127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def check_blobs(d):
+    """Every stored blob matches its name."""
     import hashlib
+    _, blobs, _ = d.store()
     for b in blobs:
         h = hashlib.sha256()
         with open(os.path.join(d.home, "images", "blobs", "sha256", b), "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
         assert h.hexdigest() == b
+    return blobs
+
+
+def pull_all(d, images):
+    import threading
+    out = [None] * len(images)
+
+    def go(i):
+        out[i] = pull(d.home, images[i])
+    ts = [threading.Thread(target=go, args=(i,)) for i in range(len(images))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
+
+
+def test_concurrent_pulls_do_not_corrupt_the_store(registry, daemon, python_layout):
+    reg = registry()
+    reg.push(python_layout)
+    mdg, man = layout_manifest(python_layout)
+    want = {man["config"]["digest"]} | {l["digest"] for l in man["layers"]}
+    # A slow link, so that the pulls overlap.
+    proxy = CountingProxy(reg.host, delay=0.3)
+    try:
+        d = daemon()
+        image = "%s/library/python:%s" % (proxy.host, TAG)
+        for res, err, _, _ in pull_all(d, [image, image]):
+            assert err is None, err
+            assert res["digest"] == mdg
+        refs, blobs, tmp = d.store()
+        assert refs == {image: mdg} and tmp == []
+        check_blobs(d)
+        # The work was done once: every blob crossed the wire once.
+        assert set(proxy.blob_gets) == want, proxy.blob_gets
+        assert all(n == 1 for n in proxy.blob_gets.values()), proxy.blob_gets
+
+        # Two names of one image at once (two pulls, not one): still each blob once.
+        push_tag(reg, python_layout, "other", src_tag=TAG)
+        proxy.blob_gets.clear()
+        d2 = daemon()
+        imgs = [image, "%s/library/python:other" % proxy.host]
+        for res, err, _, _ in pull_all(d2, imgs):
+            assert err is None, err
+            assert res["digest"] == mdg
+        refs, _, tmp = d2.store()
+        assert refs == {imgs[0]: mdg, imgs[1]: mdg} and tmp == []
+        check_blobs(d2)
+        assert set(proxy.blob_gets) == want, proxy.blob_gets
+        assert all(n == 1 for n in proxy.blob_gets.values()), proxy.blob_gets
+    finally:
+        proxy.stop()
+
+
+def layered_layout(dst, nlayers=3, layer_bytes=2 << 20):
+    """An OCI layout (tag "layers") of an image of `nlayers` gzip'd tar layers, each with
+    one file of `layer_bytes` random bytes, written by hand."""
+    import gzip
+    import hashlib
+    import io
+    import tarfile
+    blobs = os.path.join(dst, "blobs", "sha256")
+    os.makedirs(blobs)
+
+    def put(data):
+        dg = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(blobs, dg), "wb") as f:
+            f.write(data)
+        return "sha256:" + dg
+
+    layers, diff_ids = [], []
+    for i in range(nlayers):
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as t:
+            d = tarfile.TarInfo("layer%d" % i)
+            d.type = tarfile.DIRTYPE
+            d.mode = 0o755
+            t.addfile(d)
+            data = os.urandom(layer_bytes)
+            f = tarfile.TarInfo("layer%d/data" % i)
+            f.size = len(data)
+            f.mode = 0o644
+            t.addfile(f, io.BytesIO(data))
+        diff_ids.append("sha256:" + hashlib.sha256(raw.getvalue()).hexdigest())
+        gz = gzip.compress(raw.getvalue(), mtime=0)
+        layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                       "digest": put(gz), "size": len(gz)})
+    cfg = json.dumps({"architecture": "amd64", "os": "linux",
+                      "config": {"Cmd": ["/bin/sh"], "Env": ["PATH=/bin"]},
+                      "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
+    man = json.dumps({"schemaVersion": 2,
+                      "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                      "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                 "digest": put(cfg), "size": len(cfg)},
+                      "layers": layers}).encode()
+    mdg = put(man)
+    with open(os.path.join(dst, "oci-layout"), "w") as f:
+        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    with open(os.path.join(dst, "index.json"), "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": mdg,
+            "size": len(man), "annotations": {"org.opencontainers.image.ref.name": "layers"}}]},
+            f)
+    return mdg, json.loads(man)
+
+
+def test_several_layers_download_in_parallel(registry, daemon):
+    reg = registry()
+    tmp = new_home("k8lay-")
+    try:
+        mdg, man = layered_layout(os.path.join(tmp, "l"))
+        push_tag(reg, os.path.join(tmp, "l"), "layers", src_tag="layers", all_=False)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert len(man["layers"]) == 3
+    proxy = CountingProxy(reg.host, delay=0.5)
+    try:
+        d = daemon()
+        image = "%s/library/python:layers" % proxy.host
+        res, err, prog, dt = pull(d.home, image)
+        assert err is None, err
+        assert res["digest"] == mdg
+        refs, blobs, tmp = d.store()
+        assert refs == {image: mdg} and tmp == []
+        want = {man["config"]["digest"]} | {l["digest"] for l in man["layers"]}
+        assert {b for b in blobs} >= {w[7:] for w in want} | {mdg[7:]}
+        check_blobs(d)
+        assert set(proxy.blob_gets) == want and all(n == 1 for n in proxy.blob_gets.values())
+        print("3-layer pull through a 0.5 s/blob link: %.2fs, %d blobs at once at most"
+              % (dt, proxy.max_active))
+        # Config and layers overlapped, at most 3 at a time: with 0.5 s per blob, four
+        # blobs one after the other would take 2 s.
+        assert 2 <= proxy.max_active <= 3, proxy.max_active
+        # Every layer reported progress, whole.
+        for l in man["layers"]:
+            assert any(p["what"] == "layer " + l["digest"][:19] and p["done"] == l["size"]
+                       for p in prog), prog
+        # The image is usable: it resolves and lists.
+        lst = api(d.home, "GET", "/v1/images")
+        assert any(i["ref"] == image and i["digest"] == mdg for i in lst), lst
+    finally:
+        proxy.stop()
+
+
+def test_a_missing_layer_fails_the_pull_by_name(registry, daemon):
+    """One of three layers is gone from the registry: the pull fails naming it, the other
+    downloads stop, and the store is left as it was."""
+    reg = registry()
+    tmp = new_home("k8lay-")
+    try:
+        mdg, man = layered_layout(os.path.join(tmp, "l"))
+        push_tag(reg, os.path.join(tmp, "l"), "layers", src_tag="layers", all_=False)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    gone = man["layers"][1]["digest"][7:]
+    shutil.rmtree(os.path.join(reg.root, "docker", "registry", "v2", "blobs", "sha256",
+                               gone[:2], gone))
+    proxy = CountingProxy(reg.host, delay=0.3)
+    try:
+        d = daemon()
+        _, err, _, _ = pull(d.home, "%s/library/python:layers" % proxy.host)
+        assert err and "layer sha256:%s" % gone[:12] in err["message"], err
+        assert "not found" in err["message"] and "cancelled" not in err["message"], err
+        refs, blobs, tmp = d.store()
+        assert refs == {} and blobs == [] and tmp == [], (refs, blobs, tmp)
+    finally:
+        proxy.stop()
 
 
 def bcrypt_htpasswd(user, password):
@@ -531,9 +747,9 @@ def index_layout(src, dst, platforms):
     return "sha256:" + idg
 
 
-def push_tag(reg, layout, tag):
-    p = subprocess.run(["skopeo", "copy", "--all", "--dest-tls-verify=false",
-                        "oci:%s:multi" % layout,
+def push_tag(reg, layout, tag, src_tag="multi", all_=True):
+    p = subprocess.run(["skopeo", "copy"] + (["--all"] if all_ else []) +
+                       ["--dest-tls-verify=false", "oci:%s:%s" % (layout, src_tag),
                         "docker://%s/library/python:%s" % (reg.host, tag)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
@@ -604,3 +820,32 @@ def test_blob_larger_than_declared_is_cut_off(registry, daemon, python_layout):
         assert refs == {} and blobs == [] and tmp == [], (refs, blobs, tmp)
     finally:
         proxy.stop()
+
+
+def test_mirror_from_the_config_file(registry, daemon, python_layout):
+    reg = registry()
+    reg.push(python_layout)
+    d = daemon()
+    # $KOSA8_HOME/config.json is read at each pull: no restart needed
+    with open(os.path.join(d.home, "config.json"), "w") as f:
+        json.dump({"registry_mirrors": ["http://" + reg.host]}, f)
+    res, err, _, _ = pull(d.home, "python:" + TAG)
+    assert err is None, err
+    assert res["registry"] == reg.host and res["ref"] == "docker.io/library/python:" + TAG
+
+
+def test_daemon_offline_flag(python_layout):
+    from conftest import run as cli
+    h = new_home("k8o-")
+    try:
+        cli(["daemon", "start", "--accel", "tcg", "--offline"], h, check=True, timeout=120)
+        assert cli(["daemon", "status", "--json"], h, check=True).stdout.count('"offline": true')
+        t0 = time.monotonic()
+        p = cli(["image", "pull", "127.0.0.1:%d/library/python:%s" % (free_port(), TAG)], h)
+        assert p.returncode != 0 and "not fetching" in p.stderr, p.stderr
+        assert time.monotonic() - t0 < 5
+        # local images keep working
+        cli(["image", "load", python_layout, "--tag", "python:3.12-slim"], h, check=True)
+    finally:
+        cli(["daemon", "stop"], h)
+        shutil.rmtree(h, ignore_errors=True)
