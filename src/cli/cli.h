@@ -139,7 +139,9 @@ void out_json(const json_t *v, int pretty);
 /* Write all of buf to fd; waits with poll() when fd is non-blocking. 0 or -errno. */
 int out_write_all(int fd, const void *buf, size_t n);
 
-/* Progress of a long operation: one updating line per phase on a terminal (stderr),
+#define OUT_PROGRESS_ITEMS 12
+/* Progress of a long operation: updating lines per phase on a terminal (stderr), one per
+ * item with a bar when the total is known,
  * JSON lines on stdout with --json, nothing otherwise. */
 struct out_progress {
 	int tty;
@@ -149,6 +151,14 @@ struct out_progress {
 	uint64_t phase_start_ns;
 	uint64_t last_draw_ns;
 	int open;           /* a line is on screen without its newline */
+	/* Within a phase, one bar per item ("what": e.g. each layer of a pull), so that
+	 * parallel downloads each keep their own line. */
+	struct {
+		char what[72];
+		uint64_t done, total;
+	} items[OUT_PROGRESS_ITEMS];
+	int nitems;
+	int drawn;          /* item lines on screen (the cursor is on the last one) */
 };
 void out_progress_init(struct out_progress *p, int json);
 void out_progress_update(struct out_progress *p, const json_t *progress);

@@ -283,6 +283,44 @@ static void shorten_what(const char *what, char *buf, size_t len)
 		snprintf(buf, len, "%s", what);
 }
 
+/* Draw every item of the phase: "phase what [=====>    ] 12.3 MB/45.6 MB", one line each,
+ * redrawn in place (cursor up over the lines drawn before). */
+static void progress_items(struct out_progress *p, const char *phase, const char *what,
+			   uint64_t done, uint64_t total, const char *el)
+{
+	int i;
+
+	for (i = 0; i < p->nitems; i++)
+		if (!strcmp(p->items[i].what, what))
+			break;
+	if (i == p->nitems) {
+		if (p->nitems == OUT_PROGRESS_ITEMS)
+			i = OUT_PROGRESS_ITEMS - 1; /* many items: the last line takes the rest */
+		else
+			p->nitems++;
+		snprintf(p->items[i].what, sizeof(p->items[i].what), "%s", what);
+	}
+	p->items[i].done = done;
+	p->items[i].total = total;
+	if (p->drawn > 1)
+		fprintf(stderr, "\033[%dA", p->drawn - 1);
+	for (i = 0; i < p->nitems; i++) {
+		char w[64], a[32], b[32], bar[24];
+		uint64_t d = p->items[i].done, t = p->items[i].total;
+		int fill = t ? (int)(20 * (d > t ? t : d) / t) : 0;
+		for (int j = 0; j < 20; j++)
+			bar[j] = j < fill ? '=' : (j == fill ? '>' : ' ');
+		bar[20] = '\0';
+		shorten_what(p->items[i].what, w, sizeof(w));
+		fprintf(stderr, "\r\033[K%s %s [%s] %s/%s%s%s", phase, w, bar,
+			out_bytes(d, a, sizeof(a)), out_bytes(t, b, sizeof(b)),
+			i == p->nitems - 1 ? el : "", i == p->nitems - 1 ? "" : "\n");
+	}
+	fflush(stderr);
+	p->drawn = p->nitems;
+	p->open = 1;
+}
+
 void out_progress_update(struct out_progress *p, const json_t *progress)
 {
 	const char *phase, *what;
@@ -312,6 +350,8 @@ void out_progress_update(struct out_progress *p, const json_t *progress)
 		snprintf(p->phase, sizeof(p->phase), "%s", phase);
 		p->phase_start_ns = now;
 		p->last_draw_ns = 0;
+		p->nitems = 0;
+		p->drawn = 0;
 	} else if (now - p->last_draw_ns < 100000000ull && (total == 0 || done < total)) {
 		return; /* at most ten redraws a second, but always the final one */
 	}
@@ -334,7 +374,11 @@ void out_progress_update(struct out_progress *p, const json_t *progress)
 		snprintf(line, sizeof(line), "%s %s%s", phase, w, el);
 	}
 	snprintf(p->line, sizeof(p->line), "%s", line);
-	progress_draw(p, line);
+	if (!what || !*what || !total) {
+		progress_draw(p, line);
+		return;
+	}
+	progress_items(p, phase, what, done, total, el);
 }
 
 void out_progress_cb(void *ctx, const json_t *progress)
