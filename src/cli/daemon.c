@@ -360,6 +360,8 @@ static int show_status(const json_t *st, void *ctx)
 	printf("  socket:     %s\n", cl->sock);
 	printf("  accel:      %s\n", desc);
 	printf("  sandboxes:  %lld\n", json_integer_value(json_object_get(st, "sandboxes")));
+	if (json_is_true(json_object_get(st, "offline")))
+		printf("  registries: offline (nothing is fetched; local images only)\n");
 	cg = json_object_get(st, "cgroup");
 	if (cg) {
 		json_t *ver = json_object_get(cg, "version");

@@ -595,6 +595,9 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 			json_object_set_new(o, "boot_ms", json_integer((json_int_t)sb->boot_ms));
 		json_object_set_new(o, "agent_dropped_frames",
 				    json_integer((json_int_t)sb->link.dropped_frames));
+		json_object_set_new(o, "forked", json_boolean(sb->forked));
+		json_object_set_new(o, "disk_top", json_string(sb->disk[0] ? sb->disk : "scratch.qcow2"));
+		json_object_set_new(o, "paused", json_boolean(sb->paused));
 	}
 	pthread_mutex_unlock(&sb->lock);
 	if (detail && sb->state == SB_RUNNING && !sb->paused) {

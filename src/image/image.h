@@ -58,7 +58,8 @@ int image_load(struct image_store *st, const char *path, const char *tag,
 
 /* Pull an image from a registry (OCI distribution API): manifest (linux/amd64 from an
  * index), config and layers, every blob verified against its digest; blobs the store has
- * are not fetched again. A blob lands once verified; the manifest and the name land only when every blob is there (a failed pull's blobs are collected as garbage). On success
+ * are not fetched again. A blob lands once verified; the manifest and the name land only
+ * when every blob is there (a failed pull's blobs are collected as garbage). On success
  * *result is {"ref": normalised name, "digest": "sha256:<manifest>", "registry": host}. */
 struct pull_opts {
 	bool offline;                 /* KOSA8_OFFLINE: never touch the network */
