@@ -169,30 +169,26 @@ class Registry:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-@pytest.fixture
-def registry():
+def made_by(cls):
+    """A fixture's factory of `cls` objects, each stopped when the test ends."""
     made = []
 
     def make(**kw):
-        r = Registry(**kw)
-        made.append(r)
-        return r
+        made.append(cls(**kw))
+        return made[-1]
     yield make
-    for r in made:
-        r.stop()
+    for m in made:
+        m.stop()
+
+
+@pytest.fixture
+def registry():
+    yield from made_by(Registry)
 
 
 @pytest.fixture
 def daemon():
-    made = []
-
-    def make(**kw):
-        d = Daemon(**kw)
-        made.append(d)
-        return d
-    yield make
-    for d in made:
-        d.stop()
+    yield from made_by(Daemon)
 
 
 def layout_manifest(layout):
