@@ -81,17 +81,10 @@ static int probe_boot(struct daemon *d, uint64_t *ms, struct k8_err *err)
 	*ms = (now_mono_ns() - t0) / 1000000;
 	if (r) {
 		/* QEMU's own words say most: e.g. "failed to set MSR 0x10a". */
-		cleanup_free char *logp = xasprintf("%s/qemu.log", dir);
-		cleanup_free char *log = NULL;
-		if (read_file(logp, 16384, &log, NULL) == 0 && *log) {
-			char *msg = strchr(log, '\n'); /* skip the command line */
-			char *nl;
-			if (msg && *++msg) {
-				if ((nl = strchr(msg, '\n')))
-					*nl = '\0';
-				err->code = 0;
-				k8_err_set(err, -EIO, "%s", msg);
-			}
+		char msg[1024];
+		if (vm_qemu_said(dir, true, msg, sizeof(msg))) {
+			err->code = 0;
+			k8_err_set(err, -EIO, "%s", msg);
 		}
 	}
 out:

@@ -74,6 +74,15 @@ static void layers_save(struct sandbox *sb, json_t *v)
 	free(t);
 }
 
+void ckpt_layer_set(struct sandbox *sb, const char *child, const char *parent)
+{
+	json_t *layers = layers_load(sb);
+
+	json_object_set_new(layers, child, json_string(parent));
+	layers_save(sb, layers);
+	json_decref(layers);
+}
+
 static void mark_chain(json_t *layers, json_t *keep, const char *l)
 {
 	for (int depth = 0; l && depth < 4096 && !json_object_get(keep, l); depth++) {
@@ -313,7 +322,7 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
 	cleanup_free char *tmpdir = NULL, *final = NULL, *state = NULL;
 	char layer[64], node[64], newnode[64], created[40];
-	json_t *list = NULL, *ret = NULL, *imgs, *meta, *layers;
+	json_t *list = NULL, *ret = NULL, *imgs, *meta;
 	struct statvfs vfs;
 	const char *frozen;
 	uint64_t t0 = now_mono_ns(), t_saved;
@@ -403,10 +412,7 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 
 	/* The VM runs again; make the checkpoint durable, then visible. */
 	frozen = top_of(sb);
-	layers = layers_load(sb);
-	json_object_set_new(layers, layer, json_string(frozen));
-	layers_save(sb, layers);
-	json_decref(layers);
+	ckpt_layer_set(sb, layer, frozen);
 	fsync(fd);
 	fstat(fd, &st);
 	imgs = json_array();
@@ -479,11 +485,12 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 {
 	cleanup_free char *state = NULL, *top = NULL;
 	char qmp_path[4200], agent_path[4200], layer[64];
-	json_t *meta = NULL, *imgs, *it, *layers;
+	json_t *meta = NULL, *imgs, *it;
 	const char *frozen;
 	struct sb_image saved[K8_MAX_SLOTS];
 	char **chain = NULL;
-	int nsaved = 0, kfd = -1, ifd = -1, sfd = -1, r;
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	int nsaved = 0, r;
 	uint64_t t0 = now_mono_ns();
 	pid_t pid = 0;
 	size_t i;
@@ -534,10 +541,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	top = xasprintf("%s/%s", sb->dir, layer);
 	if ((r = make_top(sb, frozen, top, err)))
 		goto fail;
-	layers = layers_load(sb);
-	json_object_set_new(layers, layer, json_string(frozen));
-	layers_save(sb, layers);
-	json_decref(layers);
+	ckpt_layer_set(sb, layer, frozen);
 
 	snprintf(qmp_path, sizeof(qmp_path), "%s/run/%s.qmp", d->home, sb->id);
 	snprintf(agent_path, sizeof(agent_path), "%s/run/%s.agent", d->home, sb->id);
@@ -586,12 +590,6 @@ fail:
 	daemon_audit(d, "checkpoint.rewind.failed", sb->name,
 		     json_pack("{s:s,s:s}", "label", label, "error", err->msg));
 out:
-	if (kfd >= 0)
-		close(kfd);
-	if (ifd >= 0)
-		close(ifd);
-	if (sfd >= 0)
-		close(sfd);
 	json_decref(meta);
 	sb_busy_leave(sb);
 	return r;
@@ -641,7 +639,8 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	const char *frozen, *l;
 	struct sandbox *sb = NULL;
 	char **chain = NULL;
-	int kfd = -1, ifd = -1, sfd = -1, nchain = 0, r, depth;
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	int nchain = 0, r, depth;
 	uint64_t t0 = now_mono_ns();
 	bool src_busy = false;
 	pid_t pid = 0;
@@ -783,11 +782,5 @@ out:
 	json_decref(meta);
 	json_decref(srcl);
 	json_decref(layers);
-	if (kfd >= 0)
-		close(kfd);
-	if (ifd >= 0)
-		close(ifd);
-	if (sfd >= 0)
-		close(sfd);
 	return r;
 }

@@ -194,6 +194,9 @@ bool vm_alive(pid_t pid, unsigned long long start);
 unsigned long long vm_proc_start(pid_t pid);
 /* Attach image disk `disk` as the backing of slot `slot` of a running VM. */
 int vm_attach_image(struct qmp *q, int slot, const char *disk, struct k8_err *err);
+/* What QEMU wrote to <dir>/qemu.log after the command line that opens it: the whole
+ * rest, or only its first line; false when it wrote nothing. */
+bool vm_qemu_said(const char *dir, bool first_line, char *out, size_t n);
 /* Run a helper program (no shell); its output's tail goes into err on failure. */
 int vm_run_cmd(const char *const argv[], struct k8_err *err);
 
@@ -266,6 +269,8 @@ int ckpt_remove(struct daemon *d, struct sandbox *sb, const char *label, struct 
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err);
 int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *err);
+/* Record in layers.json that disk layer `child` sits on `parent` (file names in sb->dir). */
+void ckpt_layer_set(struct sandbox *sb, const char *child, const char *parent);
 /* A new sandbox `name` started from checkpoint `label` of `src`: its disk layers are hard
  * links to the checkpoint's, so it costs only what it writes. */
 int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,

@@ -273,12 +273,10 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 
 	r = qmp_connect(&sb->qmp, qmp_path, 15000, err);
 	if (r) {
-		cleanup_free char *log = NULL;
-		cleanup_free char *logp = xasprintf("%s/qemu.log", sb->dir);
+		char msg[1024];
 		usleep(100000);
-		char *msg;
-		if (read_file(logp, 16384, &log, NULL) == 0 && (msg = strchr(log, '\n')) && *++msg) {
-			err->code = 0;   /* QEMU's own words, after the command line */
+		if (vm_qemu_said(sb->dir, false, msg, sizeof(msg))) {
+			err->code = 0;   /* QEMU's own words */
 			k8_err_set(err, -EIO, "QEMU did not start: %s", msg);
 		}
 		goto fail;
@@ -418,20 +416,7 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 			base++;
 			const char *cur = sb->disk[0] ? sb->disk : "scratch.qcow2";
 			if (strcmp(base, cur) && strlen(base) < sizeof(sb->disk) && !strchr(base, '/')) {
-				cleanup_free char *lp = xasprintf("%s/layers.json", sb->dir);
-				cleanup_free char *t = NULL;
-				json_t *layers = NULL;
-				if (read_file(lp, 1 << 20, &t, NULL) == 0)
-					layers = json_loads(t, 0, NULL);
-				if (!json_is_object(layers)) {
-					json_decref(layers);
-					layers = json_pack("{s:n}", "scratch.qcow2");
-				}
-				json_object_set_new(layers, base, json_string(cur));
-				char *out = json_dumps(layers, JSON_INDENT(1) | JSON_SORT_KEYS);
-				write_file_atomic(lp, out, strlen(out), 0600);
-				free(out);
-				json_decref(layers);
+				ckpt_layer_set(sb, base, cur);
 				daemon_log("sandbox %s: its disk top is %s (a checkpoint was cut short)",
 					   sb->name, base);
 				snprintf(sb->disk, sizeof(sb->disk), "%s", base);

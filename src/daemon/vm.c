@@ -334,6 +334,20 @@ out:
 	return r;
 }
 
+bool vm_qemu_said(const char *dir, bool first_line, char *out, size_t n)
+{
+	cleanup_free char *logp = xasprintf("%s/qemu.log", dir);
+	cleanup_free char *log = NULL;
+	char *msg, *nl;
+
+	if (read_file(logp, 16384, &log, NULL) || !(msg = strchr(log, '\n')) || !*++msg)
+		return false;
+	if (first_line && (nl = strchr(msg, '\n')))
+		*nl = '\0';
+	snprintf(out, n, "%s", msg);
+	return true;
+}
+
 unsigned long long vm_proc_start(pid_t pid)
 {
 	char path[64], buf[1024];

@@ -431,14 +431,20 @@ def layered_layout(dst, nlayers=3, layer_bytes=2 << 20):
     return mdg, json.loads(man)
 
 
-def test_several_layers_download_in_parallel(registry, daemon):
-    reg = registry()
+def push_layered(reg):
+    """Push the 3-layer image of layered_layout() to reg as library/python:layers."""
     tmp = new_home("k8lay-")
     try:
         mdg, man = layered_layout(os.path.join(tmp, "l"))
         push_tag(reg, os.path.join(tmp, "l"), "layers", src_tag="layers", all_=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return mdg, man
+
+
+def test_several_layers_download_in_parallel(registry, daemon):
+    reg = registry()
+    mdg, man = push_layered(reg)
     assert len(man["layers"]) == 3
     proxy = CountingProxy(reg.host, delay=0.5)
     try:
@@ -473,12 +479,7 @@ def test_a_missing_layer_fails_the_pull_by_name(registry, daemon):
     """One of three layers is gone from the registry: the pull fails naming it, the other
     downloads stop, and the store is left as it was."""
     reg = registry()
-    tmp = new_home("k8lay-")
-    try:
-        mdg, man = layered_layout(os.path.join(tmp, "l"))
-        push_tag(reg, os.path.join(tmp, "l"), "layers", src_tag="layers", all_=False)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    mdg, man = push_layered(reg)
     gone = man["layers"][1]["digest"][7:]
     shutil.rmtree(os.path.join(reg.root, "docker", "registry", "v2", "blobs", "sha256",
                                gone[:2], gone))
