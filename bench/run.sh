@@ -8,3 +8,11 @@ echo "== images from a registry (issue 3)"
 python3 pull.py
 echo "== checkpoint and rewind (issue 6)"
 python3 checkpoint.py
+echo "== frame parsing and egress policy (issue 4)"
+# bench/netparse.c against src/net's pure half (addr, pkt, dns, policy), nothing else.
+NB=${B:-build}
+case "$NB" in /*) ;; *) NB=../$NB ;; esac
+mkdir -p "$NB/bench"
+${CC:-cc} -O2 -std=gnu11 -D_GNU_SOURCE -I../src -o "$NB/bench/netparse" netparse.c \
+	../src/net/addr.c ../src/net/pkt.c ../src/net/dns.c ../src/net/policy.c
+"$NB/bench/netparse"
