@@ -1,0 +1,815 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* engine.c - the frame path: every frame from the guest is parsed (pkt.c), checked
+ * against the policy (policy.c) and only then handed to libslirp, which NATs it to host
+ * sockets; frames from slirp go back to the guest. Keeps the flow table.
+ *
+ * Theory of operation.
+ *  - ARP and IPv6 neighbour/router discovery go to slirp as they are.
+ *  - The resolver address (10.0.2.3, fd00::3) port 53 is served by dnssrv.c; nothing
+ *    else sent to it, and nothing sent to any other address of the virtual network
+ *    (slirp maps every one of them to the host's loopback), reaches slirp. The gateway
+ *    (10.0.2.2, fd00::2) stands for the host's loopback: policy_decide says when it may.
+ *  - TCP: a SYN (no ACK) of a new 4-tuple asks policy_decide; passed, the flow is
+ *    recorded and the SYN handed to slirp; refused, the guest gets a RST. A segment of no
+ *    known flow gets a RST and never reaches slirp. UDP and ICMP echo: the first
+ *    datagram of a pair asks; a refusal is an ICMP "administratively prohibited".
+ *  - Frames from slirp to the guest are parsed too: TCP and UDP of no known flow are
+ *    dropped (a cut flow stays cut), and FIN/RST and sequence numbers are tracked, so a
+ *    flow can be cut with RSTs both ways that each side accepts.
+ *  - IP fragments from the guest are dropped: their ports cannot be checked, and the
+ *    guest's MTU (1500) and TCP's DF make them rare.
+ *  - Broadcast and multicast (other than neighbour discovery) are dropped silently. */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <slirp/libslirp.h>
+
+#include "common/util.h"
+#include "net/net.h"
+
+#define ENGINE_NS 1000000000ull
+/* ICMPv4 code 13 / ICMPv6 code 1: administratively prohibited. A connected UDP socket
+ * in a Linux guest gets EHOSTUNREACH (v4) or EACCES (v6) on its next call. */
+#define ENGINE_UNREACH4 13
+#define ENGINE_UNREACH6 1
+
+static inline Slirp *engine_slirp(struct net *n)
+{
+	return n->eng.slirp;
+}
+
+static void engine_dest(char *buf, size_t len, const struct net_addr *a, uint16_t port)
+{
+	char s[INET6_ADDRSTRLEN];
+	net_addr_str(a, s, sizeof(s));
+	if (!port)
+		snprintf(buf, len, "%s", s);
+	else if (a->family == AF_INET6)
+		snprintf(buf, len, "[%s]:%u", s, port);
+	else
+		snprintf(buf, len, "%s:%u", s, port);
+}
+
+/* ---- frames to the guest ---- */
+
+void engine_send_guest(struct net *n, const uint8_t *frame, size_t len)
+{
+	if (n->frames_fd < 0 || len == 0 || len > PKT_MAX_FRAME)
+		return;
+	uint8_t hdr[4] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
+			   (uint8_t)len };
+	if (n->fout.len + 4 + len > n->fout.max) {
+		n->stats.dropped++;
+		return;
+	}
+	if (outq_push(&n->fout, hdr, 4) < 0 || outq_push(&n->fout, frame, len) < 0) {
+		n->stats.dropped++;
+		return;
+	}
+	n->stats.frames_out++;
+}
+
+static void engine_reply(struct net *n, const uint8_t *frame, size_t len)
+{
+	if (len)
+		engine_send_guest(n, frame, len);
+}
+
+size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const uint8_t dmac[6],
+			const struct net_addr *src, const struct net_addr *dst, uint16_t sport,
+			uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags, uint16_t win,
+			const uint8_t *opt, size_t optlen, const uint8_t *data, size_t dlen)
+{
+	bool v6 = src->family == AF_INET6;
+	size_t iplen = v6 ? 40 : 20, tcplen = 20 + optlen + dlen;
+	size_t total = 14 + iplen + tcplen;
+	if (optlen % 4 || optlen > 40 || total > cap || src->family != dst->family)
+		return 0;
+	memset(out, 0, 14 + iplen + 20);
+	memcpy(out, dmac, 6);
+	memcpy(out + 6, smac, 6);
+	uint8_t *ip = out + 14, *t = ip + iplen;
+	uint32_t sum = 0;
+	if (v6) {
+		out[12] = 0x86, out[13] = 0xdd;
+		ip[0] = 0x60;
+		ip[4] = (uint8_t)(tcplen >> 8), ip[5] = (uint8_t)tcplen;
+		ip[6] = IPPROTO_TCP, ip[7] = 64;
+		memcpy(ip + 8, src->a, 16);
+		memcpy(ip + 24, dst->a, 16);
+		sum = pkt_csum_add(sum, ip + 8, 32);
+	} else {
+		out[12] = 0x08, out[13] = 0x00;
+		ip[0] = 0x45;
+		ip[2] = (uint8_t)((20 + tcplen) >> 8), ip[3] = (uint8_t)(20 + tcplen);
+		ip[6] = 0x40;                   /* DF */
+		ip[8] = 64, ip[9] = IPPROTO_TCP;
+		memcpy(ip + 12, src->a, 4);
+		memcpy(ip + 16, dst->a, 4);
+		uint16_t c = pkt_csum_fold(pkt_csum_add(0, ip, 20));
+		ip[10] = (uint8_t)(c >> 8), ip[11] = (uint8_t)c;
+		sum = pkt_csum_add(sum, ip + 12, 8);
+	}
+	uint8_t ph[4] = { 0, 0, 0, IPPROTO_TCP };
+	uint8_t pl[4] = { (uint8_t)(tcplen >> 24), (uint8_t)(tcplen >> 16), (uint8_t)(tcplen >> 8),
+			  (uint8_t)tcplen };
+	sum = pkt_csum_add(sum, ph, 4);
+	sum = pkt_csum_add(sum, pl, 4);
+	t[0] = (uint8_t)(sport >> 8), t[1] = (uint8_t)sport;
+	t[2] = (uint8_t)(dport >> 8), t[3] = (uint8_t)dport;
+	t[4] = (uint8_t)(seq >> 24), t[5] = (uint8_t)(seq >> 16), t[6] = (uint8_t)(seq >> 8),
+	t[7] = (uint8_t)seq;
+	t[8] = (uint8_t)(ack >> 24), t[9] = (uint8_t)(ack >> 16), t[10] = (uint8_t)(ack >> 8),
+	t[11] = (uint8_t)ack;
+	t[12] = (uint8_t)(((20 + optlen) / 4) << 4);
+	t[13] = flags;
+	t[14] = (uint8_t)(win >> 8), t[15] = (uint8_t)win;
+	if (optlen)
+		memcpy(t + 20, opt, optlen);
+	if (dlen)
+		memcpy(t + 20 + optlen, data, dlen);
+	uint16_t c = pkt_csum_fold(pkt_csum_add(sum, t, tcplen));
+	t[16] = (uint8_t)(c >> 8), t[17] = (uint8_t)c;
+	return total;
+}
+
+/* ---- the flow table ---- */
+
+static unsigned engine_hash(const struct net *n, int proto, const struct net_addr *src,
+			    const struct net_addr *dst, uint16_t sport, uint16_t dport)
+{
+	uint32_t h = 2166136261u;
+	const uint8_t *parts[2] = { src->a, dst->a };
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 16; i++)
+			h = (h ^ parts[k][i]) * 16777619u;
+	h = (h ^ (uint32_t)proto) * 16777619u;
+	h = (h ^ sport) * 16777619u;
+	h = (h ^ dport) * 16777619u;
+	return h & (n->eng.nbuckets - 1);
+}
+
+static struct flow *engine_flow_find(struct net *n, int proto, const struct net_addr *src,
+				     const struct net_addr *dst, uint16_t sport, uint16_t dport)
+{
+	struct engine *e = &n->eng;
+	for (int i = e->bucket[engine_hash(n, proto, src, dst, sport, dport)]; i >= 0;
+	     i = e->flows[i].next) {
+		struct flow *f = &e->flows[i];
+		if (f->proto == proto && f->sport == sport && f->dport == dport &&
+		    net_addr_eq(&f->src, src) && net_addr_eq(&f->dst, dst))
+			return f;
+	}
+	return NULL;
+}
+
+static void engine_flow_del(struct net *n, struct flow *f);
+
+/* At the cap, the connection closed longest ago (lingering only to absorb its last
+ * segments) gives its place to a new one: closed flows never block new work. */
+static bool engine_flow_reclaim(struct net *n)
+{
+	struct engine *e = &n->eng;
+	struct flow *old = NULL;
+
+	for (int i = 0; i < e->cap; i++) {
+		struct flow *f = &e->flows[i];
+		if (f->used && f->closing_ns && (!old || f->closing_ns < old->closing_ns))
+			old = f;
+	}
+	if (!old)
+		return false;
+	engine_flow_del(n, old);
+	return true;
+}
+
+static struct flow *engine_flow_add(struct net *n, const struct pkt *p, int proto,
+				    uint16_t sport, uint16_t dport, const char *dest)
+{
+	struct engine *e = &n->eng;
+	if (e->nflows >= e->cap && !engine_flow_reclaim(n))
+		return NULL;
+	int idx = -1;
+	for (int k = 0; k < e->cap; k++) {
+		int i = (e->free_hint + k) % e->cap;
+		if (!e->flows[i].used) {
+			idx = i;
+			break;
+		}
+	}
+	if (idx < 0)
+		return NULL;
+	e->free_hint = idx + 1;
+	struct flow *f = &e->flows[idx];
+	memset(f, 0, sizeof(*f));
+	f->used = true;
+	f->proto = (uint8_t)proto;
+	f->src = p->src;
+	f->dst = p->dst;
+	f->sport = sport;
+	f->dport = dport;
+	memcpy(f->guest_mac, p->src_mac, 6);
+	memcpy(f->gw_mac, p->dst_mac, 6);
+	f->created_ns = f->last_ns = n->now_ns;
+	snprintf(f->dest, sizeof(f->dest), "%s", dest);
+	unsigned b = engine_hash(n, proto, &f->src, &f->dst, sport, dport);
+	f->next = e->bucket[b];
+	e->bucket[b] = idx;
+	e->nflows++;
+	return f;
+}
+
+static void engine_flow_del(struct net *n, struct flow *f)
+{
+	struct engine *e = &n->eng;
+	int idx = (int)(f - e->flows);
+	int *pp = &e->bucket[engine_hash(n, f->proto, &f->src, &f->dst, f->sport, f->dport)];
+	while (*pp >= 0 && *pp != idx)
+		pp = &e->flows[*pp].next;
+	if (*pp == idx)
+		*pp = f->next;
+	f->used = false;
+	e->nflows--;
+}
+
+/* Cut a TCP flow: a RST to the guest that its stack accepts (seq = what it expects next)
+ * and a RST into slirp as if from the guest, so slirp closes the host socket. */
+static void engine_flow_cut(struct net *n, struct flow *f, bool tell_guest)
+{
+	if (f->proto != IPPROTO_TCP || (f->fin & 4))
+		return;
+	uint8_t fake[256], out[256];
+	struct pkt p;
+	size_t l;
+	/* Towards slirp: from the guest, at the guest's next sequence number. */
+	l = engine_build_tcp(fake, sizeof(fake), f->guest_mac, f->gw_mac, &f->src, &f->dst,
+			     f->sport, f->dport, f->g_next, f->r_next, TH_ACK, 0, NULL, 0, NULL, 0);
+	if (l && pkt_parse(&p, fake, l) == 0) {
+		size_t ol = pkt_build_tcp_rst_outbound(out, sizeof(out), &p);
+		if (ol)
+			slirp_input(engine_slirp(n), out, (int)ol);
+	}
+	if (!tell_guest)
+		return;
+	/* Towards the guest: answering a segment the guest "sent"; with no answer from the
+	 * remote yet, that is its SYN (RST+ACK acknowledging it). */
+	if (f->have_remote)
+		l = engine_build_tcp(fake, sizeof(fake), f->guest_mac, f->gw_mac, &f->src, &f->dst,
+				     f->sport, f->dport, f->g_next, f->r_next, TH_ACK, 0, NULL, 0,
+				     NULL, 0);
+	else
+		l = engine_build_tcp(fake, sizeof(fake), f->guest_mac, f->gw_mac, &f->src, &f->dst,
+				     f->sport, f->dport, f->isn, 0, TH_SYN, 0, NULL, 0, NULL, 0);
+	if (l && pkt_parse(&p, fake, l) == 0)
+		engine_reply(n, out, pkt_build_tcp_rst(out, sizeof(out), &p));
+}
+
+static bool engine_seq_after(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) > 0;
+}
+
+/* ---- slirp callbacks ---- */
+
+static bool engine_in_net(const struct net *n, const struct net_addr *a)
+{
+	if (a->family == AF_INET)
+		return net_addr_in(a, &n->net4, 24);
+	return net_addr_in(a, &n->net6, 64);
+}
+
+/* A frame from slirp to the guest. */
+static ssize_t engine_slirp_send(const void *buf, size_t len, void *opaque)
+{
+	struct net *n = opaque;
+	struct pkt p;
+	if (pkt_parse(&p, buf, len) == 0 && (p.l3 == PKT_IP4 || p.l3 == PKT_IP6) && !p.fragment &&
+	    (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP)) {
+		struct flow *f = engine_flow_find(n, p.proto, &p.dst, &p.src, p.dport, p.sport);
+		if (!f) {
+			if (!(p.proto == IPPROTO_TCP && (p.tcp_flags & TH_RST)))
+				return (ssize_t)len;    /* no flow: not for the guest */
+		} else {
+			f->last_ns = n->now_ns;
+			if (p.proto == IPPROTO_TCP) {
+				uint32_t end = p.tcp_seq + (uint32_t)p.payload_len +
+					       ((p.tcp_flags & TH_SYN) ? 1 : 0) +
+					       ((p.tcp_flags & TH_FIN) ? 1 : 0);
+				if (!f->have_remote || engine_seq_after(end, f->r_next))
+					f->r_next = end;
+				f->have_remote = true;
+				if (p.tcp_flags & TH_FIN)
+					f->fin |= 2;
+				if (p.tcp_flags & TH_RST)
+					f->fin |= 4;
+				if (((f->fin & 3) == 3 || (f->fin & 4)) && !f->closing_ns)
+					f->closing_ns = n->now_ns;
+			}
+		}
+	}
+	engine_send_guest(n, buf, len);
+	return (ssize_t)len;
+}
+
+static void engine_slirp_error(const char *msg, void *opaque)
+{
+	net_log(opaque, "slirp: guest error: %s", msg);
+}
+
+static int64_t engine_clock(void *opaque)
+{
+	return (int64_t)now_mono_ns();
+}
+
+static void *engine_timer_new(SlirpTimerCb cb, void *cb_opaque, void *opaque)
+{
+	struct engine *e = &((struct net *)opaque)->eng;
+	for (int i = 0; i < (int)ARRAY_SIZE(e->timer); i++)
+		if (!e->timer[i].used) {
+			memset(&e->timer[i], 0, sizeof(e->timer[i]));
+			e->timer[i].used = true;
+			e->timer[i].cb = cb;
+			e->timer[i].cb_opaque = cb_opaque;
+			return &e->timer[i];
+		}
+	return NULL;
+}
+
+static void *engine_timer_new_opaque(SlirpTimerId id, void *cb_opaque, void *opaque)
+{
+	struct engine *e = &((struct net *)opaque)->eng;
+	for (int i = 0; i < (int)ARRAY_SIZE(e->timer); i++)
+		if (!e->timer[i].used) {
+			memset(&e->timer[i], 0, sizeof(e->timer[i]));
+			e->timer[i].used = true;
+			e->timer[i].id = id;
+			e->timer[i].cb_opaque = cb_opaque;
+			return &e->timer[i];
+		}
+	return NULL;
+}
+
+static void engine_timer_free(void *timer, void *opaque)
+{
+	struct engine *e = &((struct net *)opaque)->eng;
+	for (int i = 0; i < (int)ARRAY_SIZE(e->timer); i++)
+		if ((void *)&e->timer[i] == timer)
+			e->timer[i].used = e->timer[i].armed = false;
+}
+
+static void engine_timer_mod(void *timer, int64_t expire_ms, void *opaque)
+{
+	struct engine *e = &((struct net *)opaque)->eng;
+	for (int i = 0; i < (int)ARRAY_SIZE(e->timer); i++)
+		if ((void *)&e->timer[i] == timer) {
+			e->timer[i].armed = true;
+			e->timer[i].expire_ms = expire_ms;
+		}
+}
+
+static void engine_nop_fd(int fd, void *opaque)
+{
+}
+
+static void engine_notify(void *opaque)
+{
+}
+
+static const SlirpCb engine_cb = {
+	.send_packet = engine_slirp_send,
+	.guest_error = engine_slirp_error,
+	.clock_get_ns = engine_clock,
+	.timer_new = engine_timer_new,
+	.timer_free = engine_timer_free,
+	.timer_mod = engine_timer_mod,
+	.register_poll_fd = engine_nop_fd,
+	.unregister_poll_fd = engine_nop_fd,
+	.notify = engine_notify,
+	.timer_new_opaque = engine_timer_new_opaque,
+};
+
+int engine_init(struct net *n, char *err, size_t errlen)
+{
+	struct engine *e = &n->eng;
+	net_addr_parse("10.0.2.0", &n->net4);
+	net_addr_parse("10.0.2.2", &n->gw4);
+	net_addr_parse("10.0.2.3", &n->dns4);
+	net_addr_parse("10.0.2.15", &n->guest4);
+	net_addr_parse("fd00::", &n->net6);
+	net_addr_parse("fd00::2", &n->gw6);
+	net_addr_parse("fd00::3", &n->dns6);
+
+	e->cap = n->max_flows;
+	e->flows = calloc((size_t)e->cap, sizeof(*e->flows));
+	for (e->nbuckets = 16; e->nbuckets < (unsigned)e->cap * 2; e->nbuckets *= 2)
+		;
+	e->bucket = malloc(e->nbuckets * sizeof(*e->bucket));
+	if (!e->flows || !e->bucket) {
+		snprintf(err, errlen, "out of memory for %d flows", e->cap);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < e->nbuckets; i++)
+		e->bucket[i] = -1;
+
+	SlirpConfig cfg = {
+		.version = 4,
+		.in_enabled = true,
+		.in6_enabled = true,
+		.vprefix_len = 64,
+		.disable_host_loopback = false, /* the gateway: policy_decide guards it */
+		.disable_dns = true,
+		.disable_dhcp = true,           /* the agent configures the guest statically */
+	};
+	memcpy(&cfg.vnetwork, n->net4.a, 4);
+	inet_pton(AF_INET, "255.255.255.0", &cfg.vnetmask);
+	memcpy(&cfg.vhost, n->gw4.a, 4);
+	memcpy(&cfg.vnameserver, n->dns4.a, 4);
+	memcpy(&cfg.vdhcp_start, n->guest4.a, 4);
+	memcpy(&cfg.vprefix_addr6, n->net6.a, 16);
+	memcpy(&cfg.vhost6, n->gw6.a, 16);
+	memcpy(&cfg.vnameserver6, n->dns6.a, 16);
+	e->slirp = slirp_new(&cfg, &engine_cb, n);
+	if (!e->slirp) {
+		snprintf(err, errlen, "libslirp could not start");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void engine_free(struct net *n)
+{
+	struct engine *e = &n->eng;
+	if (e->slirp)
+		slirp_cleanup(e->slirp);
+	e->slirp = NULL;
+	free(e->flows);
+	free(e->bucket);
+	e->flows = NULL;
+	e->bucket = NULL;
+}
+
+/* ---- frames from the guest ---- */
+
+static void engine_refuse(struct net *n, const struct pkt *p, const char *dest, const char *reason)
+{
+	uint8_t out[1600];
+	const char *proto = p->proto == IPPROTO_TCP ? "tcp" : p->proto == IPPROTO_UDP ? "udp" : "icmp";
+	stats_refuse(n, dest, proto, reason);
+	if (p->proto == IPPROTO_TCP)
+		engine_reply(n, out, pkt_build_tcp_rst(out, sizeof(out), p));
+	else
+		engine_reply(n, out, pkt_build_unreach(out, sizeof(out), p, ENGINE_UNREACH4,
+						       ENGINE_UNREACH6));
+}
+
+static bool engine_is_multicast(const struct net *n, const struct net_addr *a)
+{
+	if (a->family == AF_INET6)
+		return a->a[0] == 0xff;
+	if ((a->a[0] & 0xf0) == 0xe0)
+		return true;
+	if (a->a[0] == 255 && a->a[1] == 255 && a->a[2] == 255 && a->a[3] == 255)
+		return true;
+	return net_addr_in(a, &n->net4, 24) && a->a[3] == 255;
+}
+
+/* The verdict for a new flow, the flow cap included. */
+static void engine_decide(struct net *n, const struct pkt *p, uint16_t port, int proto,
+			  struct policy_verdict *v)
+{
+	policy_decide(n->policy, &p->dst, port, proto, &n->gw4, &n->gw6, n->now_ns, v);
+	if (v->pass && n->eng.nflows >= n->eng.cap && !engine_flow_reclaim(n)) {
+		v->pass = false;
+		snprintf(v->reason, sizeof(v->reason), "flow limit");
+	}
+}
+
+static void engine_tcp(struct net *n, const struct pkt *p)
+{
+	uint8_t out[256];
+	struct flow *f = engine_flow_find(n, IPPROTO_TCP, &p->src, &p->dst, p->sport, p->dport);
+	uint8_t fl = p->tcp_flags;
+	if (!f) {
+		if (!(fl & TH_SYN) || (fl & (TH_ACK | TH_RST))) {
+			if (!(fl & TH_RST))
+				engine_reply(n, out, pkt_build_tcp_rst(out, sizeof(out), p));
+			return;
+		}
+		struct policy_verdict v;
+		engine_decide(n, p, p->dport, IPPROTO_TCP, &v);
+		if (!v.pass) {
+			engine_refuse(n, p, v.dest, v.reason);
+			return;
+		}
+		f = engine_flow_add(n, p, IPPROTO_TCP, p->sport, p->dport, v.dest);
+		if (!f) {
+			engine_refuse(n, p, v.dest, "flow limit");
+			return;
+		}
+		f->isn = p->tcp_seq;
+		f->g_next = p->tcp_seq + 1;
+		stats_pass(n, v.dest);
+	} else if ((fl & TH_SYN) && !(fl & TH_ACK) && p->tcp_seq != f->isn &&
+		   (f->closing_ns || (f->fin & 4))) {
+		/* A new connection reusing the 4-tuple of a closed one: decide again. */
+		engine_flow_del(n, f);
+		engine_tcp(n, p);
+		return;
+	}
+	f->last_ns = n->now_ns;
+	uint32_t end = p->tcp_seq + (uint32_t)p->payload_len + ((fl & TH_SYN) ? 1 : 0) +
+		       ((fl & TH_FIN) ? 1 : 0);
+	if (engine_seq_after(end, f->g_next))
+		f->g_next = end;
+	if (fl & TH_FIN)
+		f->fin |= 1;
+	if (fl & TH_RST)
+		f->fin |= 4;
+	if (((f->fin & 3) == 3 || (f->fin & 4)) && !f->closing_ns)
+		f->closing_ns = n->now_ns;
+	slirp_input(engine_slirp(n), p->frame, (int)p->len);
+}
+
+/* UDP, and ICMP echo (id in place of the source port, port 0 for the policy). */
+static void engine_dgram(struct net *n, const struct pkt *p, uint16_t sport, uint16_t dport)
+{
+	struct flow *f = engine_flow_find(n, p->proto, &p->src, &p->dst, sport, dport);
+	if (!f) {
+		struct policy_verdict v;
+		engine_decide(n, p, dport, p->proto, &v);
+		if (!v.pass) {
+			engine_refuse(n, p, v.dest, v.reason);
+			return;
+		}
+		f = engine_flow_add(n, p, p->proto, sport, dport, v.dest);
+		if (!f) {
+			engine_refuse(n, p, v.dest, "flow limit");
+			return;
+		}
+		stats_pass(n, v.dest);
+	}
+	f->last_ns = n->now_ns;
+	slirp_input(engine_slirp(n), p->frame, (int)p->len);
+}
+
+void engine_input(struct net *n, const uint8_t *frame, size_t len)
+{
+	struct pkt p;
+	n->stats.frames_in++;
+	if (pkt_parse(&p, frame, len) < 0) {
+		n->stats.malformed++;
+		return;
+	}
+	if (p.l3 == PKT_ARP) {
+		slirp_input(engine_slirp(n), frame, (int)len);
+		return;
+	}
+	if (p.l3 != PKT_IP4 && p.l3 != PKT_IP6) {
+		n->stats.dropped++;
+		return;
+	}
+	if (!n->eng.guest_mac_known) {
+		memcpy(n->eng.guest_mac, p.src_mac, 6);
+		n->eng.guest_mac_known = true;
+	}
+	if (p.fragment) {
+		n->stats.dropped++;
+		return;
+	}
+	/* Neighbour and router discovery: slirp's business. */
+	if (p.proto == IPPROTO_ICMPV6 && p.icmp_type >= 133 && p.icmp_type <= 137) {
+		slirp_input(engine_slirp(n), frame, (int)len);
+		return;
+	}
+	if (engine_is_multicast(n, &p.dst)) {
+		n->stats.dropped++;
+		return;
+	}
+	bool is_dns = net_addr_eq(&p.dst, &n->dns4) || net_addr_eq(&p.dst, &n->dns6);
+	if (is_dns && p.dport == 53 && p.proto == IPPROTO_UDP) {
+		dnssrv_udp(n, &p);
+		return;
+	}
+	if (is_dns && p.dport == 53 && p.proto == IPPROTO_TCP) {
+		dnssrv_tcp(n, &p);
+		return;
+	}
+	bool echo = (p.proto == IPPROTO_ICMP && p.icmp_type == 8) ||
+		    (p.proto == IPPROTO_ICMPV6 && p.icmp_type == 128);
+	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP && !echo) {
+		n->stats.dropped++;             /* other protocols, ICMP errors from the guest */
+		return;
+	}
+	bool is_gw = net_addr_eq(&p.dst, &n->gw4) || net_addr_eq(&p.dst, &n->gw6);
+	if (!is_gw && engine_in_net(n, &p.dst)) {
+		/* slirp would take any other address of its network for the host's loopback. */
+		char dest[DNS_NAME_MAX + 8];
+		engine_dest(dest, sizeof(dest), &p.dst, echo ? 0 : p.dport);
+		if (p.proto == IPPROTO_TCP && (p.tcp_flags & (TH_RST | TH_ACK)) != 0 &&
+		    !(p.tcp_flags & TH_SYN)) {
+			uint8_t out[256];
+			if (!(p.tcp_flags & TH_RST))
+				engine_reply(n, out, pkt_build_tcp_rst(out, sizeof(out), &p));
+			return;
+		}
+		engine_refuse(n, &p, dest, "internal address");
+		return;
+	}
+	if (p.proto == IPPROTO_TCP) {
+		engine_tcp(n, &p);
+		return;
+	}
+	if (echo) {
+		const uint8_t *id = pkt_get(&p, p.l4_off + 4, 2);
+		if (!id) {
+			n->stats.malformed++;
+			return;
+		}
+		engine_dgram(n, &p, (uint16_t)(id[0] << 8 | id[1]), 0);
+		return;
+	}
+	engine_dgram(n, &p, p.sport, p.dport);
+}
+
+/* ---- policy changes, expiry, the guest going away ---- */
+
+int engine_set_policy(struct net *n, const json_t *obj, char *err, size_t errlen)
+{
+	const char *ms = json_string_value(json_object_get(obj, "mode"));
+	const json_t *rules = json_object_get(obj, "rules");
+	enum policy_mode mode = POLICY_DENY;
+	if (ms && policy_mode_parse(ms, &mode) < 0) {
+		snprintf(err, errlen, "unknown mode '%s': use deny, allow-list or allow-all", ms);
+		return -EINVAL;
+	}
+	if (!ms && json_object_get(obj, "mode")) {
+		snprintf(err, errlen, "\"mode\" must be a string: deny, allow-list or allow-all");
+		return -EINVAL;
+	}
+	if (rules && !json_is_array(rules)) {
+		snprintf(err, errlen, "\"rules\" must be an array of strings");
+		return -EINVAL;
+	}
+	size_t nr = rules ? json_array_size(rules) : 0;
+	if (nr > POLICY_MAX_RULES) {
+		snprintf(err, errlen, "%zu rules; at most %d are allowed", nr, POLICY_MAX_RULES);
+		return -EINVAL;
+	}
+	const char *texts[POLICY_MAX_RULES];
+	for (size_t i = 0; i < nr; i++) {
+		texts[i] = json_string_value(json_array_get(rules, i));
+		if (!texts[i]) {
+			snprintf(err, errlen, "rule %zu is not a string", i + 1);
+			return -EINVAL;
+		}
+	}
+	/* On a copy: a bad rule leaves the policy in force untouched. */
+	struct policy *np = malloc(sizeof(*np));
+	if (!np) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(np, n->policy, sizeof(*np));
+	int rc = policy_set(np, mode, texts, (int)nr, err, errlen);
+	if (rc < 0) {
+		free(np);
+		return rc;
+	}
+	memcpy(n->policy, np, sizeof(*np));
+	free(np);
+	/* Flows the new policy refuses are cut. Pins are judged as of the flow's start. */
+	struct engine *e = &n->eng;
+	int cut = 0;
+	for (int i = 0; i < e->cap; i++) {
+		struct flow *f = &e->flows[i];
+		if (!f->used)
+			continue;
+		struct policy_verdict v;
+		policy_decide(n->policy, &f->dst, f->dport, f->proto, &n->gw4, &n->gw6,
+			      f->created_ns, &v);
+		if (v.pass)
+			continue;
+		engine_flow_cut(n, f, true);
+		engine_flow_del(n, f);
+		cut++;
+	}
+	if (cut)
+		net_log(n, "policy change cut %d flow(s)", cut);
+	return 0;
+}
+
+void engine_guest_gone(struct net *n)
+{
+	struct engine *e = &n->eng;
+	for (int i = 0; i < e->cap; i++)
+		if (e->flows[i].used) {
+			engine_flow_cut(n, &e->flows[i], false);
+			engine_flow_del(n, &e->flows[i]);
+		}
+	e->guest_mac_known = false;
+	dnssrv_reset(n);
+}
+
+void engine_tick(struct net *n, uint64_t now_ns)
+{
+	struct engine *e = &n->eng;
+	int64_t now_ms = (int64_t)(now_ns / 1000000ull);
+	for (int i = 0; i < (int)ARRAY_SIZE(e->timer); i++) {
+		if (!e->timer[i].used || !e->timer[i].armed || e->timer[i].expire_ms > now_ms)
+			continue;
+		e->timer[i].armed = false;
+		if (e->timer[i].cb)
+			e->timer[i].cb(e->timer[i].cb_opaque);
+		else
+			slirp_handle_timer(engine_slirp(n), e->timer[i].id, e->timer[i].cb_opaque);
+	}
+	if (now_ns - e->last_tick_ns < ENGINE_NS)
+		return;
+	e->last_tick_ns = now_ns;
+	for (int i = 0; i < e->cap; i++) {
+		struct flow *f = &e->flows[i];
+		if (!f->used)
+			continue;
+		uint64_t idle = now_ns - f->last_ns;
+		if (f->proto == IPPROTO_TCP) {
+			if (f->closing_ns && now_ns - f->closing_ns > ENGINE_TCP_LINGER_S * ENGINE_NS) {
+				engine_flow_del(n, f);
+			} else if (idle > ENGINE_TCP_IDLE_S * ENGINE_NS) {
+				engine_flow_cut(n, f, true);
+				engine_flow_del(n, f);
+			}
+		} else if (idle > ENGINE_UDP_IDLE_S * ENGINE_NS) {
+			engine_flow_del(n, f);
+		}
+	}
+}
+
+static int engine_add_poll(int fd, int events, void *opaque)
+{
+	struct net *n = opaque;
+	struct engine *e = &n->eng;
+	if (*e->npfd >= *e->pfd_cap) {
+		int nc = *e->pfd_cap ? *e->pfd_cap * 2 : 64;
+		struct pollfd *np = realloc(*e->pfd, (size_t)nc * sizeof(*np));
+		if (!np)
+			return -1;
+		*e->pfd = np;
+		*e->pfd_cap = nc;
+	}
+	short ev = 0;
+	if (events & SLIRP_POLL_IN)
+		ev |= POLLIN;
+	if (events & SLIRP_POLL_OUT)
+		ev |= POLLOUT;
+	if (events & SLIRP_POLL_PRI)
+		ev |= POLLPRI;
+	(*e->pfd)[*e->npfd] = (struct pollfd){ .fd = fd, .events = ev };
+	return (*e->npfd)++;
+}
+
+static int engine_get_revents(int idx, void *opaque)
+{
+	struct net *n = opaque;
+	struct engine *e = &n->eng;
+	if (idx < 0 || idx >= *e->npfd)
+		return 0;
+	short r = (*e->pfd)[idx].revents;
+	int out = 0;
+	if (r & POLLIN)
+		out |= SLIRP_POLL_IN;
+	if (r & POLLOUT)
+		out |= SLIRP_POLL_OUT;
+	if (r & POLLPRI)
+		out |= SLIRP_POLL_PRI;
+	if (r & POLLERR)
+		out |= SLIRP_POLL_ERR;
+	if (r & POLLHUP)
+		out |= SLIRP_POLL_HUP;
+	return out;
+}
+
+void engine_poll_fill(struct net *n, struct pollfd **pfd, int *npfd, int *cap, int *timeout)
+{
+	struct engine *e = &n->eng;
+	e->pfd = pfd;
+	e->npfd = npfd;
+	e->pfd_cap = cap;
+	uint32_t t = *timeout < 0 ? UINT32_MAX : (uint32_t)*timeout;
+	int64_t now_ms = (int64_t)(now_mono_ns() / 1000000ull);
+	for (int i = 0; i < (int)ARRAY_SIZE(e->timer); i++)
+		if (e->timer[i].used && e->timer[i].armed) {
+			int64_t d = e->timer[i].expire_ms - now_ms;
+			uint32_t dm = d < 0 ? 0 : (uint32_t)d;
+			if (dm < t)
+				t = dm;
+		}
+	slirp_pollfds_fill(engine_slirp(n), &t, engine_add_poll, n);
+	*timeout = t == UINT32_MAX ? -1 : (int)(t > 1000000 ? 1000000 : t);
+}
+
+void engine_poll_done(struct net *n, struct pollfd *pfd, int npfd, bool error)
+{
+	slirp_pollfds_poll(engine_slirp(n), error ? 1 : 0, engine_get_revents, n);
+}

@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* net.h - kosa8-net's shared context: the frame path (engine.c), the guest's resolver
+ * (dnssrv.c), the upstream DNS client (resolve.c), counters and deny events (stats.c),
+ * the control socket (ctl.c) and byte queues (outq.c). One `struct net` per process,
+ * passed explicitly; main.c owns it and runs the poll loop.
+ *
+ * docs/network.md, "kosa8-net: process, control protocol, limits", is the user's view. */
+#ifndef K8_NET_NET_H
+#define K8_NET_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <poll.h>
+
+#include <jansson.h>
+
+#include "net/addr.h"
+#include "net/dns.h"
+#include "net/pkt.h"
+#include "net/policy.h"
+
+/* ---- outq.c: a bounded byte queue in front of a non-blocking fd ---- */
+struct outq {
+	uint8_t *buf;
+	size_t head, len, cap, max;     /* bytes [head, head+len) are pending; max: hard cap */
+};
+/* Append n bytes; -ENOBUFS when the queue would exceed its cap (nothing appended). */
+int outq_push(struct outq *q, const void *data, size_t n);
+/* Write what the fd takes now. 0, or a negative errno for a broken fd. */
+int outq_flush(struct outq *q, int fd);
+void outq_reset(struct outq *q);
+void outq_free(struct outq *q);
+
+/* ---- stats.c: per-destination counters (bounded, least recently used evicted) and
+ * deny events aggregated per destination and second ---- */
+#define STATS_MAX_DEST 1024
+
+struct stats_dest {
+	char dest[DNS_NAME_MAX + 16];
+	uint64_t passed, refused;
+	char reason[128];               /* last refusal reason, "" when none */
+	uint64_t used;                  /* LRU tick */
+	/* deny events of the current second, not yet sent */
+	uint64_t ev_sec;
+	uint32_t ev_count;
+	char ev_proto[8];
+	char ev_reason[128];
+};
+
+struct stats {
+	struct stats_dest *d;           /* STATS_MAX_DEST slots */
+	int n;
+	uint64_t tick;
+	int pending;                    /* slots with ev_count > 0 */
+	uint64_t frames_in, frames_out, malformed, dropped;
+	uint64_t dns_answered, dns_refused;
+};
+
+struct net;
+int stats_init(struct stats *s);
+void stats_free(struct stats *s);
+void stats_pass(struct net *n, const char *dest);
+/* One refused attempt: counted, and an event is due at the end of this second. */
+void stats_refuse(struct net *n, const char *dest, const char *proto, const char *reason);
+/* Send the events of seconds that are over (all of them when `all`). */
+void stats_flush_events(struct net *n, bool all);
+/* Milliseconds until the next flush is due, or -1 when nothing is pending. */
+int stats_next_timeout(const struct net *n);
+json_t *stats_json(const struct net *n);
+
+/* ---- resolve.c: the upstream DNS client, for names the policy allows ---- */
+#define RESOLVE_MAX_SERVERS 8
+#define RESOLVE_MAX_PENDING 128
+#define RESOLVE_MAX_HOSTS 1024
+
+struct resolve_result {
+	int rcode;                      /* DNS_R_*; SERVFAIL after timeouts */
+	struct net_addr addrs[DNS_MAX_ADDRS];
+	int naddrs;
+	uint32_t ttl;
+};
+
+typedef void (*resolve_done_fn)(struct net *n, void *opaque, const struct resolve_result *r);
+
+struct resolve_query {
+	bool used;
+	uint16_t id;                    /* upstream message id */
+	char want[DNS_NAME_MAX];        /* the name asked for by the guest */
+	char cur[DNS_NAME_MAX];         /* the name asked upstream now (CNAME chase) */
+	uint16_t qtype;
+	int hops, server, tries;
+	uint32_t ttl;                   /* smallest TTL along the chain */
+	uint64_t deadline_ns;
+	resolve_done_fn done;
+	void *opaque;
+};
+
+struct resolve_host {
+	char name[DNS_NAME_MAX];
+	struct net_addr addr;
+};
+
+struct resolver {
+	struct net_addr servers[RESOLVE_MAX_SERVERS];
+	uint16_t ports[RESOLVE_MAX_SERVERS];
+	int nservers;
+	int fd4, fd6;                   /* unconnected UDP sockets, -1 when unused */
+	struct resolve_query q[RESOLVE_MAX_PENDING];
+	struct resolve_host *hosts;
+	int nhosts;
+	uint64_t sent;                  /* upstream queries sent (tests read it from stats) */
+};
+
+/* Add an upstream server "IP" or "IP:PORT" or "[IPv6]:PORT". 0 or -EINVAL. */
+int resolve_add_server(struct resolver *r, const char *spec);
+/* The nameservers of a resolv.conf (port 53). Returns how many were added. */
+int resolve_load_resolv_conf(struct resolver *r, const char *path);
+/* Read a hosts file once; a missing file is not an error. */
+int resolve_load_hosts(struct resolver *r, const char *path);
+/* Open the sockets. 0 or a negative errno. */
+int resolve_open(struct resolver *r);
+void resolve_close(struct resolver *r);
+/* Resolve name/qtype (A or AAAA). From the hosts file: `done` is called before this
+ * returns. Upstream: `done` is called later from resolve_input/resolve_tick, exactly once.
+ * -EAGAIN when the pending table is full, -ENOENT when no server is configured. */
+int resolve_start(struct net *n, const char *name, uint16_t qtype, resolve_done_fn done,
+		  void *opaque);
+/* Forget every query whose opaque is `opaque` (its owner went away); done is not called. */
+void resolve_cancel(struct resolver *r, void *opaque);
+void resolve_input(struct net *n, int fd);
+void resolve_tick(struct net *n, uint64_t now_ns);
+int resolve_next_timeout(const struct resolver *r, uint64_t now_ns);
+
+/* ---- dnssrv.c: kosa8-net as the guest's resolver (10.0.2.3 / fd00::3, UDP and TCP) ---- */
+#define DNSSRV_TTL_CAP 300              /* seconds: longest TTL handed to the guest */
+#define DNSSRV_MAX_TCP 16               /* concurrent DNS-over-TCP connections */
+
+struct dnssrv;
+int dnssrv_init(struct net *n);
+/* A UDP datagram to the resolver address, port 53. */
+void dnssrv_udp(struct net *n, const struct pkt *p);
+/* A TCP segment to the resolver address, port 53 (a small TCP endpoint of our own). */
+void dnssrv_tcp(struct net *n, const struct pkt *p);
+void dnssrv_reset(struct net *n);       /* frames connection gone: forget all state */
+void dnssrv_tick(struct net *n, uint64_t now_ns);
+void dnssrv_free(struct net *n);
+
+/* ---- engine.c: frames from the guest, frames to the guest, flows, slirp ---- */
+#define ENGINE_UDP_IDLE_S 60
+#define ENGINE_TCP_IDLE_S 7200
+#define ENGINE_TCP_LINGER_S 30          /* after FIN both ways or RST */
+
+struct flow {
+	bool used;
+	uint8_t proto;                  /* IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP(V6) */
+	struct net_addr src, dst;       /* guest side, remote side */
+	uint16_t sport, dport;          /* ICMP echo: sport = identifier, dport = 0 */
+	uint8_t guest_mac[6], gw_mac[6];
+	uint64_t created_ns, last_ns, closing_ns;
+	uint8_t fin;                    /* 1: guest sent FIN, 2: remote sent FIN, 4: RST */
+	bool have_remote;               /* remote seq known */
+	uint32_t isn, g_next, r_next;   /* guest ISN, next guest seq, next remote seq */
+	char dest[DNS_NAME_MAX + 8];    /* counted under */
+	int next;                       /* hash chain, -1 ends */
+};
+
+struct engine {
+	void *slirp;                    /* Slirp * */
+	struct flow *flows;
+	int cap, nflows, free_hint;
+	int *bucket;
+	unsigned nbuckets;
+	struct {                        /* slirp's one timer (router advertisements) */
+		bool used, armed;
+		int id;
+		void (*cb)(void *);
+		void *cb_opaque;
+		int64_t expire_ms;
+	} timer[4];
+	int ntimers;
+	struct pollfd **pfd;            /* the poll set being filled (engine_poll_fill) */
+	int *npfd, *pfd_cap;
+	uint64_t last_tick_ns;
+	uint8_t guest_mac[6];
+	bool guest_mac_known;
+};
+
+int engine_init(struct net *n, char *err, size_t errlen);
+void engine_free(struct net *n);
+/* One frame from the guest. */
+void engine_input(struct net *n, const uint8_t *frame, size_t len);
+/* Queue a frame to the guest (dropped when QEMU is not connected). */
+void engine_send_guest(struct net *n, const uint8_t *frame, size_t len);
+/* Apply {"mode":...,"rules":[...]}; on success flows the new policy refuses are cut.
+ * 0 or -EINVAL with a message. */
+int engine_set_policy(struct net *n, const json_t *obj, char *err, size_t errlen);
+void engine_tick(struct net *n, uint64_t now_ns);
+/* slirp's part of the poll loop. */
+void engine_poll_fill(struct net *n, struct pollfd **pfd, int *npfd, int *cap, int *timeout);
+void engine_poll_done(struct net *n, struct pollfd *pfd, int npfd, bool error);
+/* The frames connection went away: drop all flows (the guest is gone or rewound). */
+void engine_guest_gone(struct net *n);
+/* A complete Ethernet + IPv4/IPv6 + TCP frame (checksums filled, TTL 64); returns its
+ * length or 0 when it does not fit. */
+size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const uint8_t dmac[6],
+			const struct net_addr *src, const struct net_addr *dst, uint16_t sport,
+			uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags, uint16_t win,
+			const uint8_t *opt, size_t optlen, const uint8_t *data, size_t dlen);
+
+/* ---- ctl.c: the daemon's control socket, JSON lines ---- */
+struct ctl {
+	int lfd, fd;
+	char *in;
+	size_t inlen;
+	struct outq out;
+};
+int ctl_accept(struct net *n);
+void ctl_input(struct net *n);
+void ctl_close(struct net *n);
+/* Push one event object (consumed); dropped when no daemon is connected. */
+void ctl_event(struct net *n, json_t *ev);
+
+/* ---- the whole process ---- */
+struct net {
+	const char *id;
+	struct policy *policy;
+	int max_flows;
+	struct net_addr gw4, gw6, dns4, dns6, net4, net6, guest4;
+	int frames_lfd, frames_fd;
+	uint8_t *fin;                   /* frames read buffer */
+	size_t finlen;
+	struct outq fout;
+	struct ctl ctl;
+	struct resolver res;
+	struct stats stats;
+	struct engine eng;
+	struct dnssrv *dns;
+	uint64_t now_ns;                /* monotonic, refreshed each loop */
+};
+
+/* Log a line on stderr with the sandbox id (the daemon appends stderr to a log file). */
+void net_log(const struct net *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Random bytes (getrandom). */
+void net_random(void *buf, size_t len);
+
+#endif
