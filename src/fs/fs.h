@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* fs.h - kosa8-fs internals: mounts, node and handle tables, the FUSE connection state.
+ *
+ * Theory of operation (docs/shared-folders.md has the long form): the guest kernel's
+ * FUSE requests arrive raw over a virtio-serial port. Each node the guest knows (a FUSE
+ * nodeid) holds an O_PATH fd to one host inode, found one component at a time with
+ * openat2(parent_fd, name, O_PATH|O_NOFOLLOW, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
+ * RESOLVE_NO_MAGICLINKS). Contents are opened only for regular files and directories,
+ * by re-opening that exact inode through /proc/self/fd/N. Nothing on the host is ever
+ * reached by a multi-component path except at `load`, and then with the same flags.
+ */
+#ifndef K8_FS_H
+#define K8_FS_H
+
+#include "fs/proto.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define K8FS_MAX_WRITE      (1024 * 1024)     /* max_write and max_read we offer */
+#define K8FS_MAX_PAGES      256               /* K8FS_MAX_WRITE / 4096 */
+#define K8FS_MAX_READDIR    (128 * 1024)      /* cap on one READDIR reply */
+#define K8FS_MAX_NODES      (1u << 20)
+#define K8FS_MAX_HANDLES    65536
+#define K8FS_MAX_MOUNTS     64
+#define K8FS_ROOT_ID        1                 /* the synthetic root */
+#define K8FS_ENTRY_TIMEOUT  1                 /* seconds a name -> node answer is cached */
+#define K8FS_ATTR_TIMEOUT   0                 /* attributes are never cached */
+
+struct fs_mount {
+	char *path;          /* realpath of HOSTDIR */
+	int fd;              /* O_PATH|O_DIRECTORY */
+	bool ro;
+};
+
+struct fs_node {
+	uint64_t id;
+	int fd;              /* O_PATH|O_NOFOLLOW fd, -1 when stale */
+	uint32_t mount;
+	mode_t type;         /* S_IFMT bits (immutable for an inode) */
+	dev_t dev;
+	ino_t ino;
+	uint64_t nlookup;
+	char *path;          /* relative to the mount root, "" for the root itself */
+	struct fs_node *next_id, *next_ino;
+};
+
+struct fs_handle {
+	bool used;
+	bool dir;
+	int fd;              /* opened file or directory; -1 for the synthetic root or stale */
+	uint32_t mount;      /* UINT32_MAX for the synthetic root */
+	uint64_t nodeid;
+	uint32_t flags;      /* open flags as the guest sent them */
+};
+
+struct fs_stats {
+	uint64_t requests, bytes_read, bytes_written, errors, protocol_errors, connects;
+};
+
+struct fs_ctx {
+	struct fs_mount mounts[K8FS_MAX_MOUNTS];
+	uint32_t nmounts;
+	int proc_fd;                 /* /proc/self/fd, O_PATH|O_DIRECTORY */
+
+	/* nodes: two chained hash tables, by nodeid and by (mount, dev, ino) */
+	struct fs_node **by_id, **by_ino;
+	size_t nbuckets, nnodes;
+	uint64_t next_id;
+
+	struct fs_handle *handles;   /* index = fh; slot 0 unused */
+	size_t nhandles_cap, nhandles;
+
+	/* connection */
+	bool connected, synced;
+	uint8_t nonce[K8FS_NONCE_LEN];
+	uint8_t *in;                 /* K8FS_MAX_MSG bytes */
+	size_t in_start, in_len;     /* unparsed bytes are in[in_start .. in_start+in_len) */
+	uint8_t *out;                /* K8FS_MAX_MSG bytes: the reply being sent */
+	size_t out_off, out_len;
+	uint8_t *scratch;            /* K8FS_MAX_MSG bytes: an unaligned request, realigned */
+	uint8_t *dents;              /* getdents64 scratch */
+
+	struct fs_stats st;
+	uint32_t proto_minor;        /* negotiated at INIT (0 before) */
+};
+
+/* ---- node.c: tables ---- */
+/* Set up the tables and the synthetic nodes; mounts[] must be filled in. 0 or -errno. */
+int fs_ctx_init(struct fs_ctx *c);
+/* Close every fd and free everything (mount fds included). Accepts a zeroed ctx. */
+void fs_ctx_free(struct fs_ctx *c);
+/* Open HOSTDIR for mount slot c->nmounts. 0 or -errno. */
+int fs_mount_add(struct fs_ctx *c, const char *hostdir, bool ro);
+struct fs_node *fs_node_get(struct fs_ctx *c, uint64_t id);
+/* Take a fresh O_PATH fd (ownership passes in) found as `name` under `parent`, and
+ * return the node for its inode (existing or new) with nlookup incremented. */
+struct stat;
+int fs_node_found(struct fs_ctx *c, struct fs_node *parent, const char *name, int fd,
+		  struct stat *st, struct fs_node **out);
+void fs_node_forget(struct fs_ctx *c, uint64_t id, uint64_t n);
+/* After a rename inside one mount: re-prefix the paths of moved nodes. */
+void fs_node_renamed(struct fs_ctx *c, uint32_t mount, const char *from, const char *to,
+		     bool exchange);
+char *fs_path_join(const char *dir, const char *name);
+/* Handles */
+int fs_handle_new(struct fs_ctx *c, uint64_t *fh);
+struct fs_handle *fs_handle_get(struct fs_ctx *c, uint64_t fh);
+void fs_handle_close(struct fs_ctx *c, uint64_t fh);
+/* Resolve a relative path beneath a mount root, symlinks refused anywhere. fd or -errno. */
+int fs_resolve(struct fs_ctx *c, uint32_t mount, const char *rel);
+/* Re-open the inode behind an O_PATH fd, for S_ISREG/S_ISDIR only. fd or -errno. */
+int fs_reopen(struct fs_ctx *c, int opath_fd, mode_t type, int flags);
+/* Checkpoint support: write / read the tables as JSON. 0 or -errno, message in err. */
+struct k8_err;
+int fs_tables_save(struct fs_ctx *c, const char *path, struct k8_err *err);
+int fs_tables_load(struct fs_ctx *c, const char *path, struct k8_err *err);
+/* Forget every node and handle (the mount roots stay); next_id keeps counting. */
+void fs_tables_reset(struct fs_ctx *c);
+
+/* ---- fuse.c: connection state and dispatch ---- */
+/* A new connection: fresh nonce (given), RESYNC queued in out. */
+void fs_conn_reset(struct fs_ctx *c, const uint8_t nonce[K8FS_NONCE_LEN]);
+/* Drop the connection state (unparsed input, unsent output). */
+void fs_conn_drop(struct fs_ctx *c);
+/* Append input bytes (tests, fuzzing); the caller guarantees room, see fs_conn_room. */
+uint8_t *fs_conn_room(struct fs_ctx *c, size_t *room);
+void fs_conn_added(struct fs_ctx *c, size_t n);
+/* Consume one unit of input (skipped resync garbage or one request) while out is empty.
+ * 1 = progress (a reply may be in c->out), 0 = need more input, -EPROTO = drop link. */
+int fs_conn_step(struct fs_ctx *c);
+/* Handle one whole request msg[0..len) (len == in_header.len); reply into out.
+ * Returns the reply length (0: no reply). Never fails: errors become FUSE errors. */
+size_t fs_dispatch(struct fs_ctx *c, const uint8_t *msg, size_t len, uint8_t *out);
+
+/* ---- ops.c: one function per FUSE opcode; see fuse.c for the calling convention ---- */
+struct fs_req {
+	struct fs_ctx *c;
+	uint64_t unique, nodeid;
+	uint32_t opcode;
+	const uint8_t *body;     /* after fuse_in_header */
+	size_t blen;
+	uint8_t *out;            /* reply payload goes to out + sizeof(fuse_out_header) */
+	size_t olen;             /* payload length set by the op */
+};
+/* Bounds-checked access to the request body: NULL when [off, off+n) is not inside. */
+const void *fs_req_get(const struct fs_req *r, size_t off, size_t n);
+/* A NUL-terminated string starting at *off within the body; advances *off. NULL if none. */
+const char *fs_req_str(const struct fs_req *r, size_t *off);
+int fs_op(struct fs_req *r);   /* 0, -errno, or K8FS_NOREPLY; fills r->olen */
+#define K8FS_NOREPLY 1
+bool fs_op_modifies(uint32_t opcode);
+
+/* ---- ctl.c: the control socket ---- */
+/* Handle one JSON request line; returns a malloc'd JSON line (with \n). */
+char *fs_ctl_handle(struct fs_ctx *c, const char *line, size_t len);
+
+#endif
