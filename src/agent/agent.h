@@ -10,6 +10,9 @@
  *   launch.c  what runs between fork() and execve(): namespaces, rootfs, user, exec
  *   mount.c   guest mounts: boot file systems, disks by serial, image slots, rootfs
  *   cgroup.c  cgroup v2: the kosa8 subtree, one cgroup per container, events
+ *   fs.c      shared folders: the FUSE shuttle to the "kosa8.fs" port (threads), the
+ *             folders' mounts in the VM and in each container
+ *   net.c     eth0 (address, routes), /etc/resolv.conf, containers' resolv.conf/hosts
  *
  * Errors: functions return 0 (or a count) or a negative errno; those that answer a
  * request take a struct k8_err * for the message sent back to the host.
@@ -51,7 +54,7 @@
 struct agent;
 
 /* What an epoll registration points at: every fd in the loop is embedded in one. */
-enum watch_kind { W_CHAN, W_SIGNAL, W_OUT, W_ERR, W_IN, W_CGEV };
+enum watch_kind { W_CHAN, W_SIGNAL, W_OUT, W_ERR, W_IN, W_CGEV, W_FS };
 
 struct watch {
 	enum watch_kind kind;
@@ -154,6 +157,49 @@ struct sync_wait {
 	int answer;            /* 0 once the host that asked went away */
 };
 
+/* ---- networking (net.c) ---- */
+#define NET_MAX_DNS 3          /* glibc's resolver reads at most three */
+#define NET_ADDR_LEN 46        /* INET6_ADDRSTRLEN */
+
+struct net_cfg {
+	char ip[NET_ADDR_LEN];     /* IPv4, dotted */
+	int prefix;                /* 1..32 */
+	char gateway[NET_ADDR_LEN]; /* "" if none */
+	char dns[NET_MAX_DNS][NET_ADDR_LEN];
+	int ndns;
+	char ip6[NET_ADDR_LEN];    /* "" if none */
+	int prefix6;               /* 1..128 */
+	char gateway6[NET_ADDR_LEN];
+};
+
+/* ---- shared folders (fs.c) ---- */
+#define FS_MAX_MOUNTS 16
+#define FS_MAX_GUEST 1024      /* bytes of a guest path */
+#define FS_READY_WAIT_MS 10000 /* run/exec wait this long for the folders' mounts */
+
+struct fs_mount {
+	int index;                 /* entry "<index>" of the FUSE root */
+	int ro;
+	char guest[FS_MAX_GUEST + 1];
+};
+
+struct fs_cfg {
+	int n;
+	struct fs_mount m[FS_MAX_MOUNTS];
+};
+
+enum fs_state { FS_NONE, FS_PENDING, FS_READY, FS_FAILED };
+
+/* A run/exec waiting for the shared folders' mounts (req.c). */
+struct req_defer {
+	struct req_defer *next;
+	uint32_t id;
+	json_t *req;
+	uint64_t deadline;     /* monotonic ns */
+};
+
+struct fs;
+
 struct agent {
 	int epfd;
 	int self_pidns;        /* /proc/self/ns/pid: restored after forking into another */
@@ -172,6 +218,13 @@ struct agent {
 	char kernel[65];
 	int disk_full;         /* disk-full EVENT sent, re-armed when space returns */
 	uint64_t disk_check_at;
+	int net_up;            /* the init's "net" was applied */
+	struct net_cfg net;
+	char ifname[16];
+	char *resolv_conf;     /* what containers get as /etc/resolv.conf; NULL: no network */
+	struct fs *fs;         /* NULL: no shared folders */
+	struct watch fsev;     /* eventfd: the shuttle's mount thread finished */
+	struct req_defer *defers;
 	unsigned char iobuf[64 * 1024];
 };
 
@@ -205,8 +258,13 @@ int chan_congested(const struct agent *a);
 void req_handle(struct agent *a, uint32_t id, const unsigned char *payload, size_t len);
 /* A child was reaped: 1 when it was a `sync` helper (then answered). */
 int req_reaped(struct agent *a, pid_t pid);
-/* The host went away: pending `sync` answers are dropped (the syncs go on). */
+/* The host went away: pending `sync` answers are dropped (the syncs go on), and so are
+ * run/exec requests still waiting for the shared folders. */
 void req_drop_waiters(struct agent *a);
+/* The shared folders became ready or failed: deferred run/exec go on (or fail). */
+void req_fs_changed(struct agent *a);
+/* Deferred run/exec whose wait is over fail. */
+void req_tick(struct agent *a, uint64_t now, uint64_t *next);
 
 /* ---- proc.c ---- */
 struct proc *proc_new(struct agent *a, pid_t pid, uint32_t stream, struct ctr *c, int in_fd,
@@ -283,6 +341,33 @@ int mnt_image(struct agent *a, int slot, const char *hex, struct k8_err *err);
 /* In the child of a new container: overlay root, /proc, /dev, pivot_root.
  * On failure, fills msg. */
 int mnt_ctr_rootfs(const char *id, const char *lower, char *msg, size_t msglen);
+
+/* ---- net.c ---- */
+/* Validate the init's "net" object into `c` (no side effects). */
+int net_parse(json_t *o, struct net_cfg *c, struct k8_err *err);
+/* Bring up lo and the NIC, address, default routes, /etc/resolv.conf and /etc/hosts. */
+int net_apply(struct agent *a, const struct net_cfg *c, struct k8_err *err);
+/* In a new container's child, after pivot_root: its /etc/resolv.conf (with a network)
+ * and /etc/hosts (when the image has none). */
+int net_ctr_files(const struct agent *a, const char *hostname, char *msg, size_t msglen);
+
+/* ---- fs.c ---- */
+/* Validate the init's "mounts" array into `c` (no side effects). */
+int fs_parse(json_t *o, struct fs_cfg *c, struct k8_err *err);
+/* Same folders as those already set up (a repeated init). */
+int fs_same(const struct agent *a, const struct fs_cfg *c);
+/* Find the port, mount FUSE at K8FS_GUEST_ROOT, start the shuttle; the folders' bind
+ * mounts follow in a thread (they need the host's answers): fs_state says when. */
+int fs_start(struct agent *a, const struct fs_cfg *c, struct k8_err *err);
+/* FS_NONE without folders; with FS_FAILED, `msg` says why. */
+enum fs_state fs_state(const struct agent *a, char *msg, size_t msglen);
+/* The eventfd fired (main loop). */
+void fs_event(struct agent *a);
+/* In a new container's child, in its own mount namespace, before its root is
+ * assembled: detached copies of each folder's mount (fds[i], -1 when none). */
+int fs_ctr_clone(const struct agent *a, int fds[FS_MAX_MOUNTS], char *msg, size_t msglen);
+/* After pivot_root: attach the copies at their guest paths (created in the rootfs). */
+int fs_ctr_attach(const struct agent *a, int fds[FS_MAX_MOUNTS], char *msg, size_t msglen);
 
 /* ---- cgroup.c ---- */
 void cg_boot(struct agent *a);

@@ -8,7 +8,8 @@
  *           setns back to its own PID namespace (only children ever change namespace)
  *   child   waits on the sync pipe
  *   parent  writes the child's pid into the cgroup's cgroup.procs, then releases it
- *   child   oom_score_adj 0, namespaces + rootfs (or setns into the init's), cwd,
+ *   child   oom_score_adj 0, namespaces + rootfs with the shared folders, resolv.conf
+ *           and hosts (or setns into the init's), cwd,
  *           groups/uid/gid, capabilities (Docker's default set minus CAP_MKNOD),
  *           stdio, default signals, every other fd close-on-exec, execve()
  *   parent  reads the report pipe (close-on-exec in the child): EOF means execve()
@@ -261,12 +262,13 @@ static void launch_identity(const struct launch *l, int rep)
 	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 }
 
-static void launch_child(const struct launch *l, int in_fd, int out_fd, int err_fd, int sync_fd,
-			 int rep, const int ns[4]) __attribute__((noreturn));
-static void launch_child(const struct launch *l, int in_fd, int out_fd, int err_fd, int sync_fd,
-			 int rep, const int ns[4])
+static void launch_child(const struct agent *a, const struct launch *l, int in_fd, int out_fd,
+			 int err_fd, int sync_fd, int rep, const int ns[4]) __attribute__((noreturn));
+static void launch_child(const struct agent *a, const struct launch *l, int in_fd, int out_fd,
+			 int err_fd, int sync_fd, int rep, const int ns[4])
 {
 	char msg[400], c;
+	int fsfd[FS_MAX_MOUNTS];
 	sigset_t none;
 	int fd, e;
 
@@ -283,7 +285,16 @@ static void launch_child(const struct launch *l, int in_fd, int out_fd, int err_
 			launch_fail(rep, errno, "unshare: %s", strerror(errno));
 		if (sethostname(l->ctr_id, strlen(l->ctr_id)) < 0)
 			launch_fail(rep, errno, "sethostname: %s", strerror(errno));
+		/* Shared folders: copies of the VM's mounts now, attached after pivot_root
+		 * (fs.c); /etc/resolv.conf and /etc/hosts first, so a folder mounted on
+		 * /etc is the user's alone. */
+		if ((e = fs_ctr_clone(a, fsfd, msg, sizeof(msg))) < 0)
+			launch_fail(rep, -e, "%s", msg);
 		if ((e = mnt_ctr_rootfs(l->ctr_id, l->lower, msg, sizeof(msg))) < 0)
+			launch_fail(rep, -e, "%s", msg);
+		if ((e = net_ctr_files(a, l->ctr_id, msg, sizeof(msg))) < 0)
+			launch_fail(rep, -e, "%s", msg);
+		if ((e = fs_ctr_attach(a, fsfd, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		mkdir_p(l->cwd, 0755); /* like Docker's working directory */
 	} else {
@@ -369,7 +380,7 @@ int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, 
 	pid = fork();
 	fe = errno;
 	if (pid == 0)
-		launch_child(l, in[0], out[1], errp[1], syncp[0], rep[1], ns);
+		launch_child(a, l, in[0], out[1], errp[1], syncp[0], rep[1], ns);
 	/* Every later fork (cleanup helpers, the next container) must start from our own
 	 * PID namespace again; if that is impossible the agent cannot go on. */
 	if (setns(a->self_pidns, CLONE_NEWPID) < 0)

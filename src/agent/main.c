@@ -7,8 +7,9 @@
  * containers need, refuses to work from the initramfs), mount /proc /sys /dev /tmp and
  * cgroup2, mount the scratch disk (virtio-blk serial "scratch") at /scratch and open the
  * virtio-serial port named "kosa8.agent". From then on everything happens in one
- * single-threaded epoll loop; nothing blocks for long (fork+exec of a container process
- * waits for the child to reach execve(), a few milliseconds).
+ * epoll loop (the shared folders' threads aside, see below); nothing blocks for long
+ * (fork+exec of a container process waits for the child to reach execve(), a few
+ * milliseconds).
  *
  *   port (edge-triggered)  frames from the host -> req.c / proc.c; our frames leave
  *                          through a bounded queue (chan.c), written when the port
@@ -24,8 +25,14 @@
  *                          stdin pipes get EPOLLOUT only while bytes wait for them.
  *   cgroup event files     memory.events / pids.events of each container (EPOLLPRI):
  *                          OOM kills and pids.max hits become EVENT frames.
+ *   eventfd (shared folders) the FUSE shuttle's threads (fs.c) finished mounting the
+ *                          folders: run/exec requests that waited for them go on.
  *   timeout                the nearest deadline: stop -> SIGKILL, the EOF grace after
- *                          an exec'd process exits, cgroup rmdir retries, disk checks.
+ *                          an exec'd process exits, cgroup rmdir retries, disk checks,
+ *                          run/exec that waited too long for the shared folders.
+ *
+ * The only threads are the shared folders' (fs.c): they never touch this loop's state
+ * and talk to it through that eventfd. This loop never touches a FUSE path.
  *
  * Objects freed while a batch of epoll events is being handled are parked on dead lists
  * and freed before the next epoll_wait, so a later event of the batch never touches
@@ -193,6 +200,7 @@ static void agent_loop(struct agent *a)
 		proc_tick(a, now, &next);
 		ctr_tick(a, now, &next);
 		cg_tick(a, now, &next);
+		req_tick(a, now, &next);
 		agent_disk_tick(a, now, &next);
 		proc_gc(a);
 		ctr_gc(a);
@@ -225,6 +233,9 @@ static void agent_loop(struct agent *a)
 				break;
 			case W_CGEV:
 				ctr_cg_event(a, w);
+				break;
+			case W_FS:
+				fs_event(a);
 				break;
 			}
 		}
@@ -292,6 +303,7 @@ static void agent_init(struct agent *a)
 	a->reserve_mib = AGENT_DEF_RESERVE_MIB;
 	a->chan.w.fd = -1;
 	a->sig.fd = -1;
+	a->fsev.fd = -1;
 	if (uname(&u) == 0)
 		snprintf(a->kernel, sizeof(a->kernel), "%s", u.release);
 

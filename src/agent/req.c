@@ -262,13 +262,18 @@ static int req_seed(const char *hex, struct k8_err *err)
 	return r < 0 ? k8_err_set(err, r, "seeding the RNG: %s", strerror(-r)) : 0;
 }
 
+/* The init's "net" and "mounts" take effect once per boot: a repeated init (after a
+ * reconnect or a rewind) may leave them out or repeat them, not change them. */
 static int req_init(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
 {
 	const char *host, *seed;
 	long long t, pids, reserve;
-	json_t *lim = json_object_get(req, "limits");
+	json_t *lim = json_object_get(req, "limits"), *net = json_object_get(req, "net"),
+	       *mounts = json_object_get(req, "mounts"), *ans;
+	struct net_cfg ncfg;
+	struct fs_cfg *fcfg;
 	size_t i;
-	int r;
+	int r, have_net = net && !json_is_null(net);
 
 	if ((r = req_int(req, "time_ns", 0, INT64_MAX, 0, &t, err)) < 0 ||
 	    (r = req_str(req, "hostname", 64, 0, &host, err)) < 0 ||
@@ -284,21 +289,61 @@ static int req_init(struct agent *a, uint32_t id, json_t *req, struct k8_err *er
 			if (!isalnum((unsigned char)host[i]) && host[i] != '-' && host[i] != '.')
 				return k8_err_set(err, -EINVAL, "field 'hostname' may hold letters, digits, '-' and '.'");
 	}
-	if (seed && (r = req_seed(seed, err)) < 0)
+	if (have_net && (r = net_parse(net, &ncfg, err)) < 0)
 		return r;
+	if (have_net && a->net_up && memcmp(&ncfg, &a->net, sizeof(ncfg)))
+		return k8_err_set(err, -EBUSY, "field 'net' differs from the network set up at boot; "
+				  "it cannot change without a reboot");
+	fcfg = xmalloc(sizeof(*fcfg));
+	if ((r = fs_parse(mounts, fcfg, err)) < 0)
+		goto out;
+	if (mounts && !json_is_null(mounts) && a->fs && !fs_same(a, fcfg)) {
+		r = k8_err_set(err, -EBUSY, "field 'mounts' differs from the shared folders set up at "
+			       "boot; they cannot change without a reboot");
+		goto out;
+	}
+	if (seed && (r = req_seed(seed, err)) < 0)
+		goto out;
 	if (t > 0) {
 		struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ll),
 				       .tv_nsec = (long)(t % 1000000000ll) };
-		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
-			return k8_err_set(err, -errno, "clock_settime: %s", strerror(errno));
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
+			r = k8_err_set(err, -errno, "clock_settime: %s", strerror(errno));
+			goto out;
+		}
 	}
-	if (host && *host && sethostname(host, strlen(host)) < 0)
-		return k8_err_set(err, -errno, "sethostname: %s", strerror(errno));
+	if (host && *host && sethostname(host, strlen(host)) < 0) {
+		r = k8_err_set(err, -errno, "sethostname: %s", strerror(errno));
+		goto out;
+	}
 	a->pids_max = (long)pids;
 	a->reserve_mib = (long)reserve;
 	cg_apply_limits(a);
-	chan_resp_ok(a, id, NULL);
-	return 0;
+	if (have_net && !a->net_up && (r = net_apply(a, &ncfg, err)) < 0)
+		goto out;
+	if (!a->fs && (r = fs_start(a, fcfg, err)) < 0)
+		goto out;
+	ans = json_object();
+	if (a->net_up)
+		json_object_set_new(ans, "net", json_pack("{s:s}", "ifname", a->ifname));
+	switch (fs_state(a, NULL, 0)) {
+	case FS_NONE:
+		break;
+	case FS_PENDING:
+		json_object_set_new(ans, "mounts", json_string("pending"));
+		break;
+	case FS_READY:
+		json_object_set_new(ans, "mounts", json_string("ready"));
+		break;
+	case FS_FAILED:
+		json_object_set_new(ans, "mounts", json_string("failed"));
+		break;
+	}
+	chan_resp_ok(a, id, ans);
+	r = 0;
+out:
+	free(fcfg);
+	return r;
 }
 
 static int req_image_mount(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
@@ -335,12 +380,41 @@ static int req_stream_free(struct agent *a, uint32_t id, struct k8_err *err)
 	return 0;
 }
 
+/* Shared folders still being mounted: the request waits (req_fs_changed answers it).
+ * Returns 1 when it was deferred, 0 to go on, or an error. */
+static int req_fs_gate(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	char msg[512];
+	struct req_defer *d, **pd;
+
+	switch (fs_state(a, msg, sizeof(msg))) {
+	case FS_NONE:
+	case FS_READY:
+		return 0;
+	case FS_FAILED:
+		return k8_err_set(err, -EIO, "shared folders are not ready: %s", msg);
+	case FS_PENDING:
+		break;
+	}
+	d = xcalloc(1, sizeof(*d));
+	d->id = id;
+	d->req = json_incref(req);
+	d->deadline = now_mono_ns() + FS_READY_WAIT_MS * 1000000ull;
+	for (pd = &a->defers; *pd; pd = &(*pd)->next)
+		; /* in arrival order */
+	*pd = d;
+	return 1;
+}
+
 static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
 {
 	const char *cid, *hex;
 	struct launch l;
 	int auto_rm, detach, r;
 	pid_t pid;
+
+	if ((r = req_fs_gate(a, id, req, err)) != 0)
+		return r < 0 ? r : 0;
 
 	if ((r = req_ctr_id(req, &cid, err)) < 0 || (r = req_digest(req, "image", &hex, err)) < 0 ||
 	    (r = req_bool(req, "rm", &auto_rm, err)) < 0 ||
@@ -377,6 +451,8 @@ static int req_exec(struct agent *a, uint32_t id, json_t *req, struct k8_err *er
 	pid_t pid;
 	int r;
 
+	if ((r = req_fs_gate(a, id, req, err)) != 0)
+		return r < 0 ? r : 0;
 	if ((r = req_ctr_id(req, &cid, err)) < 0 || (r = req_stream_free(a, id, err)) < 0)
 		return r;
 	if ((r = req_launch(req, &l, err)) < 0)
@@ -510,8 +586,17 @@ int req_reaped(struct agent *a, pid_t pid)
 
 void req_drop_waiters(struct agent *a)
 {
+	struct req_defer *d, *next;
+
 	for (struct sync_wait *w = a->syncs; w; w = w->next)
 		w->answer = 0; /* still reaped, no longer answered */
+	/* A run/exec of a host that left: it would start a process nobody hears. */
+	for (d = a->defers; d; d = next) {
+		next = d->next;
+		json_decref(d->req);
+		free(d);
+	}
+	a->defers = NULL;
 }
 
 static const struct {
@@ -525,30 +610,22 @@ static const struct {
 	{ "sync", req_sync },
 };
 
-void req_handle(struct agent *a, uint32_t id, const unsigned char *payload, size_t len)
+/* Run one parsed request and answer it when it fails. */
+static void req_dispatch(struct agent *a, uint32_t id, json_t *req)
 {
 	struct k8_err err = { 0 };
-	json_error_t jerr;
-	json_t *req;
 	const char *op = NULL;
 	size_t i;
 	int r = -EOPNOTSUPP;
 
-	req = json_loadb((const char *)payload, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!req || !json_is_object(req)) {
-		k8_err_set(&err, -EINVAL, "request is not a JSON object: %s", req ? "" : jerr.text);
-		goto fail;
-	}
 	if (req_str(req, "op", 64, 1, &op, &err) < 0)
 		goto fail;
 	for (i = 0; i < ARRAY_SIZE(req_ops); i++) {
 		if (strcmp(op, req_ops[i].op))
 			continue;
 		r = req_ops[i].fn(a, id, req, &err);
-		if (r == 0) {
-			json_decref(req);
+		if (r == 0)
 			return;
-		}
 		break;
 	}
 	if (i == ARRAY_SIZE(req_ops))
@@ -559,5 +636,59 @@ void req_handle(struct agent *a, uint32_t id, const unsigned char *payload, size
 		k8_err_wrap(&err, "%s", op);
 fail:
 	chan_resp_err(a, id, &err);
+}
+
+void req_handle(struct agent *a, uint32_t id, const unsigned char *payload, size_t len)
+{
+	struct k8_err err = { 0 };
+	json_error_t jerr;
+	json_t *req;
+
+	req = json_loadb((const char *)payload, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!req || !json_is_object(req)) {
+		k8_err_set(&err, -EINVAL, "request is not a JSON object: %s", req ? "" : jerr.text);
+		chan_resp_err(a, id, &err);
+		json_decref(req);
+		return;
+	}
+	req_dispatch(a, id, req);
 	json_decref(req);
+}
+
+void req_fs_changed(struct agent *a)
+{
+	struct req_defer *d = a->defers, *next;
+
+	if (fs_state(a, NULL, 0) == FS_PENDING)
+		return;
+	/* In arrival order; a request handled now cannot be deferred again. */
+	a->defers = NULL;
+	for (; d; d = next) {
+		next = d->next;
+		req_dispatch(a, d->id, d->req);
+		json_decref(d->req);
+		free(d);
+	}
+}
+
+void req_tick(struct agent *a, uint64_t now, uint64_t *next)
+{
+	struct req_defer **pd = &a->defers, *d;
+
+	while ((d = *pd)) {
+		if (now < d->deadline) {
+			if (d->deadline < *next)
+				*next = d->deadline;
+			pd = &d->next;
+			continue;
+		}
+		*pd = d->next;
+		struct k8_err err = { 0 };
+		k8_err_set(&err, -ETIMEDOUT,
+			   "shared folders are not ready: no answer from the host's file server "
+			   "(kosa8-fs) within %d s", FS_READY_WAIT_MS / 1000);
+		chan_resp_err(a, d->id, &err);
+		json_decref(d->req);
+		free(d);
+	}
 }

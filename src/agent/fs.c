@@ -1,0 +1,837 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* fs.c - shared folders: the FUSE shuttle between /dev/fuse and the virtio-serial port
+ * "kosa8.fs" (kosa8-fs on the host answers), and the mounts that put each folder at its
+ * guest path in the VM and in every container.
+ *
+ * Theory of operation
+ *
+ * The init request lists the folders. fs_start (main thread) opens /dev/fuse and the
+ * port, mounts FUSE at K8FS_GUEST_ROOT (returns at once: the kernel queues FUSE_INIT)
+ * and starts four threads. Nothing here runs on the main loop, which never touches a
+ * FUSE path (a lookup would wait for the host, who may be away for minutes):
+ *
+ *   reader   read()s requests from /dev/fuse, copies each, remembers it by `unique`
+ *            (unless the kernel expects no reply: FORGET, BATCH_FORGET, INTERRUPT,
+ *            NOTIFY_REPLY) and queues it for the writer. Above FS_CAP_BYTES of
+ *            remembered + queued bytes it stops reading: the kernel's callers wait.
+ *   writer   the only writer of the port: one whole message at a time, looping over
+ *            short writes (the driver takes at most 32 KiB per write()). A write with no
+ *            host blocks until one connects (what QEMU passes on before the host's SYNC
+ *            is discarded by the host, see below).
+ *   port     poll()s and reads the port, splits it into messages by fuse_out_header.len
+ *            and hands each reply to /dev/fuse after forgetting its request. It never
+ *            writes the port, so a host blocked writing replies cannot deadlock us.
+ *            - unique 0, error K8FS_NOTIFY_RESYNC: a host (re)connected. The writer then
+ *              sends K8FS_SYNC with the nonce, then every remembered request again, in
+ *              the order they first came, then the untracked messages still queued.
+ *            - unique 0, other: a FUSE notification, passed to /dev/fuse as it is.
+ *            - a reply whose request is not remembered (answered twice after a resend):
+ *              dropped. The kernel never reuses a unique, so this is safe.
+ *            - a header that cannot be right (len out of 16..K8FS_MAX_MSG, an error
+ *              outside -511..0): the stream is out of step. Bytes are dropped until the
+ *              next RESYNC header, searched for byte by byte. A message left incomplete
+ *              for FS_STALE_MS (a host that died mid-write and a new one whose
+ *              reconnect we did not see) gets the same search.
+ *            No host (read() returns 0, poll says POLLHUP): buffered bytes are dropped
+ *            and the thread sleeps FS_IDLE_MS between looks, never spinning.
+ *   mounter  mkdir -p each guest path in the VM root and bind-mounts
+ *            K8FS_GUEST_ROOT/<index> on it (read-only ones remounted MS_RDONLY). That
+ *            needs the host's INIT and LOOKUP answers, hence a thread. It then sets the
+ *            state (READY or FAILED) and wakes the main loop through an eventfd:
+ *            run/exec requests that arrived meanwhile wait there (req.c, at most
+ *            FS_READY_WAIT_MS each).
+ *
+ * Containers: the child of a `run` takes detached copies of the VM's folder mounts
+ * (open_tree OPEN_TREE_CLONE, read-only ones made so with mount_setattr) before its
+ * root is assembled, and attaches them (move_mount) after pivot_root, at the same guest
+ * paths created inside its own root. Doing the attach after pivot_root means a symlink
+ * in the image is resolved inside the container's root, never the VM's.
+ *
+ * Checkpoint and rewind freeze the whole VM, these threads included; after a rewind
+ * the host sends RESYNC and the resend completes whatever was in flight.
+ */
+#include "agent.h"
+
+#include "fs/proto.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define FS_CAP_BYTES (32u << 20)   /* remembered + queued request bytes */
+#define FS_CAP_COUNT 8192          /* remembered requests */
+#define FS_IDLE_MS 100             /* no host: look again this often */
+#define FS_STALE_MS 1000           /* an incomplete message this old: search for RESYNC */
+#define FS_MAX_READ (1u << 20)     /* max_read; kosa8-fs's messages are <= K8FS_MAX_MSG */
+#define FS_PORT_WAIT_MS 2000
+
+struct fs_msg {
+	struct fs_msg *pnext, *pprev;  /* remembered (tracked only) */
+	struct fs_msg *qnext;          /* in the writer's queue */
+	int refs;                      /* remembered + queued + being written */
+	int tracked;
+	uint64_t unique;
+	size_t len;
+	unsigned char data[];
+};
+
+struct fs {
+	pthread_mutex_t lock;
+	pthread_cond_t wake;           /* writer: something queued or a resync */
+	pthread_cond_t room;           /* reader: bytes went down */
+	struct fs_msg *phead, *ptail;  /* remembered requests, oldest first */
+	size_t npending;
+	struct fs_msg *qhead, *qtail;  /* messages for the writer */
+	size_t bytes;                  /* of all live messages */
+	int resync;                    /* a RESYNC came: the writer owes a SYNC */
+	unsigned char nonce[K8FS_NONCE_LEN];
+	uint64_t resyncs, desyncs, stale_replies;
+
+	int port_fd, fuse_fd, ev_fd;
+	char port_dev[64];
+	struct fs_cfg cfg;
+	uint64_t started_ns;
+	atomic_int state;              /* enum fs_state */
+	char msg[512];                 /* why FS_FAILED (written before state) */
+};
+
+/* ---- validation (main thread) ---- */
+
+/* A guest path the VM can take: absolute, normalised, not one of the places the agent
+ * or the kernel own (a folder there would hide them in the VM: the scratch disk, the
+ * images, the FUSE root under /run/kosa8). */
+static int fs_guest_ok(const char *p, size_t n, struct k8_err *err, int i)
+{
+	static const char *const owned[] = { "/proc", "/sys", "/dev", "/run/kosa8", AGENT_SCRATCH,
+					     AGENT_IMAGES_DIR };
+	const char *s;
+
+	if (n == 0 || p[0] != '/')
+		return k8_err_set(err, -EINVAL, "mounts[%d].guest must be an absolute path", i);
+	if (n == 1)
+		return k8_err_set(err, -EINVAL, "mounts[%d].guest must not be /", i);
+	if (strlen(p) != n)
+		return k8_err_set(err, -EINVAL, "mounts[%d].guest holds a NUL byte", i);
+	for (s = p; *s; ) {
+		const char *e;
+		size_t cl;
+
+		s++; /* past '/' */
+		e = strchrnul(s, '/');
+		cl = (size_t)(e - s);
+		if (cl == 0 || (cl == 1 && s[0] == '.') || (cl == 2 && s[0] == '.' && s[1] == '.'))
+			return k8_err_set(err, -EINVAL,
+					  "mounts[%d].guest must be a normalised path (no //, '.', '..' or trailing /)",
+					  i);
+		s = e;
+	}
+	for (size_t k = 0; k < ARRAY_SIZE(owned); k++) {
+		size_t ol = strlen(owned[k]);
+
+		if (!strncmp(p, owned[k], ol) && (p[ol] == '\0' || p[ol] == '/'))
+			return k8_err_set(err, -EINVAL, "mounts[%d].guest: %s and below belong to the VM", i,
+					  owned[k]);
+	}
+	return 0;
+}
+
+/* a is b, or below it. */
+static int fs_path_within(const char *a, const char *b)
+{
+	size_t n = strlen(b);
+
+	return !strncmp(a, b, n) && (a[n] == '\0' || a[n] == '/');
+}
+
+int fs_parse(json_t *o, struct fs_cfg *c, struct k8_err *err)
+{
+	json_t *e;
+	size_t i;
+
+	memset(c, 0, sizeof(*c));
+	if (!o || json_is_null(o))
+		return 0;
+	if (!json_is_array(o))
+		return k8_err_set(err, -EINVAL, "field 'mounts' must be an array");
+	if (json_array_size(o) > FS_MAX_MOUNTS)
+		return k8_err_set(err, -E2BIG, "field 'mounts' has more than %d entries", FS_MAX_MOUNTS);
+	json_array_foreach(o, i, e) {
+		struct fs_mount *m = &c->m[i];
+		json_t *idx = json_object_get(e, "index"), *g = json_object_get(e, "guest"),
+		       *ro = json_object_get(e, "ro");
+		int k = (int)i;
+
+		if (!json_is_object(e))
+			return k8_err_set(err, -EINVAL, "mounts[%d] must be an object", k);
+		if (!json_is_integer(idx) || json_integer_value(idx) < 0 ||
+		    json_integer_value(idx) >= FS_MAX_MOUNTS)
+			return k8_err_set(err, -EINVAL, "mounts[%d].index must be an integer in 0..%d", k,
+					  FS_MAX_MOUNTS - 1);
+		if (!json_is_string(g))
+			return k8_err_set(err, -EINVAL, "mounts[%d].guest must be a string", k);
+		if (json_string_length(g) > FS_MAX_GUEST)
+			return k8_err_set(err, -ENAMETOOLONG, "mounts[%d].guest is longer than %d bytes", k,
+					  FS_MAX_GUEST);
+		if (ro && !json_is_null(ro) && !json_is_boolean(ro))
+			return k8_err_set(err, -EINVAL, "mounts[%d].ro must be true or false", k);
+		int r = fs_guest_ok(json_string_value(g), json_string_length(g), err, k);
+		if (r < 0)
+			return r;
+		m->index = (int)json_integer_value(idx);
+		m->ro = json_is_true(ro);
+		memcpy(m->guest, json_string_value(g), json_string_length(g) + 1);
+		for (int j = 0; j < k; j++) {
+			if (c->m[j].index == m->index)
+				return k8_err_set(err, -EINVAL, "mounts[%d].index %d is used twice", k, m->index);
+			if (fs_path_within(m->guest, c->m[j].guest) || fs_path_within(c->m[j].guest, m->guest))
+				return k8_err_set(err, -EINVAL, "mounts[%d].guest %s and mounts[%d].guest %s nest or repeat",
+						  j, c->m[j].guest, k, m->guest);
+		}
+		c->n = k + 1;
+	}
+	return 0;
+}
+
+int fs_same(const struct agent *a, const struct fs_cfg *c)
+{
+	const struct fs_cfg *o = &a->fs->cfg;
+
+	if (o->n != c->n)
+		return 0;
+	for (int i = 0; i < c->n; i++)
+		if (o->m[i].index != c->m[i].index || o->m[i].ro != c->m[i].ro ||
+		    strcmp(o->m[i].guest, c->m[i].guest))
+			return 0;
+	return 1;
+}
+
+/* ---- messages ---- */
+
+static void fs_log_errno(const char *what)
+{
+	agent_log("shared folders: %s: %s", what, strerror(errno));
+}
+
+static void fs_sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000u, (long)(ms % 1000u) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Under fs->lock. */
+static void fs_unref(struct fs *fs, struct fs_msg *m)
+{
+	if (--m->refs > 0)
+		return;
+	fs->bytes -= m->len;
+	free(m);
+	pthread_cond_broadcast(&fs->room);
+}
+
+/* Under fs->lock: append to the writer's queue (takes a reference). */
+static void fs_queue(struct fs *fs, struct fs_msg *m)
+{
+	m->refs++;
+	m->qnext = NULL;
+	if (fs->qtail)
+		fs->qtail->qnext = m;
+	else
+		fs->qhead = m;
+	fs->qtail = m;
+}
+
+/* Under fs->lock: forget a remembered request. */
+static void fs_forget(struct fs *fs, struct fs_msg *m)
+{
+	if (m->pprev)
+		m->pprev->pnext = m->pnext;
+	else
+		fs->phead = m->pnext;
+	if (m->pnext)
+		m->pnext->pprev = m->pprev;
+	else
+		fs->ptail = m->pprev;
+	m->pnext = m->pprev = NULL;
+	fs->npending--;
+	fs_unref(fs, m);
+}
+
+/* Opcodes the kernel expects no reply to: never remembered, never resent. */
+static int fs_tracked(uint32_t opcode)
+{
+	return opcode != FUSE_FORGET && opcode != FUSE_BATCH_FORGET && opcode != FUSE_INTERRUPT &&
+	       opcode != FUSE_NOTIFY_REPLY;
+}
+
+/* ---- the threads ---- */
+
+static void *fs_reader(void *arg)
+{
+	struct fs *fs = arg;
+	unsigned char *buf = xmalloc(K8FS_MAX_MSG);
+
+	for (;;) {
+		struct fuse_in_header h;
+		struct fs_msg *m;
+		ssize_t n;
+
+		pthread_mutex_lock(&fs->lock);
+		while (fs->bytes > FS_CAP_BYTES || fs->npending >= FS_CAP_COUNT)
+			pthread_cond_wait(&fs->room, &fs->lock);
+		pthread_mutex_unlock(&fs->lock);
+
+		n = read(fs->fuse_fd, buf, K8FS_MAX_MSG);
+		if (n < 0) {
+			if (errno == EINTR || errno == EAGAIN || errno == ENOENT)
+				continue; /* ENOENT: the request was interrupted before we read it */
+			if (errno == ENODEV) {
+				agent_log("shared folders: /dev/fuse: the connection ended");
+				break;
+			}
+			fs_log_errno("read /dev/fuse");
+			fs_sleep_ms(FS_IDLE_MS);
+			continue;
+		}
+		if ((size_t)n < sizeof(h))
+			continue;
+		memcpy(&h, buf, sizeof(h));
+		if (h.len != (uint32_t)n)
+			continue; /* cannot happen: the kernel writes whole requests */
+		m = xmalloc(sizeof(*m) + (size_t)n);
+		memset(m, 0, sizeof(*m));
+		m->len = (size_t)n;
+		m->unique = h.unique;
+		m->tracked = fs_tracked(h.opcode);
+		memcpy(m->data, buf, (size_t)n);
+		pthread_mutex_lock(&fs->lock);
+		fs->bytes += m->len;
+		if (m->tracked) {
+			m->refs = 1;
+			m->pprev = fs->ptail;
+			if (fs->ptail)
+				fs->ptail->pnext = m;
+			else
+				fs->phead = m;
+			fs->ptail = m;
+			fs->npending++;
+		}
+		fs_queue(fs, m);
+		pthread_cond_signal(&fs->wake);
+		pthread_mutex_unlock(&fs->lock);
+	}
+	free(buf);
+	return NULL;
+}
+
+static int fs_write_all(struct fs *fs, const unsigned char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fs->port_fd, p, n);
+
+		if (w < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return -errno;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Under fs->lock: the host said RESYNC. Queue SYNC, then every remembered request in
+ * its first order, then the untracked messages that were waiting (FORGETs: the host
+ * must still hear them). Tracked ones that were waiting are in the resend already. */
+static void fs_requeue(struct fs *fs)
+{
+	struct fs_msg *m, *next, *keep = NULL, **kt = &keep, *sync;
+	struct fuse_in_header h = { .len = (uint32_t)(sizeof(h) + K8FS_NONCE_LEN),
+				    .opcode = K8FS_OP_SYNC };
+
+	/* Split the old queue first (queueing rewrites qnext): untracked ones stay, with
+	 * their reference; tracked ones lose the queue's (the resend queues them anew). */
+	for (m = fs->qhead; m; m = next) {
+		next = m->qnext;
+		if (m->tracked) {
+			fs_unref(fs, m);
+		} else {
+			*kt = m;
+			kt = &m->qnext;
+		}
+	}
+	*kt = NULL;
+	fs->qhead = fs->qtail = NULL;
+	sync = xmalloc(sizeof(*sync) + h.len);
+	memset(sync, 0, sizeof(*sync));
+	sync->len = h.len;
+	memcpy(sync->data, &h, sizeof(h));
+	memcpy(sync->data + sizeof(h), fs->nonce, K8FS_NONCE_LEN);
+	fs->bytes += sync->len;
+	fs_queue(fs, sync);
+	for (m = fs->phead; m; m = m->pnext)
+		fs_queue(fs, m);
+	for (m = keep; m; m = next) {
+		next = m->qnext;
+		m->qnext = NULL;
+		fs->qtail->qnext = m; /* the queue holds SYNC at least */
+		fs->qtail = m;
+	}
+	fs->resync = 0;
+}
+
+static void *fs_writer(void *arg)
+{
+	struct fs *fs = arg;
+
+	pthread_mutex_lock(&fs->lock);
+	for (;;) {
+		struct fs_msg *m;
+		int r;
+
+		while (!fs->resync && !fs->qhead)
+			pthread_cond_wait(&fs->wake, &fs->lock);
+		if (fs->resync)
+			fs_requeue(fs);
+		m = fs->qhead;
+		fs->qhead = m->qnext;
+		if (!fs->qhead)
+			fs->qtail = NULL;
+		pthread_mutex_unlock(&fs->lock);
+		r = fs_write_all(fs, m->data, m->len);
+		pthread_mutex_lock(&fs->lock);
+		if (r < 0) {
+			/* Remembered requests go again after the next RESYNC. */
+			agent_log("shared folders: write %s: %s", fs->port_dev, strerror(-r));
+			pthread_mutex_unlock(&fs->lock);
+			fs_sleep_ms(FS_IDLE_MS);
+			pthread_mutex_lock(&fs->lock);
+		}
+		fs_unref(fs, m);
+	}
+	return NULL;
+}
+
+/* A header that can start a host message: a RESYNC, a notification or a reply. */
+static int fs_hdr_ok(const struct fuse_out_header *h)
+{
+	if (h->len < sizeof(*h) || h->len > K8FS_MAX_MSG)
+		return 0;
+	if (h->unique == 0) {
+		if (h->error == K8FS_NOTIFY_RESYNC)
+			return h->len == sizeof(*h) + K8FS_NONCE_LEN;
+		return h->error > 0 && h->error < 64; /* FUSE_NOTIFY_* codes */
+	}
+	return h->error <= 0 && h->error > -512; /* what fuse_dev_do_write accepts */
+}
+
+/* The RESYNC header, byte by byte, for finding our way back into the stream. */
+static size_t fs_find_resync(const unsigned char *p, size_t n)
+{
+	struct fuse_out_header h = { .len = (uint32_t)(sizeof(h) + K8FS_NONCE_LEN),
+				     .error = K8FS_NOTIFY_RESYNC, .unique = 0 };
+	unsigned char pat[sizeof(h)];
+
+	memcpy(pat, &h, sizeof(h));
+	for (size_t i = 0; i + sizeof(pat) <= n; i++)
+		if (!memcmp(p + i, pat, sizeof(pat)))
+			return i;
+	return n;
+}
+
+static void fs_to_kernel(struct fs *fs, const unsigned char *p, size_t n)
+{
+	ssize_t w;
+
+	while ((w = write(fs->fuse_fd, p, n)) < 0 && errno == EINTR)
+		;
+	/* ENOENT: the request was interrupted or aborted meanwhile. */
+	if (w < 0 && errno != ENOENT)
+		fs_log_errno("write /dev/fuse");
+}
+
+static void fs_deliver(struct fs *fs, const unsigned char *p, size_t n)
+{
+	struct fuse_out_header h;
+	struct fs_msg *m;
+
+	memcpy(&h, p, sizeof(h));
+	if (h.unique == 0 && h.error == K8FS_NOTIFY_RESYNC) {
+		pthread_mutex_lock(&fs->lock);
+		memcpy(fs->nonce, p + sizeof(h), K8FS_NONCE_LEN);
+		fs->resync = 1;
+		fs->resyncs++;
+		if (fs->resyncs <= 3 || fs->resyncs % 100 == 0)
+			agent_log("shared folders: host connected (resync %llu), %zu requests to resend",
+				  (unsigned long long)fs->resyncs, fs->npending);
+		pthread_cond_signal(&fs->wake);
+		pthread_mutex_unlock(&fs->lock);
+		return;
+	}
+	if (h.unique == 0) {
+		fs_to_kernel(fs, p, n);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	for (m = fs->phead; m && m->unique != h.unique; m = m->pnext)
+		;
+	if (m)
+		fs_forget(fs, m);
+	else
+		fs->stale_replies++;
+	pthread_mutex_unlock(&fs->lock);
+	if (m)
+		fs_to_kernel(fs, p, n);
+}
+
+static void *fs_port_reader(void *arg)
+{
+	struct fs *fs = arg;
+	size_t cap = 2 * (size_t)K8FS_MAX_MSG, have = 0;
+	unsigned char *buf = xmalloc(cap);
+	uint64_t last_rx = 0;
+	int desync = 0;
+
+	for (;;) {
+		struct pollfd pfd = { .fd = fs->port_fd, .events = POLLIN };
+		size_t off = 0;
+		ssize_t n;
+		int r = poll(&pfd, 1, FS_STALE_MS);
+
+		if (r < 0) {
+			if (errno != EINTR) {
+				fs_log_errno("poll");
+				fs_sleep_ms(FS_IDLE_MS);
+			}
+			continue;
+		}
+		if (r == 0) {
+			/* A message left incomplete this long will not be completed: look for
+			 * the next host's RESYNC in what we have. */
+			if (have && now_mono_ns() - last_rx > FS_STALE_MS * 1000000ull && !desync) {
+				agent_log("shared folders: %zu bytes of an incomplete message; looking for a resync",
+					  have);
+				desync = 1;
+				fs->desyncs++;
+				off = 1;
+				goto parse;
+			}
+			continue;
+		}
+		n = read(fs->port_fd, buf + have, cap - have);
+		if (n < 0) {
+			if (errno != EINTR && errno != EAGAIN) {
+				fs_log_errno("read port");
+				fs_sleep_ms(FS_IDLE_MS);
+			}
+			continue;
+		}
+		if (n == 0) {
+			/* No host: what an old host left unfinished means nothing to the next. */
+			have = 0;
+			desync = 0;
+			fs_sleep_ms(FS_IDLE_MS);
+			continue;
+		}
+		have += (size_t)n;
+		last_rx = now_mono_ns();
+parse:
+		while (have - off >= sizeof(struct fuse_out_header)) {
+			struct fuse_out_header h;
+
+			if (desync) {
+				size_t at = fs_find_resync(buf + off, have - off);
+
+				if (at == have - off) {
+					off = have - (sizeof(h) - 1); /* the pattern may straddle reads */
+					break;
+				}
+				off += at;
+				desync = 0;
+			}
+			memcpy(&h, buf + off, sizeof(h));
+			if (!fs_hdr_ok(&h)) {
+				if (fs->desyncs++ < 10)
+					agent_log("shared folders: bad header from the host (len %u, error %d); "
+						  "waiting for a resync", h.len, h.error);
+				desync = 1;
+				off++;
+				continue;
+			}
+			if (have - off < h.len)
+				break;
+			fs_deliver(fs, buf + off, h.len);
+			off += h.len;
+		}
+		if (off) {
+			memmove(buf, buf + off, have - off);
+			have -= off;
+		}
+	}
+	return NULL;
+}
+
+static void fs_set_state(struct fs *fs, enum fs_state st)
+{
+	uint64_t one = 1;
+
+	atomic_store(&fs->state, (int)st);
+	(void)!write(fs->ev_fd, &one, sizeof(one));
+}
+
+static void *fs_mounter(void *arg)
+{
+	struct fs *fs = arg;
+
+	for (int i = 0; i < fs->cfg.n; i++) {
+		const struct fs_mount *m = &fs->cfg.m[i];
+		char src[64];
+		int r;
+
+		snprintf(src, sizeof(src), "%s/%d", K8FS_GUEST_ROOT, m->index);
+		if ((r = mkdir_p(m->guest, 0755)) < 0) {
+			snprintf(fs->msg, sizeof(fs->msg), "mkdir %s: %s", m->guest, strerror(-r));
+			goto fail;
+		}
+		/* The lookup of src waits for the host's INIT and LOOKUP answers. */
+		if (mount(src, m->guest, NULL, MS_BIND, NULL) < 0) {
+			snprintf(fs->msg, sizeof(fs->msg), "bind-mounting %s (host folder %d) on %s: %s", src,
+				 m->index, m->guest, strerror(errno));
+			goto fail;
+		}
+		/* A bind remount sets all per-mount flags: keep nosuid,nodev. */
+		if (m->ro && mount(NULL, m->guest, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+				   NULL) < 0) {
+			snprintf(fs->msg, sizeof(fs->msg), "making %s read-only: %s", m->guest, strerror(errno));
+			goto fail;
+		}
+	}
+	agent_log("shared folders: %d mounted in %llu ms", fs->cfg.n,
+		  (unsigned long long)((now_mono_ns() - fs->started_ns) / 1000000u));
+	fs_set_state(fs, FS_READY);
+	return NULL;
+fail:
+	agent_log("shared folders: %s", fs->msg);
+	fs_set_state(fs, FS_FAILED);
+	return NULL;
+}
+
+/* ---- start (main thread) ---- */
+
+static int fs_find_port(char *dev, size_t len)
+{
+	DIR *d = opendir("/sys/class/virtio-ports");
+	struct dirent *de;
+	int r = -ENOENT;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		char path[300], *name = NULL;
+		size_t n;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/sys/class/virtio-ports/%s/name", de->d_name);
+		if (read_file(path, 4096, &name, &n) < 0) /* sysfs says 4096 bytes */
+			continue;
+		while (n && (name[n - 1] == '\n' || name[n - 1] == ' '))
+			name[--n] = '\0';
+		if (!strcmp(name, K8FS_PORT_NAME)) {
+			snprintf(dev, len, "/dev/%.40s", de->d_name);
+			r = 0;
+		}
+		free(name);
+		if (!r)
+			break;
+	}
+	closedir(d);
+	return r;
+}
+
+static int fs_thread(void *(*fn)(void *), struct fs *fs)
+{
+	pthread_attr_t at;
+	pthread_t t;
+	int r;
+
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 256 * 1024);
+	r = pthread_create(&t, &at, fn, fs);
+	pthread_attr_destroy(&at);
+	return -r;
+}
+
+int fs_start(struct agent *a, const struct fs_cfg *c, struct k8_err *err)
+{
+	void *(*const threads[])(void *) = { fs_reader, fs_writer, fs_port_reader, fs_mounter };
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+	sigset_t all, old;
+	char opts[160];
+	struct fs *fs;
+	int r, i;
+
+	if (c->n == 0)
+		return 0;
+	fs = xcalloc(1, sizeof(*fs));
+	fs->port_fd = fs->fuse_fd = fs->ev_fd = -1;
+	fs->cfg = *c;
+	fs->started_ns = now_mono_ns();
+	/* The port comes with the agent's (same device): it is there, or about to be. */
+	for (i = 0; (r = fs_find_port(fs->port_dev, sizeof(fs->port_dev))) < 0 &&
+		    i < FS_PORT_WAIT_MS / 10; i++)
+		nanosleep(&ts, NULL);
+	if (r < 0) {
+		k8_err_set(err, -ENODEV, "shared folders: no virtio-serial port named %s", K8FS_PORT_NAME);
+		goto fail;
+	}
+	/* Blocking: the writer waits in write() while no host is there. */
+	fs->port_fd = open(fs->port_dev, O_RDWR | O_CLOEXEC | O_NOCTTY);
+	if (fs->port_fd < 0) {
+		k8_err_set(err, -errno, "shared folders: open %s: %s", fs->port_dev, strerror(errno));
+		goto fail;
+	}
+	fs->fuse_fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	if (fs->fuse_fd < 0) {
+		k8_err_set(err, -errno, "shared folders: open /dev/fuse: %s", strerror(errno));
+		goto fail;
+	}
+	fs->ev_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (fs->ev_fd < 0) {
+		k8_err_set(err, -errno, "shared folders: eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	if ((r = mkdir_p(K8FS_GUEST_ROOT, 0755)) < 0) {
+		k8_err_set(err, r, "shared folders: mkdir %s: %s", K8FS_GUEST_ROOT, strerror(-r));
+		goto fail;
+	}
+	/* default_permissions: the guest kernel checks mode bits as for any file system
+	 * (kosa8-fs acts as the daemon's user and would let every guest user through). */
+	snprintf(opts, sizeof(opts),
+		 "fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions,"
+		 "max_read=%u", fs->fuse_fd, FS_MAX_READ);
+	/* Returns at once: FUSE_INIT is queued for the reader, answered when the host is. */
+	if (mount("kosa8", K8FS_GUEST_ROOT, "fuse", MS_NOSUID | MS_NODEV, opts) < 0) {
+		k8_err_set(err, -errno, "shared folders: mount fuse on %s: %s", K8FS_GUEST_ROOT,
+			   strerror(errno));
+		goto fail;
+	}
+	pthread_mutex_init(&fs->lock, NULL);
+	pthread_cond_init(&fs->wake, NULL);
+	pthread_cond_init(&fs->room, NULL);
+	atomic_store(&fs->state, FS_PENDING);
+	a->fsev.kind = W_FS;
+	a->fsev.fd = fs->ev_fd;
+	if ((r = agent_watch(a, &a->fsev, EPOLLIN)) < 0)
+		agent_fatal("epoll_ctl eventfd: %s", strerror(-r)); /* the mount cannot be undone cleanly */
+	a->fs = fs;
+	/* The threads take no signals: SIGCHLD stays for the main loop's signalfd. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	for (i = 0; i < (int)ARRAY_SIZE(threads); i++)
+		if ((r = fs_thread(threads[i], fs)) < 0)
+			agent_fatal("shared folders: pthread_create: %s", strerror(-r));
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	agent_log("shared folders: %d, FUSE on %s, port %s", c->n, K8FS_GUEST_ROOT, fs->port_dev);
+	return 0;
+fail:
+	if (fs->port_fd >= 0)
+		close(fs->port_fd);
+	if (fs->fuse_fd >= 0)
+		close(fs->fuse_fd);
+	if (fs->ev_fd >= 0)
+		close(fs->ev_fd);
+	free(fs);
+	return err->code;
+}
+
+enum fs_state fs_state(const struct agent *a, char *msg, size_t msglen)
+{
+	enum fs_state st;
+
+	if (!a->fs)
+		return FS_NONE;
+	st = (enum fs_state)atomic_load(&a->fs->state);
+	if (st == FS_FAILED && msg)
+		snprintf(msg, msglen, "%s", a->fs->msg);
+	return st;
+}
+
+void fs_event(struct agent *a)
+{
+	uint64_t v;
+
+	while (read(a->fsev.fd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+		;
+	req_fs_changed(a);
+}
+
+/* ---- in a new container's child ---- */
+
+int fs_ctr_clone(const struct agent *a, int fds[FS_MAX_MOUNTS], char *msg, size_t msglen)
+{
+	for (int i = 0; i < FS_MAX_MOUNTS; i++)
+		fds[i] = -1;
+	if (!a->fs)
+		return 0;
+	for (int i = 0; i < a->fs->cfg.n; i++) {
+		const struct fs_mount *m = &a->fs->cfg.m[i];
+		struct mount_attr at = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+						     (m->ro ? MOUNT_ATTR_RDONLY : 0) };
+
+		/* The walk ends on the VM's bind mount: no request goes to the host. */
+		fds[i] = open_tree(AT_FDCWD, m->guest, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+		if (fds[i] < 0) {
+			int e = errno;
+			snprintf(msg, msglen, "shared folder %s: open_tree: %s", m->guest, strerror(e));
+			return -e;
+		}
+		if (mount_setattr(fds[i], "", AT_EMPTY_PATH, &at, sizeof(at)) < 0) {
+			int e = errno;
+			snprintf(msg, msglen, "shared folder %s: mount_setattr: %s", m->guest, strerror(e));
+			return -e;
+		}
+	}
+	return 0;
+}
+
+int fs_ctr_attach(const struct agent *a, int fds[FS_MAX_MOUNTS], char *msg, size_t msglen)
+{
+	if (!a->fs)
+		return 0;
+	for (int i = 0; i < a->fs->cfg.n; i++) {
+		const struct fs_mount *m = &a->fs->cfg.m[i];
+		int r;
+
+		/* In the container's own root now (an overlay: the directories land in its
+		 * writable layer); symlinks of the image resolve inside it. */
+		if ((r = mkdir_p(m->guest, 0755)) < 0) {
+			snprintf(msg, msglen, "shared folder %s: mkdir in the container: %s", m->guest,
+				 strerror(-r));
+			return r;
+		}
+		if (move_mount(fds[i], "", AT_FDCWD, m->guest,
+			       MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS) < 0) {
+			int e = errno;
+			snprintf(msg, msglen, "shared folder %s: attaching it in the container: %s", m->guest,
+				 strerror(e));
+			return -e;
+		}
+		close(fds[i]);
+		fds[i] = -1;
+	}
+	return 0;
+}

@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* net.c - the VM's network: lo and the virtio-net NIC up, a static IPv4 address and
+ * default route (ioctl), optionally a static IPv6 address and default route
+ * (rtnetlink), /etc/resolv.conf and /etc/hosts in the VM, and the same files in each
+ * new container's root.
+ *
+ * Everything is static, from the init request's "net" (docs/agent.md); kosa8-net on the
+ * host answers ARP, NDP and DNS. Router advertisements are ignored (accept_ra 0,
+ * autoconf 0 on the NIC) so the addresses are exactly the ones the host chose. There
+ * are no tools in the guest (no ip, no busybox): ioctls and one netlink socket.
+ */
+#include "agent.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define NET_MAC "52:54:00:12:34:56"  /* what kosa8d gives the NIC */
+#define NET_IF_WAIT_MS 2000
+
+/* ---- validation ---- */
+
+static int net_addr(json_t *o, const char *key, int family, int required, char *out,
+		    struct k8_err *err)
+{
+	json_t *v = json_object_get(o, key);
+	unsigned char bin[16];
+
+	out[0] = '\0';
+	if (!v || json_is_null(v)) {
+		if (required)
+			return k8_err_set(err, -EINVAL, "missing field 'net.%s'", key);
+		return 0;
+	}
+	if (!json_is_string(v) || json_string_length(v) >= NET_ADDR_LEN ||
+	    strlen(json_string_value(v)) != json_string_length(v) ||
+	    inet_pton(family, json_string_value(v), bin) != 1)
+		return k8_err_set(err, -EINVAL, "field 'net.%s' must be an IPv%d address", key,
+				  family == AF_INET ? 4 : 6);
+	memcpy(out, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int net_int(json_t *o, const char *key, int min, int max, int def, int *out, struct k8_err *err)
+{
+	json_t *v = json_object_get(o, key);
+
+	*out = def;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+		return k8_err_set(err, -EINVAL, "field 'net.%s' must be an integer in %d..%d", key, min, max);
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+int net_parse(json_t *o, struct net_cfg *c, struct k8_err *err)
+{
+	json_t *dns, *e;
+	size_t i;
+	int r;
+
+	memset(c, 0, sizeof(*c));
+	if (!json_is_object(o))
+		return k8_err_set(err, -EINVAL, "field 'net' must be an object");
+	if ((r = net_addr(o, "ip", AF_INET, 1, c->ip, err)) < 0 ||
+	    (r = net_int(o, "prefix", 1, 32, 24, &c->prefix, err)) < 0 ||
+	    (r = net_addr(o, "gateway", AF_INET, 0, c->gateway, err)) < 0 ||
+	    (r = net_addr(o, "ip6", AF_INET6, 0, c->ip6, err)) < 0 ||
+	    (r = net_int(o, "prefix6", 1, 128, 64, &c->prefix6, err)) < 0 ||
+	    (r = net_addr(o, "gateway6", AF_INET6, 0, c->gateway6, err)) < 0)
+		return r;
+	if (c->gateway6[0] && !c->ip6[0])
+		return k8_err_set(err, -EINVAL, "field 'net.gateway6' needs 'net.ip6'");
+	dns = json_object_get(o, "dns");
+	if (dns && !json_is_null(dns)) {
+		if (!json_is_array(dns) || json_array_size(dns) > NET_MAX_DNS)
+			return k8_err_set(err, -EINVAL, "field 'net.dns' must be an array of at most %d addresses",
+					  NET_MAX_DNS);
+		json_array_foreach(dns, i, e) {
+			unsigned char bin[16];
+			const char *s = json_string_value(e);
+
+			if (!s || json_string_length(e) >= NET_ADDR_LEN || strlen(s) != json_string_length(e) ||
+			    (inet_pton(AF_INET, s, bin) != 1 && inet_pton(AF_INET6, s, bin) != 1))
+				return k8_err_set(err, -EINVAL, "net.dns[%zu] must be an IPv4 or IPv6 address", i);
+			memcpy(c->dns[i], s, strlen(s) + 1);
+			c->ndns = (int)i + 1;
+		}
+	}
+	return 0;
+}
+
+/* ---- the interface ---- */
+
+/* The NIC: the one with kosa8d's MAC, else the first Ethernet that is not lo. */
+static int net_find_if(char *name, size_t len)
+{
+	DIR *d = opendir("/sys/class/net");
+	struct dirent *de;
+	int found = 0;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		char path[300], *s = NULL;
+		int is_mac;
+
+		if (de->d_name[0] == '.' || !strcmp(de->d_name, "lo") || strlen(de->d_name) >= IFNAMSIZ)
+			continue;
+		snprintf(path, sizeof(path), "/sys/class/net/%s/type", de->d_name);
+		if (read_file(path, 4096, &s, NULL) < 0)
+			continue;
+		if (atoi(s) != 1) { /* ARPHRD_ETHER */
+			free(s);
+			continue;
+		}
+		free(s);
+		snprintf(path, sizeof(path), "/sys/class/net/%s/address", de->d_name);
+		is_mac = read_file(path, 4096, &s, NULL) == 0 && !strncmp(s, NET_MAC, strlen(NET_MAC));
+		free(s);
+		if (!found || is_mac)
+			snprintf(name, len, "%s", de->d_name);
+		found = 1;
+		if (is_mac)
+			break;
+	}
+	closedir(d);
+	return found ? 0 : -ENODEV;
+}
+
+static int net_if_up(int sk, const char *ifname)
+{
+	struct ifreq ifr;
+
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
+	if (ioctl(sk, SIOCGIFFLAGS, &ifr) < 0)
+		return -errno;
+	ifr.ifr_flags |= IFF_UP;
+	return ioctl(sk, SIOCSIFFLAGS, &ifr) < 0 ? -errno : 0;
+}
+
+static void net_sysctl(const char *ifname, const char *key, const char *val)
+{
+	char path[128];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/%s", ifname, key);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	(void)!write(fd, val, strlen(val));
+	close(fd);
+}
+
+static void net_sin(struct sockaddr *sa, const char *ip)
+{
+	struct sockaddr_in *sin = (struct sockaddr_in *)sa;
+
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	if (ip)
+		inet_pton(AF_INET, ip, &sin->sin_addr);
+}
+
+static int net_ipv4(int sk, const char *ifname, const struct net_cfg *c, struct k8_err *err)
+{
+	struct ifreq ifr;
+	struct rtentry rt;
+	struct sockaddr_in *mask;
+
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
+	net_sin(&ifr.ifr_addr, c->ip);
+	if (ioctl(sk, SIOCSIFADDR, &ifr) < 0)
+		return k8_err_set(err, -errno, "net: address %s on %s: %s", c->ip, ifname, strerror(errno));
+	net_sin(&ifr.ifr_netmask, NULL);
+	mask = (struct sockaddr_in *)&ifr.ifr_netmask;
+	mask->sin_addr.s_addr = htonl(c->prefix == 32 ? 0xffffffffu : ~(0xffffffffu >> c->prefix));
+	if (ioctl(sk, SIOCSIFNETMASK, &ifr) < 0)
+		return k8_err_set(err, -errno, "net: netmask /%d on %s: %s", c->prefix, ifname, strerror(errno));
+	if (!c->gateway[0])
+		return 0;
+	memset(&rt, 0, sizeof(rt));
+	net_sin(&rt.rt_dst, "0.0.0.0");
+	net_sin(&rt.rt_genmask, "0.0.0.0");
+	net_sin(&rt.rt_gateway, c->gateway);
+	rt.rt_flags = RTF_UP | RTF_GATEWAY;
+	rt.rt_dev = (char *)ifname;
+	if (ioctl(sk, SIOCADDRT, &rt) < 0 && errno != EEXIST)
+		return k8_err_set(err, -errno, "net: default route via %s: %s", c->gateway, strerror(errno));
+	return 0;
+}
+
+/* One rtnetlink request, answered with an ACK (or an error). */
+static int net_nl(int nl, struct nlmsghdr *h)
+{
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+	union {
+		struct nlmsghdr h;
+		unsigned char b[1024];
+	} ans;
+	ssize_t n;
+
+	h->nlmsg_flags |= NLM_F_REQUEST | NLM_F_ACK;
+	if (sendto(nl, h, h->nlmsg_len, 0, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -errno;
+	for (;;) {
+		n = recv(nl, &ans, sizeof(ans), 0);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		for (struct nlmsghdr *m = &ans.h; NLMSG_OK(m, (size_t)n); m = NLMSG_NEXT(m, n)) {
+			if (m->nlmsg_seq != h->nlmsg_seq)
+				continue;
+			if (m->nlmsg_type == NLMSG_ERROR) {
+				struct nlmsgerr *e = NLMSG_DATA(m);
+
+				if (m->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
+					return -EIO;
+				return e->error;
+			}
+		}
+	}
+}
+
+static void net_rta(struct nlmsghdr *h, size_t cap, int type, const void *p, size_t n)
+{
+	struct rtattr *rta = (struct rtattr *)((char *)h + NLMSG_ALIGN(h->nlmsg_len));
+
+	if (NLMSG_ALIGN(h->nlmsg_len) + RTA_SPACE(n) > cap)
+		return; /* cannot happen: the buffers below are sized for what we add */
+	rta->rta_type = (unsigned short)type;
+	rta->rta_len = (unsigned short)RTA_LENGTH(n);
+	memcpy(RTA_DATA(rta), p, n);
+	h->nlmsg_len = (uint32_t)(NLMSG_ALIGN(h->nlmsg_len) + RTA_SPACE(n));
+}
+
+static int net_ipv6(const char *ifname, const struct net_cfg *c, struct k8_err *err)
+{
+	union {
+		struct nlmsghdr h;
+		unsigned char b[256];
+	} req;
+	struct in6_addr addr, gw;
+	unsigned idx = if_nametoindex(ifname);
+	int nl, r;
+
+	if (!idx)
+		return k8_err_set(err, -errno, "net: %s: %s", ifname, strerror(errno));
+	inet_pton(AF_INET6, c->ip6, &addr);
+	nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (nl < 0)
+		return k8_err_set(err, -errno, "net: netlink socket: %s", strerror(errno));
+
+	/* The address, without duplicate address detection (the link holds the host's
+	 * engine and us; DAD would leave the address unusable for a second or more). */
+	memset(&req, 0, sizeof(req));
+	req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifaddrmsg));
+	req.h.nlmsg_type = RTM_NEWADDR;
+	req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
+	req.h.nlmsg_seq = 1;
+	struct ifaddrmsg *ifa = NLMSG_DATA(&req.h);
+	ifa->ifa_family = AF_INET6;
+	ifa->ifa_prefixlen = (unsigned char)c->prefix6;
+	ifa->ifa_flags = IFA_F_NODAD;
+	ifa->ifa_scope = RT_SCOPE_UNIVERSE;
+	ifa->ifa_index = idx;
+	net_rta(&req.h, sizeof(req), IFA_LOCAL, &addr, sizeof(addr));
+	net_rta(&req.h, sizeof(req), IFA_ADDRESS, &addr, sizeof(addr));
+	if ((r = net_nl(nl, &req.h)) < 0) {
+		close(nl);
+		return k8_err_set(err, r, "net: address %s/%d on %s: %s", c->ip6, c->prefix6, ifname,
+				  strerror(-r));
+	}
+	if (c->gateway6[0]) {
+		inet_pton(AF_INET6, c->gateway6, &gw);
+		memset(&req, 0, sizeof(req));
+		req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg));
+		req.h.nlmsg_type = RTM_NEWROUTE;
+		req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
+		req.h.nlmsg_seq = 2;
+		struct rtmsg *rtm = NLMSG_DATA(&req.h);
+		rtm->rtm_family = AF_INET6;
+		rtm->rtm_dst_len = 0;
+		rtm->rtm_table = RT_TABLE_MAIN;
+		rtm->rtm_protocol = RTPROT_STATIC;
+		rtm->rtm_scope = RT_SCOPE_UNIVERSE;
+		rtm->rtm_type = RTN_UNICAST;
+		net_rta(&req.h, sizeof(req), RTA_GATEWAY, &gw, sizeof(gw));
+		net_rta(&req.h, sizeof(req), RTA_OIF, &idx, sizeof(idx));
+		if ((r = net_nl(nl, &req.h)) < 0) {
+			close(nl);
+			return k8_err_set(err, r, "net: IPv6 default route via %s: %s", c->gateway6,
+					  strerror(-r));
+		}
+	}
+	close(nl);
+	return 0;
+}
+
+static int net_write(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	int r;
+
+	if (fd < 0)
+		return -errno;
+	r = write_full(fd, text, strlen(text));
+	close(fd);
+	return r;
+}
+
+static char *net_resolv_text(const struct net_cfg *c)
+{
+	size_t cap = 64 + NET_MAX_DNS * (NET_ADDR_LEN + 16), n = 0;
+	char *s = xmalloc(cap);
+
+	s[0] = '\0';
+	for (int i = 0; i < c->ndns; i++)
+		n += (size_t)snprintf(s + n, cap - n, "nameserver %s\n", c->dns[i]);
+	snprintf(s + n, cap - n, "options timeout:2 attempts:2\n");
+	return s;
+}
+
+static void net_hosts_text(char *buf, size_t len, const char *ip, const char *hostname)
+{
+	snprintf(buf, len, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n",
+		 ip && *ip ? ip : "127.0.1.1", hostname);
+}
+
+int net_apply(struct agent *a, const struct net_cfg *c, struct k8_err *err)
+{
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+	char ifname[IFNAMSIZ], hosts[256], host[65];
+	int sk, r, i;
+
+	for (i = 0; (r = net_find_if(ifname, sizeof(ifname))) < 0 && i < NET_IF_WAIT_MS / 10; i++)
+		nanosleep(&ts, NULL);
+	if (r < 0)
+		return k8_err_set(err, -ENODEV, "net: no network interface (is the virtio-net device there?)");
+	sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (sk < 0)
+		return k8_err_set(err, -errno, "net: socket: %s", strerror(errno));
+	/* Static addresses only: no SLAAC, no routes from router advertisements. */
+	net_sysctl(ifname, "accept_ra", "0");
+	net_sysctl(ifname, "autoconf", "0");
+	if ((r = net_if_up(sk, "lo")) < 0) {
+		close(sk);
+		return k8_err_set(err, r, "net: bringing up lo: %s", strerror(-r));
+	}
+	if ((r = net_if_up(sk, ifname)) < 0) {
+		close(sk);
+		return k8_err_set(err, r, "net: bringing up %s: %s", ifname, strerror(-r));
+	}
+	r = net_ipv4(sk, ifname, c, err);
+	close(sk);
+	if (r < 0)
+		return r;
+	if (c->ip6[0] && (r = net_ipv6(ifname, c, err)) < 0)
+		return r;
+
+	free(a->resolv_conf);
+	a->resolv_conf = net_resolv_text(c);
+	if (mkdir("/etc", 0755) < 0 && errno != EEXIST)
+		return k8_err_set(err, -errno, "net: mkdir /etc: %s", strerror(errno));
+	if ((r = net_write("/etc/resolv.conf", a->resolv_conf)) < 0)
+		return k8_err_set(err, r, "net: writing /etc/resolv.conf: %s", strerror(-r));
+	if (gethostname(host, sizeof(host)) < 0 || !host[0])
+		snprintf(host, sizeof(host), "localhost");
+	host[sizeof(host) - 1] = '\0';
+	net_hosts_text(hosts, sizeof(hosts), c->ip, host);
+	if ((r = net_write("/etc/hosts", hosts)) < 0)
+		return k8_err_set(err, r, "net: writing /etc/hosts: %s", strerror(-r));
+	snprintf(a->ifname, sizeof(a->ifname), "%s", ifname);
+	a->net = *c;
+	a->net_up = 1;
+	agent_log("net: %s %s/%d via %s%s%s, %d name servers", ifname, c->ip, c->prefix,
+		  c->gateway[0] ? c->gateway : "-", c->ip6[0] ? ", " : "", c->ip6, c->ndns);
+	return 0;
+}
+
+/* ---- in a new container's child, after pivot_root ---- */
+
+/* Replace `path` in the container's root by a file with `text`. A symlink (Debian's
+ * resolv.conf may point into /run) is removed, never followed: on the overlay that
+ * leaves a whiteout, and the new file lands in the writable layer. */
+static int net_ctr_put(const char *path, const char *text, char *msg, size_t msglen)
+{
+	struct stat st;
+	int r;
+
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && unlink(path) < 0) {
+		r = -errno;
+		snprintf(msg, msglen, "replacing %s in the container: %s", path, strerror(errno));
+		return r;
+	}
+	if ((r = net_write(path, text)) < 0)
+		snprintf(msg, msglen, "writing %s in the container: %s", path, strerror(-r));
+	return r;
+}
+
+int net_ctr_files(const struct agent *a, const char *hostname, char *msg, size_t msglen)
+{
+	struct stat st;
+	char hosts[256];
+	int r;
+
+	if (mkdir("/etc", 0755) < 0 && errno != EEXIST) {
+		r = -errno;
+		snprintf(msg, msglen, "mkdir /etc in the container: %s", strerror(errno));
+		return r;
+	}
+	/* Without a network the image's own resolv.conf stays (nothing would answer). */
+	if (a->resolv_conf && (r = net_ctr_put("/etc/resolv.conf", a->resolv_conf, msg, msglen)) < 0)
+		return r;
+	/* An image's own non-empty /etc/hosts is kept; otherwise localhost and our name. */
+	if (lstat("/etc/hosts", &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+		return 0;
+	net_hosts_text(hosts, sizeof(hosts), a->net_up ? a->net.ip : NULL, hostname);
+	return net_ctr_put("/etc/hosts", hosts, msg, msglen);
+}
