@@ -23,7 +23,9 @@ endif
 
 LIBS_CLI    := -lcurl -ljansson -lcrypto
 LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
-LIBS_NET    := $(shell pkg-config --libs slirp 2>/dev/null) -lseccomp -ljansson
+# libslirp's .pc file requires glib's; we use only its C API, so link it directly.
+LIBS_NET    := -lslirp -lseccomp -ljansson
+LIBS_FS     := -lseccomp -ljansson
 
 COMMON_SRC := $(wildcard src/common/*.c)
 IMAGE_SRC  := $(wildcard src/image/*.c)
@@ -31,6 +33,7 @@ DAEMON_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
 AGENT_SRC  := $(wildcard src/agent/*.c)
 NET_SRC    := $(filter-out src/net/main.c,$(wildcard src/net/*.c))
+FS_SRC     := $(filter-out src/fs/main.c,$(wildcard src/fs/*.c))
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 aobj = $(patsubst %.c,$(B)/agent-obj/%.o,$(1))
@@ -42,6 +45,9 @@ UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 PROGS := $(B)/bin/kosa8 $(B)/bin/kosa8d $(B)/bin/kosa8-agent
 ifneq ($(wildcard src/net/main.c),)
 PROGS += $(B)/bin/kosa8-net
+endif
+ifneq ($(wildcard src/fs/main.c),)
+PROGS += $(B)/bin/kosa8-fs
 endif
 
 .PHONY: all progs guest unit test integration san bench fuzz clean deps check-static
@@ -63,13 +69,19 @@ $(B)/bin/kosa8: $(call obj,$(CLI_SRC) $(COMMON_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_CLI)
 
-$(B)/bin/kosa8d: $(call obj,src/daemon/main.c) $(HOST_LIB_OBJ)
+# The daemon checks egress rules with kosa8-net's own parser.
+NET_POLICY_OBJ := $(call obj,src/net/addr.c src/net/dns.c src/net/policy.c)
+$(B)/bin/kosa8d: $(call obj,src/daemon/main.c) $(HOST_LIB_OBJ) $(NET_POLICY_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON)
 
 $(B)/bin/kosa8-net: $(call obj,src/net/main.c $(NET_SRC) $(COMMON_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_NET) -lcrypto
+
+$(B)/bin/kosa8-fs: $(call obj,src/fs/main.c $(FS_SRC) $(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_FS) -lcrypto
 
 $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/proto.c)
 	@mkdir -p $(dir $@)
@@ -79,7 +91,7 @@ $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/prot
 guest: $(B)/bin/kosa8-agent
 	B=$(B) ./scripts/guest.sh
 
-$(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC))
+$(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC) $(FS_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON) $(LIBS_NET)
 

@@ -14,6 +14,11 @@ key=$(cat "$top/guest/kernel.config" "$0" | sha256sum | cut -c1-16)
 out=$cache/kernel-$ver-$key
 if [ -f "$out/vmlinux" ]; then echo "$out/vmlinux"; exit 0; fi
 mkdir -p "$cache"
+# One build at a time per cache (several build directories share it); the winner's
+# result serves the others.
+exec 9>"$cache/kernel.lock"
+flock 9
+if [ -f "$out/vmlinux" ]; then echo "$out/vmlinux"; exit 0; fi
 work=$cache/kernel-build-$ver
 if [ ! -f "$work/Makefile" ]; then
 	rm -rf "$work" "$work.tmp"; mkdir -p "$work.tmp"

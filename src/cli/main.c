@@ -29,6 +29,7 @@ static const char top_help[] =
 	"  sandbox ls         list sandboxes\n"
 	"  sandbox inspect    everything about one sandbox, as JSON\n"
 	"  sandbox rm         delete a sandbox\n"
+	"  sandbox egress     show or change a sandbox's network policy and counts\n"
 	"  sandbox pause      stop a sandbox's vCPUs\n"
 	"  sandbox resume     start them again\n"
 	"\n"

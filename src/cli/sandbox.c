@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* sandbox.c - kosa8 sandbox ...: create, pull, run, start, exec, ps, stop, ls, inspect,
- * rm. run and exec stream the process's output live over an upgraded connection
+ * rm, egress. run and exec stream the process's output live over an upgraded connection
  * (stream.c) and exit with the process's own exit code. */
 #include "cli.h"
 
@@ -16,7 +16,7 @@ enum {
 	OPT_CPUS = 'c', OPT_MEMORY = 'M', OPT_DISK = 'D', OPT_EGRESS = 'g',
 	OPT_EGRESS_ALLOW = 'G', OPT_MOUNT = 'm', OPT_ENV = 'e', OPT_WORKDIR = 'w',
 	OPT_USER = 'u', OPT_INTERACTIVE = 'i', OPT_DETACH = 'd', OPT_WIPE = 'W',
-	OPT_FORCE = 'f', OPT_TIMEOUT = 't',
+	OPT_FORCE = 'f', OPT_TIMEOUT = 't', OPT_ALLOW = 'A', OPT_REMOVE = 'R', OPT_MODE = 'O',
 };
 
 /* "/v1/sandboxes/<name><suffix>" with the name URL-encoded. */
@@ -143,8 +143,7 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 	}
 	body = json_pack("{s:s,s:I,s:I,s:I}", "name", a.pos[0], "cpus", (json_int_t)cpus,
 			 "memory_mib", (json_int_t)mem, "disk_gb", (json_int_t)disk);
-	/* Only what the user asked for: a daemon without egress policy or mounts yet
-	 * refuses them instead of silently creating something else. */
+	/* Only what the user asked for: the daemon applies the defaults (egress deny). */
 	if (egress)
 		json_object_set_new(body, "egress", json_string(egress));
 	if (allow)
@@ -543,11 +542,12 @@ static void sandbox_row(struct out_table *t, const json_t *it, double now)
 			break;
 		off += (size_t)n;
 	}
-	const char *row[8] = {
+	const char *row[9] = {
 		json_string_value(json_object_get(it, "name")),
 		json_string_value(json_object_get(it, "state")),
 		cpus, mem, disk,
 		json_string_value(json_object_get(it, "accel")),
+		json_string_value(json_object_get(it, "egress")) ?: "deny",
 		out_ago(out_time_parse(json_object_get(it, "created")), now, created,
 			sizeof(created)),
 		images,
@@ -558,9 +558,9 @@ static void sandbox_row(struct out_table *t, const json_t *it, double now)
 static int show_sandboxes(const json_t *res, void *ctx)
 {
 	static const char *const hdr[] = { "NAME", "STATE", "CPUS", "MEMORY", "DISK", "ACCEL",
-					   "CREATED", "IMAGES" };
+					   "EGRESS", "CREATED", "IMAGES" };
 
-	out_table_array(res, 8, hdr, sandbox_row);
+	out_table_array(res, 9, hdr, sandbox_row);
 	return CLI_EXIT_OK;
 }
 
@@ -572,6 +572,134 @@ static int cmd_ls(const struct cli_cmd *self, int argc, char **argv, const char 
 static int cmd_inspect(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
 	return sb_view(self, argc, argv, home, "", NULL);
+}
+
+/* ---- egress ---- */
+
+static void egress_row(struct out_table *t, const json_t *it, double now)
+{
+	char passed[24], refused[24];
+	const char *reason = json_string_value(json_object_get(it, "reason"));
+
+	snprintf(passed, sizeof(passed), "%lld", json_integer_value(json_object_get(it, "passed")));
+	snprintf(refused, sizeof(refused), "%lld",
+		 json_integer_value(json_object_get(it, "refused")));
+	const char *row[4] = { json_string_value(json_object_get(it, "dest")) ?: "?", passed,
+			       refused, reason ? reason : "" };
+	out_table_row(t, row);
+}
+
+static int show_egress(const json_t *res, void *ctx)
+{
+	static const char *const hdr[] = { "DESTINATION", "PASSED", "REFUSED", "LAST REFUSAL" };
+	const char *mode = json_string_value(json_object_get(res, "mode")) ?: "?";
+	const char *net = json_string_value(json_object_get(res, "network")) ?: "?";
+	const char *why = json_string_value(json_object_get(res, "why"));
+	const char *name = ctx;
+	json_t *rules = json_object_get(res, "rules"), *dests = json_object_get(res, "destinations");
+	json_t *dns = json_object_get(res, "dns"), *v;
+	size_t i;
+
+	printf("sandbox %s: egress %s", name, mode);
+	if (!strcmp(mode, "deny"))
+		printf(" (nothing leaves the sandbox, DNS included)");
+	else if (!strcmp(mode, "allow-all"))
+		printf(" (any destination except the host and internal networks not listed)");
+	printf("\nnetwork: %s%s%s", net, why ? " - " : "", why ? why : "");
+	if (json_object_get(res, "flows"))
+		printf(", %lld open flows (at most %lld)",
+		       json_integer_value(json_object_get(res, "flows")),
+		       json_integer_value(json_object_get(res, "max_flows")));
+	printf("\n");
+	if (json_array_size(rules)) {
+		printf("allowed%s:\n", !strcmp(mode, "deny") ? " (inactive while deny)" : "");
+		json_array_foreach(rules, i, v)
+			printf("  %s\n", json_string_value(v));
+	} else if (!strcmp(mode, "allow-list")) {
+		printf("allowed: nothing listed yet (add with --allow HOST)\n");
+	}
+	if (dns)
+		printf("dns: %lld answered, %lld refused\n",
+		       json_integer_value(json_object_get(dns, "answered")),
+		       json_integer_value(json_object_get(dns, "refused")));
+	if (json_array_size(dests)) {
+		printf("\n");
+		out_table_array(dests, 4, hdr, egress_row);
+	}
+	return CLI_EXIT_OK;
+}
+
+static int cmd_egress(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = {
+		{ "allow", 0, 1, OPT_ALLOW }, { "remove", 0, 1, OPT_REMOVE },
+		{ "mode", 0, 1, OPT_MODE }, { "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
+	};
+	struct cli_args a;
+	struct client cl;
+	json_t *body = NULL, *res = NULL, *allow = NULL, *remove = NULL;
+	struct k8_err err = { 0 };
+	const char *mode = NULL;
+	char *path = NULL, name[128];
+	int rc, json;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	if (!name_ok(self, a.pos[0], &rc))
+		goto out;
+	snprintf(name, sizeof(name), "%s", a.pos[0]);
+	json = cli_has_opt(&a, CLI_OPT_JSON);
+	for (int i = 0; i < a.nopts; i++) {
+		const char *v = a.opts[i].arg;
+		json_t **list = a.opts[i].id == OPT_ALLOW ? &allow
+			      : a.opts[i].id == OPT_REMOVE ? &remove : NULL;
+		if (a.opts[i].id == OPT_MODE) {
+			if (strcmp(v, "deny") && strcmp(v, "allow-list") && strcmp(v, "allow-all")) {
+				rc = cli_usage(self->name, "--mode must be deny, allow-list or "
+					       "allow-all (got '%s')", v);
+				goto out;
+			}
+			mode = v;
+		}
+		if (!list)
+			continue;
+		if (!*list)
+			*list = json_array();
+		json_array_append_new(*list, json_string(v));
+	}
+	path = sb_path(name, "/egress");
+	if (!allow && !remove && !mode) {
+		rc = cli_get_show(&cl, path, 0, json, show_egress, name);
+		goto out;
+	}
+	body = json_object();
+	if (allow)
+		json_object_set(body, "allow", allow);
+	if (remove)
+		json_object_set(body, "remove", remove);
+	if (mode)
+		json_object_set_new(body, "mode", json_string(mode));
+	if (client_call(&cl, "POST", path, body, NULL, NULL, 0, &res, &err) < 0) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	if (json) {
+		char *t = json_dumps(res, JSON_COMPACT);
+		printf("%s\n", t ? t : "{}");
+		free(t);
+	} else {
+		const char *applied = json_string_value(json_object_get(res, "applied"));
+		printf("egress policy of %s changed (%s)\n", a.pos[0], applied ? applied : "saved");
+		show_egress(res, name);
+	}
+	rc = CLI_EXIT_OK;
+out:
+	free(path);
+	json_decref(body);
+	json_decref(res);
+	json_decref(allow);
+	json_decref(remove);
+	return cli_end(&a, &cl, rc);
 }
 
 /* How `sandbox rm` removes each sandbox. */
@@ -636,11 +764,15 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "  --memory MIB           memory in MiB, 128-65536 (default 1024)\n"
 	  "  --disk GB              scratch disk in GB, 1-1024 (default 4)\n"
 	  "  --egress deny          no network at all, DNS included (the default)\n"
-	  "  --egress allow-all     any destination\n"
-	  "  --egress-allow HOST    allow HOST (name, *.domain, host:port, IP or CIDR);\n"
-	  "                         repeat for more\n"
-	  "  --mount HOST:GUEST[:ro]  share the host directory HOST at GUEST, writable\n"
-	  "                         unless :ro; HOST must be under a daemon --allow-mount\n"
+	  "  --egress allow-all     any destination but the host itself and internal\n"
+	  "                         networks (those only when listed with --egress-allow)\n"
+	  "  --egress-allow RULE    allow only what is listed: a name (pkgs.example.org),\n"
+	  "                         *.domain, NAME:PORT, an IP, a CIDR (IP/N[:PORT]);\n"
+	  "                         repeat for more. DNS answers listed names only\n"
+	  "  --mount HOST:GUEST[:ro]  share the host folder HOST at GUEST in the VM and in\n"
+	  "                         its containers; writable unless :ro (enforced on the\n"
+	  "                         host). HOST must exist and, when the daemon was started\n"
+	  "                         with --allow-mount, lie below one of those folders\n"
 	  "  --json                 progress as JSON lines, then the sandbox as one line\n"
 	  "\n"
 	  "Example:\n"
@@ -748,6 +880,28 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox inspect interp\n" },
+	{ "sandbox egress", cmd_egress, "show or change a sandbox's network policy",
+	  "Usage: kosa8 sandbox egress NAME [--allow RULE]... [--remove RULE]...\n"
+	  "                              [--mode deny|allow-list|allow-all] [--json]\n"
+	  "\n"
+	  "Without options: show the sandbox's egress policy, whether its network is up,\n"
+	  "and per destination how many flows passed and how many attempts were refused\n"
+	  "(DNS refusals appear as dns:NAME). With options: change the policy of the\n"
+	  "running sandbox at once, no restart; flows the new policy refuses are cut.\n"
+	  "Every change is in the audit log (sandbox.egress.change), every refusal too\n"
+	  "(sandbox.egress.deny).\n"
+	  "\n"
+	  "Options:\n"
+	  "  --allow RULE     allow RULE too (a name, *.domain, NAME:PORT, IP, CIDR[:PORT]);\n"
+	  "                   on a deny sandbox this switches to allow-list\n"
+	  "  --remove RULE    drop a rule\n"
+	  "  --mode MODE      deny (nothing), allow-list (only the rules), allow-all\n"
+	  "  --json           the policy and counts as JSON\n"
+	  "\n"
+	  "Examples:\n"
+	  "  kosa8 sandbox egress b\n"
+	  "  kosa8 sandbox egress b --allow example.org --allow '*.pythonhosted.org:443'\n"
+	  "  kosa8 sandbox egress b --mode deny\n" },
 	{ "sandbox rm", cmd_rm, "delete sandboxes",
 	  "Usage: kosa8 sandbox rm [--wipe] [-f] NAME...\n"
 	  "\n"

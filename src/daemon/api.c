@@ -433,7 +433,7 @@ static int auth_store(struct daemon *d, json_t *body, struct k8_err *err)
 	return 0;
 }
 
-/* /v1/sandboxes/{name}/checkpoints[/{label}], /rewind, /fork, /pause, /resume */
+/* /v1/sandboxes/{name}/checkpoints[/{label}], /rewind, /fork, /pause, /resume, /egress */
 static enum MHD_Result route_checkpoints(struct daemon *d, struct MHD_Connection *c,
 					 const char *method, char p[8][512], int n, json_t *body)
 {
@@ -458,6 +458,10 @@ static enum MHD_Result route_checkpoints(struct daemon *d, struct MHD_Connection
 	else if (n == 4 && (!strcmp(p[3], "pause") || !strcmp(p[3], "resume")) &&
 		 !strcmp(method, "POST"))
 		r = sb_pause(d, sb, !strcmp(p[3], "pause"), &err);
+	else if (n == 4 && !strcmp(p[3], "egress") && !strcmp(method, "GET"))
+		r = egress_status(d, sb, &out, &err);
+	else if (n == 4 && !strcmp(p[3], "egress") && !strcmp(method, "POST"))
+		r = egress_update(d, sb, body, &out, &err);
 	else
 		r = k8_err_set(&err, -ENOENT, "no such endpoint: %s /v1/sandboxes/%s/%s; see docs/api.md",
 			       method, p[2], p[3]);
@@ -617,7 +621,8 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 		}
 	} else if (n >= 4 && !strcmp(p[1], "sandboxes") &&
 		   (!strcmp(p[3], "checkpoints") || !strcmp(p[3], "rewind") ||
-		    !strcmp(p[3], "pause") || !strcmp(p[3], "resume") || !strcmp(p[3], "fork"))) {
+		    !strcmp(p[3], "pause") || !strcmp(p[3], "resume") || !strcmp(p[3], "fork") ||
+		    !strcmp(p[3], "egress"))) {
 		r = route_checkpoints(d, c, method, p, n, body);
 	} else if (n == 2 && !strcmp(p[1], "auth") && post) {
 		r = auth_store(d, body, &err) ? reply_err(c, &err) : reply_json(c, 200, json_object());

@@ -381,6 +381,12 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	if ((r = qmp_exec(&sb->qmp, "stop", NULL, NULL, 10000, err)))
 		goto out;
 	stopped = true;
+	/* The file server's tables, as the guest's FUSE knows them at this instant. */
+	if (sb->nmounts) {
+		cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", tmpdir);
+		if ((r = fs_save(sb, nodes, err)))
+			goto out;
+	}
 	if ((r = qmp_exec_fd(&sb->qmp, "getfd", json_pack("{s:s}", "fdname", "ckpt"), fd, NULL,
 			     10000, err)))
 		goto out;
@@ -483,8 +489,10 @@ out:
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err)
 {
-	cleanup_free char *state = NULL, *top = NULL;
-	char qmp_path[4200], agent_path[4200], layer[64];
+	cleanup_free char *state = NULL, *top = NULL, *nodes = NULL;
+	char layer[64];
+	struct sb_socks k;
+	struct vm_spec spec;
 	json_t *meta = NULL, *imgs, *it;
 	const char *frozen;
 	struct sb_image saved[K8_MAX_SLOTS];
@@ -531,9 +539,10 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		r = k8_err_set(err, -errno, "open %s: %s", state, strerror(errno));
 		goto out;
 	}
-	/* The old machine goes; its top layer is garbage unless a checkpoint needs it. */
+	/* The old machine goes; its top layer is garbage unless a checkpoint needs it. Its
+	 * sidecars stay: kosa8-net keeps its counts, kosa8-fs takes the checkpoint's tables. */
 	pthread_mutex_lock(&sb->lock);
-	sb_kill_vm(d, sb);
+	sb_kill_qemu(d, sb);
 	sb->state = SB_BOOTING;
 	pthread_mutex_unlock(&sb->lock);
 
@@ -543,20 +552,24 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		goto fail;
 	ckpt_layer_set(sb, layer, frozen);
 
-	snprintf(qmp_path, sizeof(qmp_path), "%s/run/%s.qmp", d->home, sb->id);
-	snprintf(agent_path, sizeof(agent_path), "%s/run/%s.agent", d->home, sb->id);
-	unlink(qmp_path);
-	unlink(agent_path);
 	pthread_mutex_lock(&sb->lock);
 	memcpy(sb->images, saved, sizeof(saved));
 	sb->nimages = nsaved;
 	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
 	pthread_mutex_unlock(&sb->lock);
-	struct vm_spec spec = { .accel = d->accel, .cpus = sb->cpus, .memory_mib = sb->memory_mib,
-				.dir = sb->dir, .qmp_path = qmp_path, .agent_path = agent_path,
-				.kernel_fd = kfd, .initramfs_fd = ifd, .images = sb->images,
-				.nimages = sb->nimages, .scratch = top, .incoming_fd = sfd };
+	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
+		goto fail;
+	/* The guest comes back with the FUSE nodes and open files it had then. */
+	nodes = xasprintf("%s/checkpoints/%s/fs-nodes.json", sb->dir, label);
+	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
+		goto fail;
+	spec.kernel_fd = kfd;
+	spec.initramfs_fd = ifd;
+	spec.images = sb->images;
+	spec.nimages = sb->nimages;
+	spec.scratch = top;
+	spec.incoming_fd = sfd;
 	if (sb->forked)
 		spec.nchain = ckpt_chain(sb, layer, &chain);
 	spec.chain = (const char *const *)chain;
@@ -633,8 +646,10 @@ int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *er
 int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,
 	      json_t **out, struct k8_err *err)
 {
-	cleanup_free char *state = NULL, *top = NULL;
-	char qmp_path[4200], agent_path[4200], layer[64];
+	cleanup_free char *state = NULL, *top = NULL, *nodes = NULL;
+	char layer[64];
+	struct sb_socks k;
+	struct vm_spec spec;
 	json_t *meta = NULL, *imgs, *it, *srcl = NULL, *layers = NULL;
 	const char *frozen, *l;
 	struct sandbox *sb = NULL;
@@ -677,6 +692,17 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: src->memory_mib;
 	sb->disk_gb = src->disk_gb;
 	sb->forked = true;
+	/* The fork has its source's network policy and shared folders (checked again: the
+	 * daemon's --allow-mount roots may have changed since). */
+	pthread_mutex_lock(&src->lock);
+	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", src->egress_mode);
+	json_decref(sb->egress_rules);
+	sb->egress_rules = json_deep_copy(src->egress_rules);
+	memcpy(sb->mounts, src->mounts, sizeof(sb->mounts));
+	sb->nmounts = src->nmounts;
+	pthread_mutex_unlock(&src->lock);
+	if ((r = mounts_recheck(d, sb->mounts, sb->nmounts, err)))
+		goto fail;
 	imgs = json_object_get(meta, "images");
 	json_array_foreach(imgs, i, it) {
 		const char *ref, *dg, *disk;
@@ -741,16 +767,20 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
 
-	snprintf(qmp_path, sizeof(qmp_path), "%s/run/%s.qmp", d->home, sb->id);
-	snprintf(agent_path, sizeof(agent_path), "%s/run/%s.agent", d->home, sb->id);
-	unlink(qmp_path);
-	unlink(agent_path);
+	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
+		goto fail;
+	nodes = xasprintf("%s/checkpoints/%s/fs-nodes.json", src->dir, label);
+	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
+		goto fail;
 	nchain = ckpt_chain(sb, layer, &chain);
-	struct vm_spec spec = { .accel = d->accel, .cpus = sb->cpus, .memory_mib = sb->memory_mib,
-				.dir = sb->dir, .qmp_path = qmp_path, .agent_path = agent_path,
-				.kernel_fd = kfd, .initramfs_fd = ifd, .images = sb->images,
-				.nimages = sb->nimages, .scratch = top, .incoming_fd = sfd,
-				.chain = (const char *const *)chain, .nchain = nchain };
+	spec.kernel_fd = kfd;
+	spec.initramfs_fd = ifd;
+	spec.images = sb->images;
+	spec.nimages = sb->nimages;
+	spec.scratch = top;
+	spec.incoming_fd = sfd;
+	spec.chain = (const char *const *)chain;
+	spec.nchain = nchain;
 	if ((r = vm_spawn(&spec, &pid, err)))
 		goto fail;
 	if ((r = sb_connect_vm(d, sb, pid, true, err)))

@@ -115,6 +115,47 @@ struct sframe *link_stream_pop(struct agentlink *l, struct stream *s);
 void link_stream_consumed(struct agentlink *l, struct stream *s, size_t n);
 void link_stream_close(struct agentlink *l, struct stream *s);
 
+/* ---- sidecar processes (sidecar.c): kosa8-net and kosa8-fs ----
+ * One per sandbox each, started by the daemon in their own session so that they outlive
+ * a daemon restart as QEMU does. A sidecar writes "ready\n" on stdout once its sockets
+ * exist; the daemon then talks to it over a unix socket, one JSON object per line:
+ * requests carry an "id", replies echo it, lines without one are events. */
+struct sidecar {
+	const char *kind;               /* "kosa8-net" or "kosa8-fs" */
+	pid_t pid;
+	unsigned long long pid_start;
+	bool child;                     /* spawned by this daemon (we reap it) */
+	int fd;                         /* control connection, -1 when none */
+	pthread_t reader;
+	bool reader_running;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	long long next_id;
+	json_t *replies;                /* "id" -> reply, until the requester takes it */
+	bool down;                      /* the connection broke (the process died) */
+	bool closing;                   /* we are closing it: no "down" event */
+	char why[256];
+	void (*on_event)(void *ctx, json_t *ev);   /* events, and {"event":"down"} */
+	void *ctx;
+};
+void sidecar_init(struct sidecar *s, const char *kind);
+/* Start argv[0] (an absolute path) in its own session, stderr appended to `log`, and wait
+ * for its "ready" line. */
+int sidecar_spawn(struct sidecar *s, const char *const argv[], const char *log, struct k8_err *err);
+int sidecar_connect(struct sidecar *s, const char *path, void (*on_event)(void *, json_t *),
+		    void *ctx, struct k8_err *err);
+/* Send req (stolen; an "id" is added) and wait for the reply; "ok":false becomes an error
+ * carrying the sidecar's message. */
+int sidecar_request(struct sidecar *s, json_t *req, int timeout_ms, json_t **reply,
+		    struct k8_err *err);
+bool sidecar_alive(struct sidecar *s);
+/* Close the control connection (the process keeps running). */
+void sidecar_disconnect(struct sidecar *s);
+/* Disconnect and end the process: SIGTERM, then SIGKILL after a second. */
+void sidecar_stop(struct sidecar *s);
+/* Path of a program installed next to kosa8d (build/bin/kosa8-net). */
+char *sidecar_exe(const char *name);
+
 /* ---- sandboxes (sandbox.c) ---- */
 enum sb_state { SB_STOPPED, SB_BOOTING, SB_RUNNING, SB_FAILED, SB_REMOVING };
 
@@ -124,6 +165,14 @@ struct sb_image {
 	char disk[4096];
 	int slot;
 	bool mounted;                   /* mounted in the guest since the last boot */
+};
+
+#define K8_MAX_MOUNTS 8
+
+struct sb_mount {
+	char host[4096];                /* realpath of an existing directory */
+	char guest[256];                /* absolute, normalised */
+	bool ro;
 };
 
 struct sandbox {
@@ -154,6 +203,17 @@ struct sandbox {
 	char disk[256];                 /* current writable top layer (file name in dir) */
 	bool paused;                    /* vCPUs stopped by `sandbox pause` */
 	bool forked;                    /* made by `sandbox fork`: explicit backing chain */
+	/* network (egress.c) */
+	char egress_mode[16];           /* "deny", "allow-list", "allow-all" */
+	json_t *egress_rules;           /* array of rule strings, as normalised */
+	struct sidecar net;
+	uint64_t deny_window_ns;        /* audit budget for sandbox.egress.deny */
+	int deny_in_window;
+	uint64_t deny_suppressed;
+	/* shared folders (mounts.c) */
+	struct sb_mount mounts[K8_MAX_MOUNTS];
+	int nmounts;
+	struct sidecar fs;
 };
 
 /* ---- guest image (guest.c) ---- */
@@ -175,6 +235,8 @@ struct vm_spec {
 	int cpus, memory_mib;
 	const char *dir;                /* sandbox dir: disks, logs */
 	const char *qmp_path, *agent_path;
+	const char *net_path;           /* kosa8-net's frames socket (QEMU connects) */
+	const char *fs_path;            /* the kosa8.fs port's socket (QEMU listens) */
 	int kernel_fd, initramfs_fd;
 	const struct sb_image *images;  /* attached at boot (backing of their slots) */
 	int nimages;
@@ -247,7 +309,24 @@ int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 void sb_busy_enter(struct sandbox *sb);
 void sb_busy_leave(struct sandbox *sb);
 int sb_save(struct sandbox *sb);
+/* Stop QEMU and the sandbox's sidecars (kosa8-net, kosa8-fs). Caller holds sb->lock. */
 void sb_kill_vm(struct daemon *d, struct sandbox *sb);
+/* Stop QEMU only (a rewind keeps the sidecars: counts, pins and file handles stay). */
+void sb_kill_qemu(struct daemon *d, struct sandbox *sb);
+/* Every socket of a sandbox's VM, under $KOSA8_HOME/run/<id>.* */
+struct sb_socks {
+	char qmp[4200], agent[4200], net[4200], fs[4200];
+};
+/* Before QEMU starts (boot, rewind, fork): bring the sidecars up, clear stale sockets
+ * and fill the common part of the VM spec (accel, size, dir, sockets). */
+int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
+		     struct vm_spec *spec, struct k8_err *err);
+void sb_sock_path(struct daemon *d, struct sandbox *sb, const char *what, char *out, size_t n);
+/* Daemon settings: the environment variable (comma-separated) wins over config.json's
+ * key (an array of strings). NULL-terminated list, or NULL. */
+char **sb_setting_list(const char *env, json_t *cfg, const char *key);
+void sb_setting_list_free(char **list);
+json_t *sb_daemon_config(struct daemon *d);
 int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
 		  struct k8_err *err);
 int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,
@@ -259,6 +338,32 @@ json_t *sb_containers_json(struct sandbox *sb, json_t *agent_list);
  * err set if the name is invalid or taken. sb_unreserve removes its dir and frees it. */
 struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *err);
 void sb_unreserve(struct daemon *d, struct sandbox *sb);
+
+/* egress.c: the network policy of a sandbox and its kosa8-net */
+/* Mode and rules for a new sandbox from a create body ("egress", "egress_allow"). */
+int egress_from_body(json_t *body, char *mode, size_t modelen, json_t **rules,
+		     struct k8_err *err);
+int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err);
+/* After a daemon restart: reconnect to a kosa8-net that is still running. */
+void net_adopt(struct daemon *d, struct sandbox *sb);
+json_t *egress_summary(struct sandbox *sb);   /* {"mode","rules","network"}; caller locks */
+int egress_status(struct daemon *d, struct sandbox *sb, json_t **out, struct k8_err *err);
+int egress_update(struct daemon *d, struct sandbox *sb, json_t *body, json_t **out,
+		  struct k8_err *err);
+/* The guest's network settings for the agent's init. */
+json_t *net_guest_config(void);
+
+/* mounts.c: shared folders and their kosa8-fs */
+int mounts_from_body(struct daemon *d, json_t *list, struct sb_mount *out, int *n,
+		     struct k8_err *err);
+/* Check existing mounts again (a fork, or a boot after the daemon's roots changed). */
+int mounts_recheck(struct daemon *d, const struct sb_mount *m, int n, struct k8_err *err);
+int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err);
+void fs_adopt(struct daemon *d, struct sandbox *sb);
+json_t *mounts_json(const struct sandbox *sb, bool for_guest);
+/* kosa8-fs's node and handle tables, saved with a checkpoint and loaded at rewind/fork. */
+int fs_save(struct sandbox *sb, const char *path, struct k8_err *err);
+int fs_load(struct sandbox *sb, const char *path, struct k8_err *err);
 
 /* checkpoint.c: memory, devices and disk of a running sandbox, and back */
 #define K8_MAX_CHECKPOINTS 10

@@ -57,10 +57,37 @@ static void iso_now(char *out, size_t n)
 	strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+void sb_sock_path(struct daemon *d, struct sandbox *sb, const char *what, char *out, size_t n)
+{
+	snprintf(out, n, "%s/run/%s.%s", d->home, sb->id, what);
+}
+
 static void sb_paths(struct daemon *d, struct sandbox *sb, char *qmp, char *agent, size_t n)
 {
-	snprintf(qmp, n, "%s/run/%s.qmp", d->home, sb->id);
-	snprintf(agent, n, "%s/run/%s.agent", d->home, sb->id);
+	sb_sock_path(d, sb, "qmp", qmp, n);
+	sb_sock_path(d, sb, "agent", agent, n);
+}
+
+int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
+		     struct vm_spec *spec, struct k8_err *err)
+{
+	int r;
+
+	sb_sock_path(d, sb, "qmp", k->qmp, sizeof(k->qmp));
+	sb_sock_path(d, sb, "agent", k->agent, sizeof(k->agent));
+	sb_sock_path(d, sb, "net", k->net, sizeof(k->net));
+	sb_sock_path(d, sb, "fs", k->fs, sizeof(k->fs));
+	unlink(k->qmp);
+	unlink(k->agent);
+	unlink(k->fs);
+	if ((r = net_up(d, sb, err)) || (r = fs_up(d, sb, err)))
+		return r;
+	*spec = (struct vm_spec){ .accel = d->accel, .cpus = sb->cpus,
+				  .memory_mib = sb->memory_mib, .dir = sb->dir,
+				  .qmp_path = k->qmp, .agent_path = k->agent, .net_path = k->net,
+				  .fs_path = k->fs, .kernel_fd = -1, .initramfs_fd = -1,
+				  .incoming_fd = -1 };
+	return 0;
 }
 
 /* ---- the record on disk ---- */
@@ -73,12 +100,23 @@ static json_t *sb_record(struct sandbox *sb)
 		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
 						      "digest", sb->images[i].digest, "disk",
 						      sb->images[i].disk, "slot", sb->images[i].slot));
-	return json_pack("{s:i,s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:I,s:s,s:o,s:s,s:b}", "version", 1,
-			 "name", sb->name, "id", sb->id, "cpus", sb->cpus, "memory_mib",
-			 sb->memory_mib, "disk_gb", sb->disk_gb, "created", sb->created, "state",
-			 state_names[sb->state], "pid", (json_int_t)sb->pid, "pid_start",
-			 (json_int_t)sb->pid_start, "accel", sb->accel, "images", imgs, "disk",
-			 sb->disk[0] ? sb->disk : "scratch.qcow2", "forked", sb->forked);
+	json_t *rec = json_pack("{s:i,s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:I,s:s,s:o,s:s,s:b}",
+				"version", 1, "name", sb->name, "id", sb->id, "cpus", sb->cpus,
+				"memory_mib", sb->memory_mib, "disk_gb", sb->disk_gb, "created",
+				sb->created, "state", state_names[sb->state], "pid",
+				(json_int_t)sb->pid, "pid_start", (json_int_t)sb->pid_start, "accel",
+				sb->accel, "images", imgs, "disk",
+				sb->disk[0] ? sb->disk : "scratch.qcow2", "forked", sb->forked);
+	json_object_set_new(rec, "egress", json_pack("{s:s,s:O}", "mode", sb->egress_mode,
+						      "rules", sb->egress_rules));
+	json_object_set_new(rec, "mounts", mounts_json(sb, false));
+	json_object_set_new(rec, "sidecars",
+			    json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "net", "pid",
+				      (json_int_t)sb->net.pid, "pid_start",
+				      (json_int_t)sb->net.pid_start, "fs", "pid",
+				      (json_int_t)sb->fs.pid, "pid_start",
+				      (json_int_t)sb->fs.pid_start));
+	return rec;
 }
 
 /* Caller holds sb->lock. */
@@ -113,11 +151,18 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 	sb->qmp.fd = -1;
 	sb->link.fd = -1;
 	sb->state = SB_STOPPED;
+	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "deny");
+	sb->egress_rules = json_array();
+	sidecar_init(&sb->net, "kosa8-net");
+	sidecar_init(&sb->fs, "kosa8-fs");
 	return sb;
 }
 
 static void sb_free(struct sandbox *sb)
 {
+	json_decref(sb->egress_rules);
+	json_decref(sb->net.replies);
+	json_decref(sb->fs.replies);
 	pthread_mutex_destroy(&sb->lock);
 	pthread_cond_destroy(&sb->cond);
 	free(sb);
@@ -159,6 +204,13 @@ static void sb_on_event(void *ctx, json_t *ev)
 /* ---- boot, adopt, stop ---- */
 
 void sb_kill_vm(struct daemon *d, struct sandbox *sb)
+{
+	sb_kill_qemu(d, sb);
+	sidecar_stop(&sb->net);
+	sidecar_stop(&sb->fs);
+}
+
+void sb_kill_qemu(struct daemon *d, struct sandbox *sb)
 {
 	struct k8_err err = { 0 };
 
@@ -225,7 +277,8 @@ static int sb_mount_images(struct sandbox *sb, struct k8_err *err)
 	return 0;
 }
 
-static int sb_init_guest(struct daemon *d, struct sandbox *sb, struct k8_err *err)
+static int sb_init_guest(struct daemon *d, struct sandbox *sb, bool restored,
+			 struct k8_err *err)
 {
 	unsigned char seed[32];
 	char hex[65];
@@ -242,11 +295,16 @@ static int sb_init_guest(struct daemon *d, struct sandbox *sb, struct k8_err *er
 	for (char *c = host; *c; c++)
 		if (*c == '_')
 			*c = '-';
-	r = link_request(&sb->link,
-			 json_pack("{s:s,s:I,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
-				   (json_int_t)now_real_ns(), "hostname", host, "seed", hex,
-				   "limits", "pids", 1024, "memory_reserve_mib", 64),
-			 REQ_TIMEOUT_MS, &resp, NULL, err);
+	json_t *req = json_pack("{s:s,s:I,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
+				(json_int_t)now_real_ns(), "hostname", host, "seed", hex, "limits",
+				"pids", 1024, "memory_reserve_mib", 64);
+	/* A restored guest kept its network and mounts: those are set once per boot. */
+	if (!restored) {
+		json_object_set_new(req, "net", net_guest_config());
+		if (sb->nmounts)
+			json_object_set_new(req, "mounts", mounts_json(sb, true));
+	}
+	r = link_request(&sb->link, req, REQ_TIMEOUT_MS, &resp, NULL, err);
 	json_decref(resp);
 	if (r)
 		return k8_err_wrap(err, "initialising the guest");
@@ -333,7 +391,7 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 	if (restored)
 		for (int i = 0; i < sb->nimages; i++)
 			sb->images[i].mounted = true;
-	r = sb_init_guest(d, sb, err);
+	r = sb_init_guest(d, sb, restored, err);
 	if (r)
 		goto fail;
 	return 0;
@@ -350,7 +408,7 @@ fail:
 /* Boot the VM of a sandbox. Caller holds sb->busy (not the lock). */
 static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
-	char qmp_path[4200], agent_path[4200];
+	struct sb_socks k;
 	cleanup_free char *scratch = NULL;
 	char **chain = NULL;
 	int kfd = -1, ifd = -1, r;
@@ -358,21 +416,24 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	pid_t pid = 0;
 	struct vm_spec spec;
 
-	sb_paths(d, sb, qmp_path, agent_path, sizeof(qmp_path));
-	unlink(qmp_path);
-	unlink(agent_path);
 	r = guest_verify_open(&d->guest, &kfd, &ifd, err);
 	if (r) {
 		daemon_audit(d, "sandbox.boot.refused", sb->name,
 			     json_pack("{s:s}", "reason", err->msg));
 		return r;
 	}
+	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err))) {
+		close(kfd);
+		close(ifd);
+		return r;
+	}
 	if (sb->disk[0])
 		scratch = xasprintf("%s/%s", sb->dir, sb->disk);
-	spec = (struct vm_spec){ .accel = d->accel, .cpus = sb->cpus, .memory_mib = sb->memory_mib,
-				 .dir = sb->dir, .qmp_path = qmp_path, .agent_path = agent_path,
-				 .kernel_fd = kfd, .initramfs_fd = ifd, .images = sb->images,
-				 .nimages = sb->nimages, .scratch = scratch, .incoming_fd = -1 };
+	spec.kernel_fd = kfd;
+	spec.initramfs_fd = ifd;
+	spec.images = sb->images;
+	spec.nimages = sb->nimages;
+	spec.scratch = scratch;
 	/* A fork's layers are hard links whose qcow2 headers name the source's files:
 	 * QEMU gets its whole backing chain from layers.json instead. */
 	if (sb->forked)
@@ -456,6 +517,8 @@ static int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 		sb->images[i].mounted = true;
 	cgroup_apply(&d->cg, sb->name, sb->pid, sb->cpus, (uint64_t)sb->memory_mib << 20,
 		     sb->limits_desc, sizeof(sb->limits_desc));
+	net_adopt(d, sb);
+	fs_adopt(d, sb);
 	return 0;
 }
 
@@ -569,7 +632,10 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 	o = json_pack("{s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:o,s:s}", "name", sb->name, "state",
 		      (sb->state == SB_RUNNING && sb->paused) ? "paused" : state_names[sb->state], "cpus", sb->cpus, "memory_mib", sb->memory_mib,
 		      "disk_gb", sb->disk_gb, "created", sb->created, "accel", sb->accel, "pid",
-		      (json_int_t)sb->pid, "images", imgs, "egress", "deny");
+		      (json_int_t)sb->pid, "images", imgs, "egress", sb->egress_mode);
+	json_object_set_new(o, "mounts", mounts_json(sb, false));
+	if (detail)
+		json_object_set_new(o, "network", egress_summary(sb));
 	if (sb->error[0])
 		json_object_set_new(o, "error", json_string(sb->error));
 	if (detail) {
@@ -651,6 +717,39 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
 	}
 	sb->forked = json_is_true(json_object_get(rec, "forked"));
+	{
+		json_t *eg = json_object_get(rec, "egress"), *sc = json_object_get(rec, "sidecars");
+		const char *m = json_string_value(json_object_get(eg, "mode"));
+		json_t *rl = json_object_get(eg, "rules");
+		if (m && strlen(m) < sizeof(sb->egress_mode))
+			snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", m);
+		if (json_is_array(rl)) {
+			json_decref(sb->egress_rules);
+			sb->egress_rules = json_incref(rl);
+		}
+		struct sidecar *sides[2] = { &sb->net, &sb->fs };
+		const char *keys[2] = { "net", "fs" };
+		for (int k = 0; k < 2; k++) {
+			json_t *o = json_object_get(sc, keys[k]);
+			sides[k]->pid = (pid_t)json_integer_value(json_object_get(o, "pid"));
+			sides[k]->pid_start =
+				(unsigned long long)json_integer_value(json_object_get(o, "pid_start"));
+		}
+		json_t *ml = json_object_get(rec, "mounts"), *mi;
+		size_t k;
+		json_array_foreach(ml, k, mi) {
+			const char *h = json_string_value(json_object_get(mi, "host"));
+			const char *g = json_string_value(json_object_get(mi, "guest"));
+			if (sb->nmounts >= K8_MAX_MOUNTS || !h || !g ||
+			    strlen(h) >= sizeof(sb->mounts[0].host) ||
+			    strlen(g) >= sizeof(sb->mounts[0].guest))
+				continue;
+			struct sb_mount *mm = &sb->mounts[sb->nmounts++];
+			snprintf(mm->host, sizeof(mm->host), "%s", h);
+			snprintf(mm->guest, sizeof(mm->guest), "%s", g);
+			mm->ro = json_is_true(json_object_get(mi, "ro"));
+		}
+	}
 	sb->pid = (pid_t)pid;
 	sb->pid_start = (unsigned long long)start;
 	imgs = json_object_get(rec, "images");
@@ -707,6 +806,9 @@ int sb_load_all(struct daemon *d)
 		} else {
 			sb->pid = 0;
 			sb->state = SB_STOPPED;
+			/* Sidecars of a VM that is gone have nothing to serve. */
+			sidecar_stop(&sb->net);
+			sidecar_stop(&sb->fs);
 		}
 		pthread_mutex_lock(&sb->lock);
 		sb_save(sb);
@@ -783,6 +885,8 @@ void sb_unreserve(struct daemon *d, struct sandbox *sb)
 			break;
 		}
 	pthread_mutex_unlock(&d->lock);
+	sidecar_stop(&sb->net);
+	sidecar_stop(&sb->fs);
 	rm_rf(sb->dir);
 	pthread_mutex_lock(&sb->lock);
 	sb->state = SB_REMOVING;
@@ -799,10 +903,11 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	      json_t **out, struct k8_err *err)
 {
 	const char *name = json_string_value(json_object_get(body, "name"));
-	const char *egress = json_string_value(json_object_get(body, "egress"));
-	json_t *allow = json_object_get(body, "egress_allow"), *mounts = json_object_get(body, "mounts");
+	json_t *mounts = json_object_get(body, "mounts"), *rules = NULL;
+	struct sb_mount *mnt = NULL;
+	char mode[16];
 	struct sandbox *sb;
-	int cpus, mem, disk, r;
+	int cpus, mem, disk, nmnt = 0, r;
 
 	if (!name)
 		return k8_err_set(err, -EINVAL, "a sandbox name is required");
@@ -814,28 +919,35 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	    (r = body_int(body, "memory_mib", 1024, 128, 65536, &mem, err)) ||
 	    (r = body_int(body, "disk_gb", 4, 1, 1024, &disk, err)))
 		return r;
-	if (egress && strcmp(egress, "deny"))
-		return k8_err_set(err, -ENOTSUP,
-				  "--egress %s is not available yet: sandboxes have no network device "
-				  "at all (the egress policy engine is issue #4); leave it off or use "
-				  "--egress deny", egress);
-	if (json_array_size(allow))
-		return k8_err_set(err, -ENOTSUP,
-				  "--egress-allow is not available yet: sandboxes have no network "
-				  "device at all (the egress policy engine is issue #4)");
-	if (json_array_size(mounts))
-		return k8_err_set(err, -ENOTSUP,
-				  "--mount is not available yet (shared folders are issue #5)");
 	if (!d->guest.kernel[0])
 		return k8_err_set(err, -ENOENT,
 				  "the guest image is missing, so no VM can boot; build it with `make`");
+	if ((r = egress_from_body(body, mode, sizeof(mode), &rules, err)))
+		return r;
+	mnt = xcalloc(K8_MAX_MOUNTS, sizeof(*mnt));
+	if (mounts && !json_is_null(mounts) &&
+	    (r = mounts_from_body(d, mounts, mnt, &nmnt, err))) {
+		free(mnt);
+		json_decref(rules);
+		return r;
+	}
 
 	sb = sb_reserve(d, name, err);
-	if (!sb)
+	if (!sb) {
+		json_decref(rules);
+		free(mnt);
 		return -EEXIST;
+	}
 	sb->cpus = cpus;
 	sb->memory_mib = mem;
 	sb->disk_gb = disk;
+	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", mode);
+	json_decref(sb->egress_rules);
+	sb->egress_rules = rules;
+	if (nmnt)
+		memcpy(sb->mounts, mnt, sizeof(mnt[0]) * (size_t)nmnt);
+	sb->nmounts = nmnt;
+	free(mnt);
 
 	if (progress)
 		progress(pctx, json_pack("{s:s,s:s}", "phase", "disks", "what", name));
@@ -862,9 +974,14 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
 	daemon_audit(d, "sandbox.create", name,
-		     json_pack("{s:i,s:i,s:i,s:s,s:s,s:I}", "cpus", cpus, "memory_mib", mem,
+		     json_pack("{s:i,s:i,s:i,s:s,s:s,s:I,s:s,s:O}", "cpus", cpus, "memory_mib", mem,
 			       "disk_gb", disk, "accel", d->accel, "limits", sb->limits_desc,
-			       "boot_ms", (json_int_t)sb->boot_ms));
+			       "boot_ms", (json_int_t)sb->boot_ms, "egress", sb->egress_mode,
+			       "egress_allow", sb->egress_rules));
+	for (int i = 0; i < sb->nmounts; i++)
+		daemon_audit(d, "sandbox.mount", name,
+			     json_pack("{s:s,s:s,s:b}", "host", sb->mounts[i].host, "guest",
+				       sb->mounts[i].guest, "ro", sb->mounts[i].ro));
 	sb_busy_leave(sb);
 	*out = sb_to_json(sb, false);
 	sb_put(d, sb);
@@ -967,7 +1084,7 @@ static void pull_progress_cb(void *ctx, const char *phase, const char *what, uin
 
 /* A NULL-terminated list: the comma-separated environment variable `env` first, then
  * the strings of array `key` in $KOSA8_HOME/config.json (docs/images.md, "Pulling"). */
-static char **sb_setting_list(const char *env, json_t *cfg, const char *key)
+char **sb_setting_list(const char *env, json_t *cfg, const char *key)
 {
 	const char *v = getenv(env);
 	json_t *arr = json_object_get(cfg, key), *it;
@@ -989,7 +1106,7 @@ static char **sb_setting_list(const char *env, json_t *cfg, const char *key)
 	return list;
 }
 
-static void sb_env_list_free(char **list)
+void sb_setting_list_free(char **list)
 {
 	for (size_t i = 0; list && list[i]; i++)
 		free(list[i]);
@@ -998,7 +1115,7 @@ static void sb_env_list_free(char **list)
 
 /* $KOSA8_HOME/config.json, read at each pull so an edit needs no restart; {} when
  * absent or unreadable (a malformed file is logged, not fatal). */
-static json_t *sb_daemon_config(struct daemon *d)
+json_t *sb_daemon_config(struct daemon *d)
 {
 	cleanup_free char *p = xasprintf("%s/config.json", d->home);
 	cleanup_free char *t = NULL;
@@ -1044,8 +1161,8 @@ int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, js
 			     json_pack("{s:O,s:O,s:O}", "ref", json_object_get(*out, "ref"),
 				       "digest", json_object_get(*out, "digest"),
 				       "registry", json_object_get(*out, "registry")));
-	sb_env_list_free(insecure);
-	sb_env_list_free(mirrors);
+	sb_setting_list_free(insecure);
+	sb_setting_list_free(mirrors);
 	json_decref(cfg);
 	return r;
 }

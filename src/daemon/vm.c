@@ -231,11 +231,27 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("-qmp");
 	ADD("unix:%s,server=on,wait=off", s->qmp_path);
 	ADD("-device");
-	ADD("virtio-serial-device,max_ports=2");
+	ADD("virtio-serial-device,max_ports=3");
 	ADD("-chardev");
 	ADD("socket,id=agent,path=%s,server=on,wait=off", s->agent_path);
 	ADD("-device");
 	ADD("virtserialport,chardev=agent,name=kosa8.agent");
+	/* Shared folders: FUSE messages between the guest agent and kosa8-fs, which
+	 * connects here (and again after a rewind: a new QEMU listens at the same path).
+	 * Present in every VM, mounts or not, so every checkpoint has the same devices. */
+	if (s->fs_path) {
+		ADD("-chardev");
+		ADD("socket,id=fs,path=%s,server=on,wait=off", s->fs_path);
+		ADD("-device");
+		ADD("virtserialport,chardev=fs,name=kosa8.fs");
+	}
+	/* The NIC: every frame goes to kosa8-net, which listens at net_path. */
+	if (s->net_path) {
+		ADD("-netdev");
+		ADD("stream,id=net0,server=off,addr.type=unix,addr.path=%s", s->net_path);
+		ADD("-device");
+		ADD("virtio-net-device,netdev=net0,mac=52:54:00:12:34:56");
+	}
 	ADD("-blockdev");
 	if (s->scratch)
 		ADD("driver=file,node-name=scratch-file,filename=%s,discard=unmap", s->scratch);
