@@ -607,7 +607,7 @@ static int show_egress(const json_t *res, void *ctx)
 		printf(" (any destination except the host and internal networks not listed)");
 	printf("\nnetwork: %s%s%s", net, why ? " - " : "", why ? why : "");
 	if (json_object_get(res, "flows"))
-		printf(", %lld open flows (at most %lld)",
+		printf(", %lld flows tracked (at most %lld)",
 		       json_integer_value(json_object_get(res, "flows")),
 		       json_integer_value(json_object_get(res, "max_flows")));
 	printf("\n");

@@ -176,19 +176,48 @@ json_t *mounts_json(const struct sandbox *sb, bool for_guest)
 	return a;
 }
 
+/* A kosa8-fs that died is started again from a thread of its own (the reader thread that
+ * saw it go cannot join itself). The folders' roots keep their node ids (2 + index), so
+ * the guest's mounts work again at once; files and directories it held open get ESTALE. */
+static void *fs_restart(void *arg)
+{
+	char *name = arg;
+	struct daemon *d = g_daemon_for_signals;
+	struct k8_err err = { 0 };
+	struct sandbox *sb = sb_get(d, name, &err);
+
+	if (sb) {
+		sb_busy_enter(sb);
+		if (sb->state == SB_RUNNING && !sidecar_alive(&sb->fs)) {
+			int r = fs_up(d, sb, &err);
+			daemon_audit(d, r ? "sandbox.fs.restart.failed" : "sandbox.fs.restart", sb->name,
+				     r ? json_pack("{s:s}", "error", err.msg) : NULL);
+			pthread_mutex_lock(&sb->lock);
+			sb_save(sb);
+			pthread_mutex_unlock(&sb->lock);
+		}
+		sb_busy_leave(sb);
+		sb_put(d, sb);
+	}
+	free(name);
+	return NULL;
+}
+
 static void fs_event(void *ctx, json_t *ev)
 {
 	struct sandbox *sb = ctx;
 	const char *name = json_string_value(json_object_get(ev, "event"));
+	pthread_t t;
 
 	if (!name || !g_daemon_for_signals)
 		return;
 	if (!strcmp(name, "down") && !sb->fs.closing) {
-		daemon_log("sandbox %s: kosa8-fs is gone (%s): shared folders stop answering until "
-			   "the next boot or rewind", sb->name,
+		daemon_log("sandbox %s: kosa8-fs is gone (%s); starting it again", sb->name,
 			   json_string_value(json_object_get(ev, "why")));
 		daemon_audit(g_daemon_for_signals, "sandbox.fs.down", sb->name,
 			     json_pack("{s:s?}", "why", json_string_value(json_object_get(ev, "why"))));
+		if (pthread_create(&t, NULL, fs_restart, xstrdup(sb->name)) == 0)
+			pthread_detach(t);
 	}
 }
 

@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: Apache-2.0
+# The sidecars dying: kosa8-net takes the sandbox's network down (not the VM, not the
+# daemon) and says so; kosa8-fs is started again and the shared folder works again.
+# Traffic only to 127.0.0.1 (the guest reaches it as 10.0.2.2 when 127.0.0.1 is listed).
+import json
+import os
+import signal
+import socket
+import tempfile
+import threading
+
+import pytest
+
+from conftest import wait_for
+
+CONNECT = ("import socket, sys\n"
+           "try:\n"
+           "    s = socket.create_connection(('10.0.2.2', %d), timeout=4)\n"
+           "    s.sendall(b'ping'); print(s.recv(16).decode())\n"
+           "except OSError as e:\n"
+           "    print('error', type(e).__name__); sys.exit(3)\n")
+
+
+class Echo:
+    """A TCP server on 127.0.0.1 answering 'pong' to each connection."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.seen = 0
+        threading.Thread(target=self.loop, daemon=True).start()
+
+    def loop(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.seen += 1
+            try:
+                c.recv(16)
+                c.sendall(b"pong")
+            finally:
+                c.close()
+
+
+def sidecar_pid(home, name, which):
+    with open(os.path.join(home.path, "sandboxes", name, "sandbox.json")) as f:
+        return json.load(f)["sidecars"][which]["pid"]
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def audit_actions(home, name):
+    return [r["action"] for r in home.json("audit", "ls", "--sandbox", name)]
+
+
+@pytest.fixture(scope="module")
+def echo():
+    e = Echo()
+    yield e
+    e.sock.close()
+
+
+def test_kosa8_net_dying_takes_only_the_network_down(home, loaded, echo):
+    name = "netdown"
+    home("sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2",
+         "--egress-allow", "127.0.0.1:%d" % echo.port, check=True)
+    try:
+        home("sandbox", "pull", name, loaded, check=True)
+        p = home("sandbox", "run", name, loaded, "python3", "-c", CONNECT % echo.port)
+        assert p.returncode == 0 and "pong" in p.stdout, p.stdout + p.stderr
+        home("checkpoint", name, "--label", "up", check=True)
+
+        pid = sidecar_pid(home, name, "net")
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: home.json("sandbox", "egress", name)["network"] == "down")
+        st = home.json("sandbox", "egress", name)
+        assert st["why"], st
+        assert "sandbox.net.down" in audit_actions(home, name)
+        # The VM and the daemon carry on; only the network is gone.
+        assert home("daemon", "status").returncode == 0
+        p = home("sandbox", "run", name, loaded, "python3", "-c", "print(6*7)")
+        assert p.returncode == 0 and p.stdout.strip() == "42"
+        seen = echo.seen
+        p = home("sandbox", "run", name, loaded, "python3", "-c", CONNECT % echo.port)
+        assert p.returncode == 3 and echo.seen == seen, p.stdout + p.stderr
+
+        # A rewind starts a new kosa8-net: the network is back.
+        home("rewind", name, "--to", "up", "-y", check=True)
+        assert home.json("sandbox", "egress", name)["network"] == "up"
+        assert alive(sidecar_pid(home, name, "net"))
+        p = home("sandbox", "run", name, loaded, "python3", "-c", CONNECT % echo.port)
+        assert p.returncode == 0 and "pong" in p.stdout, p.stdout + p.stderr
+    finally:
+        home("sandbox", "rm", name)
+
+
+def test_kosa8_fs_dying_is_restarted_and_the_folder_works_again(home, loaded):
+    name = "fsdown"
+    share = tempfile.mkdtemp(prefix="k8fsd-", dir="/tmp")
+    home("sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2",
+         "--mount", "%s:/data" % share, check=True)
+    try:
+        home("sandbox", "pull", name, loaded, check=True)
+        home("sandbox", "run", name, loaded, "sh", "-c", "echo one > /data/one", check=True)
+        assert open(os.path.join(share, "one")).read() == "one\n"
+
+        pid = sidecar_pid(home, name, "fs")
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: "sandbox.fs.restart" in audit_actions(home, name))
+        new = sidecar_pid(home, name, "fs")
+        assert new != pid and alive(new)
+        assert "sandbox.fs.down" in audit_actions(home, name)
+        p = home("sandbox", "run", name, loaded, "sh", "-c",
+                 "cat /data/one && echo two > /data/two", timeout=60)
+        assert p.returncode == 0 and p.stdout == "one\n", p.stdout + p.stderr
+        assert open(os.path.join(share, "two")).read() == "two\n"
+    finally:
+        home("sandbox", "rm", name)
+        for f in os.listdir(share):
+            os.unlink(os.path.join(share, f))
+        os.rmdir(share)
