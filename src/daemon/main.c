@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -114,10 +115,17 @@ int main(int argc, char **argv)
 			}
 			snprintf(d->accel_opt, sizeof(d->accel_opt), "%s", optarg);
 			break;
-		case 'm':
+		case 'm': {
+			/* Roots are compared with the realpath of each mount: resolve them too. */
+			char real[PATH_MAX];
+			if (!realpath(optarg, real)) {
+				fprintf(stderr, "kosa8d: --allow-mount %s: %s\n", optarg, strerror(errno));
+				return 2;
+			}
 			d->allow_mounts = realloc(d->allow_mounts, sizeof(char *) * (size_t)(d->nallow_mounts + 1));
-			d->allow_mounts[d->nallow_mounts++] = xstrdup(optarg);
+			d->allow_mounts[d->nallow_mounts++] = xstrdup(real);
 			break;
+		}
 		case 'f':
 			break;
 		case 'o':
