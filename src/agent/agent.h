@@ -243,6 +243,9 @@ void agent_disk_check(struct agent *a);
 
 /* ---- chan.c ---- */
 int chan_open(struct agent *a);
+/* The /dev/vportNpM of the virtio-serial port named `want` (its number depends on the
+ * device order; there is no udev): 0, or -ENOENT while it is not there. */
+int chan_find_port(const char *want, char *dev, size_t len);
 void chan_event(struct agent *a, uint32_t events);
 /* Queue one frame for the host. Dropped (returns -ENOTCONN) when no host is connected:
  * a frame means nothing to the next host. */

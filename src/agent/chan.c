@@ -33,7 +33,7 @@
 #define CHAN_PORT_NAME "kosa8.agent"
 #define CHAN_WRITE_MAX 32768u
 
-static int chan_find_port(char *dev, size_t len)
+int chan_find_port(const char *want, char *dev, size_t len)
 {
 	DIR *d = opendir("/sys/class/virtio-ports");
 	struct dirent *de;
@@ -52,7 +52,7 @@ static int chan_find_port(char *dev, size_t len)
 			continue;
 		while (n && (name[n - 1] == '\n' || name[n - 1] == ' '))
 			name[--n] = '\0';
-		if (!strcmp(name, CHAN_PORT_NAME)) {
+		if (!strcmp(name, want)) {
 			snprintf(dev, len, "/dev/%.40s", de->d_name);
 			r = 0;
 		}
@@ -75,7 +75,7 @@ int chan_open(struct agent *a)
 	int fd;
 
 	for (;;) {
-		if (chan_find_port(c->dev, sizeof(c->dev)) == 0) {
+		if (chan_find_port(CHAN_PORT_NAME, c->dev, sizeof(c->dev)) == 0) {
 			fd = open(c->dev, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 			if (fd >= 0)
 				break;

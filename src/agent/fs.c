@@ -630,37 +630,6 @@ fail:
 
 /* ---- start (main thread) ---- */
 
-static int fs_find_port(char *dev, size_t len)
-{
-	DIR *d = opendir("/sys/class/virtio-ports");
-	struct dirent *de;
-	int r = -ENOENT;
-
-	if (!d)
-		return -errno;
-	while ((de = readdir(d))) {
-		char path[300], *name = NULL;
-		size_t n;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/sys/class/virtio-ports/%s/name", de->d_name);
-		if (read_file(path, 4096, &name, &n) < 0) /* sysfs says 4096 bytes */
-			continue;
-		while (n && (name[n - 1] == '\n' || name[n - 1] == ' '))
-			name[--n] = '\0';
-		if (!strcmp(name, K8FS_PORT_NAME)) {
-			snprintf(dev, len, "/dev/%.40s", de->d_name);
-			r = 0;
-		}
-		free(name);
-		if (!r)
-			break;
-	}
-	closedir(d);
-	return r;
-}
-
 static int fs_thread(void *(*fn)(void *), struct fs *fs)
 {
 	pthread_attr_t at;
@@ -691,7 +660,7 @@ int fs_start(struct agent *a, const struct fs_cfg *c, struct k8_err *err)
 	fs->cfg = *c;
 	fs->started_ns = now_mono_ns();
 	/* The port comes with the agent's (same device): it is there, or about to be. */
-	for (i = 0; (r = fs_find_port(fs->port_dev, sizeof(fs->port_dev))) < 0 &&
+	for (i = 0; (r = chan_find_port(K8FS_PORT_NAME, fs->port_dev, sizeof(fs->port_dev))) < 0 &&
 		    i < FS_PORT_WAIT_MS / 10; i++)
 		nanosleep(&ts, NULL);
 	if (r < 0) {

@@ -486,17 +486,45 @@ out:
 	return r;
 }
 
+/* Start the QEMU that restores checkpoint `label` of `from` into sb (a rewind: from ==
+ * sb; a fork: its source) on the new top layer `layer`: sidecars up, kosa8-fs given the
+ * FUSE nodes and open files the guest had then, and -incoming from the state file. */
+static int restore_spawn(struct daemon *d, struct sandbox *sb, struct sandbox *from,
+			 const char *label, const char *layer, const char *top, int kfd, int ifd,
+			 int sfd, pid_t *pid, struct k8_err *err)
+{
+	cleanup_free char *nodes = xasprintf("%s/checkpoints/%s/fs-nodes.json", from->dir, label);
+	struct sb_socks k;
+	struct vm_spec spec;
+	char **chain = NULL;
+	int r;
+
+	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
+		return r;
+	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
+		return r;
+	spec.kernel_fd = kfd;
+	spec.initramfs_fd = ifd;
+	spec.images = sb->images;
+	spec.nimages = sb->nimages;
+	spec.scratch = top;
+	spec.incoming_fd = sfd;
+	if (sb->forked)
+		spec.nchain = ckpt_chain(sb, layer, &chain);
+	spec.chain = (const char *const *)chain;
+	r = vm_spawn(&spec, pid, err);
+	ckpt_chain_free(chain, spec.nchain);
+	return r;
+}
+
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err)
 {
-	cleanup_free char *state = NULL, *top = NULL, *nodes = NULL;
+	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
-	struct sb_socks k;
-	struct vm_spec spec;
 	json_t *meta = NULL, *imgs, *it;
 	const char *frozen;
 	struct sb_image saved[K8_MAX_SLOTS];
-	char **chain = NULL;
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
 	int nsaved = 0, r;
 	uint64_t t0 = now_mono_ns();
@@ -558,24 +586,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
 	pthread_mutex_unlock(&sb->lock);
-	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
-		goto fail;
-	/* The guest comes back with the FUSE nodes and open files it had then. */
-	nodes = xasprintf("%s/checkpoints/%s/fs-nodes.json", sb->dir, label);
-	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
-		goto fail;
-	spec.kernel_fd = kfd;
-	spec.initramfs_fd = ifd;
-	spec.images = sb->images;
-	spec.nimages = sb->nimages;
-	spec.scratch = top;
-	spec.incoming_fd = sfd;
-	if (sb->forked)
-		spec.nchain = ckpt_chain(sb, layer, &chain);
-	spec.chain = (const char *const *)chain;
-	r = vm_spawn(&spec, &pid, err);
-	ckpt_chain_free(chain, spec.nchain);
-	if (r)
+	if ((r = restore_spawn(d, sb, sb, label, layer, top, kfd, ifd, sfd, &pid, err)))
 		goto fail;
 	/* QEMU starts the guest by itself once the state is in. */
 	r = sb_connect_vm(d, sb, pid, true, err);
@@ -646,16 +657,13 @@ int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *er
 int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,
 	      json_t **out, struct k8_err *err)
 {
-	cleanup_free char *state = NULL, *top = NULL, *nodes = NULL;
+	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
-	struct sb_socks k;
-	struct vm_spec spec;
 	json_t *meta = NULL, *imgs, *it, *srcl = NULL, *layers = NULL;
 	const char *frozen, *l;
 	struct sandbox *sb = NULL;
-	char **chain = NULL;
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
-	int nchain = 0, r, depth;
+	int r, depth;
 	uint64_t t0 = now_mono_ns();
 	bool src_busy = false;
 	pid_t pid = 0;
@@ -767,21 +775,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
 
-	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
-		goto fail;
-	nodes = xasprintf("%s/checkpoints/%s/fs-nodes.json", src->dir, label);
-	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
-		goto fail;
-	nchain = ckpt_chain(sb, layer, &chain);
-	spec.kernel_fd = kfd;
-	spec.initramfs_fd = ifd;
-	spec.images = sb->images;
-	spec.nimages = sb->nimages;
-	spec.scratch = top;
-	spec.incoming_fd = sfd;
-	spec.chain = (const char *const *)chain;
-	spec.nchain = nchain;
-	if ((r = vm_spawn(&spec, &pid, err)))
+	if ((r = restore_spawn(d, sb, src, label, layer, top, kfd, ifd, sfd, &pid, err)))
 		goto fail;
 	if ((r = sb_connect_vm(d, sb, pid, true, err)))
 		goto fail;
@@ -808,7 +802,6 @@ fail:
 		     json_pack("{s:s,s:s,s:s}", "from", src->name, "label", label, "error", err->msg));
 	sb_unreserve(d, sb);
 out:
-	ckpt_chain_free(chain, nchain);
 	json_decref(meta);
 	json_decref(srcl);
 	json_decref(layers);

@@ -8,6 +8,7 @@
  * name to 253 characters, and lower-cases it. A label byte that has no faithful text form
  * (a dot, a space, a control or non-ASCII byte, a backslash) marks the name "odd": a
  * query for such a name is refused, and such an owner never matches anything. */
+#include "net/bytes.h"
 #include "net/dns.h"
 
 #include <errno.h>
@@ -23,17 +24,6 @@
 #define F_RD 0x0100
 #define F_RA 0x0080
 
-static uint16_t rd16(const uint8_t *b) { return (uint16_t)(b[0] << 8 | b[1]); }
-static uint32_t rd32(const uint8_t *b)
-{
-	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
-static void wr16(uint8_t *b, uint16_t v) { b[0] = (uint8_t)(v >> 8); b[1] = (uint8_t)v; }
-static void wr32(uint8_t *b, uint32_t v)
-{
-	b[0] = (uint8_t)(v >> 24); b[1] = (uint8_t)(v >> 16); b[2] = (uint8_t)(v >> 8);
-	b[3] = (uint8_t)v;
-}
 
 static char dns_lower(char c)
 {
@@ -145,12 +135,12 @@ static size_t dns_name_write(uint8_t *out, size_t cap, const char *name)
 
 static void dns_hdr_write(uint8_t *out, uint16_t id, uint16_t flags, uint16_t qd, uint16_t an)
 {
-	wr16(out, id);
-	wr16(out + 2, flags);
-	wr16(out + 4, qd);
-	wr16(out + 6, an);
-	wr16(out + 8, 0);
-	wr16(out + 10, 0);
+	net_wr16(out, id);
+	net_wr16(out + 2, flags);
+	net_wr16(out + 4, qd);
+	net_wr16(out + 6, an);
+	net_wr16(out + 8, 0);
+	net_wr16(out + 10, 0);
 }
 
 /* Header + question; returns the length so far or 0. */
@@ -165,8 +155,8 @@ static size_t dns_question_write(uint8_t *out, size_t cap, uint16_t id, uint16_t
 	if (!n)
 		return 0;
 	dns_hdr_write(out, id, flags, 1, 0);
-	wr16(out + DNS_HDR + n, qtype);
-	wr16(out + DNS_HDR + n + 2, qclass);
+	net_wr16(out + DNS_HDR + n, qtype);
+	net_wr16(out + DNS_HDR + n + 2, qclass);
 	return DNS_HDR + n + 4;
 }
 
@@ -187,19 +177,19 @@ int dns_parse_query(const uint8_t *msg, size_t len, struct dns_question *q, int 
 		*opcode = 0;
 	if (!msg || len < DNS_HDR)
 		return -EINVAL;
-	flags = rd16(msg + 2);
-	q->id = rd16(msg);
+	flags = net_rd16(msg + 2);
+	q->id = net_rd16(msg);
 	q->rd = !!(flags & F_RD);
 	q->opcode = (flags >> 11) & 0xf;
 	if (opcode)
 		*opcode = q->opcode;
 	/* a query (QR=0), not truncated, asking exactly one question */
-	if ((flags & F_QR) || (flags & F_TC) || rd16(msg + 4) != 1)
+	if ((flags & F_QR) || (flags & F_TC) || net_rd16(msg + 4) != 1)
 		return -EINVAL;
 	if (dns_name_read(msg, len, DNS_HDR, q->name, &end, &odd) || odd || len - end < 4)
 		return -EINVAL;
-	q->qtype = rd16(msg + end);
-	q->qclass = rd16(msg + end + 2);
+	q->qtype = net_rd16(msg + end);
+	q->qclass = net_rd16(msg + end + 2);
 	q->end = end + 4;
 	return 0;
 }
@@ -245,16 +235,16 @@ size_t dns_build_answer(uint8_t *out, size_t cap, const struct dns_question *q,
 			continue;
 		if (lim - o < 12 + (size_t)alen)
 			break;
-		wr16(r, 0xc000 | DNS_HDR);      /* the question's name */
-		wr16(r + 2, q->qtype);
-		wr16(r + 4, DNS_CLASS_IN);
-		wr32(r + 6, ttl);
-		wr16(r + 10, (uint16_t)alen);
+		net_wr16(r, 0xc000 | DNS_HDR);      /* the question's name */
+		net_wr16(r + 2, q->qtype);
+		net_wr16(r + 4, DNS_CLASS_IN);
+		net_wr32(r + 6, ttl);
+		net_wr16(r + 10, (uint16_t)alen);
 		memcpy(r + 12, addrs[i].a, (size_t)alen);
 		o += 12 + (size_t)alen;
 		an++;
 	}
-	wr16(out + 6, an);
+	net_wr16(out + 6, an);
 	return o;
 }
 
@@ -281,10 +271,10 @@ static int dns_rr_read(const uint8_t *msg, size_t len, size_t *off, struct dns_r
 
 	if (dns_name_read(msg, len, *off, rr->name, &end, &rr->odd) || len - end < 10)
 		return -EINVAL;
-	rr->type = rd16(msg + end);
-	rr->rclass = rd16(msg + end + 2);
-	rr->ttl = rd32(msg + end + 4);
-	rr->rdlen = rd16(msg + end + 8);
+	rr->type = net_rd16(msg + end);
+	rr->rclass = net_rd16(msg + end + 2);
+	rr->ttl = net_rd32(msg + end + 4);
+	rr->rdlen = net_rd16(msg + end + 8);
 	rr->rdoff = end + 10;
 	if (len - rr->rdoff < rr->rdlen)
 		return -EINVAL;
@@ -329,19 +319,19 @@ int dns_parse_response(const uint8_t *msg, size_t len, uint16_t id, const char *
 	int an, rest, found;
 
 	memset(ans, 0, sizeof(*ans));
-	if (!msg || !name || len < DNS_HDR || rd16(msg) != id)
+	if (!msg || !name || len < DNS_HDR || net_rd16(msg) != id)
 		return -EINVAL;
-	flags = rd16(msg + 2);
-	if (!(flags & F_QR) || ((flags >> 11) & 0xf) != 0 || rd16(msg + 4) != 1)
+	flags = net_rd16(msg + 2);
+	if (!(flags & F_QR) || ((flags >> 11) & 0xf) != 0 || net_rd16(msg + 4) != 1)
 		return -EINVAL;
 	if (dns_name_read(msg, len, DNS_HDR, qname, &off, &odd) || odd || len - off < 4 ||
-	    !dns_name_eq(qname, name) || rd16(msg + off) != qtype ||
-	    rd16(msg + off + 2) != DNS_CLASS_IN)
+	    !dns_name_eq(qname, name) || net_rd16(msg + off) != qtype ||
+	    net_rd16(msg + off + 2) != DNS_CLASS_IN)
 		return -EINVAL;
 	off += 4;
 	an_off = off;
-	an = rd16(msg + 6);
-	rest = rd16(msg + 8) + rd16(msg + 10);
+	an = net_rd16(msg + 6);
+	rest = net_rd16(msg + 8) + net_rd16(msg + 10);
 	/* every record of every section must be well formed, even those we do not use */
 	for (int i = 0; i < an + rest; i++)
 		if (dns_rr_read(msg, len, &off, &rr))

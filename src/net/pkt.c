@@ -8,6 +8,7 @@
  * never by the frame length alone. Fields are read byte by byte in network order, so no
  * unaligned access happens. The builders write the reply header by header into the
  * caller's buffer after checking the whole length fits. */
+#include "net/bytes.h"
 #include "net/pkt.h"
 
 #include <errno.h>
@@ -29,17 +30,6 @@
 #define T_RST 0x04
 #define T_ACK 0x10
 
-static uint16_t rd16(const uint8_t *b) { return (uint16_t)(b[0] << 8 | b[1]); }
-static uint32_t rd32(const uint8_t *b)
-{
-	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
-static void wr16(uint8_t *b, uint16_t v) { b[0] = (uint8_t)(v >> 8); b[1] = (uint8_t)v; }
-static void wr32(uint8_t *b, uint32_t v)
-{
-	b[0] = (uint8_t)(v >> 24); b[1] = (uint8_t)(v >> 16); b[2] = (uint8_t)(v >> 8);
-	b[3] = (uint8_t)v;
-}
 
 const void *pkt_get(const struct pkt *p, size_t off, size_t len)
 {
@@ -66,10 +56,10 @@ static int pkt_parse_l4(struct pkt *p, size_t end)
 		doff = (size_t)(h[12] >> 4) * 4;
 		if (doff < 20 || doff > avail || !pkt_get(p, p->l4_off, doff))
 			return -EINVAL;
-		p->sport = rd16(h);
-		p->dport = rd16(h + 2);
-		p->tcp_seq = rd32(h + 4);
-		p->tcp_ack = rd32(h + 8);
+		p->sport = net_rd16(h);
+		p->dport = net_rd16(h + 2);
+		p->tcp_seq = net_rd32(h + 4);
+		p->tcp_ack = net_rd32(h + 8);
 		p->tcp_flags = h[13];
 		p->payload_off = p->l4_off + doff;
 		p->payload_len = avail - doff;
@@ -80,9 +70,9 @@ static int pkt_parse_l4(struct pkt *p, size_t end)
 
 		if (!(h = pkt_get(p, p->l4_off, 8)) || avail < 8)
 			return -EINVAL;
-		ulen = rd16(h + 4);
-		p->sport = rd16(h);
-		p->dport = rd16(h + 2);
+		ulen = net_rd16(h + 4);
+		p->sport = net_rd16(h);
+		p->dport = net_rd16(h + 2);
 		p->payload_off = p->l4_off + 8;
 		if (p->fragment) {
 			/* the length covers the reassembled datagram */
@@ -119,7 +109,7 @@ static int pkt_parse_ip4(struct pkt *p)
 	if (!h || h[0] >> 4 != 4)
 		return -EINVAL;
 	ihl = (size_t)(h[0] & 0x0f) * 4;
-	tot = rd16(h + 2);
+	tot = net_rd16(h + 2);
 	if (ihl < 20 || !pkt_get(p, p->l3_off, ihl) || tot < ihl || !pkt_get(p, p->l3_off, tot))
 		return -EINVAL;
 	p->l3 = PKT_IP4;
@@ -128,7 +118,7 @@ static int pkt_parse_ip4(struct pkt *p)
 	p->src.family = p->dst.family = AF_INET;
 	memcpy(p->src.a, h + 12, 4);
 	memcpy(p->dst.a, h + 16, 4);
-	frag = rd16(h + 6);
+	frag = net_rd16(h + 6);
 	if (frag & 0x3fff) {            /* MF or an offset */
 		p->fragment = true;
 		p->first_fragment = (frag & 0x1fff) == 0;
@@ -149,7 +139,7 @@ static int pkt_parse_ip6(struct pkt *p)
 
 	if (!h || h[0] >> 4 != 6)
 		return -EINVAL;
-	end = p->l3_off + IP6_HLEN + rd16(h + 4);
+	end = p->l3_off + IP6_HLEN + net_rd16(h + 4);
 	if (!pkt_get(p, p->l3_off, end - p->l3_off))
 		return -EINVAL;
 	p->l3 = PKT_IP6;
@@ -172,7 +162,7 @@ static int pkt_parse_ip6(struct pkt *p)
 		if (!(e = pkt_get(p, off, 8)) || end - off < 8)
 			return -EINVAL;
 		if (nh == 44) {
-			uint16_t fo = rd16(e + 2);
+			uint16_t fo = net_rd16(e + 2);
 
 			p->fragment = true;
 			p->first_fragment = (fo >> 3) == 0;
@@ -208,14 +198,14 @@ int pkt_parse(struct pkt *p, const uint8_t *frame, size_t len)
 		return -EINVAL;
 	memcpy(p->dst_mac, eth, 6);
 	memcpy(p->src_mac, eth + 6, 6);
-	p->ethertype = rd16(eth + 12);
+	p->ethertype = net_rd16(eth + 12);
 	p->l3_off = ETH_HLEN;
 	if (p->ethertype == ETH_P_VLAN) {
 		const uint8_t *tag = pkt_get(p, ETH_HLEN, 4);
 
 		if (!tag)
 			return -EINVAL;
-		p->ethertype = rd16(tag + 2);
+		p->ethertype = net_rd16(tag + 2);
 		p->l3_off += 4;
 	}
 	switch (p->ethertype) {
@@ -225,7 +215,7 @@ int pkt_parse(struct pkt *p, const uint8_t *frame, size_t len)
 		if (!a)
 			return -EINVAL;
 		/* Ethernet/IPv4 ARP only; another kind is well formed but not ours */
-		if (rd16(a) != 1 || rd16(a + 2) != ETH_P_IP4 || a[4] != 6 || a[5] != 4)
+		if (net_rd16(a) != 1 || net_rd16(a + 2) != ETH_P_IP4 || a[4] != 6 || a[5] != 4)
 			return 0;
 		p->l3 = PKT_ARP;
 		p->src.family = p->dst.family = AF_INET;
@@ -281,12 +271,12 @@ static uint32_t pkt_pseudo(const struct net_addr *src, const struct net_addr *ds
 		s = pkt_csum_add(s, dst->a, 4);
 		tail[0] = 0;
 		tail[1] = (uint8_t)proto;
-		wr16(tail + 2, (uint16_t)len);
+		net_wr16(tail + 2, (uint16_t)len);
 		return pkt_csum_add(s, tail, 4);
 	}
 	s = pkt_csum_add(0, src->a, 16);
 	s = pkt_csum_add(s, dst->a, 16);
-	wr32(tail, (uint32_t)len);
+	net_wr32(tail, (uint32_t)len);
 	tail[4] = tail[5] = tail[6] = 0;
 	tail[7] = (uint8_t)proto;
 	return pkt_csum_add(s, tail, 8);
@@ -313,18 +303,18 @@ static size_t pkt_write_hdr(uint8_t *out, const struct pkt *in, bool swap, int p
 	if (in->l3 == PKT_IP4) {
 		memset(ip, 0, 20);
 		ip[0] = 0x45;
-		wr16(ip + 2, (uint16_t)(20 + l4len));
-		wr16(ip + 6, 0x4000);   /* DF */
+		net_wr16(ip + 2, (uint16_t)(20 + l4len));
+		net_wr16(ip + 6, 0x4000);   /* DF */
 		ip[8] = 64;
 		ip[9] = (uint8_t)proto;
 		memcpy(ip + 12, src->a, 4);
 		memcpy(ip + 16, dst->a, 4);
-		wr16(ip + 10, pkt_csum_fold(pkt_csum_add(0, ip, 20)));
+		net_wr16(ip + 10, pkt_csum_fold(pkt_csum_add(0, ip, 20)));
 		return in->l3_off + 20;
 	}
 	memset(ip, 0, IP6_HLEN);
 	ip[0] = 0x60;
-	wr16(ip + 4, (uint16_t)l4len);
+	net_wr16(ip + 4, (uint16_t)l4len);
 	ip[6] = (uint8_t)proto;
 	ip[7] = 64;
 	memcpy(ip + 8, src->a, 16);
@@ -363,13 +353,13 @@ static size_t pkt_write_rst(uint8_t *out, size_t cap, const struct pkt *in, bool
 	off = pkt_write_hdr(out, in, !outbound, IPPROTO_TCP, 20, src, dst);
 	t = out + off;
 	memset(t, 0, 20);
-	wr16(t, outbound ? in->sport : in->dport);
-	wr16(t + 2, outbound ? in->dport : in->sport);
-	wr32(t + 4, seq);
-	wr32(t + 8, ack);
+	net_wr16(t, outbound ? in->sport : in->dport);
+	net_wr16(t + 2, outbound ? in->dport : in->sport);
+	net_wr32(t + 4, seq);
+	net_wr32(t + 8, ack);
 	t[12] = 5 << 4;
 	t[13] = flags;
-	wr16(t + 16, pkt_csum_fold(pkt_csum_add(pkt_pseudo(src, dst, IPPROTO_TCP, 20), t, 20)));
+	net_wr16(t + 16, pkt_csum_fold(pkt_csum_add(pkt_pseudo(src, dst, IPPROTO_TCP, 20), t, 20)));
 	return len;
 }
 
@@ -438,13 +428,13 @@ size_t pkt_build_unreach(uint8_t *out, size_t cap, const struct pkt *in, uint8_t
 	if (in->l3 == PKT_IP4) {
 		if (!(ip = pkt_get(in, in->l3_off, 20)))
 			return 0;
-		iplen = rd16(ip + 2);
+		iplen = net_rd16(ip + 2);
 		quote = (size_t)(ip[0] & 0x0f) * 4 + 8;
 		proto = IPPROTO_ICMP;
 	} else {
 		if (!(ip = pkt_get(in, in->l3_off, IP6_HLEN)))
 			return 0;
-		iplen = IP6_HLEN + rd16(ip + 4);
+		iplen = IP6_HLEN + net_rd16(ip + 4);
 		quote = IP6_MIN_MTU - IP6_HLEN - 8;
 		proto = IPPROTO_ICMPV6;
 	}
@@ -462,7 +452,7 @@ size_t pkt_build_unreach(uint8_t *out, size_t cap, const struct pkt *in, uint8_t
 	icmp[1] = in->l3 == PKT_IP4 ? code4 : code6;
 	memcpy(icmp + 8, ip, quote);
 	sum = in->l3 == PKT_IP4 ? 0 : pkt_pseudo(&in->dst, &in->src, proto, 8 + quote);
-	wr16(icmp + 2, pkt_csum_fold(pkt_csum_add(sum, icmp, 8 + quote)));
+	net_wr16(icmp + 2, pkt_csum_fold(pkt_csum_add(sum, icmp, 8 + quote)));
 	return len;
 }
 
@@ -484,14 +474,14 @@ size_t pkt_build_udp_reply(uint8_t *out, size_t cap, const struct pkt *in,
 		return 0;
 	off = pkt_write_hdr(out, in, true, IPPROTO_UDP, 8 + len, &in->dst, &in->src);
 	u = out + off;
-	wr16(u, in->dport);
-	wr16(u + 2, in->sport);
-	wr16(u + 4, (uint16_t)(8 + len));
-	wr16(u + 6, 0);
+	net_wr16(u, in->dport);
+	net_wr16(u + 2, in->sport);
+	net_wr16(u + 4, (uint16_t)(8 + len));
+	net_wr16(u + 6, 0);
 	if (len)
 		memmove(u + 8, data, len);
 	c = pkt_csum_fold(pkt_csum_add(pkt_pseudo(&in->dst, &in->src, IPPROTO_UDP, 8 + len),
 				       u, 8 + len));
-	wr16(u + 6, c ? c : 0xffff);    /* 0 means "no checksum" (v4) */
+	net_wr16(u + 6, c ? c : 0xffff);    /* 0 means "no checksum" (v4) */
 	return total;
 }
