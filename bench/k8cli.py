@@ -1,10 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 # k8cli.py - what the benchmarks share: the CLI's path, running it, a process's RSS.
 import os
+import shutil
 import subprocess
+import time
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-KOSA8 = os.path.join(TOP, "build", "bin", "kosa8")
+# KOSA8_BIN picks another build's programs (e.g. build-bench/bin); the guest image is the
+# daemon's: KOSA8_GUEST_DIR, else the guest/ folder beside that bin/.
+BIN = os.path.abspath(os.environ.get("KOSA8_BIN", os.path.join(TOP, "build", "bin")))
+KOSA8 = os.path.join(BIN, "kosa8")
+GUEST = os.path.abspath(os.environ.get("KOSA8_GUEST_DIR", os.path.join(os.path.dirname(BIN), "guest")))
 
 
 def k(home, *args, check=True):
@@ -32,3 +38,79 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def qemu_vm(home, workdir, extra=(), erofs=None, mem=512, cpus=1, guest=None, max_ports=2,
+            append=""):
+    """Boot the guest like kosa8d does, but by hand (core.py's bare_vm with more devices:
+    `extra` QEMU arguments). Returns (proc, agent, seconds to HELLO). Needs
+    home/cache/scratch-2G.qcow2, which kosa8d makes when it creates a 2 GB sandbox."""
+    from k8proto import Agent
+    guest = guest or GUEST
+    os.makedirs(workdir, exist_ok=True)
+    shutil.copy(os.path.join(home, "cache", "scratch-2G.qcow2"), os.path.join(workdir, "scratch.qcow2"))
+    args = ["qemu-system-x86_64", "-M", "microvm,acpi=off,pit=on,pic=on,rtc=off",
+            "-accel", "tcg,tb-size=128", "-cpu", "max", "-m", str(mem), "-smp", str(cpus),
+            "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+            "-kernel", os.path.join(guest, "vmlinux"), "-initrd", os.path.join(guest, "initramfs.cpio"),
+            "-append", ("console=ttyS0 quiet panic=-1 reboot=t " + append).strip(),
+            "-serial", "null", "-device", "virtio-serial-device,max_ports=%d" % max_ports,
+            "-chardev", "socket,id=agent,path=%s/a.sock,server=on,wait=off" % workdir,
+            "-device", "virtserialport,chardev=agent,name=kosa8.agent",
+            "-blockdev", "driver=file,node-name=sf,filename=%s/scratch.qcow2" % workdir,
+            "-blockdev", "driver=qcow2,node-name=scratch,file=sf",
+            "-device", "virtio-blk-device,drive=scratch,serial=scratch"]
+    if erofs:
+        args += ["-blockdev", "driver=raw,node-name=img,read-only=on,file.driver=file,"
+                 "file.filename=%s,file.read-only=on" % erofs,
+                 "-device", "virtio-blk-device,drive=img,serial=slot0"]
+    args += list(extra) + ["-device", "virtio-rng-device"]
+    t0 = time.time()
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=open(os.path.join(workdir, "qemu.log"), "w"))
+    ag = Agent(os.path.join(workdir, "a.sock"))
+    ag.hello()
+    return proc, ag, time.time() - t0
+
+
+def image_disk(home):
+    """(path, digest) of the one image disk kosa8d built (after a `sandbox pull`)."""
+    disks = os.path.join(home, "images", "disks")
+    erofs = os.path.join(disks, sorted(os.listdir(disks))[0])
+    return erofs, "sha256:" + os.path.basename(erofs).split(".")[0]
+
+
+def cpu_cgroup(name, pid, cpus):
+    """Put pid under the same CPU quota kosa8d gives a sandbox's QEMU (cpus x 100 ms per
+    100 ms), so a bare VM competes on equal terms. Returns the cgroup dir or None."""
+    for d, files in (("/sys/fs/cgroup/cpu/kosa8bench", (("cpu.cfs_period_us", "100000"),
+                                                        ("cpu.cfs_quota_us", str(cpus * 100000)))),
+                     ("/sys/fs/cgroup/kosa8bench", (("cpu.max", "%d 100000" % (cpus * 100000)),))):
+        try:
+            os.makedirs(os.path.join(d, name), exist_ok=True)
+            for f, v in files:
+                with open(os.path.join(d, name, f), "w") as fh:
+                    fh.write(v)
+            with open(os.path.join(d, name, "cgroup.procs"), "w") as fh:
+                fh.write(str(pid))
+            return os.path.join(d, name)
+        except OSError:
+            continue
+    return None
+
+
+def cgroup_rm(path):
+    if path:
+        for _ in range(50):
+            try:
+                os.rmdir(path)
+                return
+            except OSError:
+                time.sleep(0.1)

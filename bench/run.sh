@@ -16,3 +16,12 @@ mkdir -p "$NB/bench"
 ${CC:-cc} -O2 -std=gnu11 -D_GNU_SOURCE -I../src -o "$NB/bench/netparse" netparse.c \
 	../src/net/addr.c ../src/net/pkt.c ../src/net/dns.c ../src/net/policy.c
 "$NB/bench/netparse"
+# The programs and guest image of $B (default build): KOSA8_BIN, unless given.
+KOSA8_BIN=${KOSA8_BIN:-$NB/bin}
+export KOSA8_BIN
+echo "== network egress (issue 4)"
+# TCP guest -> host through kosa8-net against QEMU's own -netdev user, same VM.
+python3 net.py
+echo "== shared folders (issue 5)"
+# kosa8's FUSE-over-virtio-serial folders against virtio-9p of the same kind of folder.
+python3 mounts.py
