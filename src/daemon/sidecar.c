@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -218,6 +219,10 @@ int sidecar_connect(struct sidecar *s, const char *path, void (*on_event)(void *
 		close(fd);
 		return k8_err_set(err, -e, "cannot reach %s at %s: %s", s->kind, path, strerror(e));
 	}
+	/* A sidecar that stops reading must not hold a daemon thread (and the lock it
+	 * writes under) for ever: its requests fail instead. */
+	struct timeval tv = { .tv_sec = 5 };
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	pthread_mutex_lock(&s->lock);
 	s->fd = fd;
 	s->down = false;
