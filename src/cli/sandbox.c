@@ -61,11 +61,15 @@ static int mount_resolve(struct cli_mount *m, struct k8_err *err)
 	if (m->host[0] == '~' && (m->host[1] == '/' || !m->host[1]) && home)
 		exp = xasprintf("%s%s", home, m->host + 1);
 	real = realpath(exp ? exp : m->host, NULL);
+	if (!real && errno == ENOENT)
+		return k8_err_set(err, -EINVAL, "--mount: host folder %s does not exist; create it "
+				  "first (mkdir -p %s)", m->host, m->host);
 	if (!real)
 		return k8_err_set(err, -EINVAL, "--mount: %s: %s", m->host, strerror(errno));
 	if (stat(real, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		free(real);
-		return k8_err_set(err, -EINVAL, "--mount: %s is not a directory", m->host);
+		return k8_err_set(err, -EINVAL, "--mount: host path %s is not a folder; --mount "
+				  "shares folders", m->host);
 	}
 	free(m->host);
 	m->host = real;

@@ -35,9 +35,11 @@ static int rule_norm(const char *text, char *out, size_t n, struct k8_err *err)
 	struct policy_rule r;
 	char msg[512];
 
-	if (!text || policy_rule_parse(text, &r, msg, sizeof(msg)) < 0)
-		return k8_err_set(err, -EINVAL, "egress rule '%.200s': %s", text ? text : "",
-				  text ? msg : "a rule must be a string");
+	if (!text)
+		return k8_err_set(err, -EINVAL, "an egress rule must be a string");
+	/* The parser's message names the rule and the accepted forms. */
+	if (policy_rule_parse(text, &r, msg, sizeof(msg)) < 0)
+		return k8_err_set(err, -EINVAL, "%s", msg);
 	snprintf(out, n, "%s", r.text);
 	return 0;
 }

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Errors say what happened and what to do; exit codes are the documented ones.
 import os
+import re
+import shutil
 import tempfile
 
 from conftest import run
@@ -48,10 +50,70 @@ def test_command_not_found(home, sandbox, loaded):
     assert "no-such-command" in p.stderr
 
 
-def test_unsupported_flags_are_refused_clearly(home):
-    p = home("sandbox", "create", "netbox", "--egress-allow", "example.org")
-    assert p.returncode != 0
-    assert "egress" in p.stderr
+def _not_created(home, *names):
+    have = [s["name"] for s in home.json("sandbox", "ls")]
+    for n in names:
+        if n in have:
+            home("sandbox", "rm", n)
+    return not any(n in have for n in names)
+
+
+def test_bad_egress_rules_are_refused_clearly(home):
+    try:
+        p = home("sandbox", "create", "netbox", "--memory", "256", "--egress-allow", "bad rule!!")
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert "bad rule!!" in p.stderr, p.stderr
+        # It names the accepted forms: names, wildcards, ports, IPs and CIDRs.
+        assert "accepted forms" in p.stderr and "*." in p.stderr, p.stderr
+        assert re.search(r"\d+\.\d+\.\d+\.\d+/\d+", p.stderr), p.stderr
+        for bad in ("", "example.org:0", "example.org:99999", "10.0.0.0/33", "*", "a..b"):
+            p = home("sandbox", "create", "netbox", "--memory", "256", "--egress-allow", bad)
+            assert p.returncode == 2, (bad, p.returncode, p.stderr)
+            assert "egress" in p.stderr, (bad, p.stderr)
+        p = home("sandbox", "create", "netbox", "--memory", "256", "--egress", "sometimes")
+        assert p.returncode == 2 and "deny" in p.stderr and "allow-all" in p.stderr, p.stderr
+        p = home("sandbox", "create", "netbox", "--memory", "256", "--egress", "deny",
+                 "--egress-allow", "x.org")
+        assert p.returncode == 2 and "contradict" in p.stderr, p.stderr
+    finally:
+        assert _not_created(home, "netbox"), "a refused create left a sandbox behind"
+
+
+def test_bad_egress_rule_message_says_it_once(home):
+    p = home("sandbox", "create", "netbox", "--memory", "256", "--egress-allow", "bad rule!!")
+    assert p.returncode == 2
+    assert p.stderr.count("bad rule!!") == 1, "the rule is named twice: " + p.stderr
+
+
+def test_bad_mounts_are_refused_clearly(home):
+    d = tempfile.mkdtemp(prefix="k8x-", dir="/tmp")
+    f = os.path.join(d, "file")
+    open(f, "w").close()
+    try:
+        p = home("sandbox", "create", "mntbox", "--memory", "256",
+                 "--mount", "/nonexistent-k8:/x")
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert "/nonexistent-k8" in p.stderr, p.stderr
+        assert "does not exist" in p.stderr or "No such file" in p.stderr, p.stderr
+        p = home("sandbox", "create", "mntbox", "--memory", "256", "--mount", d + ":relative")
+        assert p.returncode == 2 and "absolute" in p.stderr, p.stderr
+        p = home("sandbox", "create", "mntbox", "--memory", "256", "--mount", d)
+        assert p.returncode == 2 and "HOST:GUEST" in p.stderr, p.stderr
+        p = home("sandbox", "create", "mntbox", "--memory", "256", "--mount", d + ":/x:rx")
+        assert p.returncode == 2 and "ro" in p.stderr, p.stderr
+        for guest in ("/", "/a/../etc"):
+            p = home("sandbox", "create", "mntbox", "--memory", "256", "--mount", d + ":" + guest)
+            assert p.returncode == 2, (guest, p.stderr)
+        p = home("sandbox", "create", "mntbox", "--memory", "256", "--mount", f + ":/x")
+        assert p.returncode == 2 and ("director" in p.stderr or "folder" in p.stderr), p.stderr
+        p = home("sandbox", "create", "mntbox", "--memory", "256", "--mount", d + ":/proc")
+        assert p.returncode == 2 and "reserved" in p.stderr, p.stderr
+        p = home("sandbox", "create", "mntbox", "--memory", "256", "--mount", d + ":/x",
+                 "--mount", d + ":/x/y")
+        assert p.returncode == 2 and "overlap" in p.stderr, p.stderr
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        assert _not_created(home, "mntbox"), "a refused create left a sandbox behind"
 
 
 def test_image_in_use_cannot_be_removed(home, sandbox, loaded):
