@@ -27,7 +27,8 @@
 #define K8FS_MAX_MOUNTS     64
 #define K8FS_ROOT_ID        1                 /* the synthetic root */
 #define K8FS_ENTRY_TIMEOUT  1                 /* seconds a name -> node answer is cached */
-#define K8FS_ATTR_TIMEOUT   0                 /* attributes are never cached */
+#define K8FS_ATTR_TIMEOUT   1                 /* seconds attributes are cached; the guest
+						 * agent invalidates a file's on each open */
 
 struct fs_mount {
 	char *path;          /* realpath of HOSTDIR */
@@ -111,6 +112,9 @@ struct fs_handle *fs_handle_get(struct fs_ctx *c, uint64_t fh);
 void fs_handle_close(struct fs_ctx *c, uint64_t fh);
 /* Resolve a relative path beneath a mount root, symlinks refused anywhere. fd or -errno. */
 int fs_resolve(struct fs_ctx *c, uint32_t mount, const char *rel);
+/* Does the node's last known name still lead to its inode? False once the host deleted
+ * or renamed it (or a folder on the way): the guest's cached name is then stale. */
+bool fs_node_still_named(struct fs_ctx *c, const struct fs_node *n);
 /* Re-open the inode behind an O_PATH fd, for S_ISREG/S_ISDIR only. fd or -errno. */
 int fs_reopen(struct fs_ctx *c, int opath_fd, mode_t type, int flags);
 /* Checkpoint support: write / read the tables as JSON. 0 or -errno, message in err. */

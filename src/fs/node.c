@@ -405,6 +405,19 @@ int fs_resolve(struct fs_ctx *c, uint32_t mount, const char *rel)
 	return fd < 0 ? -errno : (int)fd;
 }
 
+bool fs_node_still_named(struct fs_ctx *c, const struct fs_node *n)
+{
+	struct stat st;
+	int fd = fs_resolve(c, n->mount, n->path);
+	bool same;
+
+	if (fd < 0)
+		return false;
+	same = fstat(fd, &st) == 0 && st.st_dev == n->dev && st.st_ino == n->ino;
+	close(fd);
+	return same;
+}
+
 int fs_reopen(struct fs_ctx *c, int opath_fd, mode_t type, int flags)
 {
 	char num[16];

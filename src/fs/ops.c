@@ -528,6 +528,11 @@ static int op_open(struct fs_req *r)
 	if (r->c->mounts[n->mount].ro &&
 	    ((in->flags & O_ACCMODE) != O_RDONLY || (in->flags & O_TRUNC)))
 		return -EROFS;
+	/* The guest caches names for K8FS_ENTRY_TIMEOUT. A name the host removed or moved
+	 * since must not open the old file: ESTALE makes the guest kernel walk the path
+	 * again with fresh LOOKUPs, which see the host's change. */
+	if (!fs_node_still_named(r->c, n))
+		return -ESTALE;
 	fl = (int)(in->flags & (OPEN_FLAGS | O_TRUNC));
 	if ((e = fs_handle_new(r->c, &fh)))
 		return e;

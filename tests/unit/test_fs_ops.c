@@ -172,6 +172,26 @@ static void test_init_and_root(struct fs_ctx *c)
 	CHECK_EQ_INT(req(c, FUSE_MKDIR, 1, &mi, sizeof(mi), NAME("x")), -EROFS);
 	CHECK_EQ_INT(req(c, FUSE_GETATTR, 1, &(struct fuse_getattr_in){ 0 },
 			 sizeof(struct fuse_getattr_in), NULL, 0), 0);
+	/* timeouts: names and attributes cached for a second (the agent drops a file's
+	 * attributes on each OPEN; docs/shared-folders.md), never a negative entry */
+	{
+		struct fuse_entry_out eo;
+		struct fuse_attr_out ao;
+
+		CHECK_EQ_INT(req(c, FUSE_LOOKUP, 2, NAME("d"), NULL, 0), 0);
+		memcpy(&eo, rep + 16, sizeof(eo));
+		CHECK_EQ_INT(eo.entry_valid, K8FS_ENTRY_TIMEOUT);
+		CHECK_EQ_INT(eo.attr_valid, K8FS_ATTR_TIMEOUT);
+		CHECK(K8FS_ATTR_TIMEOUT <= 1);
+		CHECK_EQ_INT(req(c, FUSE_GETATTR, eo.nodeid, &(struct fuse_getattr_in){ 0 },
+				 sizeof(struct fuse_getattr_in), NULL, 0), 0);
+		memcpy(&ao, rep + 16, sizeof(ao));
+		CHECK_EQ_INT(ao.attr_valid, K8FS_ATTR_TIMEOUT);
+		CHECK_EQ_INT(req(c, FUSE_FORGET, eo.nodeid, &(struct fuse_forget_in){ .nlookup = 1 },
+				 sizeof(struct fuse_forget_in), NULL, 0), 1);
+		lookup(c, 2, "absent", &e);
+		CHECK_EQ_INT(e, -ENOENT);
+	}
 }
 
 static void test_names(struct fs_ctx *c)
