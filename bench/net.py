@@ -11,7 +11,7 @@
 # The sink times first to last byte. Both QEMUs run under the same CPU quota (kosa8d puts
 # a sandbox's QEMU in a cgroup of `--cpus` CPUs; the bare one is put in an equal one).
 #
-# Environment: BENCH_N (repetitions, default 3), BENCH_NET_MIB (MiB per transfer, default
+# Environment: BENCH_N (repetitions, default 4; the order alternates each repetition), BENCH_NET_MIB (MiB per transfer, default
 # 128), KOSA8_BIN (default build/bin), BENCH_NET_NOCG=1 (bare VM without a CPU quota).
 import json
 import os
@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from k8cli import (k, test_image, qemu_vm, image_disk, cpu_cgroup, cgroup_rm,  # noqa: E402
                    cpu_seconds)
 
-N = int(os.environ.get("BENCH_N", "3"))
+N = int(os.environ.get("BENCH_N", "4"))
 MIB = int(os.environ.get("BENCH_NET_MIB", "128"))
 MEM = 512
 ENV = ["PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"]
@@ -86,6 +86,11 @@ class Sink:
 
 def med(xs):
     return statistics.median(xs)
+
+
+def spread(xs):
+    """median [min-max] of a list of rates"""
+    return "%.1f [%.1f-%.1f]" % (med(xs), min(xs), max(xs))
 
 
 def netctl(home, sid, req):
@@ -159,6 +164,7 @@ def bench(home, sink, bare_vm):
             "argv": ["python3", "-c", "pass"], "env": ENV, "cwd": "/", "user": "0",
             "stdin": False, "rm": True, "detach": False})
     kr, br, kcpu, bcpu = [], [], [], []
+    st0 = netctl(home, sid, {"op": "stats"})
     for i in range(N):
         order = (0, 1) if i % 2 == 0 else (1, 0)
         for which in order:
@@ -173,14 +179,22 @@ def bench(home, sink, bare_vm):
     print("TCP guest -> host 127.0.0.1, %d MiB in 64 KiB sends, %d runs each (MB/s): kosa8 %s, "
           "netdev user %s" % (MIB, N, " ".join("%.1f" % x for x in kr),
                               " ".join("%.1f" % x for x in br)))
+    # each repetition ran both back to back: their ratio is less exposed to the machine's
+    # load drifting over the whole run than the ratio of the medians
+    pair = [a / b for a, b in zip(kr, br)]
+    print("median [min-max], MB/s: kosa8-net %s, QEMU -netdev user %s; per-repetition ratios %s "
+          "(median %.2f)" % (spread(kr), spread(br), " ".join("%.2f" % x for x in pair), med(pair)))
     print("network egress throughput: kosa8-net %.1f MB/s, QEMU -netdev user %.1f MB/s: "
           "ratio %.2fx (goal >= 0.9x)" % (med(kr), med(br), med(kr) / med(br)))
     print("CPU per run (median): kosa8 QEMU %.1f s + kosa8-net %.1f s; bare QEMU (slirp inside) "
           "%.1f s" % (med([c[1] for c in kcpu]), med([c[0] for c in kcpu]), med(bcpu)))
     st = netctl(home, sid, {"op": "stats"})
-    print("kosa8-net stats: frames_in %s frames_out %s dropped %s malformed %s"
-          % (st.get("frames_in"), st.get("frames_out"), st.get("dropped"), st.get("malformed")))
-
+    d = {k: (st.get(k) or 0) - (st0.get(k) or 0) for k in ("frames_in", "frames_out", "tcp_merged")}
+    mib = MIB * N
+    print("kosa8-net over the %d runs: frames_in %d (%.0f/MiB), frames_out %d (%.0f/MiB), "
+          "tcp_merged %d; dropped %s malformed %s (since start)"
+          % (N, d["frames_in"], d["frames_in"] / mib, d["frames_out"], d["frames_out"] / mib,
+             d["tcp_merged"], st.get("dropped"), st.get("malformed")))
 
 if __name__ == "__main__":
     main()

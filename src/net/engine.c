@@ -135,6 +135,134 @@ size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const u
 	return total;
 }
 
+/* ---- merging the guest's bulk TCP data (like GRO) ----
+ * A guest sending in bulk emits 1.4 KB segments; slirp would make one send() on the host
+ * socket and one ACK frame back to the guest for each. Consecutive in-order data segments
+ * of one established flow (plain ACK/PSH, no options, same ack number, a valid checksum)
+ * that arrive in one batch are merged into one segment of up to ENGINE_GRO_MAX bytes,
+ * headers and checksums redone, before slirp sees it. Anything else that goes to slirp
+ * first hands it the merged segment, so slirp sees everything in the guest's order.
+ * IPv4 only: slirp's IPv6 input refuses a packet above its MTU (ICMPv6 "packet too big"
+ * to the guest), while its IPv4 input takes any length. */
+#define ENGINE_GRO_MAX 65000            /* payload: the IPv4 total length fits */
+#define ENGINE_GRO_BUF (14 + 20 + 20 + ENGINE_GRO_MAX)
+
+static uint32_t engine_fold16(uint64_t s)
+{
+	while (s >> 16)
+		s = (s & 0xffff) + (s >> 16);
+	return (uint32_t)s;
+}
+
+/* One's complement sum of data as big-endian 16-bit words (an odd last byte padded with
+ * zero), eight bytes a step: the sum of native-order words is the byte-swapped sum. */
+static uint32_t engine_csum(const uint8_t *b, size_t len)
+{
+	uint64_t s = 0;
+	size_t i = 0;
+	for (; i + 8 <= len; i += 8) {
+		uint32_t a, c;
+		memcpy(&a, b + i, 4);
+		memcpy(&c, b + i + 4, 4);
+		s += (uint64_t)a + c;
+	}
+	for (; i + 2 <= len; i += 2) {
+		uint16_t h;
+		memcpy(&h, b + i, 2);
+		s += h;
+	}
+	if (i < len) {
+		uint8_t last[2] = { b[i], 0 };
+		uint16_t h;
+		memcpy(&h, last, 2);
+		s += h;
+	}
+	return ntohs((uint16_t)engine_fold16(s));
+}
+
+/* Hand slirp the merged segment, if any. */
+static void engine_gro_flush(struct net *n)
+{
+	struct engine *e = &n->eng;
+	size_t len = e->gro.len;
+	if (!len)
+		return;
+	e->gro.len = 0;
+	e->gro.flow = NULL;
+	uint8_t *b = e->gro.buf;
+	if (e->gro.nseg > 1) {
+		uint8_t *ip = b + 14, *t = b + e->gro.l4;
+		size_t tcplen = 20 + e->gro.plen, tot = 20 + tcplen;
+		ip[2] = (uint8_t)(tot >> 8), ip[3] = (uint8_t)tot;
+		ip[10] = ip[11] = 0;
+		uint16_t c = pkt_csum_fold(pkt_csum_add(0, ip, 20));
+		ip[10] = (uint8_t)(c >> 8), ip[11] = (uint8_t)c;
+		t[16] = t[17] = 0;
+		uint32_t s = pkt_csum_add(pkt_csum_add(0, ip + 12, 8), t, 20);
+		c = pkt_csum_fold(s + IPPROTO_TCP + (uint32_t)tcplen + e->gro.psum);
+		t[16] = (uint8_t)(c >> 8), t[17] = (uint8_t)c;
+		n->stats.tcp_merged += (uint64_t)e->gro.nseg - 1;
+	}
+	slirp_input(engine_slirp(n), b, (int)len);
+}
+
+/* Every frame for slirp goes through here (or engine_tcp_to_slirp). */
+static void engine_to_slirp(struct net *n, const uint8_t *frame, size_t len)
+{
+	engine_gro_flush(n);
+	slirp_input(engine_slirp(n), frame, (int)len);
+}
+
+void engine_input_done(struct net *n)
+{
+	engine_gro_flush(n);
+}
+
+/* A TCP segment of flow f (already tracked) for slirp: merged when it can be. */
+static void engine_tcp_to_slirp(struct net *n, struct flow *f, const struct pkt *p)
+{
+	struct engine *e = &n->eng;
+	size_t plen = p->payload_len;
+	if (!e->gro.buf || p->l3 != PKT_IP4 || p->l3_off != 14 || p->fragment || plen == 0 ||
+	    plen > ENGINE_GRO_MAX || p->l4_off != 14 + 20 || p->payload_off != p->l4_off + 20 ||
+	    (p->tcp_flags & ~TH_PUSH) != TH_ACK || f->fin || f->closing_ns || !f->have_remote) {
+		engine_to_slirp(n, p->frame, p->len);
+		return;
+	}
+	const uint8_t *ip = p->frame + 14, *t = p->frame + p->l4_off;
+	uint32_t ps = engine_csum(p->frame + p->payload_off, plen);
+	uint32_t s = pkt_csum_add(pkt_csum_add(0, ip + 12, 8), t, 20);
+	if (pkt_csum_fold(s + IPPROTO_TCP + 20 + (uint32_t)plen + ps) != 0) {
+		engine_to_slirp(n, p->frame, p->len);   /* slirp drops it, as it would */
+		return;
+	}
+	if (e->gro.len && e->gro.flow == f && p->tcp_seq == e->gro.seq_next &&
+	    p->tcp_ack == e->gro.ack && !(e->gro.plen & 1) &&
+	    e->gro.plen + plen <= ENGINE_GRO_MAX) {
+		uint8_t *gt = e->gro.buf + e->gro.l4;
+		memcpy(e->gro.buf + e->gro.len, p->frame + p->payload_off, plen);
+		e->gro.len += plen;
+		e->gro.plen += plen;
+		gt[13] |= t[13] & TH_PUSH;
+		gt[14] = t[14], gt[15] = t[15];         /* the latest window */
+		e->gro.psum = engine_fold16((uint64_t)e->gro.psum + ps);
+		e->gro.seq_next += (uint32_t)plen;
+		e->gro.nseg++;
+		return;
+	}
+	engine_gro_flush(n);
+	size_t flen = p->payload_off + plen;        /* without any Ethernet padding */
+	memcpy(e->gro.buf, p->frame, flen);
+	e->gro.len = flen;
+	e->gro.l4 = p->l4_off;
+	e->gro.plen = plen;
+	e->gro.flow = f;
+	e->gro.seq_next = p->tcp_seq + (uint32_t)plen;
+	e->gro.ack = p->tcp_ack;
+	e->gro.psum = ps;
+	e->gro.nseg = 1;
+}
+
 /* ---- the flow table ---- */
 
 static unsigned engine_hash(const struct net *n, int proto, const struct net_addr *src,
@@ -224,6 +352,8 @@ static struct flow *engine_flow_add(struct net *n, const struct pkt *p, int prot
 static void engine_flow_del(struct net *n, struct flow *f)
 {
 	struct engine *e = &n->eng;
+	if (e->gro.flow == f)
+		engine_gro_flush(n);            /* what the flow passed still reaches slirp */
 	int idx = (int)(f - e->flows);
 	int *pp = &e->bucket[engine_hash(n, f->proto, &f->src, &f->dst, f->sport, f->dport)];
 	while (*pp >= 0 && *pp != idx)
@@ -249,7 +379,7 @@ static void engine_flow_cut(struct net *n, struct flow *f, bool tell_guest)
 	if (l && pkt_parse(&p, fake, l) == 0) {
 		size_t ol = pkt_build_tcp_rst_outbound(out, sizeof(out), &p);
 		if (ol)
-			slirp_input(engine_slirp(n), out, (int)ol);
+			engine_to_slirp(n, out, ol);
 	}
 	if (!tell_guest)
 		return;
@@ -406,7 +536,8 @@ int engine_init(struct net *n, char *err, size_t errlen)
 	for (e->nbuckets = 16; e->nbuckets < (unsigned)e->cap * 2; e->nbuckets *= 2)
 		;
 	e->bucket = malloc(e->nbuckets * sizeof(*e->bucket));
-	if (!e->flows || !e->bucket) {
+	e->gro.buf = malloc(ENGINE_GRO_BUF);
+	if (!e->flows || !e->bucket || !e->gro.buf) {
 		snprintf(err, errlen, "out of memory for %d flows", e->cap);
 		return -ENOMEM;
 	}
@@ -446,6 +577,9 @@ void engine_free(struct net *n)
 	e->slirp = NULL;
 	free(e->flows);
 	free(e->bucket);
+	free(e->gro.buf);
+	e->gro.buf = NULL;
+	e->gro.len = 0;
 	e->flows = NULL;
 	e->bucket = NULL;
 }
@@ -529,7 +663,7 @@ static void engine_tcp(struct net *n, const struct pkt *p)
 		f->fin |= 4;
 	if (((f->fin & 3) == 3 || (f->fin & 4)) && !f->closing_ns)
 		f->closing_ns = n->now_ns;
-	slirp_input(engine_slirp(n), p->frame, (int)p->len);
+	engine_tcp_to_slirp(n, f, p);
 }
 
 /* UDP, and ICMP echo (id in place of the source port, port 0 for the policy). */
@@ -551,7 +685,7 @@ static void engine_dgram(struct net *n, const struct pkt *p, uint16_t sport, uin
 		stats_pass(n, v.dest);
 	}
 	f->last_ns = n->now_ns;
-	slirp_input(engine_slirp(n), p->frame, (int)p->len);
+	engine_to_slirp(n, p->frame, p->len);
 }
 
 void engine_input(struct net *n, const uint8_t *frame, size_t len)
@@ -563,7 +697,7 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 		return;
 	}
 	if (p.l3 == PKT_ARP) {
-		slirp_input(engine_slirp(n), frame, (int)len);
+		engine_to_slirp(n, frame, len);
 		return;
 	}
 	if (p.l3 != PKT_IP4 && p.l3 != PKT_IP6) {
@@ -580,7 +714,7 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 	}
 	/* Neighbour and router discovery: slirp's business. */
 	if (p.proto == IPPROTO_ICMPV6 && p.icmp_type >= 133 && p.icmp_type <= 137) {
-		slirp_input(engine_slirp(n), frame, (int)len);
+		engine_to_slirp(n, frame, len);
 		return;
 	}
 	if (engine_is_multicast(n, &p.dst)) {
@@ -703,6 +837,7 @@ int engine_set_policy(struct net *n, const json_t *obj, char *err, size_t errlen
 void engine_guest_gone(struct net *n)
 {
 	struct engine *e = &n->eng;
+	engine_gro_flush(n);
 	for (int i = 0; i < e->cap; i++)
 		if (e->flows[i].used) {
 			engine_flow_cut(n, &e->flows[i], false);
@@ -715,6 +850,7 @@ void engine_guest_gone(struct net *n)
 void engine_tick(struct net *n, uint64_t now_ns)
 {
 	struct engine *e = &n->eng;
+	engine_gro_flush(n);
 	int64_t now_ms = (int64_t)(now_ns / 1000000ull);
 	for (int i = 0; i < (int)ARRAY_SIZE(e->timer); i++) {
 		if (!e->timer[i].used || !e->timer[i].armed || e->timer[i].expire_ms > now_ms)
@@ -793,6 +929,7 @@ static int engine_get_revents(int idx, void *opaque)
 void engine_poll_fill(struct net *n, struct pollfd **pfd, int *npfd, int *cap, int *timeout)
 {
 	struct engine *e = &n->eng;
+	engine_gro_flush(n);
 	e->pfd = pfd;
 	e->npfd = npfd;
 	e->pfd_cap = cap;
@@ -811,5 +948,6 @@ void engine_poll_fill(struct net *n, struct pollfd **pfd, int *npfd, int *cap, i
 
 void engine_poll_done(struct net *n, struct pollfd *pfd, int npfd, bool error)
 {
+	engine_gro_flush(n);
 	slirp_pollfds_poll(engine_slirp(n), error ? 1 : 0, engine_get_revents, n);
 }

@@ -372,6 +372,7 @@ int main(int argc, char **argv)
 			net_frames_accept(n);
 		else if (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))
 			net_frames_input(n);
+		engine_input_done(n);
 		if (pfd[2].revents & POLLIN)
 			ctl_accept(n);
 		else if (pfd[3].revents & (POLLIN | POLLHUP | POLLERR))

@@ -55,6 +55,7 @@ struct stats {
 	uint64_t tick;
 	int pending;                    /* slots with ev_count > 0 */
 	uint64_t frames_in, frames_out, malformed, dropped;
+	uint64_t tcp_merged;            /* guest TCP segments merged into a larger one */
 	uint64_t dns_answered, dns_refused;
 };
 
@@ -185,12 +186,27 @@ struct engine {
 	uint64_t last_tick_ns;
 	uint8_t guest_mac[6];
 	bool guest_mac_known;
+	/* The guest's bulk TCP data, merged (like GRO) before slirp sees it: consecutive
+	 * in-order data segments of one flow become one segment, so slirp makes one send()
+	 * on the host socket and one ACK per batch instead of one per 1.4 KB frame. */
+	struct {
+		uint8_t *buf;           /* the merged frame, ENGINE_GRO_BUF bytes */
+		size_t len;             /* frame length so far; 0: nothing pending */
+		size_t l4;              /* TCP header offset in buf */
+		size_t plen;            /* payload bytes so far */
+		struct flow *flow;
+		uint32_t seq_next, ack;
+		uint32_t psum;          /* one's complement sum of the payload (big-endian) */
+		int nseg;
+	} gro;
 };
 
 int engine_init(struct net *n, char *err, size_t errlen);
 void engine_free(struct net *n);
 /* One frame from the guest. */
 void engine_input(struct net *n, const uint8_t *frame, size_t len);
+/* The end of a batch of frames from the guest: hand slirp what is still being merged. */
+void engine_input_done(struct net *n);
 /* Queue a frame to the guest (dropped when QEMU is not connected). */
 void engine_send_guest(struct net *n, const uint8_t *frame, size_t len);
 /* Apply {"mode":...,"rules":[...]}; on success flows the new policy refuses are cut.

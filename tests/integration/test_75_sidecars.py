@@ -2,6 +2,7 @@
 # The sidecars dying: kosa8-net takes the sandbox's network down (not the VM, not the
 # daemon) and says so; kosa8-fs is started again and the shared folder works again.
 # Traffic only to 127.0.0.1 (the guest reaches it as 10.0.2.2 when 127.0.0.1 is listed).
+import hashlib
 import json
 import os
 import signal
@@ -45,6 +46,46 @@ class Echo:
                 c.sendall(b"pong")
             finally:
                 c.close()
+
+
+class Sink:
+    """A TCP server on 127.0.0.1 that hashes everything it receives and answers the hash."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.loop, daemon=True).start()
+
+    def loop(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            h, n = hashlib.sha256(), 0
+            while True:
+                b = c.recv(1 << 16)
+                if not b:
+                    break
+                h.update(b)
+                n += len(b)
+            c.sendall(("%d %s" % (n, h.hexdigest())).encode())
+            c.close()
+
+
+UPLOAD = ("import hashlib, os, random, socket\n"
+          "random.seed(7)\n"
+          "s = socket.create_connection(('10.0.2.2', %d), timeout=30)\n"
+          "h, n = hashlib.sha256(), 0\n"
+          "sizes = [1, 3, 17, 1447, 1448, 1449, 4096, 65535, 100000]\n"
+          "while n < %d:\n"
+          "    b = os.urandom(random.choice(sizes))\n"
+          "    s.sendall(b); h.update(b); n += len(b)\n"
+          "s.shutdown(socket.SHUT_WR)\n"
+          "print('%%d %%s' %% (n, h.hexdigest()))\n"
+          "print(s.recv(200).decode())\n")
 
 
 def sidecar_pid(home, name, which):
@@ -130,3 +171,24 @@ def test_kosa8_fs_dying_is_restarted_and_the_folder_works_again(home, loaded):
         for f in os.listdir(share):
             os.unlink(os.path.join(share, f))
         os.rmdir(share)
+
+
+def test_bulk_upload_arrives_whole(home, loaded):
+    """kosa8-net merges consecutive guest segments before slirp sees them: the bytes that
+    reach the host must be exactly the bytes the guest sent, in odd-sized writes."""
+    sink = Sink()
+    name = "bulk"
+    home("sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2",
+         "--egress-allow", "127.0.0.1:%d" % sink.port, check=True)
+    try:
+        home("sandbox", "pull", name, loaded, check=True)
+        p = home("sandbox", "run", name, loaded, "python3", "-c",
+                 UPLOAD % (sink.port, 8 << 20), timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        sent, got = p.stdout.strip().splitlines()[-2:]
+        assert sent == got, (sent, got)
+        st = home.json("sandbox", "egress", name)
+        assert st["destinations"] and st["tcp_merged"] > 0, st
+    finally:
+        home("sandbox", "rm", name)
+        sink.sock.close()
