@@ -19,44 +19,23 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from k8proto import Agent  # noqa: E402
-from k8cli import KOSA8, TOP, k, rss_kib  # noqa: E402
+from k8cli import TOP, k, qemu_vm, rss_kib  # noqa: E402
 
-GUEST = os.path.join(TOP, "build", "guest")
 N = int(os.environ.get("BENCH_N", "3"))
 MEM = 512
 
 
 
 
-
-
 def bare_vm(home, workdir, erofs=None):
-    """Boot the guest like kosa8d does, but by hand; returns (proc, agent, seconds to HELLO)."""
+    """Boot the guest like kosa8d does, with the same devices (a NIC, the shared-folder
+    port), but by hand; returns (proc, agent, seconds to HELLO)."""
     os.makedirs(workdir, exist_ok=True)
-    shutil.copy(os.path.join(home, "cache", "scratch-2G.qcow2"), os.path.join(workdir, "scratch.qcow2"))
-    args = ["qemu-system-x86_64", "-M", "microvm,acpi=off,pit=on,pic=on,rtc=off",
-            "-accel", "tcg,tb-size=128", "-cpu", "max", "-m", str(MEM), "-smp", "1",
-            "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-            "-kernel", os.path.join(GUEST, "vmlinux"), "-initrd", os.path.join(GUEST, "initramfs.cpio"),
-            "-append", "console=ttyS0 quiet panic=-1 reboot=t", "-serial", "null",
-            "-device", "virtio-serial-device,max_ports=2",
-            "-chardev", "socket,id=agent,path=%s/a.sock,server=on,wait=off" % workdir,
-            "-device", "virtserialport,chardev=agent,name=kosa8.agent",
-            "-blockdev", "driver=file,node-name=sf,filename=%s/scratch.qcow2" % workdir,
-            "-blockdev", "driver=qcow2,node-name=scratch,file=sf",
-            "-device", "virtio-blk-device,drive=scratch,serial=scratch"]
-    if erofs:
-        args += ["-blockdev", "driver=raw,node-name=img,read-only=on,file.driver=file,"
-                 "file.filename=%s,file.read-only=on" % erofs,
-                 "-device", "virtio-blk-device,drive=img,serial=slot0"]
-    args += ["-device", "virtio-rng-device"]
-    t0 = time.time()
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    ag = Agent(os.path.join(workdir, "a.sock"))
-    ag.hello()
-    return proc, ag, time.time() - t0
+    extra = ["-chardev", "socket,id=fs,path=%s/fs.sock,server=on,wait=off" % workdir,
+             "-device", "virtserialport,chardev=fs,name=kosa8.fs",
+             "-netdev", "user,id=net0,restrict=on",
+             "-device", "virtio-net-device,netdev=net0,mac=52:54:00:12:34:56"]
+    return qemu_vm(home, workdir, extra=extra, erofs=erofs, mem=MEM, max_ports=3)
 
 
 def med(xs):

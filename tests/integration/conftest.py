@@ -71,6 +71,30 @@ def python_layout():
     return out.stdout.strip().splitlines()[-1]
 
 
+def own_home(prefix, python_layout, config=None, start_args=()):
+    """A daemon of a module's own (its config.json, its start flags), with the python
+    image loaded; a generator for a module fixture: yields the Home, then stops it."""
+    h = Home(new_home(prefix))
+    if config is not None:
+        with open(os.path.join(h.path, "config.json"), "w") as f:
+            json.dump(config, f)
+    h.start(*start_args)
+    h("image", "load", python_layout, "--tag", "python:3.12-slim", check=True, timeout=600)
+    yield h
+    h.stop()
+    if os.environ.get("KOSA8_KEEP_HOME") is None:
+        shutil.rmtree(h.path, ignore_errors=True)
+
+
+def make_sandbox(h, name, *flags, image="python:3.12-slim"):
+    """A small sandbox (1 vCPU, 512 MiB) with the python image pulled; returns its name."""
+    p = h("sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2", *flags,
+          timeout=300)
+    assert p.returncode == 0, "create %s %s: %s%s" % (name, flags, p.stdout, p.stderr)
+    h("sandbox", "pull", name, image, check=True, timeout=600)
+    return name
+
+
 @pytest.fixture(scope="session")
 def home():
     h = Home(new_home("k8t-"))

@@ -19,7 +19,7 @@ import time
 import pytest
 
 import netkit
-from conftest import KOSA8, Home, new_home, wait_for
+from conftest import KOSA8, make_sandbox, new_home, own_home, wait_for
 from netkit import IP_CIDR, IP_NS, IP_PRIVATE, IP_WILD
 
 IMAGE = "python:3.12-slim"
@@ -164,23 +164,7 @@ def net():
 
 @pytest.fixture(scope="module")
 def ehome(net, python_layout):
-    h = Home(new_home("k8eg-"))
-    with open(os.path.join(h.path, "config.json"), "w") as f:
-        json.dump({"dns_servers": [net.dns.addr]}, f)
-    h.start()
-    h("image", "load", python_layout, "--tag", IMAGE, check=True, timeout=600)
-    yield h
-    h.stop()
-    if os.environ.get("KOSA8_KEEP_HOME") is None:
-        shutil.rmtree(h.path, ignore_errors=True)
-
-
-def make_sandbox(h, name, *flags):
-    p = h("sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2", *flags,
-          timeout=300)
-    assert p.returncode == 0, "create %s %s: %s%s" % (name, flags, p.stdout, p.stderr)
-    h("sandbox", "pull", name, IMAGE, check=True, timeout=600)
-    return name
+    yield from own_home("k8eg-", python_layout, config={"dns_servers": [net.dns.addr]})
 
 
 LIST_RULES = ["allowed.test:8080", "alias.test:8443", "*.wild.test", "203.0.113.0/24",

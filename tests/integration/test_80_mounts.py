@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import Home, daemon_pid, new_home, wait_for
+from conftest import daemon_pid, make_sandbox, own_home, wait_for
 
 IMAGE = "python:3.12-slim"
 GiB = 1 << 30
@@ -61,22 +61,10 @@ def root():
 
 @pytest.fixture(scope="module")
 def mhome(root, python_layout):
-    h = Home(new_home("k8mh-"))
-    h.allow = ("--allow-mount", root.allowed)
-    h.start(*h.allow)
-    h("image", "load", python_layout, "--tag", IMAGE, check=True, timeout=600)
-    yield h
-    h.stop()
-    if os.environ.get("KOSA8_KEEP_HOME") is None:
-        shutil.rmtree(h.path, ignore_errors=True)
-
-
-def make_sandbox(h, name, *flags):
-    p = h("sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2", *flags,
-          timeout=300)
-    assert p.returncode == 0, "create %s %s: %s%s" % (name, flags, p.stdout, p.stderr)
-    h("sandbox", "pull", name, IMAGE, check=True, timeout=600)
-    return name
+    allow = ("--allow-mount", root.allowed)
+    for h in own_home("k8mh-", python_layout, start_args=allow):
+        h.allow = allow
+        yield h
 
 
 @pytest.fixture(scope="module")
