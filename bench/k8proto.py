@@ -42,10 +42,20 @@ class Agent:
     def send(self, t, f, i, p=b""):
         self.s.sendall(HDR.pack(len(p), t, f, i) + p)
 
-    def hello(self):
+    def hello(self, timeout=120):
+        """Greet the agent as kosa8d does (a HELLO now and every second until one comes
+        back: what the guest wrote before a host was there is lost) and wait for its."""
+        end = time.time() + timeout
         while True:
-            t, f, i, p = self.frame()
+            self.send(HELLO, 0, 0, b'{"proto":1}')
+            try:
+                t, f, i, p = self.frame(timeout=1)
+            except socket.timeout:
+                if time.time() > end:
+                    raise
+                continue
             if t == HELLO:
+                self.s.settimeout(None)
                 return json.loads(p)
 
     def request(self, obj):
