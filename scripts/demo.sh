@@ -4,6 +4,11 @@
 # shared folders, run Python in it, checkpoint and rewind.
 # Re-running is cheap: the kernel, the test image and the build are cached.
 set -eu
+# VMs, cgroups, network namespaces and apt-get want root: ask sudo when we are not.
+if [ "$(id -u)" -ne 0 ]; then
+	command -v sudo >/dev/null 2>&1 || { echo "$0: run this as root" >&2; exit 1; }
+	exec sudo -E "$0" "$@"
+fi
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 ./scripts/deps.sh

@@ -2,6 +2,11 @@
 # test.sh - everything CI runs: dependencies, a -Werror build, unit tests (plain and under
 # ASan+UBSan), a short fuzz run, and the end-to-end suite against real QEMU VMs.
 set -eu
+# VMs, cgroups, network namespaces and apt-get want root: ask sudo when we are not.
+if [ "$(id -u)" -ne 0 ]; then
+	command -v sudo >/dev/null 2>&1 || { echo "$0: run this as root" >&2; exit 1; }
+	exec sudo -E "$0" "$@"
+fi
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 ./scripts/deps.sh
