@@ -142,8 +142,14 @@ void sidecar_init(struct sidecar *s, const char *kind);
 /* Start argv[0] (an absolute path) in its own session, stderr appended to `log`, and wait
  * for its "ready" line. */
 int sidecar_spawn(struct sidecar *s, const char *const argv[], const char *log, struct k8_err *err);
+/* Connect to its control socket (replacing an earlier connection). */
 int sidecar_connect(struct sidecar *s, const char *path, void (*on_event)(void *, json_t *),
 		    void *ctx, struct k8_err *err);
+/* Spawn and connect; a sidecar that cannot be reached is stopped again. */
+int sidecar_start(struct sidecar *s, const char *const argv[], const char *log,
+		  const char *ctl, void (*on_event)(void *, json_t *), void *ctx,
+		  struct k8_err *err);
+bool sidecar_connected(const struct sidecar *s);
 /* Send req (stolen; an "id" is added) and wait for the reply; "ok":false becomes an error
  * carrying the sidecar's message. */
 int sidecar_request(struct sidecar *s, json_t *req, int timeout_ms, json_t **reply,

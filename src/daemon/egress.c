@@ -213,8 +213,6 @@ static int net_connect(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	int r;
 
 	sb_sock_path(d, sb, "netctl", ctl, sizeof(ctl));
-	sidecar_disconnect(&sb->net);
-	sb->net.closing = false;
 	if ((r = sidecar_connect(&sb->net, ctl, net_event, sb, err)))
 		return r;
 	return net_push_policy(sb, err);
@@ -233,7 +231,7 @@ int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	char user[32], maxf[16];
 
 	if (sidecar_alive(&sb->net)) {
-		if (sb->net.fd >= 0 && !sb->net.down)
+		if (sidecar_connected(&sb->net))
 			return 0;
 		return net_connect(d, sb, err);
 	}
@@ -270,16 +268,10 @@ int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 		argv[argc++] = dns[i];
 	}
 	argv[argc] = NULL;
-	sidecar_disconnect(&sb->net);
-	r = sidecar_spawn(&sb->net, argv, log, err);
+	r = sidecar_start(&sb->net, argv, log, ctl, net_event, sb, err);
 	sb_setting_list_free(dns);
 	if (r)
 		return r;
-	sb->net.closing = false;
-	if ((r = sidecar_connect(&sb->net, ctl, net_event, sb, err))) {
-		sidecar_stop(&sb->net);
-		return r;
-	}
 	daemon_log("sandbox %s: kosa8-net running (pid %d, egress %s)", sb->name,
 		   (int)sb->net.pid, sb->egress_mode);
 	return 0;
@@ -308,7 +300,7 @@ json_t *egress_summary(struct sandbox *sb)
 
 	if (sb->state != SB_RUNNING)
 		state = "off";
-	else if (sb->net.fd >= 0 && !sb->net.down)
+	else if (sidecar_connected(&sb->net))
 		state = "up";
 	else
 		state = "down";
@@ -391,7 +383,7 @@ int egress_update(struct daemon *d, struct sandbox *sb, json_t *body, json_t **o
 		snprintf(mode, sizeof(mode), "%s", json_string_value(mode_v));
 	else if (!strcmp(mode, "deny") && json_array_size(added))
 		snprintf(mode, sizeof(mode), "allow-list");   /* allowing something lifts deny */
-	live = sb->state == SB_RUNNING && sb->net.fd >= 0 && !sb->net.down;
+	live = sb->state == SB_RUNNING && sidecar_connected(&sb->net);
 	if (live) {
 		/* kosa8-net applies it (and cuts flows it now refuses) before we record it. */
 		r = sidecar_request(&sb->net,
@@ -409,8 +401,6 @@ int egress_update(struct daemon *d, struct sandbox *sb, json_t *body, json_t **o
 	sb->egress_rules = json_incref(rules);
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
-	policy_file_write(sb, err);
-	err->code = 0;
 	daemon_audit(d, "sandbox.egress.change", sb->name,
 		     json_pack("{s:s,s:s,s:O,s:O,s:O,s:b}", "from", old_mode, "mode", mode, "added",
 			       added, "removed", removed, "rules", rules, "live", live));

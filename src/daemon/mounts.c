@@ -221,16 +221,6 @@ static void fs_event(void *ctx, json_t *ev)
 	}
 }
 
-static int fs_connect(struct daemon *d, struct sandbox *sb, struct k8_err *err)
-{
-	char ctl[4200];
-
-	sb_sock_path(d, sb, "fsctl", ctl, sizeof(ctl));
-	sidecar_disconnect(&sb->fs);
-	sb->fs.closing = false;
-	return sidecar_connect(&sb->fs, ctl, fs_event, sb, err);
-}
-
 int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
 	char port[4200], ctl[4200];
@@ -242,18 +232,16 @@ int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 
 	if (!sb->nmounts)
 		return 0;
-	if (sidecar_alive(&sb->fs)) {
-		if (sb->fs.fd >= 0 && !sb->fs.down)
-			return 0;
-		return fs_connect(d, sb, err);
-	}
+	sb_sock_path(d, sb, "fsctl", ctl, sizeof(ctl));
+	if (sidecar_alive(&sb->fs))
+		return sidecar_connected(&sb->fs) ? 0
+						  : sidecar_connect(&sb->fs, ctl, fs_event, sb, err);
 	if (access(exe, X_OK) < 0)
 		return k8_err_set(err, -ENOENT, "%s is missing (it serves shared folders); build "
 				  "it with `make`", exe);
 	if ((r = mounts_recheck(d, sb->mounts, sb->nmounts, err)))
 		return r;
 	sb_sock_path(d, sb, "fs", port, sizeof(port));
-	sb_sock_path(d, sb, "fsctl", ctl, sizeof(ctl));
 	argv[argc++] = exe;
 	argv[argc++] = "--id";
 	argv[argc++] = sb->id;
@@ -267,16 +255,11 @@ int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 		argv[argc++] = specs[i];
 	}
 	argv[argc] = NULL;
-	sidecar_disconnect(&sb->fs);
-	r = sidecar_spawn(&sb->fs, argv, log, err);
+	r = sidecar_start(&sb->fs, argv, log, ctl, fs_event, sb, err);
 	for (int i = 0; i < sb->nmounts; i++)
 		free(specs[i]);
 	if (r)
 		return r;
-	if ((r = fs_connect(d, sb, err))) {
-		sidecar_stop(&sb->fs);
-		return r;
-	}
 	daemon_log("sandbox %s: kosa8-fs running (pid %d, %d shared folders)", sb->name,
 		   (int)sb->fs.pid, sb->nmounts);
 	return 0;

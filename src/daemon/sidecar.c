@@ -208,6 +208,7 @@ int sidecar_connect(struct sidecar *s, const char *path, void (*on_event)(void *
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	int fd;
 
+	sidecar_disconnect(s);
 	if (strlen(path) >= sizeof(a.sun_path))
 		return k8_err_set(err, -ENAMETOOLONG, "socket path too long: %s", path);
 	strcpy(a.sun_path, path);
@@ -240,6 +241,25 @@ int sidecar_connect(struct sidecar *s, const char *path, void (*on_event)(void *
 	}
 	s->reader_running = true;
 	return 0;
+}
+
+int sidecar_start(struct sidecar *s, const char *const argv[], const char *log,
+		  const char *ctl, void (*on_event)(void *, json_t *), void *ctx,
+		  struct k8_err *err)
+{
+	int r;
+
+	sidecar_disconnect(s);
+	if ((r = sidecar_spawn(s, argv, log, err)))
+		return r;
+	if ((r = sidecar_connect(s, ctl, on_event, ctx, err)))
+		sidecar_stop(s);
+	return r;
+}
+
+bool sidecar_connected(const struct sidecar *s)
+{
+	return s->fd >= 0 && !s->down;
 }
 
 int sidecar_request(struct sidecar *s, json_t *req, int timeout_ms, json_t **reply,

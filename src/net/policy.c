@@ -537,21 +537,12 @@ void policy_decide(const struct policy *p, const struct net_addr *addr, uint16_t
 	}
 
 	internal = net_addr_is_internal(&a);
-	/* 3. */
-	if (p->mode == POLICY_ALLOW_ALL) {
-		if (!internal) {
-			pin = policy_pin_find(p, &a, port, true, now_ns, NULL);
-			policy_dest(v, pin ? pin->name : NULL, &a, port);
-			policy_verdict_set(v, true, NULL);
-			return;
-		}
-		if (policy_ip_listed(p, &a, port, false, &addr_hit)) {
-			pin = policy_pin_find(p, &a, port, false, now_ns, NULL);
-			policy_dest(v, pin ? pin->name : NULL, &a, port);
-			policy_verdict_set(v, true, NULL);
-			return;
-		}
-		policy_verdict_set(v, false, addr_hit ? "port not listed" : "internal address");
+	/* 3. allow-all passes anything but an internal address; that one is decided by
+	 * steps 4 and 6 as in an allow-list (step 5 never passes an internal address) */
+	if (p->mode == POLICY_ALLOW_ALL && !internal) {
+		pin = policy_pin_find(p, &a, port, true, now_ns, NULL);
+		policy_dest(v, pin ? pin->name : NULL, &a, port);
+		policy_verdict_set(v, true, NULL);
 		return;
 	}
 

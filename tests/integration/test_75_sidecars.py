@@ -22,8 +22,8 @@ CONNECT = ("import socket, sys\n"
            "    print('error', type(e).__name__); sys.exit(3)\n")
 
 
-class Echo:
-    """A TCP server on 127.0.0.1 answering 'pong' to each connection."""
+class Server:
+    """A TCP server on 127.0.0.1 serving each connection in turn with self.serve(conn)."""
 
     def __init__(self):
         self.sock = socket.socket()
@@ -42,37 +42,31 @@ class Echo:
                 return
             self.seen += 1
             try:
-                c.recv(16)
-                c.sendall(b"pong")
+                self.serve(c)
             finally:
                 c.close()
 
 
-class Sink:
-    """A TCP server on 127.0.0.1 that hashes everything it receives and answers the hash."""
+class Echo(Server):
+    """Answers 'pong' to each connection."""
 
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(4)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self.loop, daemon=True).start()
+    def serve(self, c):
+        c.recv(16)
+        c.sendall(b"pong")
 
-    def loop(self):
+
+class Sink(Server):
+    """Hashes everything it receives and answers the length and the hash."""
+
+    def serve(self, c):
+        h, n = hashlib.sha256(), 0
         while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            h, n = hashlib.sha256(), 0
-            while True:
-                b = c.recv(1 << 16)
-                if not b:
-                    break
-                h.update(b)
-                n += len(b)
-            c.sendall(("%d %s" % (n, h.hexdigest())).encode())
-            c.close()
+            b = c.recv(1 << 16)
+            if not b:
+                break
+            h.update(b)
+            n += len(b)
+        c.sendall(("%d %s" % (n, h.hexdigest())).encode())
 
 
 UPLOAD = ("import hashlib, os, random, socket\n"
