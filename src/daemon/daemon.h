@@ -18,6 +18,7 @@
 
 #include "common/proto.h"
 #include "common/util.h"
+#include "daemon/jail.h"
 
 struct image_store;
 struct audit;
@@ -220,6 +221,8 @@ struct sandbox {
 	struct sb_mount mounts[K8_MAX_MOUNTS];
 	int nmounts;
 	struct sidecar fs;
+	/* host identities (jail.h): block in the daemon's jail_uids range, -1 until claimed */
+	int jail_index;
 };
 
 /* ---- guest image (guest.c) ---- */
@@ -289,6 +292,7 @@ struct daemon {
 	volatile int stopping;
 	bool offline;                   /* --offline: never fetch (KOSA8_OFFLINE likewise) */
 	bool stop_vms;
+	struct jail_range jail;          /* config jail_uids: uids for QEMU and sidecars */
 };
 
 extern struct daemon *g_daemon_for_signals;

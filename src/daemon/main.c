@@ -189,6 +189,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kosa8d: image store: %s\n", err.msg);
 		return 1;
 	}
+	{
+		json_t *cfg = sb_daemon_config(d);
+		const char *spec = json_string_value(json_object_get(cfg, "jail_uids"));
+		int bad = jail_range_parse(spec ? spec : JAIL_DEFAULT_RANGE, &d->jail, &err);
+		json_decref(cfg);
+		if (bad) {
+			fprintf(stderr, "kosa8d: %s/config.json: %s\n", d->home, err.msg);
+			return 1;
+		}
+	}
 	cgroup_probe(&d->cg);
 	daemon_log("host limits: %s", d->cg.note);
 	memset(&err, 0, sizeof(err));

@@ -110,6 +110,7 @@ static json_t *sb_record(struct sandbox *sb)
 	json_object_set_new(rec, "egress", json_pack("{s:s,s:O}", "mode", sb->egress_mode,
 						      "rules", sb->egress_rules));
 	json_object_set_new(rec, "mounts", mounts_json(sb, false));
+	json_object_set_new(rec, "jail_index", json_integer(sb->jail_index));
 	json_object_set_new(rec, "sidecars",
 			    json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "net", "pid",
 				      (json_int_t)sb->net.pid, "pid_start",
@@ -151,6 +152,7 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 	sb->qmp.fd = -1;
 	sb->link.fd = -1;
 	sb->state = SB_STOPPED;
+	sb->jail_index = -1;
 	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "deny");
 	sb->egress_rules = json_array();
 	sidecar_init(&sb->net, "kosa8-net");
@@ -718,6 +720,17 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 	}
 	sb->forked = json_is_true(json_object_get(rec, "forked"));
 	{
+		json_t *ji = json_object_get(rec, "jail_index");
+		struct k8_err jerr = { 0 };
+		sb->jail_index = json_is_integer(ji) ? (int)json_integer_value(ji) : -1;
+		if (jail_claim(&d->jail, sb->dir, &sb->jail_index, &jerr)) {
+			daemon_log("sandbox %s: %s", name, jerr.msg);
+			json_decref(rec);
+			sb_free(sb);
+			return -ENOSPC;
+		}
+	}
+	{
 		json_t *eg = json_object_get(rec, "egress"), *sc = json_object_get(rec, "sidecars");
 		const char *m = json_string_value(json_object_get(eg, "mode"));
 		json_t *rl = json_object_get(eg, "rules");
@@ -861,6 +874,11 @@ struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *er
 		return NULL;
 	}
 	sb = sb_new(d, name);
+	if (jail_claim(&d->jail, sb->dir, &sb->jail_index, err)) {
+		pthread_mutex_unlock(&d->lock);
+		sb_free(sb);
+		return NULL;
+	}
 	sb->state = SB_BOOTING;
 	sb->busy = 1;
 	sb->users = 1;
@@ -888,6 +906,7 @@ void sb_unreserve(struct daemon *d, struct sandbox *sb)
 	sidecar_stop(&sb->net);
 	sidecar_stop(&sb->fs);
 	rm_rf(sb->dir);
+	jail_release(&d->jail, sb->dir, sb->jail_index);
 	pthread_mutex_lock(&sb->lock);
 	sb->state = SB_REMOVING;
 	sb->busy = 0;
@@ -1033,6 +1052,7 @@ int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err)
 	r = rm_rf(sb->dir);
 	if (r)
 		k8_err_set(err, r, "could not remove %s: %s", sb->dir, strerror(-r));
+	jail_release(&d->jail, sb->dir, sb->jail_index);
 	daemon_audit(d, "sandbox.rm", name, json_pack("{s:b}", "wipe", wipe));
 	/* Wait for the API threads still holding it (their VM is gone, they end soon). */
 	pthread_mutex_lock(&sb->lock);
