@@ -132,7 +132,7 @@ static void test_query(void)
 	w8(&w, 0); w16(&w, 41); w16(&w, 1232); w32(&w, 0); w16(&w, 0);
 	CHECK_EQ_INT(query_exact(&w, w.n, &q, &op), 0);
 	CHECK_EQ_INT(q.end, 12 + 13 + 4);
-	CHECK(!q.rd || 1);
+	CHECK(q.rd);                 /* flags 0x0100: recursion desired */
 
 	/* QR=1, qdcount 0 or 2, TC set */
 	whdr(&w, 1, 0x8100, 1, 0, 0, 0);
