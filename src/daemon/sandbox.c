@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -1007,15 +1008,20 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	return 0;
 }
 
-static void wipe_file(const char *path)
+static int wipe_file(const char *path, const struct stat *sbuf, int type, struct FTW *ftw)
 {
-	cleanup_close int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	cleanup_close int fd = -1;
 	struct stat st;
 	static const char zero[65536];
 
+	(void)sbuf;
+	(void)ftw;
+	if (type != FTW_F)
+		return 0;
+	fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
 	/* A disk layer shared with a fork (hard link) still holds the fork's data. */
 	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1)
-		return;
+		return 0;
 	for (off_t off = 0; off < st.st_size; off += (off_t)sizeof(zero)) {
 		size_t n = (size_t)(st.st_size - off) < sizeof(zero) ? (size_t)(st.st_size - off)
 								       : sizeof(zero);
@@ -1023,6 +1029,15 @@ static void wipe_file(const char *path)
 			break;
 	}
 	fdatasync(fd);
+	return 0;
+}
+
+/* `rm --wipe`: zero every file of the sandbox that no fork shares before it is unlinked:
+ * the scratch disk, every disk layer written since a checkpoint, and the checkpoints'
+ * memory states (the guest's RAM holds what it wrote too). */
+static void wipe_tree(const char *dir)
+{
+	nftw(dir, wipe_file, 16, FTW_PHYS | FTW_MOUNT);
 }
 
 int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err)
@@ -1045,10 +1060,8 @@ int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err)
 			break;
 		}
 	pthread_mutex_unlock(&d->lock);
-	if (wipe) {
-		cleanup_free char *scratch = xasprintf("%s/scratch.qcow2", sb->dir);
-		wipe_file(scratch);
-	}
+	if (wipe)
+		wipe_tree(sb->dir);
 	r = rm_rf(sb->dir);
 	if (r)
 		k8_err_set(err, r, "could not remove %s: %s", sb->dir, strerror(-r));

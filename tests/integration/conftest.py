@@ -128,3 +128,32 @@ def wait_for(pred, timeout=30, step=0.2):
             return v
         time.sleep(step)
     return pred()
+
+
+# Under CI=true a skipped test is a failure: a missing binary or tool must fail the run,
+# not skip a module silently. A skip that CI cannot act on (a property of the host, such as
+# no KVM) says so by starting its reason with "host:"; those stay skips.
+def _ci():
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if not _ci() or not rep.skipped or hasattr(rep, "wasxfail"):
+        return
+    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    if reason.startswith("Skipped: "):
+        reason = reason[len("Skipped: "):]
+    if reason.startswith("host:"):
+        return
+    rep.outcome = "failed"
+    rep.longrepr = "skipped under CI=true, which fails instead: %s" % reason
+
+
+def wait_or_fail(pred, what, timeout=30, step=0.2):
+    """wait_for that asserts: the event a test waits for must happen."""
+    v = wait_for(pred, timeout, step)
+    assert v, "timed out after %ss waiting for %s" % (timeout, what)
+    return v

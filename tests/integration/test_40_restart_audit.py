@@ -13,7 +13,7 @@ def test_kill9_restart_adopts_running_vm(home, sandbox, loaded):
     cid = home("sandbox", "start", sandbox, loaded, "sleep", "infinity", check=True).stdout.strip()
     pid = daemon_pid(home.path)
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10)
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10), "kill -9 did not end it"
     home.start()
     ls = home.json("sandbox", "ls")
     me = [s for s in ls if s["name"] == sandbox]

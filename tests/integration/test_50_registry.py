@@ -216,11 +216,21 @@ def test_pull_by_tag_digest_and_cached(registry, daemon, python_layout):
     assert want <= set(blobs), (want, blobs)
     assert tmp == []
 
-    # Cached: the manifest is fetched again (tags move), no blob is.
-    res2, err, _, t2 = pull(d.home, reg.image)
-    assert err is None and res2["digest"] == mdg
+    # Cached: the manifest is fetched again (tags move), no blob is. Counted on the wire:
+    # the same pull through a counting pass-through (another name for the same registry,
+    # so the store already holds every blob).
+    proxy = CountingProxy(reg.host)
+    try:
+        via = "%s/library/python:%s" % (proxy.host, TAG)
+        res2, err, _, t2 = pull(d.home, via)
+        assert err is None and res2["digest"] == mdg, err
+        assert proxy.manifest_gets >= 1, "the cached pull did not ask for the manifest"
+        assert sum(proxy.blob_gets.values()) == 0, proxy.blob_gets
+    finally:
+        proxy.stop()
     print("pull %.2fs, cached pull %.2fs" % (t1, t2))
-    assert t2 < max(t1, 0.5), (t1, t2)
+    refs, blobs2, _ = d.store()
+    assert blobs2 == blobs
 
     # By digest: a new name, no new blob.
     byd = "%s/library/python@%s" % (reg.host, mdg)
@@ -253,16 +263,23 @@ class CountingProxy:
     digest, can hold each blob back `delay` seconds (a slow link), and records the most
     blob downloads it saw at once."""
 
-    def __init__(self, upstream, delay=0.0):
+    def __init__(self, upstream, delay=0.0, gate_manifests=0):
+        """gate_manifests=N: hold every blob download until N manifest requests have
+        arrived, so N pulls are shown to overlap (self.gate_opened says the gate opened
+        on the manifests, not on its 60 s timeout)."""
         import collections
         import http.server
         import threading
         self.upstream = upstream
         self.delay = delay
         self.blob_gets = collections.Counter()
+        self.manifest_gets = 0
+        self.gate_manifests = gate_manifests
+        self.gate_opened = None
         self.active = 0
         self.max_active = 0
         lock = threading.Lock()
+        cond = threading.Condition(lock)
         proxy = self
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -273,6 +290,16 @@ class CountingProxy:
 
             def do_GET(self):
                 blob = "/blobs/" in self.path
+                if "/manifests/" in self.path:
+                    with cond:
+                        proxy.manifest_gets += 1
+                        cond.notify_all()
+                if blob and proxy.gate_manifests:
+                    with cond:
+                        ok = cond.wait_for(lambda: proxy.manifest_gets >= proxy.gate_manifests,
+                                           60)
+                        if proxy.gate_opened is None or not ok:
+                            proxy.gate_opened = ok
                 if blob:
                     with lock:
                         proxy.blob_gets[self.path.rsplit("/", 1)[1]] += 1
@@ -347,14 +374,16 @@ def test_concurrent_pulls_do_not_corrupt_the_store(registry, daemon, python_layo
     reg.push(python_layout)
     mdg, man = layout_manifest(python_layout)
     want = {man["config"]["digest"]} | {l["digest"] for l in man["layers"]}
-    # A slow link, so that the pulls overlap.
-    proxy = CountingProxy(reg.host, delay=0.3)
+    # A slow link, and no blob leaves before both pulls asked for the manifest: the pulls
+    # are shown to overlap (gate_opened), not assumed to.
+    proxy = CountingProxy(reg.host, delay=0.3, gate_manifests=2)
     try:
         d = daemon()
         image = "%s/library/python:%s" % (proxy.host, TAG)
         for res, err, _, _ in pull_all(d, [image, image]):
             assert err is None, err
             assert res["digest"] == mdg
+        assert proxy.gate_opened is True, "the two pulls did not overlap"
         refs, blobs, tmp = d.store()
         assert refs == {image: mdg} and tmp == []
         check_blobs(d)
@@ -365,11 +394,13 @@ def test_concurrent_pulls_do_not_corrupt_the_store(registry, daemon, python_layo
         # Two names of one image at once (two pulls, not one): still each blob once.
         push_tag(reg, python_layout, "other", src_tag=TAG)
         proxy.blob_gets.clear()
+        proxy.manifest_gets, proxy.gate_opened = 0, None
         d2 = daemon()
         imgs = [image, "%s/library/python:other" % proxy.host]
         for res, err, _, _ in pull_all(d2, imgs):
             assert err is None, err
             assert res["digest"] == mdg
+        assert proxy.gate_opened is True, "the two pulls did not overlap"
         refs, _, tmp = d2.store()
         assert refs == {imgs[0]: mdg, imgs[1]: mdg} and tmp == []
         check_blobs(d2)
