@@ -147,7 +147,8 @@ static void mm_quant_part(void *a, int ith, int nth)
 	int n_in = (int)j->w->ne[0], nb = n_in / QK;
 	int t0 = j->nt * ith / nth, t1 = j->nt * (ith + 1) / nth;
 	for (int t = t0; t < t1; t++)
-		quant_q8(j->x + (size_t)t * n_in, (struct q8_block *)j->xq + (size_t)t * nb, n_in);
+		quant_activation(j->w->type, j->x + (size_t)t * n_in,
+				 (struct q8_block *)j->xq + (size_t)t * nb, n_in);
 }
 
 static void mm_part(void *a, int ith, int nth)

@@ -270,6 +270,45 @@ void quant_q8(const float *x, struct q8_block *y, int n)
 	q8_scalar(x, y, n);
 }
 
+/* llama.cpp's rounding: the largest-magnitude value maps to -127, the rest clamp at 127. */
+void quant_q8k(const float *x, struct q8k_block *y, int n)
+{
+	for (int b = 0; b < n / QK_K; b++, x += QK_K) {
+		float amax = 0, max = 0;
+		for (int j = 0; j < QK_K; j++)
+			if (fabsf(x[j]) > amax) {
+				amax = fabsf(x[j]);
+				max = x[j];
+			}
+		if (amax == 0) {
+			memset(&y[b], 0, sizeof(y[b]));
+			continue;
+		}
+		float iscale = -127.f / max;
+		for (int j = 0; j < QK_K; j++) {
+			long v = lrintf(iscale * x[j]);
+			y[b].qs[j] = (int8_t)(v > 127 ? 127 : v);
+		}
+		for (int j = 0; j < QK_K / 16; j++) {
+			int s = 0;
+			for (int k = 0; k < 16; k++)
+				s += y[b].qs[16 * j + k];
+			y[b].bsums[j] = (int16_t)s;
+		}
+		y[b].d = 1 / iscale;
+	}
+}
+
+bool quant_is_k(uint32_t t) { return t == GT_Q4_K || t == GT_Q5_K || t == GT_Q6_K; }
+
+void quant_activation(uint32_t type, const float *x, struct q8_block *xq, int n)
+{
+	if (quant_is_k(type))
+		quant_q8k(x, (struct q8k_block *)(void *)xq, n);
+	else if (quant_wants_q8(type))
+		quant_q8(x, xq, n);
+}
+
 /* ---- scalar dot products ---- */
 
 static int dot_i8(const int8_t *a, const int8_t *b, int n)
@@ -328,8 +367,9 @@ float quant_dot_scalar(uint32_t type, const void *row, const float *x, const str
 			sum += F16(b->d) * xq->d * (float)dot_i8(b->qs, xq->qs, 32);
 		return sum;
 	case GT_Q4_K:
-	case GT_Q5_K:
-		for (; n > 0; n -= 256) {
+	case GT_Q5_K: {
+		const struct q8k_block *y = (const void *)xq;
+		for (; n > 0; n -= 256, y++) {
 			const uint8_t *scales, *qs, *qh = NULL;
 			float d, dmin;
 			if (type == GT_Q4_K) {
@@ -341,7 +381,8 @@ float quant_dot_scalar(uint32_t type, const void *row, const float *x, const str
 				d = F16(b->d); dmin = F16(b->dmin); scales = b->scales; qs = b->qs; qh = b->qh;
 				row = b + 1;
 			}
-			for (int sb = 0; sb < 8; sb++, xq++) {
+			int sumi = 0, summ = 0;
+			for (int sb = 0; sb < 8; sb++) {
 				int sc, m, j = sb / 2, shift = (sb & 1) * 4;
 				k_scale_min(sb, scales, &sc, &m);
 				for (int l = 0; l < 32; l++) {
@@ -350,13 +391,16 @@ float quant_dot_scalar(uint32_t type, const void *row, const float *x, const str
 						q |= ((qh[l] >> sb) & 1) << 4;
 					w[l] = (int8_t)q;
 				}
-				sum += d * sc * xq->d * (float)dot_i8(w, xq->qs, 32) - dmin * m * xq->s;
+				sumi += sc * dot_i8(w, y->qs + 32 * sb, 32);
+				summ += m * (y->bsums[2 * sb] + y->bsums[2 * sb + 1]);
 			}
+			sum += d * y->d * (float)sumi - dmin * y->d * (float)summ;
 		}
 		return sum;
-	case GT_Q6_K:
-		for (const struct blk_q6_k *b = row; n > 0; n -= 256, b++) {
-			float d = F16(b->d);
+	}
+	case GT_Q6_K: {
+		const struct q8k_block *y = (const void *)xq;
+		for (const struct blk_q6_k *b = row; n > 0; n -= 256, b++, y++) {
 			int8_t v[256];
 			for (int half = 0; half < 2; half++) {
 				const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
@@ -368,13 +412,13 @@ float quant_dot_scalar(uint32_t type, const void *row, const float *x, const str
 					o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
 				}
 			}
-			for (int sb = 0; sb < 8; sb++, xq++) {
-				int s0 = dot_i8(v + 32 * sb, xq->qs, 16) * b->scales[2 * sb];
-				int s1 = dot_i8(v + 32 * sb + 16, xq->qs + 16, 16) * b->scales[2 * sb + 1];
-				sum += d * xq->d * (float)(s0 + s1);
-			}
+			int sumi = 0;
+			for (int k = 0; k < 16; k++)
+				sumi += b->scales[k] * dot_i8(v + 16 * k, y->qs + 16 * k, 16);
+			sum += F16(b->d) * y->d * (float)sumi;
 		}
 		return sum;
+	}
 	}
 	return 0;
 }
@@ -486,8 +530,9 @@ AVX2 float quant_dot_avx2(uint32_t type, const void *row, const float *x, const 
 		return hsum_ps(acc);
 	case GT_Q4_K:
 	case GT_Q5_K: {
+		const struct q8k_block *y = (const void *)xq;
 		float mins = 0;
-		for (; n > 0; n -= 256) {
+		for (; n > 0; n -= 256, y++) {
 			const uint8_t *scales, *qs, *qh = NULL;
 			float d, dmin;
 			if (type == GT_Q4_K) {
@@ -500,7 +545,9 @@ AVX2 float quant_dot_avx2(uint32_t type, const void *row, const float *x, const 
 				row = b + 1;
 			}
 			__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-			for (int j = 0; j < 4; j++, xq += 2) {
+			__m256i isum = _mm256_setzero_si256();
+			int summ = 0;
+			for (int j = 0; j < 4; j++) {
 				int sc0, m0, sc1, m1;
 				k_scale_min(2 * j, scales, &sc0, &m0);
 				k_scale_min(2 * j + 1, scales, &sc1, &m1);
@@ -514,19 +561,25 @@ AVX2 float quant_dot_avx2(uint32_t type, const void *row, const float *x, const 
 					lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), s));
 					hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), s));
 				}
-				__m256i p0 = dot_u8(lo, _mm256_loadu_si256((const __m256i *)xq[0].qs));
-				__m256i p1 = dot_u8(hi, _mm256_loadu_si256((const __m256i *)xq[1].qs));
-				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc0 * xq[0].d), _mm256_cvtepi32_ps(p0), acc);
-				acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * xq[1].d), _mm256_cvtepi32_ps(p1), acc);
-				mins += dmin * (m0 * xq[0].s + m1 * xq[1].s);
+				/* maddubs pairs, then madd by the sub-block scale: int32 lanes. */
+				__m256i x0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
+				__m256i x1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
+				__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16((short)sc0));
+				__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16((short)sc1));
+				isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+				summ += m0 * (y->bsums[4 * j] + y->bsums[4 * j + 1]) +
+					m1 * (y->bsums[4 * j + 2] + y->bsums[4 * j + 3]);
 			}
+			acc = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(isum), acc);
+			mins += dmin * y->d * (float)summ;
 		}
 		return hsum_ps(acc) - mins;
 	}
 	case GT_Q6_K: {
+		const struct q8k_block *y = (const void *)xq;
 		const __m256i m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
-		for (const struct blk_q6_k *b = row; n > 0; n -= 256, b++) {
-			float d = f16c(b->d);
+		for (const struct blk_q6_k *b = row; n > 0; n -= 256, b++, y++) {
+			__m256i isum = _mm256_setzero_si256();
 			for (int half = 0; half < 2; half++) {
 				const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
 				const int8_t *sc = b->scales + 8 * half;
@@ -542,16 +595,16 @@ AVX2 float quant_dot_avx2(uint32_t type, const void *row, const float *x, const 
 						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
 				g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
 						       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
-				for (int k = 0; k < 4; k++, xq++) {
-					__m256i xv = _mm256_loadu_si256((const __m256i *)xq->qs);
+				for (int k = 0; k < 4; k++) {
+					__m256i xv = _mm256_loadu_si256((const __m256i *)(y->qs + 128 * half + 32 * k));
 					/* int16 lanes 0-7 cover elements 0-15 (scale sc[2k]), 8-15 the rest. */
 					__m256i s16 = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * k]), _mm_set1_epi16(sc[2 * k + 1]));
 					__m256i pq = _mm256_maddubs_epi16(g[k], xv);
 					__m256i pk = _mm256_maddubs_epi16(k32, xv);
-					__m256i p = _mm256_madd_epi16(_mm256_sub_epi16(pq, pk), s16);
-					acc = _mm256_fmadd_ps(_mm256_set1_ps(d * xq->d), _mm256_cvtepi32_ps(p), acc);
+					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_sub_epi16(pq, pk), s16));
 				}
 			}
+			acc = _mm256_fmadd_ps(_mm256_set1_ps(f16c(b->d) * y->d), _mm256_cvtepi32_ps(isum), acc);
 		}
 		return hsum_ps(acc);
 	}

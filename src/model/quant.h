@@ -29,6 +29,16 @@ struct q8_block {
 	int8_t qs[QK];
 };
 
+/* Activation super-block for the K-quants, as llama.cpp's Q8_K: one scale per 256 and the
+ * sums of each 16. Matching llama.cpp's choice here keeps our logits close to its own; it
+ * fits in the space of 8 q8_blocks, so one buffer serves both. */
+struct q8k_block {
+	float d;
+	int8_t qs[QK_K];
+	int16_t bsums[QK_K / 16];
+};
+_Static_assert(sizeof(struct q8k_block) <= 8 * sizeof(struct q8_block), "q8k fits in 8 q8 blocks");
+
 bool quant_supported(uint32_t type);
 const char *quant_name(uint32_t type);       /* "Q4_K", or "type N" for unknown ones */
 uint32_t quant_blck(uint32_t type);          /* elements per block; 0 if unsupported */
@@ -46,9 +56,15 @@ uint16_t quant_f32_to_f16(float f);
 void quant_dequant(uint32_t type, const void *row, float *y, int n);
 /* Quantize n activations (n % QK == 0) into n/QK blocks. */
 void quant_q8(const float *x, struct q8_block *y, int n);
-/* Does the dot product of `type` rows use the q8 form of the activation? */
+/* Quantize n activations (n % QK_K == 0) into n/QK_K super-blocks. */
+void quant_q8k(const float *x, struct q8k_block *y, int n);
+/* Does the dot product of `type` rows use the quantized activation, and which form? */
 bool quant_wants_q8(uint32_t type);
-/* dot(row, x) over n elements; x is used for float types, xq for quantized ones. */
+bool quant_is_k(uint32_t type);
+/* Quantize one activation row into the form quant_dot expects for `type`. */
+void quant_activation(uint32_t type, const float *x, struct q8_block *xq, int n);
+/* dot(row, x) over n elements; x is used for float types, xq for quantized ones (holding
+ * q8k_blocks for the K-quants: see quant_activation). */
 float quant_dot(uint32_t type, const void *row, const float *x, const struct q8_block *xq, int n);
 
 /* Attention helpers over half-float rows: y += a * x, and f32 -> f16 conversion. */
