@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 struct blk_q4_0 { uint16_t d; uint8_t qs[16]; };
@@ -639,9 +640,11 @@ static int use_avx2 = -1;   /* -1: not decided yet */
 
 bool quant_have_avx2(void)
 {
+	unsigned a, b, c, d;
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
+	/* F16C is CPUID.1:ECX bit 29 (not every compiler's __builtin_cpu_supports knows it). */
+	bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 void quant_force_scalar(bool on)

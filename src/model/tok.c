@@ -61,7 +61,7 @@ static void map_free(struct tok_map *m)
 	free(m);
 }
 
-/* Insert unless present (the first id of a duplicated text wins, as in llama.cpp). */
+/* Insert or overwrite: the last id of a duplicated text wins, as in llama.cpp. */
 static void map_put(struct tok_map *m, const char *p, size_t n, int32_t v)
 {
 	for (size_t i = hash(p, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
@@ -71,8 +71,10 @@ static void map_put(struct tok_map *m, const char *p, size_t n, int32_t v)
 			m->e[i].v = v;
 			return;
 		}
-		if (m->e[i].n == n && !memcmp(m->e[i].p, p, n))
+		if (m->e[i].n == n && !memcmp(m->e[i].p, p, n)) {
+			m->e[i].v = v;
 			return;
+		}
 	}
 }
 
@@ -487,6 +489,21 @@ int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos,
 	return (int)o.n;
 }
 
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 :
+	       c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The byte of a "<0xAB>" token, or -1. */
+static int byte_token(struct gguf_str s)
+{
+	if (s.n != 6 || memcmp(s.p, "<0x", 3) || s.p[5] != '>')
+		return -1;
+	int h = hexval(s.p[3]), l = hexval(s.p[4]);
+	return h < 0 || l < 0 ? -1 : h * 16 + l;
+}
+
 int tok_piece(const struct tok *t, int32_t id, bool special, char *buf, size_t cap)
 {
 	if (id < 0 || id >= t->n_vocab)
@@ -503,12 +520,10 @@ int tok_piece(const struct tok *t, int32_t id, bool special, char *buf, size_t c
 		return (int)s.n;
 	}
 	if (t->kind == TOK_SPM) {
-		if (ty == TT_BYTE) {
-			unsigned b;
-			if (s.n == 6 && sscanf(s.p, "<0x%2X>", &b) == 1 && cap >= 1) {
-				buf[0] = (char)b;
-				return 1;
-			}
+		int b;
+		if (ty == TT_BYTE && (b = byte_token(s)) >= 0 && cap >= 1) {
+			buf[0] = (char)b;
+			return 1;
 		}
 		for (size_t i = 0; i < s.n; i++) {
 			if (i + 3 <= s.n && !memcmp(s.p + i, "\xe2\x96\x81", 3)) {
@@ -541,6 +556,8 @@ int tok_piece(const struct tok *t, int32_t id, bool special, char *buf, size_t c
 }
 
 /* ---- loading ---- */
+
+
 
 static int cmp_len_desc(const void *a, const void *b, void *arg)
 {
@@ -626,9 +643,8 @@ int tok_load(struct tok *t, const struct gguf *g, struct k8_err *err)
 		map_put(t->vocab, t->text[i].p, t->text[i].n, (int32_t)i);
 		if (t->type[i] == TT_CONTROL || t->type[i] == TT_USER || t->type[i] == TT_UNKNOWN)
 			t->special[t->n_special++] = (int32_t)i;
-		unsigned b;
-		if (t->type[i] == TT_BYTE && t->text[i].n == 6 && !memcmp(t->text[i].p, "<0x", 3) &&
-		    t->text[i].p[5] == '>' && sscanf(t->text[i].p + 3, "%2X", &b) == 1)
+		int b;
+		if (t->type[i] == TT_BYTE && (b = byte_token(t->text[i])) >= 0)
 			t->byte_tok[b] = (int32_t)i;
 	}
 	qsort_r(t->special, (size_t)t->n_special, sizeof(int32_t), cmp_len_desc, t);

@@ -17,7 +17,7 @@ FLOAT = {"F32", "F16", "BF16"}
 # weights amplify. llama.cpp rounds activations to BF16 for BF16 weights; we keep floats.
 TOL = {"F32": (0.05, 0.01), "F16": (0.05, 0.01), "BF16": (0.25, 0.05),
        "Q8_0": (0.6, 0.15), "Q4_0": (0.6, 0.15), "Q5_0": (0.6, 0.15),
-       "Q4_K": (0.6, 0.15), "Q5_K": (0.6, 0.15), "Q6_K": (0.6, 0.15)}
+       "Q4_K": (1.0, 0.15), "Q5_K": (1.0, 0.15), "Q6_K": (1.0, 0.15)}
 
 TEXTS = [
     "Hello world",
