@@ -114,3 +114,14 @@ fuzz:
 
 clean:
 	rm -rf $(B)/bin $(B)/obj $(B)/agent-obj $(B)/tests $(B)/guest build-san
+
+# kosa8-model (issue 13): the local model engine, its own process (it parses model files).
+MODEL_SRC     := $(filter-out src/model/main.c,$(wildcard src/model/*.c))
+MODEL_LIB_OBJ := $(call obj,$(MODEL_SRC) src/common/util.c)
+PROGS += $(B)/bin/kosa8-model
+$(B)/bin/kosa8-model: $(call obj,src/model/main.c) $(MODEL_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm
+$(B)/tests/test_model_%: tests/unit/test_model_%.c $(MODEL_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm

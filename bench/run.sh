@@ -25,3 +25,5 @@ python3 net.py
 echo "== shared folders (issue 5)"
 # kosa8's FUSE-over-virtio-serial folders against virtio-9p of the same kind of folder.
 python3 mounts.py
+echo "== local model engine against llama.cpp (issue 13)"
+python3 model.py

@@ -5,7 +5,8 @@ set -eu
 pkgs="gcc make pkg-config clang qemu-system-x86 qemu-utils linux-source-6.1 bc bison flex
 libelf-dev libssl-dev libcurl4-openssl-dev libjansson-dev libarchive-dev libmicrohttpd-dev
 libslirp-dev libseccomp-dev erofs-utils e2fsprogs cpio xz-utils zstd debootstrap skopeo
-umoci docker-registry apache2-utils python3 python3-pytest busybox-static iproute2"
+umoci docker-registry apache2-utils python3 python3-pytest busybox-static iproute2
+python3-numpy nodejs"
 missing=
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"

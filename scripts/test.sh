@@ -20,3 +20,5 @@ echo "== unit + san + fuzz: $(( $(date +%s) - t0 )) s"
 cd tests/integration
 /usr/bin/python3 -m pytest -v ${PYTEST_ARGS:-}
 echo "== all: $(( $(date +%s) - t0 )) s"
+# The model engine against llama.cpp (node-llama-cpp, installed into build/node-ref on first use).
+/usr/bin/python3 -m pytest -q "$top/tests/model"

@@ -1,0 +1,101 @@
+# SPDX-License-Identifier: Apache-2.0
+"""kosa8-model against llama.cpp (node-llama-cpp 3.21.1) on generated GGUF files.
+
+Tolerances (TOL below, docs/model.md): log-probabilities of the tokens llama.cpp gives more
+than exp(-10), compared per step, teacher-forced on llama.cpp's greedy sequence. Greedy: at
+every step where llama.cpp's top two tokens differ by more than the type's tolerance, our
+argmax is its token; free-running, our sequence equals llama.cpp's up to its first near-tie.
+"""
+import numpy as np
+import pytest
+
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K"]
+FLOAT = {"F32", "F16", "BF16"}
+# (max, mean) |log-probability difference|; the greedy check skips steps whose top two are
+# closer than max. Both engines quantize activations to 8 bits for quantized weights (per 32
+# for Q4_0/Q5_0/Q8_0, per 256 for K-quants), so those differ by rounding noise that random
+# weights amplify. llama.cpp rounds activations to BF16 for BF16 weights; we keep floats.
+TOL = {"F32": (0.05, 0.01), "F16": (0.05, 0.01), "BF16": (0.25, 0.05),
+       "Q8_0": (0.6, 0.15), "Q4_0": (0.6, 0.15), "Q5_0": (0.6, 0.15),
+       "Q4_K": (1.0, 0.15), "Q5_K": (1.0, 0.15), "Q6_K": (1.0, 0.15)}
+
+TEXTS = [
+    "Hello world",
+    " leading space and trailing space ",
+    "It's 2024; we're testing 1234567 numbers and 3.14159, 1,000,000.",
+    "def f(x):\n    return x ** 2  # square\n\n\tindented\ttabs\r\nwindows line",
+    "Grüße aus München — élèves, naïve café; Привет мир; 你好，世界！ こんにちは",
+    "emoji 🙂🚀👩‍💻 and symbols ©®™ ∑∫√ and  multiple   spaces    here",
+    "<|im_start|>user\nhi<|im_end|> <|begin_of_text|> <tool_call> inside",
+    "{\"json\": [1, 2, {\"k\": null}], 'quote': \"x\"}",
+    "I'LL SHOUT, you'd whisper, THEY'VE gone; O'Neil's",
+    "\n\n\n   \n  x  \n",
+    "a" * 50 + " " + "ab" * 20,
+    "",
+]
+
+PROMPTS = ["The quick brown fox", "def hello(name):\n    return", "Привет, как дела? 12345"]
+
+
+def logprobs(logits):
+    l = np.asarray(logits, dtype=np.float64)
+    m = l.max()
+    return l - m - np.log(np.exp(l - m).sum())
+
+
+@pytest.mark.parametrize("vocab,arch", [("bpe-qwen2", "qwen2"), ("bpe-llama", "llama"), ("spm", "llama")])
+def test_tokenize_matches_llama_cpp(engine, ref, model_file, vocab, arch):
+    import json
+    path = model_file("tok-%s" % vocab, arch=arch, wtype="Q8_0", vocab=vocab, n_layer=1)
+    want = ref("tokenize", path, stdin=json.dumps(TEXTS))
+    for i, text in enumerate(TEXTS):
+        if not text:
+            continue   # argv cannot carry the empty text to our CLI; the reference gives []
+        got = engine("tokenize", path, text)["tokens"]
+        assert got == want["plain"][i], "plain %r" % text
+        got = engine("tokenize", path, text, "--special")["tokens"]
+        assert got == want["special"][i], "special %r" % text
+
+
+CASES = [("qwen2", "bpe-qwen2", t) for t in TYPES] + [
+    ("llama", "bpe-llama", "Q4_K"), ("llama", "bpe-llama", "F16"), ("llama", "spm", "Q8_0")]
+
+
+@pytest.mark.parametrize("arch,vocab,wtype", CASES)
+def test_logits_and_greedy_match_llama_cpp(engine, ref, model_file, arch, vocab, wtype):
+    path = model_file("%s-%s-%s" % (arch, vocab, wtype), arch=arch, wtype=wtype, vocab=vocab,
+                      rope_freqs=(vocab == "bpe-llama"))
+    tol, mean_tol = TOL[wtype]
+    checked = 0
+    for prompt in PROMPTS[:2]:
+        mine0 = engine("run", path, "--prompt", prompt, "-n", 1, "--greedy")
+        toks = ",".join(map(str, mine0["prompt_tokens"]))
+        r = ref("run", path, toks, 32)
+        mine = engine("run", path, "--tokens", toks, "-n", 32, "--greedy", "--dump-logits",
+                      "--force", ",".join(map(str, r["tokens"])))
+        assert len(mine["logits"]) == 32
+        diffs = []
+        for step in range(32):
+            lp_ref = r["logprobs"][step]
+            ids = np.array([int(k) for k in lp_ref])
+            ref_lp = np.array([lp_ref[k] for k in lp_ref])
+            my = logprobs(mine["logits"][step])
+            top = ref_lp > -10
+            d = np.abs(my[ids[top]] - ref_lp[top])
+            diffs.append(d)
+            order = np.sort(ref_lp)[::-1]
+            if order[0] - order[1] > tol:
+                assert mine["tokens"][step] == r["tokens"][step], (prompt, step)
+                checked += 1
+        alld = np.concatenate(diffs)
+        assert alld.max() < tol, "max |dlogprob| %.4f (mean %.4f)" % (alld.max(), alld.mean())
+        assert alld.mean() < mean_tol, "mean |dlogprob| %.4f" % alld.mean()
+        # Free-running: identical up to the first step where llama.cpp's top two are tied.
+        free = engine("run", path, "--tokens", toks, "-n", 32, "--greedy")["tokens"]
+        for step in range(32):
+            order = np.sort(np.array(list(r["logprobs"][step].values())))[::-1]
+            if order[0] - order[1] <= tol:
+                break
+            assert free[step] == r["tokens"][step], (prompt, step)
+    print("%s: %d untied steps compared" % (wtype, checked))
+    assert checked >= 8, "too few untied steps (%d) to compare greedy tokens" % checked
