@@ -82,8 +82,19 @@ def test_endless_output_does_not_grow_the_daemon(home, sandbox, loaded):
         chunk = proc.stdout.read(1 << 20)
         assert chunk
         got += len(chunk)
-    time.sleep(3)
-    during = rss_kib(pid)
+    # Back-pressure reached us: the CLI's pipe to us is full (it cannot write more).
+    # From then on the guest keeps writing; sample the daemon while it does.
+    import fcntl
+    import termios
+    cap = fcntl.fcntl(proc.stdout.fileno(), 1032)           # F_GETPIPE_SZ
+
+    def pending():
+        import array
+        buf = array.array("i", [0])
+        fcntl.ioctl(proc.stdout.fileno(), termios.FIONREAD, buf)
+        return buf[0]
+    assert wait_for(lambda: pending() >= cap, 60, 0.05), "the pipe never filled"
+    during = max(rss_kib(pid) for _ in range(10) if time.sleep(0.3) is None)
     proc.kill()
     proc.wait()
     assert during - before < 64 * 1024, "daemon grew by %d KiB" % (during - before)

@@ -263,10 +263,11 @@ class CountingProxy:
     digest, can hold each blob back `delay` seconds (a slow link), and records the most
     blob downloads it saw at once."""
 
-    def __init__(self, upstream, delay=0.0, gate_manifests=0):
+    def __init__(self, upstream, delay=0.0, gate_manifests=0, gate_event=None):
         """gate_manifests=N: hold every blob download until N manifest requests have
-        arrived, so N pulls are shown to overlap (self.gate_opened says the gate opened
-        on the manifests, not on its 60 s timeout)."""
+        arrived; gate_event: hold them until the event is set (then 0.5 s more, for the
+        daemon to take in what was sent). Either way pulls are shown to overlap:
+        self.gate_opened says the gate opened on its condition, not on its 60 s timeout."""
         import collections
         import http.server
         import threading
@@ -275,6 +276,7 @@ class CountingProxy:
         self.blob_gets = collections.Counter()
         self.manifest_gets = 0
         self.gate_manifests = gate_manifests
+        self.gate_event = gate_event
         self.gate_opened = None
         self.active = 0
         self.max_active = 0
@@ -298,6 +300,13 @@ class CountingProxy:
                     with cond:
                         ok = cond.wait_for(lambda: proxy.manifest_gets >= proxy.gate_manifests,
                                            60)
+                        if proxy.gate_opened is None or not ok:
+                            proxy.gate_opened = ok
+                if blob and proxy.gate_event is not None:
+                    ok = proxy.gate_event.wait(60)
+                    if ok:
+                        time.sleep(0.5)
+                    with lock:
                         if proxy.gate_opened is None or not ok:
                             proxy.gate_opened = ok
                 if blob:
@@ -355,12 +364,31 @@ def check_blobs(d):
     return blobs
 
 
-def pull_all(d, images):
+def pull_all(d, images, sent=None):
+    """Pull `images` at once, one thread each; `sent` (a threading.Event), when given, is
+    set once every request has been written to the daemon."""
     import threading
     out = [None] * len(images)
+    left = [len(images)]
+    lock = threading.Lock()
 
     def go(i):
-        out[i] = pull(d.home, images[i])
+        t0 = time.monotonic()
+        c = UnixConn(os.path.join(d.home, "kosa8d.sock"), 600)
+        try:
+            c.request("POST", "/v1/images/pull", body=json.dumps({"image": images[i]}),
+                      headers={"Content-Type": "application/json"})
+            with lock:
+                left[0] -= 1
+                if not left[0] and sent is not None:
+                    sent.set()
+            data = c.getresponse().read().decode()
+        finally:
+            c.close()
+        lines = [json.loads(x) for x in data.splitlines() if x.strip()]
+        last = lines[-1] if lines else {}
+        out[i] = (last.get("result"), last.get("error"),
+                  [x["progress"] for x in lines if "progress" in x], time.monotonic() - t0)
     ts = [threading.Thread(target=go, args=(i,)) for i in range(len(images))]
     for t in ts:
         t.start()
@@ -374,13 +402,16 @@ def test_concurrent_pulls_do_not_corrupt_the_store(registry, daemon, python_layo
     reg.push(python_layout)
     mdg, man = layout_manifest(python_layout)
     want = {man["config"]["digest"]} | {l["digest"] for l in man["layers"]}
-    # A slow link, and no blob leaves before both pulls asked for the manifest: the pulls
-    # are shown to overlap (gate_opened), not assumed to.
-    proxy = CountingProxy(reg.host, delay=0.3, gate_manifests=2)
+    # A slow link, and no blob leaves before both pulls were sent to the daemon: the pulls
+    # are shown to overlap (gate_opened), not assumed to. (Pulls of one name share one
+    # flight: the second waits for the first and asks the registry for nothing.)
+    import threading
+    sent = threading.Event()
+    proxy = CountingProxy(reg.host, delay=0.3, gate_event=sent)
     try:
         d = daemon()
         image = "%s/library/python:%s" % (proxy.host, TAG)
-        for res, err, _, _ in pull_all(d, [image, image]):
+        for res, err, _, _ in pull_all(d, [image, image], sent):
             assert err is None, err
             assert res["digest"] == mdg
         assert proxy.gate_opened is True, "the two pulls did not overlap"
@@ -394,7 +425,9 @@ def test_concurrent_pulls_do_not_corrupt_the_store(registry, daemon, python_layo
         # Two names of one image at once (two pulls, not one): still each blob once.
         push_tag(reg, python_layout, "other", src_tag=TAG)
         proxy.blob_gets.clear()
+        # Two names: two flights, each asks for its manifest; no blob leaves before both did.
         proxy.manifest_gets, proxy.gate_opened = 0, None
+        proxy.gate_event, proxy.gate_manifests = None, 2
         d2 = daemon()
         imgs = [image, "%s/library/python:other" % proxy.host]
         for res, err, _, _ in pull_all(d2, imgs):

@@ -120,6 +120,7 @@ def test_daemon_killed_during_checkpoint_leaves_a_consistent_list(home, cksb):
     env = dict(os.environ, KOSA8_HOME=home.path)
     pid = daemon_pid(home.path)
     state = os.path.join(home.path, "sandboxes", cksb, "checkpoints", ".tmp-cut", "state")
+    home("checkpoint", cksb, "--label", "pre-cut", check=True)
     proc = subprocess.Popen([KOSA8, "checkpoint", cksb, "--label", "cut"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # The kill must land during the checkpoint: once its state file exists and is being
@@ -139,7 +140,7 @@ def test_daemon_killed_during_checkpoint_leaves_a_consistent_list(home, cksb):
     assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10), "daemon still alive"
     home.start()
     ls = home.json("checkpoint", "ls", cksb)
-    assert ls, "the checkpoints taken before are gone"
+    assert "pre-cut" in [c["label"] for c in ls], "a checkpoint taken before is gone: %s" % ls
     for c in ls:        # everything listed can be restored
         p = home("rewind", cksb, "--to", c["label"], "-y")
         assert p.returncode == 0, "rewind to %s: %s" % (c["label"], p.stderr)
