@@ -575,6 +575,11 @@ out:
 	return (int)o.n;
 }
 
+int32_t tok_lookup(const struct tok *t, const char *s)
+{
+	return map_get(t->vocab, s, strlen(s));
+}
+
 static int hexval(char c)
 {
 	return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 :
