@@ -32,9 +32,11 @@ QWEN25_TEMPLATE = (
 UNKNOWN_TEMPLATE = "{% for m in messages %}[[{{ m.role }}]] {{ m.content }}\n{% endfor %}"
 
 
-def make_scripted(path, script, loop_from=None, template=QWEN25_TEMPLATE, n_embd=64):
+def make_scripted(path, script, loop_from=None, template=QWEN25_TEMPLATE, n_embd=64, n_layer=1,
+                  n_ff=64):
     """script: list of text pieces; after the last, the model says <|im_end|>, or, when
-    loop_from is an index, goes back to that piece forever."""
+    loop_from is an index, goes back to that piece forever. Wider or deeper models say the
+    same, only slower (to watch a generation in progress)."""
     b2u = gw.bytes_to_unicode()
     enc = lambda s: "".join(b2u[b] for b in s.encode())  # noqa: E731
     tokens, types, merges, specials = gw.bpe_vocab("bpe-qwen2")
@@ -61,8 +63,8 @@ def make_scripted(path, script, loop_from=None, template=QWEN25_TEMPLATE, n_embd
     w.add("general.architecture", "str", arch)
     w.add("general.name", "str", "kosa8-scripted")
     w.add("general.alignment", "u32", 32)
-    n_head, hd, n_ff = 2, n_embd // 2, 64
-    for k, v in [("context_length", 512), ("embedding_length", n_embd), ("block_count", 1),
+    n_head, hd = 2, n_embd // 2
+    for k, v in [("context_length", 2048), ("embedding_length", n_embd), ("block_count", n_layer),
                  ("feed_forward_length", n_ff), ("attention.head_count", n_head),
                  ("attention.head_count_kv", n_head), ("rope.dimension_count", hd)]:
         w.add("%s.%s" % (arch, k), "u32", v)
@@ -95,16 +97,17 @@ def make_scripted(path, script, loop_from=None, template=QWEN25_TEMPLATE, n_embd
         w.tensor(name, shape, "F32", np.ascontiguousarray(arr, "<f4").tobytes())
 
     f32("token_embd.weight", [n_embd, n_vocab], embd)
-    p = "blk.0."
-    f32(p + "attn_norm.weight", [n_embd], np.ones(n_embd))
-    for n in ("attn_q", "attn_k", "attn_v"):
-        f32(p + n + ".weight", [n_embd, n_embd], rng.standard_normal((n_embd, n_embd)) * 0.1)
-        f32(p + n + ".bias", [n_embd], np.zeros(n_embd))
-    f32(p + "attn_output.weight", [n_embd, n_embd], np.zeros((n_embd, n_embd)))
-    f32(p + "ffn_norm.weight", [n_embd], np.ones(n_embd))
-    f32(p + "ffn_gate.weight", [n_embd, n_ff], rng.standard_normal((n_ff, n_embd)) * 0.1)
-    f32(p + "ffn_up.weight", [n_embd, n_ff], rng.standard_normal((n_ff, n_embd)) * 0.1)
-    f32(p + "ffn_down.weight", [n_ff, n_embd], np.zeros((n_embd, n_ff)))
+    for layer in range(n_layer):
+        p = "blk.%d." % layer
+        f32(p + "attn_norm.weight", [n_embd], np.ones(n_embd))
+        for n in ("attn_q", "attn_k", "attn_v"):
+            f32(p + n + ".weight", [n_embd, n_embd], rng.standard_normal((n_embd, n_embd)) * 0.1)
+            f32(p + n + ".bias", [n_embd], np.zeros(n_embd))
+        f32(p + "attn_output.weight", [n_embd, n_embd], np.zeros((n_embd, n_embd)))
+        f32(p + "ffn_norm.weight", [n_embd], np.ones(n_embd))
+        f32(p + "ffn_gate.weight", [n_embd, n_ff], rng.standard_normal((n_ff, n_embd)) * 0.1)
+        f32(p + "ffn_up.weight", [n_embd, n_ff], rng.standard_normal((n_ff, n_embd)) * 0.1)
+        f32(p + "ffn_down.weight", [n_ff, n_embd], np.zeros((n_embd, n_ff)))
     f32("output_norm.weight", [n_embd], np.ones(n_embd))
     f32("output.weight", [n_embd, n_vocab], out)
     w.write(path)
