@@ -247,6 +247,7 @@ int main(int argc, char **argv)
 	d->stopping = 1;
 	if (d->stop_vms)
 		sb_stop_all(d);
+	model_stop_all(d);
 	daemon_audit(d, "daemon.stop", NULL, json_pack("{s:b}", "stopped_vms", d->stop_vms));
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
 	unlink(path);
