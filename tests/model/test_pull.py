@@ -248,3 +248,20 @@ def test_import_serve_ps_stop_rm(k8):
     assert k8("model", "rm", "hello").returncode == 0
     assert "hello" not in [m["name"] for m in json.loads(k8("model", "ls", "--json").stdout)]
     assert k8("model", "serve", "nope").returncode == 4
+
+
+def test_offline_daemon_opens_no_connection(hub):
+    home = tempfile.mkdtemp(prefix="k8o-", dir="/tmp")
+    env = dict(os.environ, KOSA8_HOME=home, KOSA8_HF_ENDPOINT=hub.url)
+    env.pop("KOSA8_OFFLINE", None)
+    k = lambda *a: subprocess.run([os.path.join(BIN, "kosa8"), *a], capture_output=True,  # noqa: E731
+                                  text=True, timeout=200, env=env)
+    try:
+        assert k("daemon", "start", "--offline").returncode == 0
+        n = len(hub.log)
+        p = k("model", "pull", "kosa8/Tiny-GGUF:q4_k_m")
+        assert p.returncode != 0 and "KOSA8_OFFLINE" in p.stderr and "model import" in p.stderr
+        assert len(hub.log) == n
+    finally:
+        k("daemon", "stop")
+        shutil.rmtree(home, ignore_errors=True)
