@@ -32,15 +32,24 @@ QWEN25_TEMPLATE = (
 UNKNOWN_TEMPLATE = "{% for m in messages %}[[{{ m.role }}]] {{ m.content }}\n{% endfor %}"
 
 
+LLAMA31_TEMPLATE = (
+    "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}"
+    "{%- endif %}{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}"
+    "{{- \"Cutting Knowledge Date: December 2023\\n\" }}{{- \"Today Date: \" + date_string }}"
+    "{{- system_message }}{{- \"<|eot_id|>\" }}...{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}")
+
+
 def make_scripted(path, script, loop_from=None, template=QWEN25_TEMPLATE, n_embd=64, n_layer=1,
-                  n_ff=64):
+                  n_ff=64, vocab="bpe-qwen2"):
     """script: list of text pieces; after the last, the model says <|im_end|>, or, when
     loop_from is an index, goes back to that piece forever. Wider or deeper models say the
     same, only slower (to watch a generation in progress)."""
     b2u = gw.bytes_to_unicode()
     enc = lambda s: "".join(b2u[b] for b in s.encode())  # noqa: E731
-    tokens, types, merges, specials = gw.bpe_vocab("bpe-qwen2")
+    tokens, types, merges, specials = gw.bpe_vocab(vocab)
     index = {t: i for i, t in enumerate(tokens)}
+    qwen = vocab == "bpe-qwen2"
+    end = "<|im_end|>" if qwen else "<|eot_id|>"
 
     def tok_id(piece):
         if piece in index and types[index[piece]] in (3, 4):   # control / user-defined
@@ -50,12 +59,15 @@ def make_scripted(path, script, loop_from=None, template=QWEN25_TEMPLATE, n_embd
         types.append(1)
         return len(tokens) - 1
 
-    chain = [index[enc("\n")]] + [tok_id(p) for p in script]
+    # the generation prompt's last token: ChatML's "\n", Llama 3's "\n\n" (one token when
+    # the vocabulary merged it)
+    trigger = enc("\n") if qwen or enc("\n\n") not in index else enc("\n\n")
+    chain = [index[trigger]] + [tok_id(p) for p in script]
     nxt = {}
     for a, b in zip(chain, chain[1:]):
         assert a not in nxt, "a token appears twice in the chain"
         nxt[a] = b
-    nxt[chain[-1]] = chain[1 + loop_from] if loop_from is not None else index["<|im_end|>"]
+    nxt[chain[-1]] = chain[1 + loop_from] if loop_from is not None else index[end]
     assert len(chain) < n_embd - 1
 
     w = gw.Writer()
@@ -71,11 +83,11 @@ def make_scripted(path, script, loop_from=None, template=QWEN25_TEMPLATE, n_embd
     w.add(arch + ".attention.layer_norm_rms_epsilon", "f32", 1e-6)
     w.add(arch + ".rope.freq_base", "f32", 1000000.0)
     w.add("tokenizer.ggml.model", "str", "gpt2")
-    w.add("tokenizer.ggml.pre", "str", "qwen2")
+    w.add("tokenizer.ggml.pre", "str", "qwen2" if qwen else "llama-bpe")
     w.add("tokenizer.ggml.merges", "arr", merges, "str")
-    w.add("tokenizer.ggml.eos_token_id", "u32", index["<|im_end|>"])
-    w.add("tokenizer.ggml.bos_token_id", "u32", index["<|endoftext|>"])
-    w.add("tokenizer.ggml.add_bos_token", "bool", False)
+    w.add("tokenizer.ggml.eos_token_id", "u32", index["<|im_end|>" if qwen else "<|end_of_text|>"])
+    w.add("tokenizer.ggml.bos_token_id", "u32", index["<|endoftext|>" if qwen else "<|begin_of_text|>"])
+    w.add("tokenizer.ggml.add_bos_token", "bool", not qwen)
     w.add("tokenizer.ggml.tokens", "arr", tokens, "str")
     w.add("tokenizer.ggml.token_type", "arr", np.array(types, "<i4"), "i32")
     if template is not None:

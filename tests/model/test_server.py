@@ -33,6 +33,7 @@ TOOLS_OAI = [{"type": "function", "function": {
 TOOLS_ANT = [{"name": "run_code", "description": "Run Python code in a sealed sandbox",
               "input_schema": TOOLS_OAI[0]["function"]["parameters"]}]
 USER = [{"role": "user", "content": "Say hello"}]
+LLAMA_CALL = '{"name": "run_code", "parameters": {"code": "print(6*7)"}}'
 
 
 @pytest.fixture(scope="session")
@@ -61,6 +62,7 @@ def sdk():
 
 
 def _model(name, **kw):
+    kw.setdefault("vocab", "bpe-qwen2")
     d = os.path.join(BUILD, "model-test")
     os.makedirs(d, exist_ok=True)
     src = open(os.path.join(HERE, "scripted.py"), "rb").read() + \
@@ -129,6 +131,8 @@ def servers():
                     "tool": lambda: _model("tool", script=TOOL),
                     "loop": lambda: _model("loop", script=["tick", " tock"], loop_from=0,
                                            n_embd=512, n_layer=2, n_ff=1536),
+                    "llama": lambda: _model("llama", script=[LLAMA_CALL], vocab="bpe-llama",
+                                            template=scripted.LLAMA31_TEMPLATE),
                     "unknown": lambda: _model("unknown", script=CHAT,
                                               template=scripted.UNKNOWN_TEMPLATE)}[kind]()
             made[kind] = Server(path, "test-" + kind)
@@ -399,3 +403,57 @@ def test_render_qwen25_tools(engine):
         "{\"code\": \"print(6*7)\"}}\n</tool_call><|im_end|>\n"
         "<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_llama3_tool_calls(sdk, servers, stream):
+    """Llama 3.1's format: the reply is one {"name", "parameters"} object."""
+    s = servers("llama")
+    assert s.health()["chat_template"] == "llama3.1"
+    r = sdk(s.base, "openai", "chat_stream" if stream else "chat",
+            {"model": "m", "messages": USER, "tools": TOOLS_OAI})
+    if stream:
+        calls, finish = r["tool_calls"], r["finish"]
+    else:
+        calls = [c["function"] for c in r["choices"][0]["message"]["tool_calls"]]
+        finish = r["choices"][0]["finish_reason"]
+    assert finish == "tool_calls" and len(calls) == 1 and calls[0]["name"] == "run_code"
+    assert json.loads(calls[0]["arguments"]) == {"code": "print(6*7)"}
+    r = sdk(s.base, "anthropic", "stream" if stream else "create",
+            {"model": "m", "max_tokens": 64, "messages": USER, "tools": TOOLS_ANT})
+    final = r["final"] if stream else r
+    assert final["stop_reason"] == "tool_use"
+    assert [b["input"] for b in final["content"] if b["type"] == "tool_use"] == [{"code": "print(6*7)"}]
+    # without tools it is text
+    r = sdk(s.base, "openai", "chat", {"model": "m", "messages": USER})
+    assert r["choices"][0]["message"]["content"] == LLAMA_CALL
+
+
+def test_render_llama31_tools(engine):
+    path = _model("llama", script=[LLAMA_CALL], vocab="bpe-llama", template=scripted.LLAMA31_TEMPLATE)
+    req = {"messages": [
+        {"role": "system", "content": "S "},
+        {"role": "user", "content": " 6*7?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "run_code",
+                                                          "arguments": "{\"code\": \"print(6*7)\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"}],
+        "tools": [{"type": "function", "function": {"name": "run_code", "parameters": {"type": "object"}}}]}
+    p = subprocess.run([os.path.join(BUILD, "bin", "kosa8-model"), "render", path],
+                       input=json.dumps(req), capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout)
+    assert got["template"] == "llama3.1"
+    H = lambda role: "<|start_header_id|>%s<|end_header_id|>\n\n" % role  # noqa: E731
+    assert got["text"] == (
+        "<|begin_of_text|>" + H("system") + "Environment: ipython\nCutting Knowledge Date: "
+        "December 2023\nToday Date: 26 Jul 2024\n\nS<|eot_id|>" + H("user") +
+        "Given the following functions, please respond with a JSON for a function call with its "
+        "proper arguments that best answers the given prompt.\n\nRespond in the format "
+        "{\"name\": function name, \"parameters\": dictionary of argument name and its value}."
+        "Do not use variables.\n\n"
+        '{\n    "type": "function",\n    "function": {\n        "name": "run_code",\n'
+        '        "parameters": {\n            "type": "object"\n        }\n    }\n}\n\n'
+        "6*7?<|eot_id|>" + H("assistant") +
+        '{"name": "run_code", "parameters": {"code": "print(6*7)"}}<|eot_id|>' + H("ipython") +
+        '"42"<|eot_id|>' + H("assistant"))
+    assert got["tokens"].count(got["tokens"][0]) == 1   # one BOS: the template writes it
