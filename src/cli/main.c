@@ -51,6 +51,7 @@ static const char top_help[] =
 	"  model ls|rm|import     the local model store\n"
 	"  model serve NAME       serve it on 127.0.0.1:7434 (OpenAI and Anthropic APIs)\n"
 	"  model ps|stop          running model servers\n"
+	"  bundle export|import   guest image, images and models in one verified file\n"
 	"\n"
 	"Audit log:\n"
 	"  audit ls           list recorded actions\n"
@@ -187,6 +188,7 @@ static const struct group groups[] = {
 	{ "audit", cli_audit_cmds, "the hash-chained record of every action" },
 	{ "checkpoint", cli_checkpoint_cmds, "save a whole sandbox: memory, processes, disk" },
 	{ "model", cli_model_cmds, "local models and their OpenAI/Anthropic servers" },
+	{ "bundle", cli_bundle_cmds, "one file with what an offline machine needs" },
 };
 
 static const char *verb_of(const struct cli_cmd *c)

@@ -290,6 +290,16 @@ static int job_model_import(struct job *j, json_t **result, struct k8_err *err)
 	return model_import(j->d, j->body, job_progress, j, result, err);
 }
 
+static int job_bundle_export(struct job *j, json_t **result, struct k8_err *err)
+{
+	return bundle_export(j->d, j->body, job_progress, j, result, err);
+}
+
+static int job_bundle_import(struct job *j, json_t **result, struct k8_err *err)
+{
+	return bundle_import(j->d, j->body, job_progress, j, result, err);
+}
+
 static int job_sandbox_create(struct job *j, json_t **result, struct k8_err *err)
 {
 	return sb_create(j->d, j->body, job_progress, j, result, err);
@@ -539,6 +549,10 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 			daemon_audit(d, "image.rm", NULL, json_pack("{s:s}", "ref", p[2]));
 			r = reply_json(c, 200, json_object());
 		}
+	} else if (n == 3 && !strcmp(p[1], "bundle") && post &&
+		   (!strcmp(p[2], "export") || !strcmp(p[2], "import"))) {
+		r = reply_job(c, d, strcmp(p[2], "export") ? job_bundle_import : job_bundle_export,
+			      body, NULL);
 	} else if (n >= 2 && (!strcmp(p[1], "models") || !strcmp(p[1], "model-servers"))) {
 		bool servers = !strcmp(p[1], "model-servers");
 		json_t *res = NULL;
