@@ -121,7 +121,7 @@ MODEL_LIB_OBJ := $(call obj,$(MODEL_SRC) src/common/util.c)
 PROGS += $(B)/bin/kosa8-model
 $(B)/bin/kosa8-model: $(call obj,src/model/main.c) $(MODEL_LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread
 $(B)/tests/test_model_%: tests/unit/test_model_%.c $(MODEL_LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm
+	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread

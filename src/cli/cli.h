@@ -227,6 +227,8 @@ extern const struct cli_cmd cli_daemon_cmds[];   /* daemon.c, NULL-name terminat
 extern const struct cli_cmd cli_sandbox_cmds[];  /* sandbox.c */
 extern const struct cli_cmd cli_image_cmds[];    /* image.c */
 extern const struct cli_cmd cli_audit_cmds[];    /* audit.c */
+extern const struct cli_cmd cli_model_cmds[];    /* model.c */
+extern const struct cli_cmd cli_bundle_cmds[];   /* bundle.c */
 extern const struct cli_cmd cli_checkpoint_cmds[]; /* checkpoint.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */
 extern const struct cli_cmd cli_login_cmd;       /* image.c: likewise */

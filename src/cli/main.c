@@ -46,6 +46,13 @@ static const char top_help[] =
 	"  image ls           list images in the host's store\n"
 	"  image rm           remove an image from the store\n"
 	"\n"
+	"Models:\n"
+	"  model pull REPO:QUANT  download a GGUF model (Hugging Face-compatible hub)\n"
+	"  model ls|rm|import     the local model store\n"
+	"  model serve NAME       serve it on 127.0.0.1:7434 (OpenAI and Anthropic APIs)\n"
+	"  model ps|stop          running model servers\n"
+	"  bundle export|import   guest image, images and models in one verified file\n"
+	"\n"
 	"Audit log:\n"
 	"  audit ls           list recorded actions\n"
 	"  audit verify       check the log's hash chain\n"
@@ -180,6 +187,8 @@ static const struct group groups[] = {
 	{ "image", cli_image_cmds, "the host's image store, shared by all sandboxes" },
 	{ "audit", cli_audit_cmds, "the hash-chained record of every action" },
 	{ "checkpoint", cli_checkpoint_cmds, "save a whole sandbox: memory, processes, disk" },
+	{ "model", cli_model_cmds, "local models and their OpenAI/Anthropic servers" },
+	{ "bundle", cli_bundle_cmds, "one file with what an offline machine needs" },
 };
 
 static const char *verb_of(const struct cli_cmd *c)

@@ -280,6 +280,26 @@ static int job_image_pull(struct job *j, json_t **result, struct k8_err *err)
 	return sb_image_pull(j->d, image, job_progress, j, result, err);
 }
 
+static int job_model_pull(struct job *j, json_t **result, struct k8_err *err)
+{
+	return model_pull(j->d, j->body, job_progress, j, result, err);
+}
+
+static int job_model_import(struct job *j, json_t **result, struct k8_err *err)
+{
+	return model_import(j->d, j->body, job_progress, j, result, err);
+}
+
+static int job_bundle_export(struct job *j, json_t **result, struct k8_err *err)
+{
+	return bundle_export(j->d, j->body, job_progress, j, result, err);
+}
+
+static int job_bundle_import(struct job *j, json_t **result, struct k8_err *err)
+{
+	return bundle_import(j->d, j->body, job_progress, j, result, err);
+}
+
 static int job_sandbox_create(struct job *j, json_t **result, struct k8_err *err)
 {
 	return sb_create(j->d, j->body, job_progress, j, result, err);
@@ -529,6 +549,26 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 			daemon_audit(d, "image.rm", NULL, json_pack("{s:s}", "ref", p[2]));
 			r = reply_json(c, 200, json_object());
 		}
+	} else if (n == 3 && !strcmp(p[1], "bundle") && post &&
+		   (!strcmp(p[2], "export") || !strcmp(p[2], "import"))) {
+		r = reply_job(c, d, strcmp(p[2], "export") ? job_bundle_import : job_bundle_export,
+			      body, NULL);
+	} else if (n >= 2 && (!strcmp(p[1], "models") || !strcmp(p[1], "model-servers"))) {
+		bool servers = !strcmp(p[1], "model-servers");
+		json_t *res = NULL;
+		if (n == 2 && get)
+			r = reply_json(c, 200, servers ? model_ps_json(d) : model_list_json(d));
+		else if (n == 3 && !servers && post && !strcmp(p[2], "pull"))
+			r = reply_job(c, d, job_model_pull, body, NULL);
+		else if (n == 3 && !servers && post && !strcmp(p[2], "import"))
+			r = reply_job(c, d, job_model_import, body, NULL);
+		else if (n == 3 && del)
+			r = (servers ? model_stop(d, p[2], &err) : model_remove(d, p[2], &err)) ?
+			    reply_err(c, &err) : reply_json(c, 200, json_object());
+		else if (n == 4 && !servers && post && !strcmp(p[3], "serve"))
+			r = model_serve(d, p[2], body, &res, &err) ? reply_err(c, &err) : reply_json(c, 200, res);
+		else
+			r = reply_msg(c, -ENOENT, "no such endpoint %s; see docs/api.md", url);
 	} else if (n == 2 && !strcmp(p[1], "sandboxes") && get) {
 		r = reply_json(c, 200, sb_list_json(d));
 	} else if (n == 2 && !strcmp(p[1], "sandboxes") && post) {

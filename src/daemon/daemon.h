@@ -233,6 +233,8 @@ struct guest_image {
 	char source[128];
 };
 int guest_find(struct guest_image *g, struct k8_err *err);
+/* As guest_find, but first $KOSA8_HOME/guest (where `kosa8 bundle import` installs one). */
+int guest_find_home(struct guest_image *g, const char *home, struct k8_err *err);
 /* Open and verify both files against the manifest; on success *kfd and *ifd are open fds of
  * exactly the bytes that were checked (QEMU is given /proc/self/fd/N, so a file swapped
  * after the check is never booted). */
@@ -296,6 +298,23 @@ struct daemon {
 };
 
 extern struct daemon *g_daemon_for_signals;
+
+/* model.c: the model store ($KOSA8_HOME/models) and kosa8-model servers (docs/model.md) */
+int model_pull(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
+	       json_t **out, struct k8_err *err);
+int model_import(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
+		 json_t **out, struct k8_err *err);
+json_t *model_list_json(struct daemon *d);
+int model_remove(struct daemon *d, const char *name, struct k8_err *err);
+int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, struct k8_err *err);
+json_t *model_ps_json(struct daemon *d);
+int model_stop(struct daemon *d, const char *name, struct k8_err *err);
+void model_stop_all(struct daemon *d);
+/* bundle.c: kosa8 bundle export / import */
+int bundle_export(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
+		  json_t **out, struct k8_err *err);
+int bundle_import(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
+		  json_t **out, struct k8_err *err);
 
 /* sandbox.c */
 int sb_load_all(struct daemon *d);

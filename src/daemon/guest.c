@@ -76,7 +76,21 @@ int guest_find(struct guest_image *g, struct k8_err *err)
 		return err->code;
 	return k8_err_set(err, -ENOENT,
 			  "the guest image (kernel + initramfs) was not found next to kosa8d; "
-			  "build it with `make` or set KOSA8_GUEST_DIR");
+			  "build it with `make`, set KOSA8_GUEST_DIR, or on a machine that is never "
+			  "online import one: kosa8 bundle import FILE");
+}
+
+int guest_find_home(struct guest_image *g, const char *home, struct k8_err *err)
+{
+	const char *env = getenv("KOSA8_GUEST_DIR");
+	if (!(env && *env)) {
+		cleanup_free char *dir = xasprintf("%s/guest", home);
+		struct k8_err e = { 0 };
+		memset(g, 0, sizeof(*g));
+		if (access(dir, F_OK) == 0 && guest_try_dir(g, dir, &e) == 0)
+			return 0;
+	}
+	return guest_find(g, err);
 }
 
 static int sha256_fd(int fd, char out[65])

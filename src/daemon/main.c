@@ -202,7 +202,7 @@ int main(int argc, char **argv)
 	cgroup_probe(&d->cg);
 	daemon_log("host limits: %s", d->cg.note);
 	memset(&err, 0, sizeof(err));
-	if (guest_find(&d->guest, &err) < 0)
+	if (guest_find_home(&d->guest, d->home, &err) < 0)
 		daemon_log("WARNING: %s", err.msg);
 	memset(&err, 0, sizeof(err));
 	if (accel_choose(d, &err) < 0) {
@@ -247,6 +247,7 @@ int main(int argc, char **argv)
 	d->stopping = 1;
 	if (d->stop_vms)
 		sb_stop_all(d);
+	model_stop_all(d);
 	daemon_audit(d, "daemon.stop", NULL, json_pack("{s:b}", "stopped_vms", d->stop_vms));
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
 	unlink(path);

@@ -2,6 +2,8 @@
 /* main.c - kosa8-model: the local model engine's command line (for tests and benchmarks).
  *
  *   kosa8-model info FILE
+ *   kosa8-model serve FILE [--port P] [--host H] [--threads N] [--ctx N] [--name NAME]
+ *   kosa8-model render FILE [--anthropic] < request.json   (the prompt a chat request makes)
  *   kosa8-model tokenize FILE TEXT [--special] [--bos]
  *   kosa8-model run FILE (--prompt TEXT | --tokens 1,2,3) [-n N] [--greedy] [--temp T]
  *                   [--top-p P] [--seed S] [--threads T] [--ctx C] [--special]
@@ -19,8 +21,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/chatreq.h"
 #include "model/model.h"
 #include "model/sample.h"
+#include "model/server.h"
 #include "model/tok.h"
 
 static double now_ms(void)
@@ -58,33 +62,7 @@ K8_PRINTF(1, 2) static void die(const char *fmt, ...)
 /* A JSON string of bytes that may not be valid UTF-8: bad bytes become U+FFFD. */
 static json_t *json_bytes(const char *s, size_t n)
 {
-	char *o = malloc(3 * n + 1);
-	size_t l = 0;
-	if (!o)
-		return json_null();
-	for (size_t i = 0; i < n;) {
-		unsigned char c = (unsigned char)s[i];
-		size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-		bool ok = len && i + len <= n;
-		for (size_t k = 1; ok && k < len; k++)
-			ok = ((unsigned char)s[i + k] & 0xc0) == 0x80;
-		if (ok) {
-			json_t *probe = json_stringn(s + i, len);   /* rejects overlongs and surrogates */
-			ok = probe != NULL;
-			json_decref(probe);
-		}
-		if (!ok) {
-			memcpy(o + l, "\xef\xbf\xbd", 3);
-			l += 3;
-			i++;
-			continue;
-		}
-		memcpy(o + l, s + i, len);
-		l += len;
-		i += len;
-	}
-	json_t *j = json_stringn(o, l);
-	free(o);
+	json_t *j = chat_json_bytes(s, n);
 	return j ? j : json_null();
 }
 
@@ -269,9 +247,45 @@ static int cmd_run(const char *path, struct run_opts *o)
 	return 0;
 }
 
+/* Render a chat request (stdin) with the model's template: the text and its tokens. */
+static int cmd_render(const char *path, bool anthropic)
+{
+	struct model m;
+	struct tok t;
+	struct k8_err err = { 0 };
+	load(&m, &t, path);
+	char *body = malloc(REQ_MAX_BODY + 1);
+	size_t n = body ? fread(body, 1, REQ_MAX_BODY + 1, stdin) : 0;
+	struct gen_req r;
+	struct chat_tmpl ct;
+	struct chat_prompt p;
+	if (!body || chat_detect(&ct, &m.g, &t, &err) ||
+	    chatreq_parse(anthropic ? API_ANTHROPIC : API_OPENAI_CHAT, body, n, &r, &err) ||
+	    chat_render(&ct, &r.conv, &p, &err))
+		die("%s", err.msg[0] ? err.msg : "out of memory");
+	size_t tl;
+	char *text = chat_prompt_text(&p, &tl);
+	int32_t *ids;
+	int ni = chat_tokenize(&p, &t, &ids);
+	if (!text || ni < 0)
+		die("%s", "cannot tokenize the prompt");
+	print_json(json_pack("{s:s,s:o,s:o}", "template", ct.name, "text", chat_json_bytes(text, tl),
+			     "tokens", ids_json(ids, ni)));
+	free(ids);
+	free(text);
+	free(body);
+	chat_prompt_free(&p);
+	chatreq_free(&r);
+	tok_free(&t);
+	model_free(&m);
+	return 0;
+}
+
 static void usage(void)
 {
 	fputs("usage: kosa8-model info FILE\n"
+	      "       kosa8-model serve FILE [--port P] [--host H] [--threads N] [--ctx N] [--name N]\n"
+	      "       kosa8-model render FILE [--anthropic] < request.json\n"
 	      "       kosa8-model tokenize FILE TEXT [--special] [--bos]\n"
 	      "       kosa8-model run FILE (--prompt TEXT | --tokens 1,2,3) [-n N] [--greedy]\n"
 	      "                   [--temp T] [--top-p P] [--seed S] [--threads T] [--ctx C]\n"
@@ -285,6 +299,10 @@ int main(int argc, char **argv)
 		usage();
 	quant_init();
 	const char *cmd = argv[1], *path = argv[2];
+	if (!strcmp(cmd, "serve"))
+		return server_main(argc - 2, argv + 2);
+	if (!strcmp(cmd, "render"))
+		return cmd_render(path, argc > 3 && !strcmp(argv[3], "--anthropic"));
 	if (!strcmp(cmd, "info"))
 		return cmd_info(path);
 	if (!strcmp(cmd, "tokenize")) {

@@ -11,8 +11,9 @@
  *  3. SPM ("llama"): spaces become U+2581, a leading one is added, adjacent symbols are merged
  *     highest score first while the merge is a token; symbols that are not tokens fall back
  *     to <0xAB> byte tokens.
- * Merging rescans all pairs after each merge: quadratic in a word's length, which is fine
- * for words but should get a heap before the server takes arbitrary input.
+ * Merging takes pairs from a priority queue (lowest rank, then leftmost): O(n log n) in a
+ * word's length, and the special-token partition is linear per special token, since API
+ * clients choose the text.
  */
 #include "model/tok.h"
 
@@ -216,15 +217,89 @@ static double pair_rank(const struct tok *t, const char *s, const struct sym *a,
 	return id < 0 ? INFINITY : -(double)t->score[id];   /* highest score first */
 }
 
-/* Split s[0..n) into symbols (UTF-8 characters) and merge them; calls emit per final symbol. */
+/* A candidate merge of symbols l and r = l's next, as it stood when queued: it is stale once
+ * either symbol has grown or gone (lengths only grow, a merged-away symbol gets length 0). */
+struct bigram {
+	double rank;
+	int l, r;
+	size_t llen, rlen;
+};
+
+/* Min-heap on (rank, position of l): the same order as rescanning for the lowest rank and
+ * taking the leftmost, which is what llama.cpp's queues give. */
+static bool bigram_less(const struct bigram *a, const struct bigram *b)
+{
+	return a->rank < b->rank || (a->rank == b->rank && a->l < b->l);
+}
+
+struct heap {
+	struct bigram *v;
+	size_t n, cap;
+};
+
+static int heap_push(struct heap *h, struct bigram b)
+{
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? 2 * h->cap : 64;
+		struct bigram *v = realloc(h->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		h->v = v;
+		h->cap = cap;
+	}
+	size_t i = h->n++;
+	while (i && bigram_less(&b, &h->v[(i - 1) / 2])) {
+		h->v[i] = h->v[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h->v[i] = b;
+	return 0;
+}
+
+static struct bigram heap_pop(struct heap *h)
+{
+	struct bigram top = h->v[0], last = h->v[--h->n];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && bigram_less(&h->v[c + 1], &h->v[c]))
+			c++;
+		if (!bigram_less(&h->v[c], &last))
+			break;
+		h->v[i] = h->v[c];
+		i = c;
+	}
+	if (h->n)
+		h->v[i] = last;
+	return top;
+}
+
+/* Queue the pair (l, l's next) if it merges at all. */
+static int queue_pair(const struct tok *t, const char *s, struct sym *sy, int l, struct heap *h,
+		      char *scratch)
+{
+	if (l < 0 || sy[l].next < 0)
+		return 0;
+	int r = sy[l].next;
+	double rank = pair_rank(t, s, &sy[l], &sy[r], scratch);
+	if (rank == INFINITY)
+		return 0;
+	return heap_push(h, (struct bigram){ rank, l, r, sy[l].len, sy[r].len });
+}
+
+/* Split s[0..n) into symbols (UTF-8 characters) and merge them, best pair first, through a
+ * priority queue: O(n log n) in the word's length, since API clients choose the words. */
 static int merge_word(const struct tok *t, const char *s, size_t n, struct ids *o)
 {
 	struct sym *sy = malloc((n + 1) * sizeof(*sy));
 	char *scratch = malloc(2 * n + 2);
+	struct heap h = { 0 };
+	int rc = 0;
 	if (!sy || !scratch) {
-		free(sy);
-		free(scratch);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out;
 	}
 	int ns = 0;
 	for (size_t i = 0; i < n;) {
@@ -238,27 +313,24 @@ static int merge_word(const struct tok *t, const char *s, size_t n, struct ids *
 	}
 	if (ns)
 		sy[ns - 1].next = -1;
-	for (;;) {
-		int best = -1;
-		double br = INFINITY;
-		for (int i = 0; i >= 0 && i < ns; i = sy[i].next) {
-			if (sy[i].next < 0)
-				break;
-			double r = pair_rank(t, s, &sy[i], &sy[sy[i].next], scratch);
-			if (r < br) {
-				br = r;
-				best = i;
-			}
-		}
-		if (best < 0)
-			break;
-		int nx = sy[best].next;
-		sy[best].len += sy[nx].len;
-		sy[best].next = sy[nx].next;
+	for (int i = 0; i + 1 < ns && !rc; i++)
+		rc = queue_pair(t, s, sy, i, &h, scratch);
+	while (h.n && !rc) {
+		struct bigram b = heap_pop(&h);
+		if (sy[b.l].len != b.llen || sy[b.r].len != b.rlen || sy[b.l].next != b.r)
+			continue;   /* stale */
+		int nx = b.r;
+		sy[b.l].len += sy[nx].len;
+		sy[b.l].next = sy[nx].next;
 		if (sy[nx].next >= 0)
-			sy[sy[nx].next].prev = best;
+			sy[sy[nx].next].prev = b.l;
 		sy[nx].len = 0;
+		rc = queue_pair(t, s, sy, sy[b.l].prev, &h, scratch);
+		if (!rc)
+			rc = queue_pair(t, s, sy, b.l, &h, scratch);
 	}
+	if (rc)
+		goto out;
 	for (int i = 0; i >= 0 && i < ns; i = sy[i].next) {
 		int32_t id = map_get(t->vocab, s + sy[i].off, sy[i].len);
 		if (id >= 0) {
@@ -279,9 +351,12 @@ static int merge_word(const struct tok *t, const char *s, size_t n, struct ids *
 			}
 		}
 	}
+	rc = o->err;
+out:
 	free(sy);
 	free(scratch);
-	return o->err;
+	free(h.v);
+	return rc;
 }
 
 /* ---- pre-tokenizer (GPT-2 family regexes, one alternative at a time) ---- */
@@ -419,11 +494,16 @@ int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos,
 	       bool parse_special, int32_t **out)
 {
 	struct ids o = { 0 };
-	size_t cap = 16, nf = 1;
-	struct frag *f = malloc(cap * sizeof(*f));
+	size_t nf = 1;
+	int rc = 0;
+	if (len > TOK_MAX_TEXT)
+		return -E2BIG;
+	struct frag *f = malloc(sizeof(*f));
 	if (!f)
 		return -ENOMEM;
 	f[0] = (struct frag){ 0, len, -1 };
+	/* Each special token rebuilds the list in one pass (no insertion in the middle), so
+	 * text full of special tokens costs O(n) per special token, not O(n^2). */
 	for (int si = 0; si < t->n_special; si++) {
 		int32_t id = t->special[si];
 		if (!parse_special && t->type[id] != TT_USER)
@@ -431,37 +511,39 @@ int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos,
 		struct gguf_str st = t->text[id];
 		if (st.n == 0)
 			continue;
+		size_t ncap = nf + 16, nn = 0;
+		struct frag *g = malloc(ncap * sizeof(*g));
+		if (!g)
+			goto nomem;
 		for (size_t fi = 0; fi < nf; fi++) {
-			if (f[fi].id >= 0)
-				continue;
-			const char *base = text + f[fi].off;
-			const char *hit = memmem(base, f[fi].len, st.p, st.n);
-			if (!hit)
-				continue;
-			if (nf + 2 > cap) {
-				struct frag *nfp = realloc(f, 2 * cap * sizeof(*f));
-				if (!nfp) {
-					free(f);
-					free(o.v);
-					return -ENOMEM;
+			struct frag cur = f[fi];
+			while (cur.id < 0) {
+				const char *hit = memmem(text + cur.off, cur.len, st.p, st.n);
+				if (nn + 2 > ncap) {
+					struct frag *ng = realloc(g, 2 * ncap * sizeof(*g));
+					if (!ng) {
+						free(g);
+						goto nomem;
+					}
+					g = ng;
+					ncap *= 2;
 				}
-				f = nfp;
-				cap *= 2;
+				if (!hit)
+					break;
+				size_t pre = (size_t)(hit - (text + cur.off));
+				g[nn++] = (struct frag){ cur.off, pre, -1 };
+				g[nn++] = (struct frag){ cur.off + pre, st.n, id };
+				cur = (struct frag){ cur.off + pre + st.n, cur.len - pre - st.n, -1 };
 			}
-			size_t pre = (size_t)(hit - base), end = f[fi].off + f[fi].len;
-			struct frag after = { f[fi].off + pre + st.n, end - (f[fi].off + pre + st.n), -1 };
-			memmove(&f[fi + 3], &f[fi + 1], (nf - fi - 1) * sizeof(*f));
-			f[fi + 1] = (struct frag){ f[fi].off + pre, st.n, id };
-			f[fi + 2] = after;
-			f[fi].len = pre;
-			nf += 2;
-			fi++;   /* continue with `after` */
+			g[nn++] = cur;
 		}
+		free(f);
+		f = g;
+		nf = nn;
 	}
 	if (add_bos && t->bos >= 0)
 		push(&o, t->bos);
 	bool prev_special = true;
-	int rc = 0;
 	for (size_t fi = 0; fi < nf && !rc; fi++) {
 		if (f[fi].id >= 0) {
 			push(&o, f[fi].id);
@@ -476,6 +558,10 @@ int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos,
 			rc = spm_fragment(t, text + f[fi].off, f[fi].len, t->add_space_prefix && prev_special, &o);
 		prev_special = false;
 	}
+	goto out;
+nomem:
+	rc = -ENOMEM;
+out:
 	free(f);
 	if (rc || o.err) {
 		free(o.v);
@@ -487,6 +573,11 @@ int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos,
 	}
 	*out = o.v ? o.v : malloc(sizeof(int32_t));
 	return (int)o.n;
+}
+
+int32_t tok_lookup(const struct tok *t, const char *s)
+{
+	return map_get(t->vocab, s, strlen(s));
 }
 
 static int hexval(char c)

@@ -35,6 +35,12 @@ struct tok {
 int tok_load(struct tok *t, const struct gguf *g, struct k8_err *err);
 void tok_free(struct tok *t);
 
+/* The id of the token whose text is exactly s, or -1. */
+int32_t tok_lookup(const struct tok *t, const char *s);
+
+/* The longest text tok_encode takes (bytes); longer gives -E2BIG. */
+#define TOK_MAX_TEXT (8u << 20)
+
 /* Encode len bytes of text. parse_special: match control tokens in the text (user-defined
  * ones always are, as in llama.cpp). *out is malloc'ed; returns the count or -errno. */
 int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos,

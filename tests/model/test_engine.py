@@ -99,3 +99,17 @@ def test_logits_and_greedy_match_llama_cpp(engine, ref, model_file, arch, vocab,
             assert free[step] == r["tokens"][step], (prompt, step)
     print("%s: %d untied steps compared" % (wtype, checked))
     assert checked >= 8, "too few untied steps (%d) to compare greedy tokens" % checked
+
+
+@pytest.mark.parametrize("vocab,arch", [("bpe-qwen2", "qwen2"), ("spm", "llama")])
+def test_tokenize_long_hostile_text_is_fast(engine, model_file, vocab, arch):
+    """API clients choose the text: one 120 KB word, and 120 KB of repeated words with spaces
+    (one SPM fragment), tokenize in well under a second each (the old rescan took seconds
+    for 30 KB); the merge order is the same, checked against llama.cpp above."""
+    import time
+    path = model_file("tok-%s" % vocab, arch=arch, wtype="Q8_0", vocab=vocab, n_layer=1)
+    for text in ["a" * 120000, "hello world " * 10000]:
+        t0 = time.monotonic()
+        out = engine("tokenize", path, text)
+        assert time.monotonic() - t0 < 2.0
+        assert len(out["tokens"]) > 100

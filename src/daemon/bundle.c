@@ -1,0 +1,584 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* bundle.c - one file that carries a machine's offline needs: the guest image, images and
+ * models (kosa8 bundle export / import; docs/model.md "Bundles").
+ *
+ * Format: a POSIX tar whose first member is manifest.json:
+ *   {"kosa8_bundle": 1, "created": T, "parts": [{"path", "sha256", "size", "kind",
+ *    "name"?}], "models": [{name, sha256, size, source}], "images": [ref...]}
+ * then every part, exactly once: guest/<file> (kernel, initramfs, manifest.json),
+ * images/... (one OCI layout holding every image, named by ref annotations) and
+ * models/sha256-<hex>. Import reads the manifest, streams each member into a staging
+ * directory under $KOSA8_HOME while hashing it, refuses a member that is not listed, is
+ * listed twice, has another size or digest, or a bundle that ends before every part came;
+ * only then installs: images (through the store's own loader), models, the guest image.
+ * A refused bundle leaves nothing behind but the staging directory, which is removed.
+ */
+#include "daemon/daemon.h"
+#include "image/image.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <ctype.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define MANIFEST_MAX (1u << 20)
+#define MAX_PARTS 100000
+
+typedef void (*progress_fn)(void *, json_t *);
+
+static void hexs(const unsigned char *d, char *out)
+{
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static int sha256_file(const char *path, char out[65], uint64_t *size)
+{
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+	char b[1 << 16];
+	ssize_t n;
+	uint64_t t = 0;
+	while ((n = read(fd, b, sizeof(b))) > 0) {
+		EVP_DigestUpdate(md, b, (size_t)n);
+		t += (uint64_t)n;
+	}
+	unsigned char d[32];
+	EVP_DigestFinal_ex(md, d, NULL);
+	EVP_MD_CTX_free(md);
+	if (n < 0)
+		return -errno;
+	hexs(d, out);
+	*size = t;
+	return 0;
+}
+
+/* ---- export ---- */
+
+struct part {
+	char *src;           /* file on this machine */
+	char path[300];      /* in the bundle */
+	char sha[65];
+	uint64_t size;
+	const char *kind;
+};
+
+struct parts {
+	struct part *v;
+	int n;
+};
+
+static int add_part(struct parts *ps, const char *src, const char *kind, struct k8_err *err,
+		    const char *fmt, ...) K8_PRINTF(5, 6);
+static int add_part(struct parts *ps, const char *src, const char *kind, struct k8_err *err,
+		    const char *fmt, ...)
+{
+	for (int i = 0; i < ps->n; i++)   /* a blob shared by two images goes once */
+		if (!strcmp(ps->v[i].src, src))
+			return 0;
+	struct part *v = realloc(ps->v, (size_t)(ps->n + 1) * sizeof(*v));
+	if (!v)
+		return k8_err_set(err, -ENOMEM, "out of memory");
+	ps->v = v;
+	struct part *p = &v[ps->n];
+	memset(p, 0, sizeof(*p));
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(p->path, sizeof(p->path), fmt, ap);
+	va_end(ap);
+	int r = sha256_file(src, p->sha, &p->size);
+	if (r)
+		return k8_err_set(err, r, "%s: %s", src, strerror(-r));
+	p->src = xstrdup(src);
+	p->kind = kind;
+	ps->n++;
+	return 0;
+}
+
+static void parts_free(struct parts *ps)
+{
+	for (int i = 0; i < ps->n; i++)
+		free(ps->v[i].src);
+	free(ps->v);
+}
+
+static int read_json_file(const char *path, json_t **out, struct k8_err *err)
+{
+	cleanup_free char *t = NULL;
+	size_t n;
+	int r = read_file(path, MANIFEST_MAX, &t, &n);
+	if (r)
+		return k8_err_set(err, r, "%s: %s", path, strerror(-r));
+	*out = json_loadb(t, n, 0, NULL);
+	return *out ? 0 : k8_err_set(err, -EINVAL, "%s is not JSON", path);
+}
+
+/* Every blob of image `ref` as a part, and its descriptor for the bundle's index.json. */
+static int export_image(struct daemon *d, const char *ref, struct parts *ps, json_t *index,
+			struct k8_err *err)
+{
+	struct image_info info = { 0 };
+	int r = image_resolve(d->images, ref, &info, err);
+	if (r)
+		return r;
+	const char *hex = info.digest + 7;
+	cleanup_free char *mp = xasprintf("%s/images/blobs/sha256/%s", d->home, hex);
+	json_t *m = NULL;
+	if ((r = read_json_file(mp, &m, err)))
+		goto out;
+	if (!json_is_object(json_object_get(m, "config")) || !json_is_array(json_object_get(m, "layers"))) {
+		r = k8_err_set(err, -ENOTSUP, "%s: only single-platform image manifests can be bundled",
+			       info.ref);
+		goto out;
+	}
+	if ((r = add_part(ps, mp, "image", err, "images/blobs/sha256/%s", hex)))
+		goto out;
+	json_t *descs = json_array();
+	json_array_append(descs, json_object_get(m, "config"));
+	size_t i;
+	json_t *l;
+	json_array_foreach(json_object_get(m, "layers"), i, l)
+		json_array_append(descs, l);
+	json_array_foreach(descs, i, l) {
+		const char *dg = json_string_value(json_object_get(l, "digest"));
+		if (!dg || strncmp(dg, "sha256:", 7) || strlen(dg) != 71 || strchr(dg + 7, '/')) {
+			r = k8_err_set(err, -EINVAL, "%s: a descriptor without a sha256 digest", info.ref);
+			break;
+		}
+		cleanup_free char *bp = xasprintf("%s/images/blobs/sha256/%s", d->home, dg + 7);
+		if ((r = add_part(ps, bp, "image", err, "images/blobs/sha256/%s", dg + 7)))
+			break;
+	}
+	json_decref(descs);
+	if (r)
+		goto out;
+	const char *mt = json_string_value(json_object_get(m, "mediaType"));
+	struct stat mst;
+	uint64_t msize = stat(mp, &mst) == 0 ? (uint64_t)mst.st_size : 0;
+	json_array_append_new(json_object_get(index, "manifests"), json_pack(
+		"{s:s,s:s,s:I,s:{s:s}}", "mediaType", mt ? mt : "application/vnd.oci.image.manifest.v1+json",
+		"digest", info.digest, "size", (json_int_t)msize, "annotations",
+		"org.opencontainers.image.ref.name", info.ref));
+out:
+	json_decref(m);
+	image_info_clear(&info);
+	return r;
+}
+
+static int write_member(struct archive *a, const char *path, const void *data, size_t n, const char *src,
+			uint64_t size, const char *want_sha, progress_fn progress, void *pctx,
+			struct k8_err *err)
+{
+	cleanup_close int fd = -1;
+	struct archive_entry *e = archive_entry_new();
+	archive_entry_set_pathname(e, path);
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, 0644);
+	archive_entry_set_size(e, (la_int64_t)(data ? n : size));
+	archive_entry_set_mtime(e, time(NULL), 0);
+	int r = 0;
+	if (archive_write_header(a, e) != ARCHIVE_OK) {
+		r = k8_err_set(err, -EIO, "writing the bundle: %s", archive_error_string(a));
+		goto out;
+	}
+	if (data) {
+		if (archive_write_data(a, data, n) != (la_ssize_t)n)
+			r = k8_err_set(err, -EIO, "writing the bundle: %s", archive_error_string(a));
+		goto out;
+	}
+	/* Hash again while copying: a file that changed since the manifest was made would
+	 * make a bundle that import refuses; refuse it here instead. */
+	fd = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		r = k8_err_set(err, -errno, "%s: %s", src, strerror(errno));
+		goto out;
+	}
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+	char b[1 << 16];
+	ssize_t k;
+	uint64_t done = 0;
+	while (done < size && (k = read(fd, b, sizeof(b) < size - done ? sizeof(b) : (size_t)(size - done))) > 0) {
+		EVP_DigestUpdate(md, b, (size_t)k);
+		if (archive_write_data(a, b, (size_t)k) != k) {
+			r = k8_err_set(err, -EIO, "writing the bundle: %s", archive_error_string(a));
+			break;
+		}
+		done += (uint64_t)k;
+	}
+	unsigned char dg[32];
+	char hex[65];
+	EVP_DigestFinal_ex(md, dg, NULL);
+	EVP_MD_CTX_free(md);
+	hexs(dg, hex);
+	if (!r && (done != size || strcmp(hex, want_sha)))
+		r = k8_err_set(err, -EBADMSG, "%s changed while it was being bundled", src);
+	if (progress)
+		progress(pctx, json_pack("{s:s,s:s,s:I,s:I}", "phase", "export", "what", path,
+					 "done", (json_int_t)done, "total", (json_int_t)size));
+out:
+	archive_entry_free(e);
+	return r;
+}
+
+int bundle_export(struct daemon *d, json_t *body, progress_fn progress, void *pctx, json_t **out,
+		  struct k8_err *err)
+{
+	const char *path = json_string_value(json_object_get(body, "path"));
+	json_t *images = json_object_get(body, "images"), *models = json_object_get(body, "models");
+	bool guest = !json_is_false(json_object_get(body, "guest"));
+	if (!path || path[0] != '/')
+		return k8_err_set(err, -EINVAL, "path must be an absolute path for the bundle");
+	struct parts ps = { 0 };
+	json_t *index = json_pack("{s:i,s:[]}", "schemaVersion", 2, "manifests");
+	json_t *mmeta = json_array(), *refs = json_array();
+	struct archive *a = NULL;
+	char *index_text = NULL, *mtext = NULL;
+	cleanup_free char *tmp = xasprintf("%s.tmp", path);
+	int r = 0;
+	if (guest) {
+		if (!d->guest.dir[0]) {
+			r = k8_err_set(err, -ENOENT, "this daemon has no guest image to bundle (--no-guest)");
+			goto out;
+		}
+		cleanup_free char *gm = xasprintf("%s/manifest.json", d->guest.dir);
+		const char *kb = strrchr(d->guest.kernel, '/') + 1, *ib = strrchr(d->guest.initramfs, '/') + 1;
+		if ((r = add_part(&ps, gm, "guest", err, "guest/manifest.json")) ||
+		    (r = add_part(&ps, d->guest.kernel, "guest", err, "guest/%s", kb)) ||
+		    (r = add_part(&ps, d->guest.initramfs, "guest", err, "guest/%s", ib)))
+			goto out;
+		if (strcmp(ps.v[ps.n - 2].sha, d->guest.kernel_sha) || strcmp(ps.v[ps.n - 1].sha, d->guest.initramfs_sha)) {
+			r = k8_err_set(err, -EBADMSG, "the guest image in %s does not match its manifest",
+				       d->guest.dir);
+			goto out;
+		}
+	}
+	size_t i;
+	json_t *v;
+	json_array_foreach(images, i, v) {
+		if (!json_is_string(v) || (r = export_image(d, json_string_value(v), &ps, index, err)))
+			goto out;
+		json_array_append(refs, v);
+	}
+	json_array_foreach(models, i, v) {
+		json_t *all = model_list_json(d), *m, *found = NULL;
+		size_t k;
+		json_array_foreach(all, k, m)
+			if (json_is_string(v) && !strcmp(json_string_value(json_object_get(m, "name")),
+							 json_string_value(v)))
+				found = json_incref(m);
+		json_decref(all);
+		if (!found) {
+			r = k8_err_set(err, -ENOENT, "no model '%s'; see kosa8 model ls",
+				       json_is_string(v) ? json_string_value(v) : "?");
+			goto out;
+		}
+		const char *sha = json_string_value(json_object_get(found, "sha256"));
+		cleanup_free char *src = xasprintf("%s/models/blobs/sha256-%s", d->home, sha);
+		json_array_append_new(mmeta, found);
+		if ((r = add_part(&ps, src, "model", err, "models/sha256-%s", sha)))
+			goto out;
+		if (strcmp(ps.v[ps.n - 1].sha, sha)) {
+			r = k8_err_set(err, -EBADMSG, "model %s: its file does not match its SHA-256",
+				       json_string_value(v));
+			goto out;
+		}
+	}
+	index_text = json_dumps(index, JSON_COMPACT);
+	static const char layout[] = "{\"imageLayoutVersion\":\"1.0.0\"}";
+	json_t *plist = json_array();
+	for (int k = 0; k < ps.n; k++)
+		json_array_append_new(plist, json_pack("{s:s,s:s,s:I,s:s}", "path", ps.v[k].path, "sha256",
+					ps.v[k].sha, "size", (json_int_t)ps.v[k].size, "kind", ps.v[k].kind));
+	char ish[65], lsh[65];
+	unsigned char dg[32];
+	EVP_Digest(index_text, strlen(index_text), dg, NULL, EVP_sha256(), NULL);
+	hexs(dg, ish);
+	EVP_Digest(layout, strlen(layout), dg, NULL, EVP_sha256(), NULL);
+	hexs(dg, lsh);
+	if (json_array_size(refs)) {
+		json_array_append_new(plist, json_pack("{s:s,s:s,s:I,s:s}", "path", "images/index.json",
+					"sha256", ish, "size", (json_int_t)strlen(index_text), "kind", "image"));
+		json_array_append_new(plist, json_pack("{s:s,s:s,s:I,s:s}", "path", "images/oci-layout",
+					"sha256", lsh, "size", (json_int_t)strlen(layout), "kind", "image"));
+	}
+	json_t *manifest = json_pack("{s:i,s:I,s:o,s:O,s:O}", "kosa8_bundle", 1, "created",
+				     (json_int_t)time(NULL), "parts", plist, "models", mmeta, "images", refs);
+	mtext = json_dumps(manifest, JSON_INDENT(1));
+	json_decref(manifest);
+	a = archive_write_new();
+	archive_write_set_format_pax_restricted(a);
+	if (archive_write_open_filename(a, tmp) != ARCHIVE_OK) {
+		r = k8_err_set(err, -EIO, "%s: %s", tmp, archive_error_string(a));
+		goto out;
+	}
+	if ((r = write_member(a, "manifest.json", mtext, strlen(mtext), NULL, 0, NULL, NULL, NULL, err)))
+		goto out;
+	if (json_array_size(refs) &&
+	    ((r = write_member(a, "images/oci-layout", layout, strlen(layout), NULL, 0, NULL, NULL, NULL, err)) ||
+	     (r = write_member(a, "images/index.json", index_text, strlen(index_text), NULL, 0, NULL, NULL,
+			       NULL, err))))
+		goto out;
+	for (int k = 0; k < ps.n && !r; k++)
+		r = write_member(a, ps.v[k].path, NULL, 0, ps.v[k].src, ps.v[k].size, ps.v[k].sha,
+				 progress, pctx, err);
+	if (!r && archive_write_close(a) != ARCHIVE_OK)
+		r = k8_err_set(err, -EIO, "%s: %s", tmp, archive_error_string(a));
+	if (!r && rename(tmp, path))
+		r = k8_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (!r) {
+		struct stat st;
+		stat(path, &st);
+		*out = json_pack("{s:s,s:I,s:i,s:O,s:i}", "path", path, "size", (json_int_t)st.st_size,
+				 "parts", ps.n, "images", refs, "models", (int)json_array_size(mmeta));
+		daemon_audit(d, "bundle.export", NULL, json_pack("{s:s,s:i}", "path", path, "parts", ps.n));
+	}
+out:
+	if (a)
+		archive_write_free(a);
+	if (r)
+		unlink(tmp);
+	parts_free(&ps);
+	free(index_text);
+	free(mtext);
+	json_decref(index);
+	json_decref(mmeta);
+	json_decref(refs);
+	return r;
+}
+
+/* ---- import ---- */
+
+/* A member path we accept: one of the three trees, plain characters, no "..". */
+static bool member_ok(const char *p)
+{
+	size_t l = strlen(p);
+	if (l == 0 || l >= 300 || strstr(p, "..") || strstr(p, "//") || p[l - 1] == '/' ||
+	    (strncmp(p, "guest/", 6) && strncmp(p, "images/", 7) && strncmp(p, "models/", 7)))
+		return false;
+	for (size_t i = 0; i < l; i++)
+		if (!isalnum((unsigned char)p[i]) && !strchr("._-/", p[i]))
+			return false;
+	if (!strncmp(p, "guest/", 6) && strchr(p + 6, '/'))
+		return false;
+	return true;
+}
+
+static int mkparents(const char *root, const char *rel)
+{
+	char buf[4400];
+	snprintf(buf, sizeof(buf), "%s/%s", root, rel);
+	char *s = strrchr(buf, '/');
+	if (!s)
+		return 0;
+	*s = 0;
+	return mkdir_p(buf, 0700);
+}
+
+int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pctx, json_t **out,
+		  struct k8_err *err)
+{
+	const char *path = json_string_value(json_object_get(body, "path"));
+	if (!path || path[0] != '/')
+		return k8_err_set(err, -EINVAL, "path must be an absolute path to a bundle");
+	char stage[4200];
+	snprintf(stage, sizeof(stage), "%s/tmp/bundle-%d-%ld", d->home, (int)getpid(), (long)time(NULL));
+	struct archive *a = archive_read_new();
+	archive_read_support_format_tar(a);
+	json_t *manifest = NULL, *parts = NULL, *seen = json_object(), *loaded = NULL;
+	int r = 0, nparts = 0;
+	struct archive_entry *e;
+	rm_rf(stage);
+	if ((r = mkdir_p(stage, 0700))) {
+		r = k8_err_set(err, r, "%s: %s", stage, strerror(-r));
+		goto out;
+	}
+	if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
+		r = k8_err_set(err, -EINVAL, "%s: %s", path, archive_error_string(a));
+		goto out;
+	}
+	for (;;) {
+		int ar = archive_read_next_header(a, &e);
+		if (ar == ARCHIVE_EOF)
+			break;
+		if (ar != ARCHIVE_OK) {
+			r = k8_err_set(err, -EBADMSG, "%s is not a whole kosa8 bundle: %s", path,
+				       archive_error_string(a));
+			goto out;
+		}
+		const char *name = archive_entry_pathname(e);
+		la_int64_t size = archive_entry_size(e);
+		if (!name || archive_entry_filetype(e) != AE_IFREG || size < 0) {
+			r = k8_err_set(err, -EBADMSG, "%s: a member that is not a plain file", path);
+			goto out;
+		}
+		if (!manifest) {
+			if (strcmp(name, "manifest.json") || size > (la_int64_t)MANIFEST_MAX) {
+				r = k8_err_set(err, -EBADMSG, "%s is not a kosa8 bundle (manifest.json "
+					       "must come first)", path);
+				goto out;
+			}
+			char *t = xmalloc((size_t)size + 1);
+			la_ssize_t got = archive_read_data(a, t, (size_t)size);
+			manifest = got == size ? json_loadb(t, (size_t)size, 0, NULL) : NULL;
+			free(t);
+			parts = json_object();
+			json_t *pl = json_object_get(manifest, "parts");
+			if (!json_is_integer(json_object_get(manifest, "kosa8_bundle")) ||
+			    json_integer_value(json_object_get(manifest, "kosa8_bundle")) != 1 ||
+			    !json_is_array(pl) || json_array_size(pl) > MAX_PARTS) {
+				r = k8_err_set(err, -EBADMSG, "%s: manifest.json is not a version 1 bundle "
+					       "manifest", path);
+				goto out;
+			}
+			size_t i;
+			json_t *p;
+			json_array_foreach(pl, i, p) {
+				const char *pp = json_string_value(json_object_get(p, "path"));
+				const char *sh = json_string_value(json_object_get(p, "sha256"));
+				json_t *sz = json_object_get(p, "size");
+				if (!pp || !member_ok(pp) || !sh || strlen(sh) != 64 || !json_is_integer(sz) ||
+				    json_integer_value(sz) < 0 || json_object_get(parts, pp)) {
+					r = k8_err_set(err, -EBADMSG, "%s: manifest.json part %zu is not valid",
+						       path, i);
+					goto out;
+				}
+				json_object_set(parts, pp, p);
+			}
+			nparts = (int)json_object_size(parts);
+			continue;
+		}
+		json_t *p = json_object_get(parts, name);
+		if (!p || json_object_get(seen, name)) {
+			r = k8_err_set(err, -EBADMSG, "%s: member %.200s is %s", path, name,
+				       p ? "there twice" : "not in its manifest");
+			goto out;
+		}
+		if (size != json_integer_value(json_object_get(p, "size"))) {
+			r = k8_err_set(err, -EBADMSG, "%s: %s is %lld bytes; the manifest says %lld", path,
+				       name, (long long)size,
+				       (long long)json_integer_value(json_object_get(p, "size")));
+			goto out;
+		}
+		if ((r = mkparents(stage, name))) {
+			r = k8_err_set(err, r, "staging %s: %s", name, strerror(-r));
+			goto out;
+		}
+		cleanup_free char *dst = xasprintf("%s/%s", stage, name);
+		cleanup_close int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0) {
+			r = k8_err_set(err, -errno, "%s: %s", dst, strerror(errno));
+			goto out;
+		}
+		EVP_MD_CTX *md = EVP_MD_CTX_new();
+		EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+		char b[1 << 16];
+		la_ssize_t k;
+		int64_t done = 0;
+		while ((k = archive_read_data(a, b, sizeof(b))) > 0) {
+			EVP_DigestUpdate(md, b, (size_t)k);
+			if (write_full(fd, b, (size_t)k) < 0) {
+				r = k8_err_set(err, -EIO, "%s: %s", dst, strerror(errno));
+				break;
+			}
+			done += k;
+		}
+		unsigned char dg[32];
+		char hex[65];
+		EVP_DigestFinal_ex(md, dg, NULL);
+		EVP_MD_CTX_free(md);
+		hexs(dg, hex);
+		if (r)
+			goto out;
+		if (k < 0 || done != size) {
+			r = k8_err_set(err, -EBADMSG, "%s is cut short in %s", path, name);
+			goto out;
+		}
+		if (strcmp(hex, json_string_value(json_object_get(p, "sha256")))) {
+			r = k8_err_set(err, -EBADMSG, "%s: %s has SHA-256 %s; the manifest says %s. "
+				       "Nothing was installed", path, name, hex,
+				       json_string_value(json_object_get(p, "sha256")));
+			goto out;
+		}
+		json_object_set_new(seen, name, json_true());
+		if (progress)
+			progress(pctx, json_pack("{s:s,s:s,s:I,s:I}", "phase", "verify", "what", name,
+						 "done", (json_int_t)json_object_size(seen), "total",
+						 (json_int_t)nparts));
+	}
+	if (!manifest || (int)json_object_size(seen) != nparts) {
+		r = k8_err_set(err, -EBADMSG, "%s ends before all of its %d parts (%zu came); nothing "
+			       "was installed", path, nparts, json_object_size(seen));
+		goto out;
+	}
+	/* Everything verified: install. Images first (the store's loader checks them again),
+	 * then models, then the guest image. */
+	json_t *refs = json_object_get(manifest, "images");
+	if (json_array_size(refs)) {
+		cleanup_free char *lay = xasprintf("%s/images", stage);
+		if ((r = image_load(d->images, lay, NULL, NULL, NULL, &loaded, err)))
+			goto out;
+	}
+	size_t i;
+	json_t *m;
+	int nmodels = 0;
+	json_array_foreach(json_object_get(manifest, "models"), i, m) {
+		const char *sha = json_string_value(json_object_get(m, "sha256"));
+		const char *name = json_string_value(json_object_get(m, "name"));
+		char pp[100];
+		snprintf(pp, sizeof(pp), "models/sha256-%s", sha ? sha : "");
+		if (!sha || !name || !json_object_get(seen, pp)) {
+			r = k8_err_set(err, -EBADMSG, "%s: model %zu has no part in the bundle", path, i);
+			goto out;
+		}
+		cleanup_free char *src = xasprintf("%s/%s", stage, pp);
+		json_t *body2 = json_pack("{s:s,s:s}", "path", src, "name", name);
+		json_t *res = NULL;
+		r = model_import(d, body2, NULL, NULL, &res, err);
+		json_decref(body2);
+		json_decref(res);
+		if (r)
+			goto out;
+		nmodels++;
+	}
+	bool guest = json_object_get(seen, "guest/manifest.json") != NULL;
+	if (guest) {
+		cleanup_free char *gdst = xasprintf("%s/guest", d->home);
+		cleanup_free char *gold = xasprintf("%s/guest.old", d->home);
+		cleanup_free char *gsrc = xasprintf("%s/guest", stage);
+		rm_rf(gold);
+		if (rename(gdst, gold) && errno != ENOENT) {
+			r = k8_err_set(err, -errno, "%s: %s", gdst, strerror(errno));
+			goto out;
+		}
+		if (rename(gsrc, gdst)) {
+			r = k8_err_set(err, -errno, "%s: %s", gdst, strerror(errno));
+			rename(gold, gdst);
+			goto out;
+		}
+		rm_rf(gold);
+		struct k8_err gerr = { 0 };
+		struct guest_image g;
+		if (guest_find_home(&g, d->home, &gerr) == 0)
+			d->guest = g;
+	}
+	daemon_audit(d, "bundle.import", NULL, json_pack("{s:s,s:i}", "path", path, "parts", nparts));
+	*out = json_pack("{s:s,s:i,s:O,s:i,s:b}", "path", path, "parts", nparts, "images",
+			 loaded ? loaded : refs, "models", nmodels, "guest", guest);
+out:
+	archive_read_free(a);
+	rm_rf(stage);
+	json_decref(manifest);
+	json_decref(parts);
+	json_decref(seen);
+	json_decref(loaded);
+	return r;
+}

@@ -1,0 +1,983 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* model.c - the model store ($KOSA8_HOME/models) and the model servers kosa8d runs.
+ *
+ * Store: blobs/sha256-<hex> (content addressed), names/<name>.json ({name, sha256, size,
+ * source, created}), partial/sha256-<hex>.part (a download in progress, resumed by digest).
+ * Pull: a Hugging Face-compatible hub (hf_endpoint in config.json, KOSA8_HF_ENDPOINT, default
+ * https://huggingface.co): the repo's file list (/api/models/REPO/tree/main, else
+ * /api/models/REPO?blobs=true) gives each .gguf file's LFS SHA-256 and size; REPO:QUANT picks
+ * one file by its quant tag, case-insensitively; the download resumes with a Range request
+ * and is hashed as it arrives; nothing is named until the digest matches. Everything the hub
+ * sends is hostile: list size capped, paths checked, sizes bounded, bodies never trusted.
+ * Servers: `kosa8-model serve BLOB --name NAME` children, ready once /health answers; listed
+ * by `ps`, stopped by `stop` or with the daemon.
+ */
+#include "daemon/daemon.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define HF_DEFAULT "https://huggingface.co"
+#define LIST_MAX (8u << 20)               /* bytes of a repo's file list */
+#define MODEL_MAX_SIZE (1ull << 40)
+
+/* ---- names and paths ---- */
+
+static bool name_ok(const char *n)
+{
+	size_t l = strlen(n);
+	if (l == 0 || l > 128 || !(islower((unsigned char)n[0]) || isdigit((unsigned char)n[0])))
+		return false;
+	for (size_t i = 0; i < l; i++)
+		if (!(islower((unsigned char)n[i]) || isdigit((unsigned char)n[i]) || strchr("._-", n[i])))
+			return false;
+	return true;
+}
+
+/* The store's name for a file: its base name, lower case, without ".gguf". */
+static int name_from_file(const char *file, char *out, size_t cap, struct k8_err *err)
+{
+	const char *b = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+	size_t l = strlen(b);
+	if (l > 5 && !strcasecmp(b + l - 5, ".gguf"))
+		l -= 5;
+	if (l == 0 || l >= cap)
+		return k8_err_set(err, -EINVAL, "cannot make a model name from '%s'; give one with --name", file);
+	for (size_t i = 0; i < l; i++)
+		out[i] = (char)tolower((unsigned char)b[i]);
+	out[l] = 0;
+	if (!name_ok(out))
+		return k8_err_set(err, -EINVAL, "'%s' is not a usable model name (lower-case letters, "
+				  "digits, '.', '_', '-'); give one with --name", out);
+	return 0;
+}
+
+K8_PRINTF(2, 3) static char *mpath(struct daemon *d, const char *fmt, ...)
+{
+	va_list ap;
+	char *rel = NULL;
+	va_start(ap, fmt);
+	if (vasprintf(&rel, fmt, ap) < 0)
+		rel = NULL;
+	va_end(ap);
+	if (!rel)
+		abort();   /* as xasprintf: small and bounded */
+	char *p = xasprintf("%s/models/%s", d->home, rel);
+	free(rel);
+	return p;
+}
+
+static bool hex64(const char *s)
+{
+	if (!s || strlen(s) != 64)
+		return false;
+	for (int i = 0; i < 64; i++)
+		if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
+			return false;
+	return true;
+}
+
+static json_t *meta_read(struct daemon *d, const char *name)
+{
+	if (!name_ok(name))
+		return NULL;
+	cleanup_free char *p = mpath(d, "names/%s.json", name);
+	cleanup_free char *t = NULL;
+	size_t n;
+	if (read_file(p, 1 << 16, &t, &n))
+		return NULL;
+	json_t *j = json_loadb(t, n, 0, NULL);
+	if (!json_is_object(j) || !hex64(json_string_value(json_object_get(j, "sha256")))) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+static int meta_write(struct daemon *d, const char *name, json_t *meta, struct k8_err *err)
+{
+	cleanup_free char *dir = mpath(d, "%s", "names");
+	cleanup_free char *p = mpath(d, "names/%s.json", name);
+	cleanup_free char *t = json_dumps(meta, JSON_INDENT(2));
+	int r;
+	if ((r = mkdir_p(dir, 0700)) || (r = write_file_atomic(p, t, strlen(t), 0600)))
+		return k8_err_set(err, r, "writing %s: %s", p, strerror(-r));
+	return 0;
+}
+
+static bool offline(struct daemon *d, json_t *cfg)
+{
+	const char *off = getenv("KOSA8_OFFLINE");
+	return d->offline || (off && *off && strcmp(off, "0")) || json_is_true(json_object_get(cfg, "offline"));
+}
+
+/* ---- the hub ---- */
+
+struct buf {
+	char *p;
+	size_t n, max;
+	bool over;
+};
+
+static size_t buf_write(char *ptr, size_t sz, size_t nm, void *ud)
+{
+	struct buf *b = ud;
+	size_t n = sz * nm;
+	if (b->n + n > b->max) {
+		b->over = true;
+		return 0;
+	}
+	char *q = realloc(b->p, b->n + n + 1);
+	if (!q)
+		return 0;
+	memcpy(q + b->n, ptr, n);
+	b->p = q;
+	b->n += n;
+	b->p[b->n] = 0;
+	return n;
+}
+
+static CURL *hub_curl(const char *url, struct curl_slist *hdrs)
+{
+	CURL *c = curl_easy_init();
+	if (!c)
+		return NULL;
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#endif
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "kosa8/0.1");
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+	return c;
+}
+
+/* GET url into memory (capped); returns the HTTP status or a negative errno. */
+static long hub_get(const char *url, struct curl_slist *hdrs, struct buf *b, struct k8_err *err)
+{
+	CURL *c = hub_curl(url, hdrs);
+	if (!c)
+		return k8_err_set(err, -ENOMEM, "curl_easy_init failed");
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, buf_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+	CURLcode cc = curl_easy_perform(c);
+	long status = 0;
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(c);
+	if (b->over)
+		return k8_err_set(err, -EFBIG, "%s: the answer is over %u bytes", url, LIST_MAX);
+	if (cc != CURLE_OK)
+		return k8_err_set(err, -EHOSTUNREACH, "%s: %s", url, curl_easy_strerror(cc));
+	return status;
+}
+
+struct hub_file {
+	char path[512];
+	char sha256[65];
+	uint64_t size;
+};
+
+/* A path from the hub we are willing to fetch and show: relative, no "..", printable. */
+static bool path_ok(const char *p)
+{
+	size_t l = strlen(p);
+	if (l == 0 || l >= 512 || p[0] == '/' || strstr(p, ".."))
+		return false;
+	for (size_t i = 0; i < l; i++)
+		if (!isalnum((unsigned char)p[i]) && !strchr("._-/+", p[i]))
+			return false;
+	return true;
+}
+
+/* Both listing shapes: tree entries {path, size, lfs:{oid, size}} and model info
+ * {siblings: [{rfilename, lfs:{sha256, size}}]}. Keeps the .gguf files with an LFS digest. */
+static int hub_files(json_t *j, struct hub_file **out, int *n)
+{
+	json_t *arr = json_is_array(j) ? j : json_object_get(j, "siblings");
+	size_t i;
+	json_t *e;
+	*out = NULL;
+	*n = 0;
+	if (!json_is_array(arr))
+		return -EPROTO;
+	json_array_foreach(arr, i, e) {
+		const char *p = json_string_value(json_object_get(e, "path"));
+		if (!p)
+			p = json_string_value(json_object_get(e, "rfilename"));
+		json_t *lfs = json_object_get(e, "lfs");
+		const char *sha = json_string_value(json_object_get(lfs, "oid"));
+		if (!sha)
+			sha = json_string_value(json_object_get(lfs, "sha256"));
+		if (sha && !strncmp(sha, "sha256:", 7))
+			sha += 7;
+		json_t *sz = json_object_get(lfs, "size");
+		size_t l = p ? strlen(p) : 0;
+		if (!p || l < 6 || strcasecmp(p + l - 5, ".gguf") || !path_ok(p) || !hex64(sha) ||
+		    !json_is_integer(sz) || json_integer_value(sz) <= 0 ||
+		    (uint64_t)json_integer_value(sz) > MODEL_MAX_SIZE || *n >= 4096)
+			continue;
+		struct hub_file *v = realloc(*out, (size_t)(*n + 1) * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		*out = v;
+		snprintf(v[*n].path, sizeof(v[*n].path), "%s", p);
+		memcpy(v[*n].sha256, sha, 65);
+		v[*n].size = (uint64_t)json_integer_value(sz);
+		(*n)++;
+	}
+	return 0;
+}
+
+/* The quant tag of a file name: what follows its last '-' or '.' before ".gguf". */
+static void quant_tag(const char *path, char *out, size_t cap)
+{
+	const char *b = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	size_t l = strlen(b) - 5, s = l;
+	while (s > 0 && b[s - 1] != '-' && b[s - 1] != '.')
+		s--;
+	snprintf(out, cap, "%.*s", (int)(l - s), b + s);
+}
+
+static int pick_file(const char *repo, const char *quant, struct hub_file *f, int n, int *which,
+		     struct k8_err *err)
+{
+	char choices[1024] = "";
+	int hit = -1, nhit = 0;
+	for (int i = 0; i < n; i++) {
+		char tag[128];
+		quant_tag(f[i].path, tag, sizeof(tag));
+		if (strstr(f[i].path, "-of-"))
+			continue;   /* split files: not supported */
+		size_t cl = strlen(choices);
+		if (cl + strlen(tag) + 3 < sizeof(choices) && !strcasestr(choices, tag))
+			snprintf(choices + cl, sizeof(choices) - cl, "%s%s", cl ? ", " : "", tag);
+		if (quant ? !strcasecmp(tag, quant) : n == 1) {
+			if (hit < 0 || strlen(f[i].path) < strlen(f[hit].path))
+				hit = i;
+			nhit++;
+		}
+	}
+	if (hit < 0 && !choices[0])
+		return k8_err_set(err, -ENOENT, "%s has no single-file .gguf model with a published "
+				  "SHA-256", repo);
+	if (hit < 0 && !quant)
+		return k8_err_set(err, -EINVAL, "%s has several models; name one as %s:QUANT, one of: %s",
+				  repo, repo, choices);
+	if (hit < 0)
+		return k8_err_set(err, -ENOENT, "%s has no '%s' file; the choices are: %s", repo, quant,
+				  choices);
+	*which = hit;
+	return 0;
+}
+
+/* ---- download ---- */
+
+struct dl {
+	int fd;
+	EVP_MD_CTX *md;
+	uint64_t off, want, done;
+	long status;
+	bool decided, bad_range;
+	struct buf errbody;
+	void (*progress)(void *, json_t *);
+	void *pctx;
+	const char *what;
+	uint64_t last_ns;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void dl_progress(struct dl *x, bool force)
+{
+	uint64_t now = mono_ns();
+	if (!x->progress || (!force && now - x->last_ns < 200000000ull))
+		return;
+	x->last_ns = now;
+	x->progress(x->pctx, json_pack("{s:s,s:s,s:I,s:I}", "phase", "download", "what", x->what,
+				       "done", (json_int_t)x->done, "total", (json_int_t)x->want));
+}
+
+static size_t dl_header(char *p, size_t sz, size_t nm, void *ud)
+{
+	struct dl *x = ud;
+	size_t n = sz * nm;
+	if (n > 5 && !strncmp(p, "HTTP/", 5)) {
+		x->decided = false;   /* a new response (after a redirect) */
+		x->status = 0;
+		const char *sp = memchr(p, ' ', n);
+		if (sp)
+			x->status = strtol(sp + 1, NULL, 10);
+	} else if (n > 14 && !strncasecmp(p, "Content-Range:", 14) && x->status == 206) {
+		const char *b = memmem(p, n, "bytes ", 6);
+		if (!b || strtoull(b + 6, NULL, 10) != x->off)
+			x->bad_range = true;
+	}
+	return n;
+}
+
+static size_t dl_write(char *p, size_t sz, size_t nm, void *ud)
+{
+	struct dl *x = ud;
+	size_t n = sz * nm;
+	if (x->status != 200 && x->status != 206)
+		return buf_write(p, sz, nm, &x->errbody);
+	if (!x->decided) {
+		x->decided = true;
+		if (x->status == 206 && x->bad_range)
+			return 0;
+		if (x->status == 200 && x->off) {   /* the server ignored Range: start over */
+			if (ftruncate(x->fd, 0) || lseek(x->fd, 0, SEEK_SET) < 0)
+				return 0;
+			EVP_DigestInit_ex(x->md, EVP_sha256(), NULL);
+			x->off = x->done = 0;
+		}
+	}
+	if (x->done + n > x->want)
+		return 0;   /* longer than the hub said: refuse */
+	if (write_full(x->fd, p, n) < 0)
+		return 0;
+	EVP_DigestUpdate(x->md, p, n);
+	x->done += n;
+	dl_progress(x, false);
+	return n;
+}
+
+static void hex_of(const unsigned char *d, char *out)
+{
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+/* Fetch url into the partial file for f (resuming), check size and digest, move it into
+ * blobs/. 0 or -errno with a message; a corrupt download is deleted. */
+static int download(struct daemon *d, const char *url, struct curl_slist *hdrs,
+		    const struct hub_file *f, void (*progress)(void *, json_t *), void *pctx,
+		    struct k8_err *err)
+{
+	cleanup_free char *pdir = mpath(d, "%s", "partial");
+	cleanup_free char *bdir = mpath(d, "%s", "blobs");
+	cleanup_free char *part = mpath(d, "partial/sha256-%s.part", f->sha256);
+	cleanup_free char *blob = mpath(d, "blobs/sha256-%s", f->sha256);
+	int r;
+	if ((r = mkdir_p(pdir, 0700)) || (r = mkdir_p(bdir, 0700)))
+		return k8_err_set(err, r, "creating %s: %s", pdir, strerror(-r));
+	cleanup_close int fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return k8_err_set(err, -errno, "%s: %s", part, strerror(errno));
+	struct dl x = { .fd = fd, .want = f->size, .progress = progress, .pctx = pctx,
+			.what = f->path, .errbody = { .max = 4096 } };
+	x.md = EVP_MD_CTX_new();
+	EVP_DigestInit_ex(x.md, EVP_sha256(), NULL);
+	/* Resume: hash what is there (a partial longer than the file is garbage). */
+	struct stat st;
+	if (fstat(fd, &st) == 0 && (uint64_t)st.st_size <= f->size) {
+		char b[1 << 16];
+		ssize_t k;
+		while ((k = read(fd, b, sizeof(b))) > 0) {
+			EVP_DigestUpdate(x.md, b, (size_t)k);
+			x.off += (uint64_t)k;
+		}
+	} else if (ftruncate(fd, 0) || lseek(fd, 0, SEEK_SET) < 0) {
+		EVP_MD_CTX_free(x.md);
+		return k8_err_set(err, -errno, "%s: %s", part, strerror(errno));
+	}
+	x.done = x.off;
+	if (x.off)
+		daemon_log("model pull: resuming %s at %llu of %llu bytes", f->path,
+			   (unsigned long long)x.off, (unsigned long long)f->size);
+	dl_progress(&x, true);
+	if (x.off < f->size) {
+		CURL *c = hub_curl(url, hdrs);
+		char range[64];
+		snprintf(range, sizeof(range), "%llu-", (unsigned long long)x.off);
+		if (x.off)
+			curl_easy_setopt(c, CURLOPT_RANGE, range);
+		curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, dl_header);
+		curl_easy_setopt(c, CURLOPT_HEADERDATA, &x);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, dl_write);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
+		CURLcode cc = curl_easy_perform(c);
+		curl_easy_cleanup(c);
+		free(x.errbody.p);
+		if (x.status != 200 && x.status != 206) {
+			EVP_MD_CTX_free(x.md);
+			if (cc != CURLE_OK && !x.status)
+				return k8_err_set(err, -EHOSTUNREACH, "downloading %s: %s", f->path,
+						  curl_easy_strerror(cc));
+			return k8_err_set(err, x.status == 404 ? -ENOENT : x.status == 401 || x.status == 403 ?
+					  -EPERM : -EPROTO, "downloading %s: HTTP %ld%s", f->path, x.status,
+					  x.status == 401 || x.status == 403 ? " (a gated or private repo needs "
+					  "a token: HF_TOKEN, or kosa8 login HOST)" : "");
+		}
+		if (x.bad_range) {
+			EVP_MD_CTX_free(x.md);
+			unlink(part);
+			return k8_err_set(err, -EPROTO, "downloading %s: the hub answered a different "
+					  "range than asked; the partial file was removed, pull again", f->path);
+		}
+		if (cc != CURLE_OK && x.done < f->size) {
+			EVP_MD_CTX_free(x.md);
+			if (cc == CURLE_WRITE_ERROR) {
+				unlink(part);
+				return k8_err_set(err, -EPROTO, "downloading %s: more bytes than the %llu "
+						  "the hub published; removed", f->path,
+						  (unsigned long long)f->size);
+			}
+			return k8_err_set(err, -ECONNRESET, "downloading %s: %s after %llu of %llu bytes; "
+					  "pull again to resume", f->path, curl_easy_strerror(cc),
+					  (unsigned long long)x.done, (unsigned long long)f->size);
+		}
+	}
+	dl_progress(&x, true);
+	unsigned char dg[32];
+	char hex[65];
+	unsigned int dl_len = 0;
+	EVP_DigestFinal_ex(x.md, dg, &dl_len);
+	EVP_MD_CTX_free(x.md);
+	hex_of(dg, hex);
+	if (x.done != f->size || strcmp(hex, f->sha256)) {
+		unlink(part);
+		return k8_err_set(err, -EBADMSG, "downloading %s: got %llu bytes with SHA-256 %s; the hub "
+				  "published %llu bytes with %s. The download was removed; pull again",
+				  f->path, (unsigned long long)x.done, hex, (unsigned long long)f->size,
+				  f->sha256);
+	}
+	if (fsync(fd) || rename(part, blob))
+		return k8_err_set(err, -errno, "%s: %s", blob, strerror(errno));
+	return 0;
+}
+
+/* The bearer token: the request's (the CLI passes HF_TOKEN), else the password kosa8 login
+ * saved for the endpoint's host. Never logged. */
+static void hub_token(struct daemon *d, const char *given, const char *endpoint, char *out, size_t cap)
+{
+	out[0] = 0;
+	if (given && *given) {
+		snprintf(out, cap, "%s", given);
+		return;
+	}
+	const char *h = strstr(endpoint, "://") ? strstr(endpoint, "://") + 3 : endpoint;
+	char host[256];
+	snprintf(host, sizeof(host), "%.*s", (int)strcspn(h, "/"), h);
+	cleanup_free char *p = xasprintf("%s/auth.json", d->home);
+	cleanup_free char *t = NULL;
+	size_t n;
+	if (read_file(p, 1 << 20, &t, &n))
+		return;
+	json_t *j = json_loadb(t, n, 0, NULL);
+	json_t *e = json_object_get(json_object_get(j, "auths"), host);
+	const char *pw = json_string_value(json_object_get(e, "password"));
+	const char *a = json_string_value(json_object_get(e, "auth"));
+	if (pw) {
+		snprintf(out, cap, "%s", pw);
+	} else if (a && strlen(a) < 4096) {
+		unsigned char dec[3100];
+		int k = EVP_DecodeBlock(dec, (const unsigned char *)a, (int)strlen(a));
+		if (k > 0) {
+			dec[k] = 0;
+			char *colon = strchr((char *)dec, ':');
+			if (colon)
+				snprintf(out, cap, "%s", colon + 1);
+			explicit_bzero(dec, sizeof(dec));
+		}
+	}
+	json_decref(j);
+}
+
+static bool repo_ok(const char *r)
+{
+	const char *s = strchr(r, '/');
+	if (!s || strchr(s + 1, '/') || s == r || !s[1] || strlen(r) > 200)
+		return false;
+	for (const char *p = r; *p; p++)
+		if (!isalnum((unsigned char)*p) && !strchr("._-/", *p))
+			return false;
+	return !strstr(r, "..");
+}
+
+int model_pull(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
+	       json_t **out, struct k8_err *err)
+{
+	const char *spec = json_string_value(json_object_get(body, "model"));
+	const char *given_name = json_string_value(json_object_get(body, "name"));
+	if (!spec)
+		return k8_err_set(err, -EINVAL, "a model is required: REPO:QUANT, e.g. "
+				  "Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m");
+	char repo[256], quant[128] = "";
+	const char *colon = strchr(spec, ':');
+	snprintf(repo, sizeof(repo), "%.*s", (int)(colon ? (size_t)(colon - spec) : strlen(spec)), spec);
+	if (colon)
+		snprintf(quant, sizeof(quant), "%s", colon + 1);
+	if (!repo_ok(repo) || (colon && !quant[0]))
+		return k8_err_set(err, -EINVAL, "'%s' is not REPO[:QUANT] (e.g. "
+				  "Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m)", spec);
+	if (given_name && !name_ok(given_name))
+		return k8_err_set(err, -EINVAL, "--name %s: lower-case letters, digits, '.', '_', '-'",
+				  given_name);
+	json_t *cfg = sb_daemon_config(d);
+	const char *ep = getenv("KOSA8_HF_ENDPOINT");
+	if (!ep || !*ep)
+		ep = json_string_value(json_object_get(cfg, "hf_endpoint"));
+	char endpoint[512];
+	snprintf(endpoint, sizeof(endpoint), "%s", ep && *ep ? ep : HF_DEFAULT);
+	size_t el = strlen(endpoint);
+	while (el && endpoint[el - 1] == '/')
+		endpoint[--el] = 0;
+	bool off = offline(d, cfg);
+	json_decref(cfg);
+	if (off)
+		return k8_err_set(err, -ENETUNREACH, "KOSA8_OFFLINE is set: not fetching %s from %s; "
+				  "bring the model with kosa8 model import FILE or kosa8 bundle import",
+				  spec, endpoint);
+	if (strncmp(endpoint, "https://", 8) && strncmp(endpoint, "http://", 7))
+		return k8_err_set(err, -EINVAL, "hf_endpoint %s: must be an http(s) URL", endpoint);
+	char token[4096];
+	hub_token(d, json_string_value(json_object_get(body, "token")), endpoint, token, sizeof(token));
+	struct curl_slist *hdrs = NULL;
+	if (token[0]) {
+		char *h = xasprintf("Authorization: Bearer %s", token);
+		hdrs = curl_slist_append(hdrs, h);
+		explicit_bzero(h, strlen(h));
+		free(h);
+		explicit_bzero(token, sizeof(token));
+	}
+	struct buf b = { .max = LIST_MAX };
+	cleanup_free char *u1 = xasprintf("%s/api/models/%s/tree/main", endpoint, repo);
+	long st = hub_get(u1, hdrs, &b, err);
+	if (st == 404 || st == 400) {   /* hubs without the tree API: the model info */
+		struct buf b2 = { .max = LIST_MAX };
+		struct k8_err e2 = { 0 };
+		cleanup_free char *u2 = xasprintf("%s/api/models/%s?blobs=true", endpoint, repo);
+		if (hub_get(u2, hdrs, &b2, &e2) == 200) {
+			free(b.p);
+			b = b2;
+			st = 200;
+		} else {
+			free(b2.p);
+		}
+	}
+	int r = 0;
+	char *blob = NULL;
+	struct hub_file *files = NULL;
+	int nf = 0, which = -1;
+	json_t *list = NULL;
+	if (st < 0) {
+		r = (int)st;
+		goto out;
+	}
+	if (st != 200) {
+		r = k8_err_set(err, st == 404 ? -ENOENT : st == 401 || st == 403 ? -EPERM : -EPROTO,
+			       "%s: the hub answered HTTP %ld for %s%s", endpoint, st, repo,
+			       st == 401 || st == 403 ? " (a gated or private repo needs a token: "
+			       "HF_TOKEN, or kosa8 login HOST)" : "");
+		goto out;
+	}
+	list = json_loadb(b.p ? b.p : "", b.n, 0, NULL);
+	if (!list || hub_files(list, &files, &nf)) {
+		r = k8_err_set(err, -EPROTO, "%s: the file list of %s is not the hub's JSON", endpoint, repo);
+		goto out;
+	}
+	if ((r = pick_file(repo, quant[0] ? quant : NULL, files, nf, &which, err)))
+		goto out;
+	const struct hub_file *f = &files[which];
+	char name[160];
+	if (given_name)
+		snprintf(name, sizeof(name), "%s", given_name);
+	else if ((r = name_from_file(f->path, name, sizeof(name), err)))
+		goto out;
+	blob = mpath(d, "blobs/sha256-%s", f->sha256);
+	struct stat sst;
+	bool have = stat(blob, &sst) == 0 && (uint64_t)sst.st_size == f->size;
+	if (!have) {
+		cleanup_free char *url = xasprintf("%s/%s/resolve/main/%s", endpoint, repo, f->path);
+		if ((r = download(d, url, hdrs, f, progress, pctx, err)))
+			goto out;
+	}
+	json_t *meta = json_pack("{s:s,s:s,s:I,s:{s:s,s:s,s:s},s:I}", "name", name, "sha256",
+				 f->sha256, "size", (json_int_t)f->size, "source", "endpoint", endpoint,
+				 "repo", repo, "file", f->path, "created", (json_int_t)time(NULL));
+	r = meta_write(d, name, meta, err);
+	if (!r) {
+		daemon_audit(d, "model.pull", NULL, json_pack("{s:s,s:s,s:s,s:s}", "name", name, "repo",
+				 repo, "file", f->path, "sha256", f->sha256));
+		json_object_set_new(meta, "cached", json_boolean(have));
+		*out = meta;
+	} else {
+		json_decref(meta);
+	}
+out:
+	free(blob);
+	free(b.p);
+	free(files);
+	json_decref(list);
+	curl_slist_free_all(hdrs);
+	return r;
+}
+
+int model_import(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
+		 json_t **out, struct k8_err *err)
+{
+	const char *path = json_string_value(json_object_get(body, "path"));
+	const char *given = json_string_value(json_object_get(body, "name"));
+	char name[160];
+	int r;
+	if (!path || path[0] != '/')
+		return k8_err_set(err, -EINVAL, "path must be an absolute path to a .gguf file");
+	if (given) {
+		if (!name_ok(given))
+			return k8_err_set(err, -EINVAL, "--name %s: lower-case letters, digits, '.', '_', '-'",
+					  given);
+		snprintf(name, sizeof(name), "%s", given);
+	} else if ((r = name_from_file(path, name, sizeof(name), err))) {
+		return r;
+	}
+	cleanup_close int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	if (in < 0 || fstat(in, &st) || !S_ISREG(st.st_mode))
+		return k8_err_set(err, in < 0 ? -errno : -EINVAL, "%s: %s", path,
+				  in < 0 ? strerror(errno) : "not a regular file");
+	char magic[4];
+	if (pread(in, magic, 4, 0) != 4 || memcmp(magic, "GGUF", 4))
+		return k8_err_set(err, -EINVAL, "%s is not a GGUF model file", path);
+	cleanup_free char *bdir = mpath(d, "%s", "blobs");
+	cleanup_free char *tmp = mpath(d, "blobs/import-%s.tmp", name);
+	if ((r = mkdir_p(bdir, 0700)))
+		return k8_err_set(err, r, "%s: %s", bdir, strerror(-r));
+	cleanup_close int o = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (o < 0)
+		return k8_err_set(err, -errno, "%s: %s", tmp, strerror(errno));
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+	char b[1 << 16];
+	ssize_t k;
+	uint64_t done = 0, last = 0;
+	while ((k = read(in, b, sizeof(b))) > 0) {
+		if (write_full(o, b, (size_t)k) < 0) {
+			EVP_MD_CTX_free(md);
+			unlink(tmp);
+			return k8_err_set(err, -EIO, "writing %s: %s", tmp, strerror(errno));
+		}
+		EVP_DigestUpdate(md, b, (size_t)k);
+		done += (uint64_t)k;
+		if (progress && done - last > (64u << 20)) {
+			last = done;
+			progress(pctx, json_pack("{s:s,s:s,s:I,s:I}", "phase", "import", "what", name,
+						 "done", (json_int_t)done, "total", (json_int_t)st.st_size));
+		}
+	}
+	unsigned char dg[32];
+	char hex[65];
+	EVP_DigestFinal_ex(md, dg, NULL);
+	EVP_MD_CTX_free(md);
+	hex_of(dg, hex);
+	cleanup_free char *blob = mpath(d, "blobs/sha256-%s", hex);
+	if (k < 0 || fsync(o) || rename(tmp, blob)) {
+		int e = errno;
+		unlink(tmp);
+		return k8_err_set(err, -e, "importing %s: %s", path, strerror(e));
+	}
+	json_t *meta = json_pack("{s:s,s:s,s:I,s:{s:s},s:I}", "name", name, "sha256", hex, "size",
+				 (json_int_t)done, "source", "file", path, "created", (json_int_t)time(NULL));
+	if ((r = meta_write(d, name, meta, err))) {
+		json_decref(meta);
+		return r;
+	}
+	daemon_audit(d, "model.import", NULL, json_pack("{s:s,s:s,s:s}", "name", name, "sha256", hex,
+							 "source", path));
+	*out = meta;
+	return 0;
+}
+
+json_t *model_list_json(struct daemon *d)
+{
+	cleanup_free char *dir = mpath(d, "%s", "names");
+	json_t *a = json_array();
+	DIR *dp = opendir(dir);
+	struct dirent *e;
+	while (dp && (e = readdir(dp))) {
+		size_t l = strlen(e->d_name);
+		if (l < 6 || strcmp(e->d_name + l - 5, ".json"))
+			continue;
+		char name[256];
+		snprintf(name, sizeof(name), "%.*s", (int)(l - 5), e->d_name);
+		json_t *m = meta_read(d, name);
+		if (m)
+			json_array_append_new(a, m);
+	}
+	if (dp)
+		closedir(dp);
+	return a;
+}
+
+/* ---- servers ---- */
+
+struct msrv {
+	char name[160];
+	pid_t pid;
+	char host[64];
+	int port;
+	struct msrv *next;
+};
+static struct msrv *servers;
+static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool srv_alive(struct msrv *s)
+{
+	return s->pid > 0 && waitpid(s->pid, NULL, WNOHANG) == 0;
+}
+
+static struct msrv *srv_find(const char *name)
+{
+	for (struct msrv *s = servers; s; s = s->next)
+		if (!strcmp(s->name, name))
+			return s;
+	return NULL;
+}
+
+static void srv_reap(void)
+{
+	for (struct msrv **pp = &servers; *pp;) {
+		if (!srv_alive(*pp)) {
+			struct msrv *s = *pp;
+			*pp = s->next;
+			free(s);
+		} else {
+			pp = &(*pp)->next;
+		}
+	}
+}
+
+static bool health_ok(const char *host, int port)
+{
+	char url[128];
+	snprintf(url, sizeof(url), "http://%s%s%s:%d/health", strchr(host, ':') ? "[" : "", host,
+		 strchr(host, ':') ? "]" : "", port);
+	CURL *c = curl_easy_init();
+	struct buf b = { .max = 4096 };
+	long st = 0;
+	if (!c)
+		return false;
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 1000L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, buf_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	CURLcode cc = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	curl_easy_cleanup(c);
+	free(b.p);
+	return cc == CURLE_OK && st == 200;
+}
+
+static void srv_kill(struct msrv *s)
+{
+	kill(s->pid, SIGTERM);
+	for (int i = 0; i < 50; i++) {
+		if (waitpid(s->pid, NULL, WNOHANG) == s->pid)
+			return;
+		usleep(100000);
+	}
+	kill(s->pid, SIGKILL);
+	waitpid(s->pid, NULL, 0);
+}
+
+int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, struct k8_err *err)
+{
+	json_t *meta = meta_read(d, name);
+	if (!meta)
+		return k8_err_set(err, -ENOENT, "no model '%s'; see kosa8 model ls", name);
+	json_int_t port = json_integer_value(json_object_get(body, "port"));
+	json_int_t threads = json_integer_value(json_object_get(body, "threads"));
+	json_int_t ctx = json_integer_value(json_object_get(body, "ctx"));
+	const char *host = json_string_value(json_object_get(body, "host"));
+	if (!port)
+		port = 7434;
+	if (!host)
+		host = "127.0.0.1";
+	if (port < 1 || port > 65535 || threads < 0 || threads > 256 || ctx < 0 || ctx > (1 << 20) ||
+	    strlen(host) >= 64) {
+		json_decref(meta);
+		return k8_err_set(err, -EINVAL, "port, threads, ctx or host out of range");
+	}
+	cleanup_free char *blob = mpath(d, "blobs/sha256-%s", json_string_value(json_object_get(meta, "sha256")));
+	json_decref(meta);
+	pthread_mutex_lock(&srv_lock);
+	srv_reap();
+	struct msrv *old = srv_find(name);
+	for (struct msrv *s = servers; s && !old; s = s->next)
+		if (s->port == port)
+			old = s;
+	if (old) {
+		int e = k8_err_set(err, -EBUSY, "'%s' is already served on port %d (kosa8 model stop %s)",
+				   old->name, old->port, old->name);
+		pthread_mutex_unlock(&srv_lock);
+		return e;
+	}
+	cleanup_free char *exe = sidecar_exe("kosa8-model");
+	cleanup_free char *logdir = xasprintf("%s/logs", d->home);
+	cleanup_free char *log = xasprintf("%s/model-%s.log", logdir, name);
+	char sport[16], sth[16], sctx[16];
+	snprintf(sport, sizeof(sport), "%d", (int)port);
+	snprintf(sth, sizeof(sth), "%d", threads ? (int)threads : 2);
+	snprintf(sctx, sizeof(sctx), "%d", ctx ? (int)ctx : 4096);
+	mkdir_p(logdir, 0700);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		int nul = open("/dev/null", O_RDONLY);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		if (nul >= 0)
+			dup2(nul, 0);
+		setsid();
+		execl(exe, "kosa8-model", "serve", blob, "--port", sport, "--host", host, "--name",
+		      name, "--threads", sth, "--ctx", sctx, (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0) {
+		int e = k8_err_set(err, -errno, "fork: %s", strerror(errno));
+		pthread_mutex_unlock(&srv_lock);
+		return e;
+	}
+	struct msrv *s = xcalloc(1, sizeof(*s));
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	snprintf(s->host, sizeof(s->host), "%s", host);
+	s->pid = pid;
+	s->port = (int)port;
+	s->next = servers;
+	servers = s;
+	pthread_mutex_unlock(&srv_lock);
+	/* Ready once /health answers (loading maps the file; big models take a moment). */
+	for (int i = 0; i < 1200; i++) {
+		if (health_ok(host, (int)port))
+			break;
+		if (waitpid(pid, NULL, WNOHANG) == pid) {
+			pthread_mutex_lock(&srv_lock);
+			s->pid = -1;
+			srv_reap();
+			pthread_mutex_unlock(&srv_lock);
+			cleanup_free char *t = NULL;
+			size_t n = 0;
+			read_file(log, 1 << 16, &t, &n);
+			const char *last = t ? t : "";
+			for (const char *p = t; p && *p; p++)
+				if (*p == '\n' && p[1])
+					last = p + 1;
+			return k8_err_set(err, -EIO, "kosa8-model serve %s exited: %s", name, last);
+		}
+		usleep(100000);
+		if (i == 1199) {
+			pthread_mutex_lock(&srv_lock);
+			srv_kill(s);
+			srv_reap();
+			pthread_mutex_unlock(&srv_lock);
+			return k8_err_set(err, -ETIMEDOUT, "kosa8-model serve %s did not answer on %s:%d "
+					  "within 120 s; see %s", name, host, (int)port, log);
+		}
+	}
+	daemon_audit(d, "model.serve", NULL, json_pack("{s:s,s:s,s:i}", "name", name, "host", host,
+							 "port", (int)port));
+	*out = json_pack("{s:s,s:i,s:s,s:i,s:s}", "name", name, "pid", (int)pid, "host", host, "port",
+			 (int)port, "log", log);
+	return 0;
+}
+
+json_t *model_ps_json(struct daemon *d)
+{
+	(void)d;
+	json_t *a = json_array();
+	pthread_mutex_lock(&srv_lock);
+	srv_reap();
+	for (struct msrv *s = servers; s; s = s->next)
+		json_array_append_new(a, json_pack("{s:s,s:i,s:s,s:i}", "name", s->name, "pid", (int)s->pid,
+						   "host", s->host, "port", s->port));
+	pthread_mutex_unlock(&srv_lock);
+	return a;
+}
+
+int model_stop(struct daemon *d, const char *name, struct k8_err *err)
+{
+	pthread_mutex_lock(&srv_lock);
+	srv_reap();
+	struct msrv *s = srv_find(name);
+	if (!s) {
+		pthread_mutex_unlock(&srv_lock);
+		return k8_err_set(err, -ENOENT, "model '%s' is not being served (kosa8 model ps)", name);
+	}
+	srv_kill(s);
+	srv_reap();
+	pthread_mutex_unlock(&srv_lock);
+	daemon_audit(d, "model.stop", NULL, json_pack("{s:s}", "name", name));
+	return 0;
+}
+
+void model_stop_all(struct daemon *d)
+{
+	(void)d;
+	pthread_mutex_lock(&srv_lock);
+	for (struct msrv *s = servers; s; s = s->next)
+		if (srv_alive(s))
+			srv_kill(s);
+	srv_reap();
+	pthread_mutex_unlock(&srv_lock);
+}
+
+int model_remove(struct daemon *d, const char *name, struct k8_err *err)
+{
+	json_t *meta = meta_read(d, name);
+	if (!meta)
+		return k8_err_set(err, -ENOENT, "no model '%s'; see kosa8 model ls", name);
+	pthread_mutex_lock(&srv_lock);
+	srv_reap();
+	bool served = srv_find(name) != NULL;
+	pthread_mutex_unlock(&srv_lock);
+	if (served) {
+		json_decref(meta);
+		return k8_err_set(err, -EBUSY, "model '%s' is being served; kosa8 model stop %s first",
+				  name, name);
+	}
+	char sha[65];
+	snprintf(sha, sizeof(sha), "%s", json_string_value(json_object_get(meta, "sha256")));
+	json_decref(meta);
+	cleanup_free char *p = mpath(d, "names/%s.json", name);
+	if (unlink(p))
+		return k8_err_set(err, -errno, "%s: %s", p, strerror(errno));
+	/* The blob goes when no other name points at it. */
+	json_t *all = model_list_json(d);
+	bool used = false;
+	size_t i;
+	json_t *m;
+	json_array_foreach(all, i, m)
+		used |= !strcmp(json_string_value(json_object_get(m, "sha256")), sha);
+	json_decref(all);
+	if (!used) {
+		cleanup_free char *b = mpath(d, "blobs/sha256-%s", sha);
+		unlink(b);
+	}
+	daemon_audit(d, "model.rm", NULL, json_pack("{s:s,s:s}", "name", name, "sha256", sha));
+	return 0;
+}
