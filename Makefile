@@ -114,3 +114,18 @@ fuzz:
 
 clean:
 	rm -rf $(B)/bin $(B)/obj $(B)/agent-obj $(B)/tests $(B)/guest build-san
+
+# kosa8-broker: the egress broker (issue 14), one process per sandbox. docs/broker.md
+BROKER_SRC := $(filter-out src/broker/main.c,$(wildcard src/broker/*.c))
+LIBS_BROKER := -lssl -lcrypto -ljansson -lseccomp
+ifneq ($(wildcard src/broker/main.c),)
+PROGS += $(B)/bin/kosa8-broker
+progs: $(B)/bin/kosa8-broker
+endif
+$(B)/bin/kosa8-broker: $(call obj,src/broker/main.c $(BROKER_SRC) $(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_BROKER)
+# Its unit tests link only what they test.
+$(B)/tests/test_broker_%: tests/unit/test_broker_%.c $(call obj,$(BROKER_SRC) $(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_BROKER)
