@@ -180,6 +180,7 @@ static const struct group groups[] = {
 	{ "image", cli_image_cmds, "the host's image store, shared by all sandboxes" },
 	{ "audit", cli_audit_cmds, "the hash-chained record of every action" },
 	{ "checkpoint", cli_checkpoint_cmds, "save a whole sandbox: memory, processes, disk" },
+	{ "secret", cli_secret_cmds, "API keys the egress broker adds on the host" },
 };
 
 static const char *verb_of(const struct cli_cmd *c)
