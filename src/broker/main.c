@@ -194,7 +194,7 @@ static int broker_seccomp(void)
 		SCMP_SYS(newfstatat), SCMP_SYS(restart_syscall), SCMP_SYS(lseek),
 		SCMP_SYS(clock_nanosleep), SCMP_SYS(nanosleep), SCMP_SYS(sched_yield),
 		SCMP_SYS(getuid), SCMP_SYS(geteuid), SCMP_SYS(getgid), SCMP_SYS(getegid),
-		SCMP_SYS(uname),
+		SCMP_SYS(uname), SCMP_SYS(dup2), SCMP_SYS(dup3),
 	};
 	static const int kill[] = {
 		SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(ptrace), SCMP_SYS(process_vm_readv),
@@ -537,20 +537,19 @@ int main(int argc, char **argv)
 	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (devnull < 0)
 		broker_die("/dev/null: %s", strerror(errno));
-	fprintf(stderr, "kosa8-broker: ready: %d rule(s), %d secret(s), %d workers, max body %llu\n",
-		b.nrules, b.nsecrets, workers, (unsigned long long)b.max_body);
-	if (write_full(STDOUT_FILENO, "ready\n", 6) < 0)
-		broker_die("stdout: %s", strerror(errno));
-	dup2(devnull, STDOUT_FILENO);   /* closes the pipe: the daemon sees EOF */
-	close(devnull);
-	/* From here on a failure is only in the log (stderr). The threads share our creds
-	 * (glibc's setuid applies to every thread) and the filter (TSYNC). */
+	/* Confined before "ready": whoever sees it finds the process as it will stay. */
 	if (user)
 		broker_drop_privileges(user);
 	rc = 0;
 	if (prctl(PR_SET_DUMPABLE, 0) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 	    (rc = broker_seccomp()) < 0)
 		broker_die("seccomp: %s", strerror(rc < 0 ? -rc : errno));
+	fprintf(stderr, "kosa8-broker: ready: %d rule(s), %d secret(s), %d workers, max body %llu\n",
+		b.nrules, b.nsecrets, workers, (unsigned long long)b.max_body);
+	if (write_full(STDOUT_FILENO, "ready\n", 6) < 0)
+		broker_die("stdout: %s", strerror(errno));
+	dup2(devnull, STDOUT_FILENO);   /* closes the pipe: the starter sees EOF */
+	close(devnull);
 
 	while (!broker_stop) {
 		struct pollfd p[4] = {

@@ -111,19 +111,36 @@ static void proxy_consume(struct conn *c, size_t n)
 	c->inlen -= n;
 }
 
-/* The placeholder's token in the rule's header: "Bearer <ph>" for Authorization, the bare
- * value otherwise (a generic rule also takes "Bearer <ph>" and keeps the scheme). */
-static int proxy_check_placeholder(struct conn *c, const struct http_msg *m,
-				   const struct broker_rule *r, bool *bearer, const char **msg)
+/* Index of the one header named `name`, -1 when absent, -2 when repeated. */
+static int proxy_find_one(const struct http_msg *m, const char *name)
 {
 	int found = -1;
 	for (int i = 0; i < m->nh; i++) {
-		if (!http_name_is(&m->h[i], r->header))
+		if (!http_name_is(&m->h[i], name))
 			continue;
 		if (found >= 0)
-			return *msg = "more than one credential header", REF_BAD_REQUEST;
+			return -2;
 		found = i;
 	}
+	return found;
+}
+
+/* The placeholder is taken from the rule's header ("Bearer <ph>" for Authorization, the
+ * bare value otherwise; a generic rule also takes "Bearer <ph>" and keeps the scheme) or,
+ * when that header is absent, from "Authorization: Bearer <ph>": clients differ (the
+ * Anthropic SDK sends its key as a bearer token in some versions). *bearer: whether the
+ * key goes upstream as "Bearer <key>". Returns REF_N when it matches. */
+static int proxy_check_placeholder(struct conn *c, const struct http_msg *m,
+				   const struct broker_rule *r, bool *bearer, const char **msg)
+{
+	bool in_auth = false;
+	int found = proxy_find_one(m, r->header);
+	if (found == -1 && strcasecmp(r->header, "authorization") != 0) {
+		found = proxy_find_one(m, "authorization");
+		in_auth = true;
+	}
+	if (found == -2)
+		return *msg = "more than one credential header", REF_BAD_REQUEST;
 	if (found < 0) {
 		*msg = r->kind == RULE_OPENAI ? "missing placeholder: send the sandbox's placeholder "
 			"as 'Authorization: Bearer <placeholder>' (OPENAI_API_KEY)" :
@@ -141,10 +158,10 @@ static int proxy_check_placeholder(struct conn *c, const struct http_msg *m,
 		while (n && *v == ' ')
 			v++, n--;
 	}
-	if (r->kind == RULE_OPENAI && !*bearer)
+	if ((r->kind == RULE_OPENAI || in_auth) && !*bearer)
 		return *msg = "missing placeholder: expected 'Authorization: Bearer <placeholder>'",
 		       REF_PLACEHOLDER_MISSING;
-	if (r->kind == RULE_ANTHROPIC)
+	if (r->kind == RULE_ANTHROPIC || in_auth)
 		*bearer = false;
 	if (!broker_placeholder_ok(c->b, v, n))
 		return *msg = "wrong placeholder: this is not the placeholder of this sandbox "

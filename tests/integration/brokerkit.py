@@ -135,6 +135,7 @@ class Broker:
             args += ["--listen-tcp", "127.0.0.1:%d" % tcp_port]
         if user:
             args += ["--user", user]
+        args += list(extra)
         r, w = os.pipe()
         args += ["--secrets-fd", str(r)]
         self.args = args
