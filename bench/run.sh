@@ -25,3 +25,7 @@ python3 net.py
 echo "== shared folders (issue 5)"
 # kosa8's FUSE-over-virtio-serial folders against virtio-9p of the same kind of folder.
 python3 mounts.py
+echo "== egress broker (issue 14)"
+# kosa8-broker standalone: latency it adds, first streamed byte, 32 concurrent clients,
+# against the same client talking to the same HTTPS upstream directly.
+python3 broker.py

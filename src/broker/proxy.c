@@ -21,6 +21,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <openssl/crypto.h>
 
@@ -463,8 +465,10 @@ void proxy_serve(struct broker *b, int fd)
 	struct conn c = { .b = b, .fd = fd, .up = { .fd = -1, .rule = -1 }, .rule = -1 };
 	struct timeval tv = { .tv_sec = b->idle_ms / 1000, .tv_usec = (b->idle_ms % 1000) * 1000 };
 
+	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  /* TCP clients; unix: no-op */
 	c.in = malloc(IN_CAP);
 	c.rbuf = malloc(IN_CAP);
 	pthread_mutex_lock(&b->lock);
