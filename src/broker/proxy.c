@@ -240,7 +240,9 @@ static int proxy_body(struct conn *c, const struct http_msg *m, const char **msg
 				return *msg = why, REF_BAD_REQUEST;
 			take = (size_t)t;
 			total += take;
-			if (total > b->max_body + b->max_body / 8 + 4096)
+			/* framing bytes are counted too, hence the slack; a chunk that announces
+			 * more than the limit is refused before any of it is passed on */
+			if (total + ch.left > b->max_body + b->max_body / 8 + 4096)
 				return *msg = "request body larger than the broker's limit", REF_TOO_LARGE;
 		}
 		if (upstream_write(&c->up, c->in, take) < 0)

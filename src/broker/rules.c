@@ -223,10 +223,19 @@ int broker_secret_get(struct broker *b, const char *name, char *out, size_t cap)
 const struct broker_rule *broker_rule_for_host(const struct broker *b, const char *host,
 					       size_t n, int *idx)
 {
-	/* "host" or "host:port": the port is the broker's, not the upstream's */
+	/* "host" or "host:port" (the port is the broker's, not the upstream's); anything
+	 * else (userinfo, a second colon, a path) matches no rule */
+	*idx = b->nrules;
 	const char *colon = memchr(host, ':', n);
-	if (colon)
+	if (colon) {
+		size_t pl = n - (size_t)(colon - host) - 1;
+		if (pl == 0 || pl > 5)
+			return NULL;
+		for (size_t i = 1; i <= pl; i++)
+			if (colon[i] < '0' || colon[i] > '9')
+				return NULL;
 		n = (size_t)(colon - host);
+	}
 	while (n && host[n - 1] == '.')
 		n--;                    /* a fully qualified name */
 	for (int i = 0; i < b->nrules; i++) {

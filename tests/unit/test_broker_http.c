@@ -192,6 +192,10 @@ static void test_rules(void)
 	int idx;
 	CHECK(broker_rule_for_host(&b, "api.openai.com:8080", 19, &idx) && idx == 0);
 	CHECK(broker_rule_for_host(&b, "H.EXAMPLE.", 10, &idx) && idx == 1);
+	CHECK(!broker_rule_for_host(&b, "api.openai.com:443:1", 20, &idx) && idx == 2);
+	CHECK(!broker_rule_for_host(&b, "api.openai.com:", 15, &idx));
+	CHECK(!broker_rule_for_host(&b, "api.openai.com:123456", 21, &idx));
+	CHECK(!broker_rule_for_host(&b, "x@api.openai.com", 16, &idx));
 	CHECK(!broker_rule_for_host(&b, "api.openai.com.evil", 19, &idx) && idx == 2);
 	CHECK(broker_placeholder_ok(&b, "k8-ph-0123456789abcdef0123456789abcdef", 38));
 	CHECK(!broker_placeholder_ok(&b, "k8-ph-0123456789abcdef0123456789abcdee", 38));
