@@ -8,6 +8,8 @@
  *                [--max-body BYTES] [--connect-timeout MS] [--idle-timeout MS]
  *                [--workers N] [--user UID:GID] [--verbose]
  *
+ * Started as root, it drops to --user (default 65534:65534, nobody) before it serves.
+ *
  * Start-up ends with "ready\n" (or "error: <message>\n" and exit 1) on stdout, which is
  * then closed. The control socket takes one JSON object per line and answers one per
  * line: {"op":"stats"}, {"op":"secret","name":N,"value":V} (set or rotate),
@@ -537,7 +539,12 @@ int main(int argc, char **argv)
 	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (devnull < 0)
 		broker_die("/dev/null: %s", strerror(errno));
-	/* Confined before "ready": whoever sees it finds the process as it will stay. */
+	/* Confined before "ready": whoever sees it finds the process as it will stay. Root
+	 * never serves requests: without --user it becomes nobody. */
+	if (!user && geteuid() == 0) {
+		user = "65534:65534";
+		fprintf(stderr, "kosa8-broker: started as root without --user: running as %s\n", user);
+	}
 	if (user)
 		broker_drop_privileges(user);
 	rc = 0;

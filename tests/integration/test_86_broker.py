@@ -233,7 +233,10 @@ def test_rotation_takes_effect_at_once(broker, up):
         assert broker.set_secret("ex", SECRETS["ex"])["ok"]
 
 
-def test_process_is_confined(tmp, up):
+def test_process_is_confined(tmp, up, broker):
+    # started as root without --user: it serves as nobody all the same
+    with open("/proc/%d/status" % broker.proc.pid) as f:
+        assert [l.split()[1] for l in f if l.startswith("Uid:")] == ["65534"]
     b = bk.Broker(tmp, "c", RULES, dict(SECRETS), upstream=up, user="65534:65534")
     try:
         with open("/proc/%d/status" % b.proc.pid) as f:
