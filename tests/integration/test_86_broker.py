@@ -266,7 +266,7 @@ def _npm_ready():
     with open(os.path.join(NPM_DIR, "package.json"), "w") as f:
         json.dump({"name": "k8-broker-clients", "private": True}, f)
     p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "openai@6",
-                        "@anthropic-ai/sdk@0"], cwd=NPM_DIR, capture_output=True, text=True,
+                        "@anthropic-ai/sdk@1"], cwd=NPM_DIR, capture_output=True, text=True,
                        timeout=900)
     return p.returncode == 0
 
