@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <termios.h>
 
 #include <openssl/crypto.h>
 
@@ -14,10 +15,36 @@ enum { OPT_STDIN = 's', OPT_FROM_ENV = 'e' };
 
 #define VALUE_MAX 4096
 
-/* Read the value from stdin: at most VALUE_MAX bytes, one trailing newline dropped. */
-static int read_stdin_value(char *buf, size_t cap, size_t *n, struct k8_err *err)
+/* Read the value from stdin: at most VALUE_MAX bytes, one trailing newline dropped. On a
+ * terminal: one line, typed without echo, after a prompt on stderr. */
+static int read_stdin_value(const char *name, char *buf, size_t cap, size_t *n,
+			    struct k8_err *err)
 {
 	size_t len = 0;
+	struct termios old, quiet;
+	int tty = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &old) == 0;
+
+	if (tty) {
+		fprintf(stderr, "value of secret %s (not shown): ", name);
+		quiet = old;
+		quiet.c_lflag &= ~(tcflag_t)ECHO;
+		tcsetattr(STDIN_FILENO, TCSANOW, &quiet);
+		while (len < cap) {
+			ssize_t r = read(STDIN_FILENO, buf + len, 1);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0 || buf[len] == '\n')
+				break;
+			len++;
+		}
+		tcsetattr(STDIN_FILENO, TCSANOW, &old);
+		fputc('\n', stderr);
+		if (len && buf[len - 1] == '\r')
+			len--;
+		*n = len;
+		return len < cap ? 0 : k8_err_set(err, -EINVAL, "the secret is longer than %d bytes",
+						  VALUE_MAX);
+	}
 	for (;;) {
 		ssize_t r = read(STDIN_FILENO, buf + len, cap - len);
 		if (r < 0 && errno == EINTR)
@@ -71,7 +98,7 @@ static int cmd_set(const struct cli_cmd *self, int argc, char **argv, const char
 							  "is not set or empty", env));
 		n = strlen(value);
 	} else {
-		if (read_stdin_value(buf, sizeof(buf) - 1, &n, &err) < 0)
+		if (read_stdin_value(a.pos[0], buf, sizeof(buf) - 1, &n, &err) < 0)
 			return cli_end(&a, &cl, cli_fail(&err));
 		buf[n] = '\0';
 		value = buf;
@@ -164,7 +191,8 @@ const struct cli_cmd cli_secret_cmds[] = {
 	  "shown and never audited (the audit log records the name).\n"
 	  "\n"
 	  "Options:\n"
-	  "  --stdin          read the value from standard input (one trailing newline dropped)\n"
+	  "  --stdin          read the value from standard input (one trailing newline dropped;\n"
+	  "                   on a terminal: prompted for, not echoed)\n"
 	  "  --from-env VAR   take the value from this environment variable\n"
 	  "  --json           the answer as JSON: {\"name\",\"replaced\"}\n"
 	  "\n"
