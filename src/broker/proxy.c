@@ -12,8 +12,10 @@
  *      response: its head verbatim, its body as each read returns (no buffering, so a
  *      server-sent event stream arrives event by event).
  * A refusal answers with a JSON error body and closes the connection. Every outcome is
- * counted per host (rules.c). The key is copied into a stack buffer for the head and both
- * are wiped once the head is sent; nothing here logs a header value. */
+ * counted per host (rules.c). The key is copied into a stack buffer for the head (wiped
+ * once sent) and kept until the response has passed, to check that the upstream does
+ * not hand it back (a reflecting server): a response head holding it is refused, a body
+ * read holding it is cut off before it. Nothing here logs a header value. */
 #include "broker/broker.h"
 
 #include <poll.h>
@@ -266,9 +268,11 @@ static ssize_t proxy_ufill(struct conn *c)
 	return r;
 }
 
-/* Response head and body to the client. 0 when the upstream connection may be kept. */
+/* Response head and body to the client. 0 when the upstream connection may be kept;
+ * -1 a refusal before anything reached the client (*why, *msg); -2 the connections must
+ * close (cut short, close-delimited, client gone); -3 the key showed up in the body. */
 static int proxy_response(struct conn *c, const struct http_msg *req, struct http_msg *rm,
-			  const char **msg, enum broker_refusal *why)
+			  const char **msg, enum broker_refusal *why, const char *key, size_t klen)
 {
 	int rc;
 	c->rlen = 0;
@@ -298,6 +302,12 @@ static int proxy_response(struct conn *c, const struct http_msg *req, struct htt
 		c->rlen -= rm->head_len;
 	}
 	size_t hl = rm->head_len;
+	/* An upstream that reflects the request's headers would hand the key to the sandbox. */
+	if (memmem(c->rbuf, hl, key, klen)) {
+		*why = REF_UPSTREAM_PROTOCOL;
+		*msg = "the upstream's answer contained the API key; it was not passed on";
+		return -1;
+	}
 	if (write_full(c->fd, c->rbuf, hl) < 0)
 		return -2;
 	c->replied = true;
@@ -330,6 +340,8 @@ static int proxy_response(struct conn *c, const struct http_msg *req, struct htt
 				return -2;
 			take = (size_t)t;
 		}
+		if (memmem(c->rbuf, take, key, klen))
+			return -3;      /* the key in the body: cut off before it is passed on */
 		if (write_full(c->fd, c->rbuf, take) < 0)
 			return -2;
 		c->down_bytes += take;
@@ -339,6 +351,11 @@ static int proxy_response(struct conn *c, const struct http_msg *req, struct htt
 		    (rm->body == HTTP_BODY_CHUNKED && ch.done))
 			return c->rlen ? -2 : 0;   /* bytes past the end: do not reuse */
 	}
+}
+
+static void proxy_wipe_key(char (*k)[BROKER_SECRET_MAX + 1])
+{
+	OPENSSL_cleanse(*k, sizeof(*k));
 }
 
 /* One request whose head is parsed. true when the client connection stays open. */
@@ -373,8 +390,10 @@ static bool proxy_request(struct conn *c, struct http_msg *m)
 		return false;
 	}
 
-	char key[BROKER_SECRET_MAX + 1];
-	if (broker_secret_get(b, r->secret, key, sizeof(key)) < 0) {
+	/* wiped on every way out of this function */
+	char key[BROKER_SECRET_MAX + 1] __attribute__((cleanup(proxy_wipe_key)));
+	int klen = broker_secret_get(b, r->secret, key, sizeof(key));
+	if (klen < 0) {
 		snprintf(text, sizeof(text), "secret '%s' is not set on the host (kosa8 secret set "
 			 "%s --stdin)", r->secret, r->secret);
 		proxy_refuse(c, m, 503, REF_NO_SECRET, text);
@@ -382,7 +401,6 @@ static bool proxy_request(struct conn *c, struct http_msg *m)
 	}
 	char *head = malloc(OUT_CAP);
 	int hn = head ? proxy_build_head(head, OUT_CAP, m, r, bearer, key) : -ENOMEM;
-	OPENSSL_cleanse(key, sizeof(key));
 	if (hn < 0) {
 		free(head);
 		proxy_refuse(c, m, 431, REF_TOO_LARGE, "request head too large");
@@ -435,10 +453,16 @@ static bool proxy_request(struct conn *c, struct http_msg *m)
 
 	struct http_msg rm;
 	enum broker_refusal rw = REF_UPSTREAM_PROTOCOL;
-	int rc = proxy_response(c, m, &rm, &msg, &rw);
+	int rc = proxy_response(c, m, &rm, &msg, &rw, key, (size_t)klen);
 	if (rc == -1) {
 		upstream_close(&c->up);
 		proxy_refuse(c, m, rw == REF_TIMEOUT ? 504 : 502, rw, msg);
+		return false;
+	}
+	if (rc == -3) {
+		upstream_close(&c->up);
+		proxy_refuse(c, m, 502, REF_UPSTREAM_PROTOCOL, "the upstream's answer contained "
+			     "the API key; the response was cut off before it");
 		return false;
 	}
 	broker_count(b, c->rule, REF_N, c->up_bytes, c->down_bytes, true);

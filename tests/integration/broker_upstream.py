@@ -10,6 +10,7 @@
 # each event was sent. Paths:
 #   /v1/chat/completions      OpenAI chat (JSON, or SSE when the body says "stream": true)
 #   /v1/messages              Anthropic messages (JSON, or SSE)
+#   /reflect, /reflect-head   echo the request's headers in the body (and X-Echo)
 #   anything else             {"ok": true, "path": ...} (or the number of bytes received)
 # A request body containing "slow" makes a stream pause 300 ms between events.
 import argparse
@@ -87,6 +88,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.record(b"")
+        if self.path.startswith("/reflect"):
+            # a hostile or careless server that echoes the request's headers
+            seen = json.dumps(dict(self.headers.items())).encode()
+            self.send_response(200)
+            if self.path == "/reflect-head":
+                self.send_header("X-Echo", self.headers.get("X-Api-Key", ""))
+            self.send_header("Content-Length", str(len(seen) + 16))
+            self.end_headers()
+            self.wfile.write(b"x" * 16)
+            self.wfile.flush()
+            time.sleep(0.2)             # the body's start arrives in a read of its own
+            self.wfile.write(seen)
+            return
         self.send_json(200, {"ok": True, "path": self.path})
 
     def do_POST(self):

@@ -183,3 +183,22 @@ def test_no_secret_leaks_into_answers_logs_or_stats(env):
     for v in SECRETS.values():
         assert v not in text
     honest_request_still_works(b, up)
+
+
+def test_a_reflecting_upstream_does_not_hand_back_the_key(env):
+    """A rule's host that echoes request headers: the key is caught in the response head
+    (refused, nothing passed on) or in the body (cut off before it)."""
+    b, up = env
+    ph = b.placeholder.encode()
+    key = SECRETS["ex"].encode()
+    before = b.stats()["refused"].get("upstream_protocol", 0)
+    out = send(b, b"GET /reflect-head HTTP/1.1\r\nHost: api.example.com\r\nX-Api-Key: " + ph +
+               b"\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 502") and key not in out, out[:300]
+    assert b"contained the API key" in out
+    out = send(b, b"GET /reflect HTTP/1.1\r\nHost: api.example.com\r\nX-Api-Key: " + ph +
+               b"\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200") and key not in out, out[:300]
+    assert out.endswith(b"x" * 16)          # the body up to the key, then the cut
+    assert b.stats()["refused"]["upstream_protocol"] == before + 2
+    honest_request_still_works(b, up)
