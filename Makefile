@@ -125,3 +125,17 @@ $(B)/bin/kosa8-model: $(call obj,src/model/main.c) $(MODEL_LIB_OBJ)
 $(B)/tests/test_model_%: tests/unit/test_model_%.c $(MODEL_LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread
+# kosa8-broker: the egress broker (issue 14), one process per sandbox. docs/broker.md
+BROKER_SRC := $(filter-out src/broker/main.c,$(wildcard src/broker/*.c))
+LIBS_BROKER := -lssl -lcrypto -ljansson -lseccomp
+ifneq ($(wildcard src/broker/main.c),)
+PROGS += $(B)/bin/kosa8-broker
+progs: $(B)/bin/kosa8-broker
+endif
+$(B)/bin/kosa8-broker: $(call obj,src/broker/main.c $(BROKER_SRC) $(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_BROKER)
+# Its unit tests link only what they test.
+$(B)/tests/test_broker_%: tests/unit/test_broker_%.c $(call obj,$(BROKER_SRC) $(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_BROKER)

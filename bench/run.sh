@@ -27,3 +27,7 @@ echo "== shared folders (issue 5)"
 python3 mounts.py
 echo "== local model engine against llama.cpp (issue 13)"
 python3 model.py
+echo "== egress broker (issue 14)"
+# kosa8-broker standalone: latency it adds, first streamed byte, 32 concurrent clients,
+# against the same client talking to the same HTTPS upstream directly.
+python3 broker.py

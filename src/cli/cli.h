@@ -230,6 +230,7 @@ extern const struct cli_cmd cli_audit_cmds[];    /* audit.c */
 extern const struct cli_cmd cli_model_cmds[];    /* model.c */
 extern const struct cli_cmd cli_bundle_cmds[];   /* bundle.c */
 extern const struct cli_cmd cli_checkpoint_cmds[]; /* checkpoint.c */
+extern const struct cli_cmd cli_secret_cmds[];   /* secret.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */
 extern const struct cli_cmd cli_login_cmd;       /* image.c: likewise */
 int cli_cmd_pause(const struct cli_cmd *self, int argc, char **argv, const char *home);

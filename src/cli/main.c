@@ -189,6 +189,7 @@ static const struct group groups[] = {
 	{ "checkpoint", cli_checkpoint_cmds, "save a whole sandbox: memory, processes, disk" },
 	{ "model", cli_model_cmds, "local models and their OpenAI/Anthropic servers" },
 	{ "bundle", cli_bundle_cmds, "one file with what an offline machine needs" },
+	{ "secret", cli_secret_cmds, "API keys the egress broker adds on the host" },
 };
 
 static const char *verb_of(const struct cli_cmd *c)

@@ -8,6 +8,7 @@
  */
 #include "daemon/daemon.h"
 #include "daemon/audit.h"
+#include "daemon/secret.h"
 #include "image/image.h"
 
 #include <fcntl.h>
@@ -664,6 +665,10 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 		    !strcmp(p[3], "pause") || !strcmp(p[3], "resume") || !strcmp(p[3], "fork") ||
 		    !strcmp(p[3], "egress"))) {
 		r = route_checkpoints(d, c, method, p, n, body);
+	} else if ((n == 2 || n == 3) && !strcmp(p[1], "secrets")) {
+		json_t *out = NULL;
+		r = secret_route(d, method, n == 3 ? p[2] : NULL, body, &out, &err)
+			? reply_err(c, &err) : reply_json(c, 200, out);
 	} else if (n == 2 && !strcmp(p[1], "auth") && post) {
 		r = auth_store(d, body, &err) ? reply_err(c, &err) : reply_json(c, 200, json_object());
 	} else if (n == 2 && !strcmp(p[1], "audit") && get) {
@@ -732,6 +737,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		return;
 	if (rq->exec)
 		exec_free(rq->exec);   /* upgrade never happened */
+	if (rq->body)
+		explicit_bzero(rq->body, rq->len);      /* may hold a secret (POST /v1/secrets) */
 	free(rq->body);
 	free(rq);
 	*con_cls = NULL;

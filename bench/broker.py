@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: Apache-2.0
+# broker.py - what kosa8-broker costs (issue 14), measured side by side in one run against
+# the same client talking to the same upstream directly (shared, noisy machine: compare
+# the difference, not absolute numbers).
+#
+# The upstream is the tests' HTTPS server (tests/integration/broker_upstream.py, a test CA)
+# in a network namespace of our own; the broker runs standalone with --resolve pointing
+# at it. Client: Python's http.client, one kept-alive connection per client thread:
+#   direct:  HTTPS to the upstream (TLS kept alive), the real key in the header
+#   broker:  plain HTTP on the broker's unix socket, the placeholder in the header; the
+#            broker keeps its own TLS connection to the upstream alive
+# Figures:
+#   added latency   median (and p90) of GET round trips, broker minus direct
+#   first byte      time to the first streamed byte of an SSE answer, both ways
+#   requests/s      32 concurrent clients (4 processes x 8 threads) for BENCH_BROKER_S s
+#
+# Environment: BENCH_N (round trips per side, default 400), BENCH_BROKER_S (seconds of the
+# throughput run, default 5), KOSA8_BIN (default build/bin). Needs root (netns).
+import http.client
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import ssl
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
+import brokerkit as bk  # noqa: E402
+
+N = int(os.environ.get("BENCH_N", "400"))
+SECS = float(os.environ.get("BENCH_BROKER_S", "5"))
+KEY = "ex-bench-key-0123456789"
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("api.example.com")
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(self.path)
+
+
+class DirectHTTPS(http.client.HTTPConnection):
+    """HTTPS to the upstream's address, SNI and certificate check against `name`."""
+
+    def __init__(self, ip, cafile, name="api.example.com"):
+        super().__init__(ip, 443)
+        self.ctx = ssl.create_default_context(cafile=cafile)
+        self.name = name
+
+    def connect(self):
+        sock = socket.create_connection((self.host, self.port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = self.ctx.wrap_socket(sock, server_hostname=self.name)
+
+
+def direct_conn(up, name="api.example.com"):
+    return DirectHTTPS(up.ip, up.ca1[0], name)
+
+
+def headers(key):
+    return {"Host": "api.example.com", "X-Api-Key": key}
+
+
+def round_trips(conn, key, n, path="/bench"):
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        conn.request("GET", path, headers=headers(key))
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200, r.status
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def first_byte(conn, key, host, auth):
+    body = json.dumps({"stream": True})
+    t = time.perf_counter()
+    conn.request("POST", "/v1/chat/completions", body=body,
+                 headers={"Host": host, auth[0]: auth[1], "Content-Type": "application/json"})
+    r = conn.getresponse()
+    r.read1(1)
+    dt = time.perf_counter() - t
+    r.read()
+    return dt
+
+
+def _worker(args):
+    kind, target, key, deadline, nthreads = args
+    counts = [0] * nthreads
+
+    def loop(i):
+        c = UnixHTTP(target) if kind == "broker" else DirectHTTPS(target[0], target[1])
+        while time.time() < deadline:
+            c.request("GET", "/rps", headers=headers(key))
+            r = c.getresponse()
+            r.read()
+            if r.status == 200:
+                counts[i] += 1
+    ts = [threading.Thread(target=loop, args=(i,)) for i in range(nthreads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(counts)
+
+
+def rps(kind, target, key):
+    deadline = time.time() + SECS
+    with multiprocessing.Pool(4) as p:
+        total = sum(p.map(_worker, [(kind, target, key, deadline, 8)] * 4))
+    return total / SECS
+
+
+def ms(v):
+    return "%.3f ms" % (v * 1000)
+
+
+def main():
+    if os.geteuid() != 0:
+        print("broker bench: needs root (network namespace); skipped")
+        return
+    d = tempfile.mkdtemp(prefix="k8bb", dir="/tmp")
+    up = b = None
+    try:
+        up = bk.Upstream(d)
+        b = bk.Broker(d, "bench", ["header:api.example.com:X-Api-Key=ex",
+                                   "openai=openai"], {"ex": KEY, "openai": KEY}, upstream=up)
+        b_conn, d_conn = UnixHTTP(b.sock), direct_conn(up)
+        round_trips(b_conn, b.placeholder, 20)          # warm both paths
+        round_trips(d_conn, KEY, 20)
+        bro, dir_ = [], []
+        for _ in range(4):                              # alternate, in slices
+            bro += round_trips(b_conn, b.placeholder, N // 4)
+            dir_ += round_trips(d_conn, KEY, N // 4)
+        mb, md = statistics.median(bro), statistics.median(dir_)
+        q = lambda v: statistics.quantiles(v, n=10)[-1]  # noqa: E731
+        print("round trip, direct:  median %s  p90 %s  (%d requests)" % (ms(md), ms(q(dir_)), len(dir_)))
+        print("round trip, broker:  median %s  p90 %s" % (ms(mb), ms(q(bro))))
+        print("added by the broker: median %s (goal < 2 ms)" % ms(mb - md))
+
+        fb_b = [first_byte(b_conn, b.placeholder, "api.openai.com",
+                           ("Authorization", "Bearer " + b.placeholder)) for _ in range(30)]
+        dd = direct_conn(up, "api.openai.com")
+        fb_d = [first_byte(dd, KEY, "api.openai.com", ("Authorization", "Bearer " + KEY))
+                for _ in range(30)]
+        print("first streamed byte: direct median %s, broker median %s (+%s)" % (
+            ms(statistics.median(fb_d)), ms(statistics.median(fb_b)),
+            ms(statistics.median(fb_b) - statistics.median(fb_d))))
+
+        r_d = rps("direct", (up.ip, up.ca1[0]), KEY)
+        r_b = rps("broker", b.sock, b.placeholder)
+        print("32 concurrent clients: direct %.0f req/s, broker %.0f req/s (%.0f%%)" % (
+            r_d, r_b, 100.0 * r_b / r_d if r_d else 0))
+        st = b.stats()
+        print("broker stats: %d requests, %d refusals, %d connections" % (
+            st["requests"], st["refusals"], st["connections"]))
+    finally:
+        if b:
+            b.close()
+        if up:
+            up.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
