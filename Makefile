@@ -119,6 +119,7 @@ clean:
 MODEL_SRC     := $(filter-out src/model/main.c,$(wildcard src/model/*.c))
 MODEL_LIB_OBJ := $(call obj,$(MODEL_SRC) src/common/util.c)
 PROGS += $(B)/bin/kosa8-model
+progs: $(B)/bin/kosa8-model
 $(B)/bin/kosa8-model: $(call obj,src/model/main.c) $(MODEL_LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread
