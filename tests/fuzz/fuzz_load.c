@@ -7,6 +7,7 @@
  *
  * Seeds: tests/fuzz/seeds/fuzz_load (made by seeds/make_seeds.py). */
 #include "image/image.h"
+#include "fuzz_scratch.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,13 +18,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char base[128], store[160], input[160];
-
-static void fuzz_cleanup(void)
-{
-	if (base[0])
-		rm_rf(base);
-}
+static char store[160];
 
 /* Entries in DIR other than . and .. (0 when it does not exist). */
 static int fuzz_count(const char *dir)
@@ -47,24 +42,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct k8_err err = { 0 };
 	json_t *loaded = NULL;
 	char path[256];
-	int fd, r;
+	int r;
 
-	if (!base[0]) {
-		const char *tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-		snprintf(base, sizeof(base), "%s/k8-fuzzload-XXXXXX", tmp);
-		if (!mkdtemp(base))
-			abort();
-		snprintf(store, sizeof(store), "%s/store", base);
-		snprintf(input, sizeof(input), "%s/in.tar", base);
-		atexit(fuzz_cleanup);
-	}
-	fd = open(input, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || write_full(fd, data, size))
-		abort();
-	close(fd);
+	fuzz_scratch_input("fuzzload", data, size);
+	snprintf(store, sizeof(store), "%s/store", fuzz_base);
 	if (image_store_open(store, &st, &err))
 		abort();
-	r = image_load(st, input, "fuzz/image:seed", NULL, NULL, &loaded, &err);
+	r = image_load(st, fuzz_input, "fuzz/image:seed", NULL, NULL, &loaded, &err);
 	if (r && !err.msg[0]) {
 		fprintf(stderr, "fuzz_load: error %d without a message\n", r);
 		abort();

@@ -9,6 +9,7 @@
  *   build/fuzz_unpack -max_total_time=60 CORPUS_DIR
  */
 #include "image/image.h"
+#include "fuzz_scratch.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,12 +20,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char base[128], root[160], input[160];
+static char root[160];
 
 /* The scratch directory must hold exactly "root" and "in.tar" afterwards. */
 static void fuzz_check_beside(void)
 {
-	DIR *d = opendir(base);
+	DIR *d = opendir(fuzz_base);
 	struct dirent *de;
 
 	if (!d)
@@ -38,36 +39,19 @@ static void fuzz_check_beside(void)
 	closedir(d);
 }
 
-static void fuzz_cleanup(void)
-{
-	if (base[0])
-		rm_rf(base);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct k8_err err = { 0 };
-	int fd, rootfd, r;
+	int rootfd, r;
 
-	if (!base[0]) {
-		const char *tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-		snprintf(base, sizeof(base), "%s/k8-fuzz-XXXXXX", tmp);
-		if (!mkdtemp(base))
-			abort();
-		snprintf(root, sizeof(root), "%s/root", base);
-		snprintf(input, sizeof(input), "%s/in.tar", base);
-		atexit(fuzz_cleanup);
-	}
-	fd = open(input, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || write_full(fd, data, size))
-		abort();
-	close(fd);
+	fuzz_scratch_input("fuzz", data, size);
+	snprintf(root, sizeof(root), "%s/root", fuzz_base);
 	if (mkdir(root, 0755) < 0)
 		abort();
 	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0)
 		abort();
-	r = image_unpack_layer(rootfd, input, 16u << 20, &err);
+	r = image_unpack_layer(rootfd, fuzz_input, 16u << 20, &err);
 	if (r && !err.msg[0]) {
 		fprintf(stderr, "fuzz_unpack: error %d without a message\n", r);
 		abort();

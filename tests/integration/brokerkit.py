@@ -16,6 +16,8 @@ import socket
 import subprocess
 import time
 
+from conftest import wait_for as conftest_wait_for
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 BIN = os.environ.get("KOSA8_BIN", os.path.join(TOP, "build", "bin"))
@@ -194,10 +196,5 @@ def free_port():
 
 
 def wait_for(pred, timeout=10, step=0.05):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
+    """conftest's wait_for with the broker tests' shorter defaults."""
+    return conftest_wait_for(pred, timeout, step)
