@@ -99,7 +99,7 @@ unit: $(UNIT_BIN)
 	@./tests/run-unit.sh $(UNIT_BIN)
 
 integration: all
-	./tests/integration/run.sh
+	cd tests/integration && /usr/bin/python3 -m pytest -v
 
 test: unit integration
 
