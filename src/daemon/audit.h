@@ -21,6 +21,7 @@
 #define K8_AUDIT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,9 @@
 #define AUDIT_DETAILS_MAX (16u * 1024u)  /* serialized details above this are replaced */
 #define AUDIT_STRING_MAX (4u * 1024u)    /* each string in details (and the sandbox name) */
 #define AUDIT_ACTION_MAX 64u             /* actions: [a-z0-9._-], e.g. "sandbox.create" */
+#define AUDIT_LOCK_NAME "audit.lock"     /* empty; carries the locks (audit.log is renamed) */
+#define AUDIT_SEGMENT_DEFAULT (64ull << 20) /* audit.log is rotated once this long */
+#define AUDIT_SEGMENT_MIN (4ull << 10)
 
 struct audit;
 
@@ -41,6 +45,9 @@ struct audit;
  * "audit.warning" record names the first bad record, so audit_verify() keeps failing.
  * Fails with -EBUSY when another process (or another open in this one) holds the log. */
 int audit_open(const char *dir, struct audit **out, struct k8_err *err);
+/* Rotate audit.log into a segment (audit.log.000001, ...) once it holds `bytes` bytes
+ * (at least AUDIT_SEGMENT_MIN; the default is AUDIT_SEGMENT_DEFAULT). */
+void audit_set_segment_bytes(struct audit *a, uint64_t bytes);
 /* Close the log and release its lock. Accepts NULL. */
 void audit_close(struct audit *a);
 
@@ -70,5 +77,35 @@ int audit_query(const char *dir, const char *sandbox, const char *action, uint64
  * be on, when it is missing). Returns 0 whenever the check ran, also when ok is false;
  * a negative errno only when the files could not be read. */
 int audit_verify(const char *dir, json_t **report, struct k8_err *err);
+
+/* ---- the budget of records a sandbox can cause (docs/audit.md, "Flooding") ----
+ *
+ * Records whose trigger a sandbox controls (refused connections, limit hits) go through
+ * one token bucket per sandbox: `burst` records at once, refilled at `per_minute`. What
+ * is over budget is counted, and the count is written as one folded record at most every
+ * `fold_s` seconds, and when the sandbox stops. Mechanism only: the caller owns the
+ * struct, serializes calls on it and writes the records. */
+struct audit_rate {
+	uint32_t per_minute;    /* refill; 0 = no limit */
+	uint32_t burst;         /* bucket size (at least 1) */
+	uint32_t fold_s;        /* at most one folded record per this many seconds */
+};
+#define AUDIT_RATE_DEFAULT { .per_minute = 120, .burst = 40, .fold_s = 10 }
+
+struct audit_budget {
+	bool started;
+	uint64_t last_ns;       /* monotonic time the tokens were computed at */
+	uint64_t tokens_u;      /* tokens, in millionths */
+	uint64_t suppressed;    /* events counted, not written, since the last fold */
+	uint64_t fold_ns;       /* monotonic time of the last folded record */
+};
+
+/* One event of `weight` occurrences (>= 1) at monotonic `now_ns`. Returns true when its
+ * record may be written. *fold is the count the caller writes first as one folded record
+ * (0: none; the count is then reset). */
+bool audit_budget_take(struct audit_budget *b, const struct audit_rate *r, uint64_t now_ns,
+		       uint64_t weight, uint64_t *fold);
+/* The count not yet written (reset to 0): for the folded record when a sandbox stops. */
+uint64_t audit_budget_drain(struct audit_budget *b);
 
 #endif
