@@ -311,11 +311,7 @@ void str_escape_to(char *out, size_t outlen, const char *s)
 		char tmp[4];
 		size_t k, w;
 		const char *src;
-		if (*p == '\\') {
-			src = "\\\\";
-			w = 2;
-			k = 1;
-		} else if (*p >= 0x20 && *p < 0x7f) {
+		if (*p >= 0x20 && *p < 0x7f) {
 			src = (const char *)p;
 			w = k = 1;
 		} else if ((k = utf8_printable(p)) > 0) {

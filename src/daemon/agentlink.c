@@ -83,8 +83,7 @@ static json_t *exit_info_clean(const json_t *v)
 	x = json_object_get(v, "signal");
 	if (json_is_integer(x) && json_integer_value(x) > 0 && json_integer_value(x) <= 64)
 		json_object_set(o, "signal", x);
-	if (json_is_true(json_object_get(v, "oom")))
-		json_object_set_new(o, "oom", json_true());
+	json_object_set_new(o, "oom", json_boolean(json_is_true(json_object_get(v, "oom"))));
 	x = json_object_get(v, "error");
 	if (json_is_string(x)) {
 		str_escape_to(why, sizeof(why), json_string_value(x));

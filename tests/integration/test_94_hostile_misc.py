@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import threading
+import time
 
 import pytest
 
@@ -127,3 +128,187 @@ def test_credentials_never_follow_a_redirect(own_daemon, where, scheme):
     finally:
         a.stop()
         b.stop()
+
+
+# ---------------------------------------------------------------- a daemon of our own
+# Small audit segments and a small guest budget, so that rotation and the flood show.
+
+BUDGET = {"segment_bytes": 4096, "guest_per_minute": 30, "guest_burst": 10,
+          "guest_fold_seconds": 5}
+IMAGE = "python:3.12-slim"
+
+
+@pytest.fixture(scope="module")
+def mhome(python_layout):
+    from conftest import own_home
+    yield from own_home("k8m-", python_layout, config={"audit": BUDGET})
+
+
+@pytest.fixture(scope="module")
+def msb(mhome):
+    from conftest import make_sandbox
+    return make_sandbox(mhome, "hostile")
+
+
+def records(h, *args):
+    return h.json("audit", "ls", *args)
+
+
+def verify(h):
+    p = h("audit", "verify", "--json")
+    return p.returncode, json.loads(p.stdout)
+
+
+def segments(h):
+    return sorted(n for n in os.listdir(h.path) if n.startswith("audit.log."))
+
+
+def test_audit_rotates_and_verify_walks_the_segments(mhome):
+    for i in range(60):
+        p = mhome("login", "127.0.0.1:%d" % (40000 + i), "-u", "u%d" % i, "--password-stdin",
+                  input="pw\n")
+        assert p.returncode == 0, p.stderr
+    segs = segments(mhome)
+    assert len(segs) >= 3, segs
+    assert segs[0] == "audit.log.000001" and segs[1] == "audit.log.000002", segs
+    for s in segs:
+        assert os.path.getsize(os.path.join(mhome.path, s)) <= 4096 + 2048, s
+    rc, rep = verify(mhome)
+    assert rc == 0 and rep["ok"], rep
+    assert rep["segments"] == len(segs) + 1, rep
+    # audit ls reads across segments: every login is there, in order
+    logins = records(mhome, "--action", "registry.login")
+    assert len(logins) >= 60, len(logins)
+    seqs = [r["seq"] for r in records(mhome)]
+    assert seqs == sorted(seqs) and seqs[0] == 1, seqs[:5]
+
+    # Tamper with a record in a middle segment (the daemon never writes there again):
+    # verify names the segment and the line; put back, it verifies again.
+    mid = os.path.join(mhome.path, "audit.log.000002")
+    orig = open(mid, "rb").read()
+    lines = orig.split(b"\n")
+    lines[1] = lines[1].replace(b'"u', b'"U', 1)
+    assert lines[1] != orig.split(b"\n")[1]
+    with open(mid, "wb") as f:
+        f.write(b"\n".join(lines))
+    rc, rep = verify(mhome)
+    assert rc == 1 and not rep["ok"], rep
+    assert rep["segment"] == "audit.log.000002" and rep["line"] == 2, rep
+    assert "line 2 of audit.log.000002" in rep["reason"], rep
+    p = mhome("audit", "verify")
+    assert p.returncode == 1 and "audit.log.000002" in p.stderr, p.stderr
+    with open(mid, "wb") as f:
+        f.write(orig)
+    assert verify(mhome)[1]["ok"]
+    # Remove a middle segment: detected and named.
+    gone = mid + ".away"
+    os.rename(mid, gone)
+    try:
+        rc, rep = verify(mhome)
+        assert rc == 1 and "audit.log.000002 is missing" in rep["reason"], rep
+        assert rep["segment"] == "audit.log.000003", rep
+    finally:
+        os.rename(gone, mid)
+    # Cut the tail: the records of the live audit.log removed.
+    live = os.path.join(mhome.path, "audit.log")
+    keep = open(live, "rb").read()
+    try:
+        if keep:
+            with open(live, "wb") as f:
+                f.write(b"")
+            rc, rep = verify(mhome)
+            assert rc == 1 and "cut off" in rep["reason"], rep
+    finally:
+        with open(live, "wb") as f:
+            f.write(keep)
+    assert verify(mhome)[1]["ok"]
+
+
+FLOOD = r'''
+import socket, sys, time
+n = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+t0 = time.time()
+for i in range(n):
+    # every datagram to another destination: kosa8-net folds per destination and
+    # second, so each one is an event of its own
+    try:
+        s.sendto(b"x", ("10.77.%d.%d" % (i // 250, 1 + i % 250), 9))
+    except OSError:
+        pass
+print(n, round(time.time() - t0, 2))
+'''
+
+
+def guest_records(h, sb):
+    return [r for r in records(h, "--sandbox", sb)
+            if r["action"] in ("sandbox.egress.deny", "sandbox.limit",
+                               "sandbox.audit.suppressed")]
+
+
+def test_audit_flood_is_budgeted(mhome, msb):
+    """Root in the guest sends 3000 refused datagrams to 3000 destinations as fast as it
+    can: the audit log takes at most the budget plus a few folded records, the folded
+    records count the rest, the chain verifies and the daemon keeps answering."""
+    before = records(mhome)[-1]["seq"]
+    t0 = time.time()
+    n = 3000
+    p = mhome("sandbox", "run", msb, IMAGE, "python3", "-c", FLOOD, str(n), timeout=600)
+    assert p.returncode == 0, p.stderr
+    # the daemon answers while the events arrive
+    assert mhome("sandbox", "ls").returncode == 0
+    time.sleep(BUDGET["guest_fold_seconds"] + 2)
+    # one more refusal after the fold interval carries the folded count out
+    mhome("sandbox", "run", msb, IMAGE, "python3", "-c", FLOOD, "1", timeout=300)
+    time.sleep(2)
+    elapsed = time.time() - t0
+    recs = [r for r in guest_records(mhome, msb) if r["seq"] > before]
+    denies = [r for r in recs if r["action"] == "sandbox.egress.deny"]
+    folds = [r for r in recs if r["action"] == "sandbox.audit.suppressed"]
+    allowed = BUDGET["guest_burst"] + BUDGET["guest_per_minute"] * elapsed / 60 + 1
+    assert len(denies) <= allowed, (len(denies), allowed, elapsed)
+    assert folds, "nothing was folded: the flood did not exceed the budget?"
+    assert len(folds) <= elapsed / BUDGET["guest_fold_seconds"] + 2, (len(folds), elapsed)
+    counted = sum(r["details"].get("count", 1) for r in denies) + \
+        sum(r["details"]["suppressed"] for r in folds)
+    # what is not written is still counted
+    assert 0.9 * n <= counted <= n + 1, (counted, n, len(denies), [f["details"] for f in folds])
+    total_new = len(records(mhome, "--since-seq", str(before)))
+    print("flood: %d datagrams, %.1fs, %d records written (%d denies, %d folded), %d counted"
+          % (n, elapsed, total_new, len(denies), len(folds), counted))
+    rc, rep = verify(mhome)
+    assert rc == 0 and rep["ok"], rep
+    assert mhome("sandbox", "ls").returncode == 0
+
+
+ESC = "\x1b[2J\x1b]0;pwned\x07"
+FAKE_ROW = "\n999   2026-01-01 00:00:00   sandbox.rm   other   fake=1"
+
+
+def test_escape_sequences_never_reach_the_terminal(mhome, msb):
+    """Bytes with escape sequences and newlines (a fake row) reach the audit log (a
+    command line) and an error message that comes back from the guest agent: `audit ls`
+    and the CLI show them escaped, one row per record, one line per message."""
+    arg = "x" + ESC + FAKE_ROW
+    p = mhome("sandbox", "run", msb, IMAGE, "/bin/true", arg, timeout=300)
+    assert p.returncode == 0, p.stderr
+    recs = records(mhome)
+    table = mhome("audit", "ls")
+    assert table.returncode == 0
+    out = table.stdout
+    assert "\x1b" not in out and "\x07" not in out, repr(out[-400:])
+    rows = out.rstrip("\n").split("\n")
+    assert len(rows) == len(recs) + 1, (len(rows), len(recs))
+    # the argv is a JSON array in the details: its bytes show as JSON escapes
+    assert "x\\u001B[2J\\u001B]0;pwned\\u0007\\n999" in out, out[-600:]
+    # JSON keeps the bytes as JSON escapes (for programs), never raw
+    js = mhome("audit", "ls", "--json").stdout
+    assert "\x1b" not in js and "\\u001b" in js.lower()
+    # an error the agent sends back naming a program the guest cannot find
+    p = mhome("sandbox", "run", msb, IMAGE, "/nonexistent" + ESC + "\nkosa8: all good",
+              timeout=300)
+    assert p.returncode != 0
+    err = p.stderr
+    assert "\x1b" not in err and "\x07" not in err, repr(err)
+    assert not any(line.startswith("kosa8: all good") for line in err.splitlines()), err
+    assert "\\x1b[2J" in err, err

@@ -261,7 +261,7 @@ static void test_escape(void)
 		{ "plain text", "plain text" },
 		{ "\x1b[2J\x1b]0;title\a", "\\x1b[2J\\x1b]0;title\\x07" },
 		{ "a\nb\rc\td", "a\\x0ab\\x0dc\\x09d" },
-		{ "back\\slash", "back\\\\slash" },
+		{ "back\\slash", "back\\slash" },
 		{ "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80" },
 		{ "c1 \xc2\x9b" "31m", "c1 \\xc2\\x9b31m" },           /* CSI as UTF-8 */
 		{ "del \x7f", "del \\x7f" },
