@@ -861,10 +861,11 @@ static int lockfile_open(const char *dir)
 	return fd;
 }
 
-/* A reader's consistent view: the log open for reading (-1 when there is none), its size
- * and the head, taken together under the shared APPEND lock. The log only grows while
- * the daemon runs, so its first `size` bytes can then be read without the lock, and
- * appends are not held up by a long verify. */
+/* A reader's consistent view: audit.log open for reading (-1 when there is none), its
+ * size, the list of rotated segments and the head, taken together under the shared
+ * APPEND lock. audit.log only grows while the daemon runs (a rotation renames it, and the
+ * descriptor follows) and segments never change, so the first `size` bytes can then be
+ * read without the lock, and appends are not held up by a long verify. */
 static int reader_open(const char *dir, int *fd, uint64_t *size, struct head *h,
 		       struct segs *sg, struct k8_err *err)
 {

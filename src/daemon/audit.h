@@ -7,10 +7,12 @@
  *    "details":{...},"prev":"<hex SHA-256 of the previous line's bytes, no newline>"}
  *
  * and $KOSA8_HOME/audit.head holds {"seq":N,"hash":"<hex SHA-256 of the last line>"}, so
- * a log whose tail was cut off (or which was emptied) is detected too.
+ * a log whose tail was cut off (or which was emptied) is detected too. A full audit.log
+ * is rotated into audit.log.000001, audit.log.000002, ...: the chain runs on through the
+ * segments, and readers walk them, oldest first, then audit.log, as one log.
  *
- * Only the daemon writes: audit_open() takes an exclusive lock on the log that a second
- * writer (another daemon on the same $KOSA8_HOME) cannot get. audit_query() and
+ * Only the daemon writes: audit_open() takes an exclusive lock (on audit.lock) that a
+ * second writer (another daemon on the same $KOSA8_HOME) cannot get. audit_query() and
  * audit_verify() read the files directly and may be called from any thread or process;
  * they take a shared lock that waits for an append in progress, so they always see the
  * log and the head in step.
@@ -70,11 +72,12 @@ int audit_append(struct audit *a, const char *action, const char *sandbox, json_
 int audit_query(const char *dir, const char *sandbox, const char *action, uint64_t since_seq,
 		size_t limit, json_t **out, struct k8_err *err);
 
-/* Check the whole chain and the head. *report:
- *   {"ok":bool,"records":N,"first_bad":seq|null,"line":N|null,"reason":"..."}
+/* Check the whole chain, across the segments, and the head. *report:
+ *   {"ok":bool,"records":N,"first_bad":seq|null,"line":N|null,"segment":"audit.log"|null,
+ *    "segments":N,"reason":"..."}
  * `records` counts the complete lines; `first_bad` is the lowest seq that cannot be
- * trusted (every record before it checked out), `line` the log line it is on (or would
- * be on, when it is missing). Returns 0 whenever the check ran, also when ok is false;
+ * trusted (every record before it checked out), `line` the line it is on (or would be
+ * on, when it is missing) in the file `segment`; `segments` counts the files walked. Returns 0 whenever the check ran, also when ok is false;
  * a negative errno only when the files could not be read. */
 int audit_verify(const char *dir, json_t **report, struct k8_err *err);
 
