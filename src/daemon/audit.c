@@ -1290,19 +1290,78 @@ static bool query_match(const struct rec *r, const char *sandbox, const char *ac
 	return true;
 }
 
+struct qctx {
+	const char *sandbox, *action;
+	uint64_t since_seq;
+	size_t limit;
+	json_t *arr;
+	json_t **ring;          /* since_seq 0 with a limit: the newest `limit` */
+	size_t ring_cap, ring_n, ring_pos;
+	bool done;              /* the limit was reached (paging forward) */
+};
+
+/* The matching records of one file (its first `size` bytes). 0 or a negative errno. */
+static int query_file(struct qctx *q, int fd, uint64_t size)
+{
+	struct lreader lr;
+	char why[256];
+	int r;
+
+	if (lr_init(&lr, fd, size) < 0)
+		return -ENOMEM;
+	while ((r = lr_next(&lr)) > 0 && lr.complete) {
+		struct rec rec;
+		if (rec_parse(&lr, &rec, why, sizeof(why)) < 0)
+			continue;
+		if (!query_match(&rec, q->sandbox, q->action, q->since_seq)) {
+			rec_clear(&rec);
+			continue;
+		}
+		if (!q->limit || q->since_seq) {
+			json_array_append(q->arr, rec.root);
+			rec_clear(&rec);
+			if (q->limit && json_array_size(q->arr) >= q->limit) {
+				q->done = true;
+				break;
+			}
+			continue;
+		}
+		if (q->ring_n < q->limit) {
+			if (q->ring_n == q->ring_cap) {
+				size_t cap = q->ring_cap ? q->ring_cap * 2 : 64;
+				json_t **nr;
+				if (cap > q->limit)
+					cap = q->limit;
+				nr = realloc(q->ring, cap * sizeof(*q->ring));
+				if (!nr) {
+					rec_clear(&rec);
+					r = -ENOMEM;
+					break;
+				}
+				q->ring = nr;
+				q->ring_cap = cap;
+			}
+			q->ring[q->ring_n++] = json_incref(rec.root);
+		} else {
+			json_decref(q->ring[q->ring_pos]);
+			q->ring[q->ring_pos] = json_incref(rec.root);
+			q->ring_pos = (q->ring_pos + 1) % q->limit;
+		}
+		rec_clear(&rec);
+	}
+	lr_free(&lr);
+	return r < 0 ? r : 0;
+}
+
 int audit_query(const char *dir, const char *sandbox, const char *action, uint64_t since_seq,
 		size_t limit, json_t **out, struct k8_err *err)
 {
+	struct qctx q = { .sandbox = sandbox, .action = action, .since_seq = since_seq,
+			  .limit = limit };
 	cleanup_close int fd = -1;
-	json_t **ring = NULL;           /* since_seq 0 with a limit: the newest `limit` */
-	size_t ring_cap = 0, ring_n = 0, ring_pos = 0;
-	struct lreader lr;
 	struct segs sg;
 	struct head h;
-	bool done = false;
 	uint64_t size;
-	json_t *arr;
-	char why[256];
 	int r;
 
 	*out = NULL;
@@ -1311,84 +1370,33 @@ int audit_query(const char *dir, const char *sandbox, const char *action, uint64
 		segs_free(&sg);
 		return r;
 	}
-	arr = json_array();
+	q.arr = json_array();
 	/* the rotated segments, oldest first, then audit.log */
-	for (size_t f = 0; f <= sg.n && !done && r >= 0; f++) {
-	cleanup_close int own = -1;
-	int rfd = fd;
-	uint64_t rsize = size;
-	if (f < sg.n) {
+	for (size_t f = 0; f < sg.n && !q.done && r >= 0; f++) {
 		char name[32];
 		struct stat st;
 		seg_name(sg.num[f], name);
 		cleanup_free char *path = xasprintf("%s/%s", dir, name);
-		own = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (own < 0 || fstat(own, &st) < 0)
+		cleanup_close int sfd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (sfd < 0 || fstat(sfd, &st) < 0)
 			continue;       /* a segment gone: verify reports it */
-		rfd = own;
-		rsize = (uint64_t)st.st_size;
+		r = query_file(&q, sfd, (uint64_t)st.st_size);
 	}
-	if (rfd < 0)
-		break;
-	if (lr_init(&lr, rfd, rsize) < 0) {
-		r = -ENOMEM;
-		break;
-	}
-	while ((r = lr_next(&lr)) > 0 && lr.complete) {
-		struct rec rec;
-		if (rec_parse(&lr, &rec, why, sizeof(why)) < 0)
-			continue;
-		if (!query_match(&rec, sandbox, action, since_seq)) {
-			rec_clear(&rec);
-			continue;
-		}
-		if (!limit || since_seq) {
-			json_array_append(arr, rec.root);
-			rec_clear(&rec);
-			if (limit && json_array_size(arr) >= limit) {
-				done = true;
-				break;
-			}
-			continue;
-		}
-		if (ring_n < limit) {
-			if (ring_n == ring_cap) {
-				size_t cap = ring_cap ? ring_cap * 2 : 64;
-				json_t **nr;
-				if (cap > limit)
-					cap = limit;
-				nr = realloc(ring, cap * sizeof(*ring));
-				if (!nr) {
-					rec_clear(&rec);
-					r = -ENOMEM;
-					break;
-				}
-				ring = nr;
-				ring_cap = cap;
-			}
-			ring[ring_n++] = json_incref(rec.root);
-		} else {
-			json_decref(ring[ring_pos]);
-			ring[ring_pos] = json_incref(rec.root);
-			ring_pos = (ring_pos + 1) % limit;
-		}
-		rec_clear(&rec);
-	}
-	lr_free(&lr);
-	}
+	if (fd >= 0 && !q.done && r >= 0)
+		r = query_file(&q, fd, size);
 	segs_free(&sg);
-	for (size_t i = 0; i < ring_n; i++) {
-		json_t *v = ring[(ring_pos + i) % ring_n];
+	for (size_t i = 0; i < q.ring_n; i++) {
+		json_t *v = q.ring[(q.ring_pos + i) % q.ring_n];
 		if (r >= 0)
-			json_array_append(arr, v);
+			json_array_append(q.arr, v);
 		json_decref(v);
 	}
-	free(ring);
+	free(q.ring);
 	if (r < 0) {
-		json_decref(arr);
+		json_decref(q.arr);
 		return k8_err_set(err, r, "reading the audit log in %s: %s", dir, strerror(-r));
 	}
-	*out = arr;
+	*out = q.arr;
 	return 0;
 }
 
