@@ -161,8 +161,9 @@ static void net_event(void *ctx, json_t *ev)
 		daemon_log("sandbox %s: kosa8-net is gone (%s): the sandbox has no network until "
 			   "its next boot or rewind", sb->name,
 			   json_string_value(json_object_get(ev, "why")));
-		daemon_audit(d, "sandbox.net.down", sb->name,
-			     json_pack("{s:s?}", "why", json_string_value(json_object_get(ev, "why"))));
+		daemon_audit_guest(d, sb, "sandbox.net.down",
+				   json_pack("{s:s?}", "why",
+					     json_string_value(json_object_get(ev, "why"))), 1);
 		return;
 	}
 	if (strcmp(name, "deny"))
