@@ -74,21 +74,46 @@ static const char top_help[] =
 	"  kosa8 sandbox pull interp python:3.12-slim\n"
 	"  kosa8 sandbox run interp python:3.12-slim python3 -c 'print(6*7)'\n";
 
+/* Print "kosa8: MSG". Messages carry names and words that came from the daemon, and
+ * through it from a sandbox or a registry (a guest's console, an agent's error): each
+ * line is escaped (str_escape) before it reaches the terminal, and the lines after the
+ * first are indented, so the guest's text can neither send escape sequences nor pass
+ * for a line of kosa8's own. */
+static void cli_print_msg(const char *msg)
+{
+	const char *p = msg;
+
+	fputs("kosa8: ", stderr);
+	for (;;) {
+		size_t n = strcspn(p, "\n");
+		cleanup_free char *raw = xmalloc(n + 1);
+		memcpy(raw, p, n);
+		raw[n] = '\0';
+		cleanup_free char *safe = str_escape(raw);
+		fputs(safe, stderr);
+		if (!p[n] || !p[n + 1])
+			break;
+		fputs("\n    ", stderr);
+		p += n + 1;
+	}
+	fputc('\n', stderr);
+}
+
 int cli_fail(const struct k8_err *err)
 {
-	fprintf(stderr, "kosa8: %s\n", err->msg[0] ? err->msg : strerror(-err->code));
+	cli_print_msg(err->msg[0] ? err->msg : strerror(-err->code));
 	return cli_exit_code(err->code);
 }
 
 int cli_die(int code, const char *fmt, ...)
 {
+	char buf[8192];
 	va_list ap;
 
-	fputs("kosa8: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	cli_print_msg(buf);
 	return code;
 }
 

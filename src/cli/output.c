@@ -39,7 +39,7 @@ void out_table_row(struct out_table *t, const char *const *cells)
 	}
 	for (int c = 0; c < t->ncols; c++) {
 		const char *s = cells[c] && *cells[c] ? cells[c] : "-";
-		t->cells[t->nrows * t->ncols + c] = xstrdup(s);
+		t->cells[t->nrows * t->ncols + c] = str_escape(s);   /* no byte reaches the tty raw */
 	}
 	t->nrows++;
 }
@@ -271,8 +271,9 @@ static void progress_draw(struct out_progress *p, const char *line)
 }
 
 /* "sha256:0123456789ab..." stays recognisable; long names keep their end. */
-static void shorten_what(const char *what, char *buf, size_t len)
+static void shorten_what(const char *raw, char *buf, size_t len)
 {
+	cleanup_free char *what = str_escape(raw);     /* names a registry chose */
 	size_t n = strlen(what);
 
 	if (!strncmp(what, "sha256:", 7) && n > 19)
@@ -339,7 +340,7 @@ void out_progress_update(struct out_progress *p, const json_t *progress)
 	what = json_string_value(json_object_get(progress, "what"));
 	done = (uint64_t)json_integer_value(json_object_get(progress, "done"));
 	total = (uint64_t)json_integer_value(json_object_get(progress, "total"));
-	if (!phase)
+	if (!phase || strspn(phase, "abcdefghijklmnopqrstuvwxyz-_ ") != strlen(phase))
 		phase = "working";
 	now = now_mono_ns();
 	if (strcmp(phase, p->phase)) {

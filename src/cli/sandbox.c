@@ -609,7 +609,8 @@ static int show_egress(const json_t *res, void *ctx)
 		printf(" (nothing leaves the sandbox, DNS included)");
 	else if (!strcmp(mode, "allow-all"))
 		printf(" (any destination except the host and internal networks not listed)");
-	printf("\nnetwork: %s%s%s", net, why ? " - " : "", why ? why : "");
+	cleanup_free char *safe_why = why ? str_escape(why) : NULL;  /* may quote kosa8-net */
+	printf("\nnetwork: %s%s%s", net, why ? " - " : "", why ? safe_why : "");
 	if (json_object_get(res, "flows"))
 		printf(", %lld flows tracked (at most %lld)",
 		       json_integer_value(json_object_get(res, "flows")),

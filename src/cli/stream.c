@@ -120,8 +120,10 @@ static int pump_frame(struct pump *p, const struct proto_hdr *h, const unsigned 
 			p->code = 0;
 		/* The daemon ends a stream it could not finish with code 125 and a reason. */
 		const char *why = json_string_value(json_object_get(j, "error"));
-		if (why)
-			fprintf(stderr, "kosa8: %s\n", why);
+		if (why) {
+			cleanup_free char *safe = str_escape(why);   /* may come from the guest */
+			fprintf(stderr, "kosa8: %s\n", safe);
+		}
 		if (json_is_true(json_object_get(j, "oom")))
 			fprintf(stderr, "kosa8: the process was killed: out of memory (the "
 				"sandbox's --memory is the limit)\n");

@@ -265,3 +265,81 @@ uint64_t now_real_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Length of the UTF-8 sequence at s that is safe to show as is (a printable character
+ * from U+00A0 up, not a bidi control or a line separator), or 0. */
+static size_t utf8_printable(const unsigned char *s)
+{
+	uint32_t c;
+	size_t n;
+
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		n = 2;
+		c = s[0] & 0x1fu;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		n = 3;
+		c = s[0] & 0x0fu;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		n = 4;
+		c = s[0] & 0x07u;
+	} else {
+		return 0;
+	}
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = (c << 6) | (s[i] & 0x3fu);
+	}
+	if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10ffff)))
+		return 0;                                       /* overlong, too large */
+	if (c < 0xa0 || (c >= 0xd800 && c <= 0xdfff))
+		return 0;                                       /* C1 controls, surrogates */
+	if ((c >= 0x202a && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069) || c == 0x2028 ||
+	    c == 0x2029 || c == 0x200e || c == 0x200f)
+		return 0;                                       /* bidi, line separators */
+	return n;
+}
+
+void str_escape_to(char *out, size_t outlen, const char *s)
+{
+	static const char hx[] = "0123456789abcdef";
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t o = 0;
+
+	if (!outlen)
+		return;
+	while (*p) {
+		char tmp[4];
+		size_t k, w;
+		const char *src;
+		if (*p >= 0x20 && *p < 0x7f) {
+			src = (const char *)p;
+			w = k = 1;
+		} else if ((k = utf8_printable(p)) > 0) {
+			src = (const char *)p;
+			w = k;
+		} else {
+			tmp[0] = '\\';
+			tmp[1] = 'x';
+			tmp[2] = hx[*p >> 4];
+			tmp[3] = hx[*p & 15];
+			src = tmp;
+			w = 4;
+			k = 1;
+		}
+		if (o + w >= outlen)
+			break;                  /* cut on a character (or escape) boundary */
+		memcpy(out + o, src, w);
+		o += w;
+		p += k;
+	}
+	out[o] = '\0';
+}
+
+char *str_escape(const char *s)
+{
+	size_t n = 4 * strlen(s ? s : "") + 1;
+	char *out = xmalloc(n);
+
+	str_escape_to(out, n, s);
+	return out;
+}

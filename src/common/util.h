@@ -77,4 +77,13 @@ uint64_t now_real_ns(void);
 /* Hex SHA-256 of a buffer into out[65]. */
 void sha256_hex(const void *data, size_t n, char out[65]);
 
+/* `s` made safe for a terminal, a log line or a table (docs/errors.md, "Bytes from a
+ * sandbox"): printable ASCII and printable UTF-8 stay (a backslash too: the output is for
+ * people, and a literal "\x1b" is harmless); every other byte (C0 and C1 controls, DEL,
+ * bidi controls, line separators, invalid UTF-8) becomes \xNN. So a name a sandbox or a registry chose cannot move the cursor, clear the screen,
+ * start a new line or a fake row. str_escape allocates (NULL gives ""); str_escape_to
+ * writes at most outlen bytes with the NUL, cut between characters. */
+char *str_escape(const char *s);
+void str_escape_to(char *out, size_t outlen, const char *s);
+
 #endif

@@ -65,6 +65,33 @@ static void link_mark_broken(struct agentlink *l, const char *why)
 	pthread_mutex_unlock(&l->lock);
 }
 
+
+/* The agent's EXIT frame ({"code","signal","oom"}) as the daemon passes it on: only
+ * those keys, of the right types and ranges; a guest-chosen "error" string is escaped
+ * and cut. Anything else the guest put there is dropped, so the audit record and the
+ * client see a number, not the guest's JSON. Borrows `v` (may be NULL). */
+static json_t *exit_info_clean(const json_t *v)
+{
+	json_t *o = json_object(), *x;
+	char why[256];
+
+	x = json_object_get(v, "code");
+	if (json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) <= 255)
+		json_object_set(o, "code", x);
+	else
+		json_object_set_new(o, "code", json_integer(125));
+	x = json_object_get(v, "signal");
+	if (json_is_integer(x) && json_integer_value(x) > 0 && json_integer_value(x) <= 64)
+		json_object_set(o, "signal", x);
+	json_object_set_new(o, "oom", json_boolean(json_is_true(json_object_get(v, "oom"))));
+	x = json_object_get(v, "error");
+	if (json_is_string(x)) {
+		str_escape_to(why, sizeof(why), json_string_value(x));
+		json_object_set_new(o, "error", json_string(why));
+	}
+	return o;
+}
+
 static void dispatch(struct agentlink *l, const struct proto_hdr *h, const unsigned char *p)
 {
 	json_t *v = NULL;
@@ -133,8 +160,7 @@ static void dispatch(struct agentlink *l, const struct proto_hdr *h, const unsig
 		pthread_mutex_lock(&l->lock);
 		s = find_stream(l, h->id);
 		if (s && !s->exited) {
-			s->exit_info = v ? v : json_pack("{s:i}", "code", 125);
-			v = NULL;
+			s->exit_info = exit_info_clean(v);
 			s->exited = true;
 			stream_wake(s);
 		} else {
@@ -454,12 +480,8 @@ int link_request(struct agentlink *l, json_t *req, int timeout_ms, json_t **resp
 		json_int_t e = json_integer_value(json_object_get(pd.resp, "errno"));
 		const char *msg = json_string_value(json_object_get(pd.resp, "error"));
 		char safe[512];
-		size_t i;
 		/* The message comes from the guest: keep it short and printable. */
-		snprintf(safe, sizeof(safe), "%s", msg ? msg : "the agent refused the request");
-		for (i = 0; safe[i]; i++)
-			if ((unsigned char)safe[i] < 0x20 || (unsigned char)safe[i] == 0x7f)
-				safe[i] = '?';
+		str_escape_to(safe, sizeof(safe), msg ? msg : "the agent refused the request");
 		r = k8_err_set(err, (e > 0 && e < 4096) ? -(int)e : -EIO, "%s", safe);
 		goto out;
 	}

@@ -21,18 +21,28 @@
  *
  * Locks: a pthread mutex orders this process's appends. Between processes (and between
  * descriptors in one process) open file description locks on two bytes far past the end
- * of audit.log: OWNER, held exclusively by the one writer for as long as it is open, and
- * APPEND, held exclusively around each append (and the repair at open) and shared by
- * readers, so that query and verify see the log and the head in step.
+ * of audit.lock (an empty file that, unlike audit.log, is never renamed): OWNER, held
+ * exclusively by the one writer for as long as it is open, and APPEND, held exclusively
+ * around each append (and the repair at open, and a rotation) and shared by readers, so
+ * that query and verify see the segments, the log and the head in step.
+ *
+ * Segments: once audit.log holds seg_max bytes, it is renamed audit.log.NNNNNN (numbers
+ * from 000001, consecutive) and a new audit.log begins. Nothing else changes: seq goes
+ * on, and the first record of the new file carries the hash of the last record of the
+ * previous one as its prev, so the chain runs through all segments in order and a
+ * reader walks them as one log (oldest segment first, audit.log last). Line numbers in
+ * messages are per file ("line 5 of audit.log.000002") once there are segments.
  */
 #include "daemon/audit.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -53,8 +63,11 @@ static const char zero_hash[65] =
 
 struct audit {
 	pthread_mutex_t mu;
-	int fd;                 /* audit.log, O_RDWR | O_APPEND, holds the OWNER lock */
-	char *dir, *log_path, *head_path;
+	int fd;                 /* audit.log, O_RDWR | O_APPEND */
+	int lockfd;             /* audit.lock: holds the OWNER lock */
+	char *dir, *log_path, *head_path, *lock_path;
+	uint64_t seg_max;       /* rotate audit.log once it holds this many bytes */
+	unsigned next_seg;      /* number the next rotated segment gets */
 	uint64_t seq;           /* seq of the last line in the log */
 	char hash[65];          /* SHA-256 of the last line (zeros when empty) */
 	off_t size;             /* bytes in the log: an append that fails is cut back to it */
@@ -310,6 +323,86 @@ static int lr_next(struct lreader *r)
 	}
 }
 
+/* ---- segments ---- */
+
+struct segs {
+	unsigned *num;          /* rotated segments audit.log.NNNNNN, ascending */
+	size_t n;
+	uint64_t *first_line;   /* n + 1: the (overall) line number each file starts at */
+};
+
+static void segs_free(struct segs *sg)
+{
+	free(sg->num);
+	free(sg->first_line);
+	memset(sg, 0, sizeof(*sg));
+}
+
+static int seg_cmp(const void *a, const void *b)
+{
+	unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The rotated segments in dir: "audit.log." and 6 to 9 digits. */
+static int segs_list(const char *dir, struct segs *sg, struct k8_err *err)
+{
+	const size_t pl = strlen(AUDIT_LOG_NAME) + 1;
+	struct dirent *de;
+	size_t cap = 0;
+	DIR *dh;
+
+	memset(sg, 0, sizeof(*sg));
+	dh = opendir(dir);
+	if (!dh)
+		return k8_err_set(err, -errno, "listing %s: %s", dir, strerror(errno));
+	while ((de = readdir(dh))) {
+		const char *d = de->d_name + pl;
+		size_t nd;
+		if (strncmp(de->d_name, AUDIT_LOG_NAME ".", pl))
+			continue;
+		nd = strlen(d);
+		if (nd < 6 || nd > 9 || strspn(d, "0123456789") != nd)
+			continue;
+		if (sg->n == cap) {
+			cap = cap ? cap * 2 : 16;
+			sg->num = realloc(sg->num, cap * sizeof(*sg->num));
+			if (!sg->num)
+				abort();
+		}
+		sg->num[sg->n++] = (unsigned)strtoul(d, NULL, 10);
+	}
+	closedir(dh);
+	if (sg->n)
+		qsort(sg->num, sg->n, sizeof(*sg->num), seg_cmp);
+	sg->first_line = xmalloc((sg->n + 1) * sizeof(*sg->first_line));
+	for (size_t i = 0; i <= sg->n; i++)
+		sg->first_line[i] = UINT64_MAX;
+	return 0;
+}
+
+static void seg_name(unsigned num, char out[32])
+{
+	snprintf(out, 32, "%s.%06u", AUDIT_LOG_NAME, num);
+}
+
+/* Which file overall line `line` is in (or would be, past the end): its name and its
+ * line number there. */
+static void segs_locate(const struct segs *sg, uint64_t line, char name[32], uint64_t *local)
+{
+	size_t f = 0;
+
+	for (size_t i = 0; sg && i <= sg->n; i++)
+		if (sg->first_line[i] != UINT64_MAX && sg->first_line[i] <= line)
+			f = i;
+	if (!sg || f == sg->n)
+		snprintf(name, 32, "%s", AUDIT_LOG_NAME);
+	else
+		seg_name(sg->num[f], name);
+	*local = sg && sg->first_line[f] != UINT64_MAX ? line - sg->first_line[f] + 1 : line;
+}
+
 /* ---- records ---- */
 
 struct rec {
@@ -459,6 +552,7 @@ enum scan_mode {
 
 struct scan {
 	enum scan_mode mode;
+	struct segs *segs;              /* the rotated segments walked before audit.log */
 	uint64_t head_seq;              /* in: the head's seq, to remember that line's hash */
 	/* the checked chain */
 	uint64_t expected;              /* seq the next line must carry */
@@ -499,6 +593,23 @@ static void scan_fail(struct scan *s, uint64_t first_bad, uint64_t line, const c
 	for (char *c = s->reason; *c; c++)
 		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
 			*c = '?';
+}
+
+/* "line N", or "line N of audit.log.000002" once there are segments (messages only). */
+static const char *scan_where(const struct scan *s, uint64_t line)
+{
+	static __thread char buf[4][64];
+	static __thread unsigned k;
+	char *b = buf[k++ & 3], name[32];
+	uint64_t local;
+
+	if (!s->segs || !s->segs->n) {
+		snprintf(b, 64, "line %" PRIu64, line);
+		return b;
+	}
+	segs_locate(s->segs, line, name, &local);
+	snprintf(b, 64, "line %" PRIu64 " of %s", local, name);
+	return b;
 }
 
 /* Line number of checked record `seq` (the checked records sit on consecutive lines). */
@@ -549,36 +660,36 @@ static void scan_line(struct scan *s, struct lreader *lr)
 	if (s->failed)
 		goto out;
 	if (!ok) {
-		scan_fail(s, E, L, "record %" PRIu64 " (line %" PRIu64 "): the line is not a valid "
+		scan_fail(s, E, L, "record %" PRIu64 " (%s): the line is not a valid "
 			  "audit record (%s); the log was damaged or changed after it was written",
-			  E, L, why);
+			  E, scan_where(s, L), why);
 		goto out;
 	}
 	if (r.seq > E) {
-		scan_fail(s, E, L, "record %" PRIu64 " (line %" PRIu64 "): missing, line %" PRIu64
-			  " holds record %" PRIu64 " instead; records were removed or reordered",
-			  E, L, L, r.seq);
+		scan_fail(s, E, L, "record %" PRIu64 " (%s): missing, %s holds record %" PRIu64
+			  " instead; records were removed or reordered",
+			  E, scan_where(s, L), scan_where(s, L), r.seq);
 		goto out;
 	}
 	if (r.seq < E) {
 		uint64_t at = scan_line_of(s, r.seq);
-		scan_fail(s, r.seq, at ? at : L, "record %" PRIu64 " (line %" PRIu64 "): line %"
-			  PRIu64 " holds another record %" PRIu64 " where record %" PRIu64
+		scan_fail(s, r.seq, at ? at : L, "record %" PRIu64 " (%s): %s holds another "
+			  "record %" PRIu64 " where record %" PRIu64
 			  " should follow; a record was inserted or records were reordered",
-			  r.seq, at ? at : L, L, r.seq, E);
+			  r.seq, scan_where(s, at ? at : L), scan_where(s, L), r.seq, E);
 		goto out;
 	}
 	if (strcmp(r.prev, s->prev)) {
 		if (E == 1 || s->last_line == 0)
-			scan_fail(s, E, L, "record %" PRIu64 " (line %" PRIu64 "): its prev is not "
+			scan_fail(s, E, L, "record %" PRIu64 " (%s): its prev is not "
 				  "64 zeros, so it does not start the log; earlier records were removed "
-				  "or it was changed after it was written", E, L);
+				  "or it was changed after it was written", E, scan_where(s, L));
 		else
-			scan_fail(s, E - 1, s->last_line, "record %" PRIu64 " (line %" PRIu64 "): "
-				  "its hash does not match the prev of record %" PRIu64 " (line %"
-				  PRIu64 "); record %" PRIu64 " (or the prev in record %" PRIu64
+			scan_fail(s, E - 1, s->last_line, "record %" PRIu64 " (%s): "
+				  "its hash does not match the prev of record %" PRIu64 " (%s); "
+				  "record %" PRIu64 " (or the prev in record %" PRIu64
 				  ") was changed after it was written",
-				  E - 1, s->last_line, E, L, E - 1, E);
+				  E - 1, scan_where(s, s->last_line), E, scan_where(s, L), E - 1, E);
 		goto out;
 	}
 	scan_accept(s, &r, lr->hash, L);
@@ -588,19 +699,23 @@ static void scan_line(struct scan *s, struct lreader *lr)
 		const char *rs = json_string_value(json_object_get(r.details, "reason"));
 		scan_fail(s, json_is_integer(fb) ? (uint64_t)json_integer_value(fb) : 0,
 			  json_is_integer(fl) ? (uint64_t)json_integer_value(fl) : 0,
-			  "record %" PRIu64 " (line %" PRIu64 ") is an audit.warning: when kosa8d "
-			  "started, the log did not verify: %s", r.seq, L, rs ? rs : "(no reason)");
+			  "record %" PRIu64 " (%s) is an audit.warning: when kosa8d "
+			  "started, the log did not verify: %s", r.seq, scan_where(s, L),
+			  rs ? rs : "(no reason)");
 	}
 out:
 	if (ok)
 		rec_clear(&r);
 }
 
-/* Walk the first `end` bytes of the log open on `fd` (may be -1: no log). */
-static int scan_run(struct scan *s, int fd, uint64_t end, struct k8_err *err)
+/* Walk the rotated segments of `dir` (s->segs, oldest first), then the first `end`
+ * bytes of audit.log open on `fd` (may be -1: no audit.log), as one log. */
+static int scan_run(struct scan *s, const char *dir, int fd, uint64_t end, struct k8_err *err)
 {
+	struct segs *sg = s->segs;
+	size_t nseg = sg ? sg->n : 0;
 	struct lreader lr;
-	int r;
+	int r = 0;
 
 	s->expected = 1;
 	memcpy(s->prev, zero_hash, 65);
@@ -610,23 +725,54 @@ static int scan_run(struct scan *s, int fd, uint64_t end, struct k8_err *err)
 		s->head_line_seen = true;
 		memcpy(s->head_line_hash, zero_hash, 65);
 	}
-	if (fd < 0)
-		return 0;
-	if (lr_init(&lr, fd, end) < 0)
-		return k8_err_set(err, -ENOMEM, "reading the audit log: out of memory");
-	while ((r = lr_next(&lr)) > 0) {
-		if (!lr.complete) {
-			s->partial = true;
-			s->partial_off = lr.off;
-			s->partial_len = lr.total;
-			memcpy(s->partial_hash, lr.hash, 65);
-			break;
+	for (size_t i = 0; i <= nseg; i++) {
+		cleanup_close int own = -1;
+		char name[32];
+		int f = fd;
+		uint64_t size = end;
+
+		if (i < nseg) {
+			unsigned want = i ? sg->num[i - 1] + 1 : 1;
+			struct stat st;
+			seg_name(sg->num[i], name);
+			cleanup_free char *path = xasprintf("%s/%s", dir, name);
+			own = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+			if (own < 0 || fstat(own, &st) < 0)
+				return k8_err_set(err, -errno, "reading %s: %s", path, strerror(errno));
+			f = own;
+			size = (uint64_t)st.st_size;
+			if (sg->num[i] != want && !s->failed) {
+				char miss[32];
+				seg_name(want, miss);
+				scan_fail(s, s->expected, s->lines + 1, "record %" PRIu64 " (line 1 of "
+					  "%s): %s is missing, the segments go on with %s; a segment of the "
+					  "log was removed", s->expected, miss, miss, name);
+			}
 		}
-		scan_line(s, &lr);
+		if (sg)
+			sg->first_line[i] = s->lines + 1;
+		if (f < 0)
+			break;
+		if (lr_init(&lr, f, size) < 0)
+			return k8_err_set(err, -ENOMEM, "reading the audit log: out of memory");
+		while ((r = lr_next(&lr)) > 0) {
+			if (!lr.complete && i == nseg) {
+				s->partial = true;
+				s->partial_off = lr.off;
+				s->partial_len = lr.total;
+				memcpy(s->partial_hash, lr.hash, 65);
+				break;
+			}
+			if (!lr.complete && !s->failed)   /* a segment is only ever closed whole */
+				scan_fail(s, s->expected, s->lines + 1, "record %" PRIu64 " (%s): "
+					  "incomplete, %s ends without a newline; the segment was cut "
+					  "or changed", s->expected, scan_where(s, s->lines + 1), name);
+			scan_line(s, &lr);
+		}
+		lr_free(&lr);
+		if (r < 0)
+			return k8_err_set(err, r, "reading the audit log: %s", strerror(-r));
 	}
-	lr_free(&lr);
-	if (r < 0)
-		return k8_err_set(err, r, "reading the audit log: %s", strerror(-r));
 	return 0;
 }
 
@@ -654,9 +800,9 @@ static enum verdict head_check(struct scan *s, const struct head *h)
 		if (S == 0)
 			scan_fail(s, 0, 0, "audit.head is not valid (seq 0 with a hash other than zeros)");
 		else
-			scan_fail(s, S, s->last_line, "record %" PRIu64 " (line %" PRIu64 "): does not "
+			scan_fail(s, S, s->last_line, "record %" PRIu64 " (%s): does not "
 				  "match the hash in audit.head; the last record (or audit.head) was "
-				  "changed after it was written", S, s->last_line);
+				  "changed after it was written", S, scan_where(s, s->last_line));
 		return V_BAD;
 	}
 	if (h->seq > S) {
@@ -665,31 +811,31 @@ static enum verdict head_check(struct scan *s, const struct head *h)
 				  "audit.head says %" PRIu64 " records were written; the log was emptied "
 				  "or removed", h->seq);
 		else
-			scan_fail(s, S + 1, s->last_line + 1, "record %" PRIu64 " (line %" PRIu64 "): "
+			scan_fail(s, S + 1, s->last_line + 1, "record %" PRIu64 " (%s): "
 				  "missing, the log ends at record %" PRIu64 " but audit.head says it ends "
 				  "at record %" PRIu64 "; records were cut off the end of the log",
-				  S + 1, s->last_line + 1, S, h->seq);
+				  S + 1, scan_where(s, s->last_line + 1), S, h->seq);
 		return V_BAD;
 	}
 	if (h->seq == S - 1 && !strcmp(h->hash, s->prev_prev)) {
-		scan_fail(s, S, s->last_line, "record %" PRIu64 " (line %" PRIu64 "): not yet in "
+		scan_fail(s, S, s->last_line, "record %" PRIu64 " (%s): not yet in "
 			  "audit.head, which is one record behind (kosa8d stopped between writing "
 			  "the record and updating the head; it repairs this when it next starts)",
-			  S, s->last_line);
+			  S, scan_where(s, s->last_line));
 		return V_HEAD_BEHIND;
 	}
 	if (s->head_line_seen && !strcmp(h->hash, s->head_line_hash))
-		scan_fail(s, h->seq + 1, scan_line_of(s, h->seq + 1), "record %" PRIu64 " (line %"
-			  PRIu64 "): audit.head says the log ends at record %" PRIu64 " but it goes on "
+		scan_fail(s, h->seq + 1, scan_line_of(s, h->seq + 1), "record %" PRIu64 " (%s): "
+			  "audit.head says the log ends at record %" PRIu64 " but it goes on "
 			  "to record %" PRIu64 "; audit.head was replaced by an older copy, or "
 			  "records were added by someone else", h->seq + 1,
-			  scan_line_of(s, h->seq + 1), h->seq, S);
+			  scan_where(s, scan_line_of(s, h->seq + 1)), h->seq, S);
 	else
 		scan_fail(s, h->seq ? h->seq : 1, scan_line_of(s, h->seq ? h->seq : 1),
-			  "record %" PRIu64 " (line %" PRIu64 "): does not match audit.head, which "
+			  "record %" PRIu64 " (%s): does not match audit.head, which "
 			  "says the log ends at record %" PRIu64 " with another hash; the log or "
 			  "audit.head was changed", h->seq ? h->seq : 1,
-			  scan_line_of(s, h->seq ? h->seq : 1), h->seq);
+			  scan_where(s, scan_line_of(s, h->seq ? h->seq : 1)), h->seq);
 	return V_BAD;
 }
 
@@ -697,46 +843,108 @@ static void scan_fail_partial(struct scan *s)
 {
 	uint64_t S = s->expected - 1;
 
-	scan_fail(s, S + 1, s->lines + 1, "record %" PRIu64 " (line %" PRIu64 "): incomplete, "
+	scan_fail(s, S + 1, s->lines + 1, "record %" PRIu64 " (%s): incomplete, "
 		  "the last %" PRIu64 " bytes of the log have no newline (kosa8d stopped while "
-		  "writing it, or the log was cut)", S + 1, s->lines + 1, s->partial_len);
+		  "writing it, or the log was cut)", S + 1, scan_where(s, s->lines + 1),
+		  s->partial_len);
 }
 
-/* A reader's consistent view: the log open for reading (-1 when there is none), its size
- * and the head, taken together under the shared APPEND lock. The log only grows while
- * the daemon runs, so its first `size` bytes can then be read without the lock, and
- * appends are not held up by a long verify. */
+/* The lock file, opened for writing when possible (the writer and readers that may
+ * create it), else for reading; -1 when there is none to be had (then no locking). */
+static int lockfile_open(const char *dir)
+{
+	cleanup_free char *p = xasprintf("%s/%s", dir, AUDIT_LOCK_NAME);
+	int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+
+	if (fd < 0)
+		fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	return fd;
+}
+
+/* A reader's consistent view: audit.log open for reading (-1 when there is none), its
+ * size, the list of rotated segments and the head, taken together under the shared
+ * APPEND lock. audit.log only grows while the daemon runs (a rotation renames it, and the
+ * descriptor follows) and segments never change, so the first `size` bytes can then be
+ * read without the lock, and appends are not held up by a long verify. */
 static int reader_open(const char *dir, int *fd, uint64_t *size, struct head *h,
-		       struct k8_err *err)
+		       struct segs *sg, struct k8_err *err)
 {
 	cleanup_free char *log = xasprintf("%s/%s", dir, AUDIT_LOG_NAME);
 	cleanup_free char *head = xasprintf("%s/%s", dir, AUDIT_HEAD_NAME);
+	cleanup_close int lockfd = lockfile_open(dir);
 	struct stat st;
 	int r;
 
 	*size = 0;
-	*fd = open(log, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (*fd < 0) {
-		if (errno != ENOENT) {
-			r = -errno;
-			return k8_err_set(err, r, "opening %s: %s", log, strerror(-r));
-		}
-		return head_read(head, h, err);
+	memset(sg, 0, sizeof(*sg));
+	if (lockfd >= 0) {
+		r = audit_lock(lockfd, F_RDLCK, LOCK_APPEND_OFF, true);
+		if (r < 0)
+			return k8_err_set(err, r, "locking the audit log in %s: %s", dir,
+					  strerror(-r));
 	}
-	r = audit_lock(*fd, F_RDLCK, LOCK_APPEND_OFF, true);
-	if (r < 0)
-		return k8_err_set(err, r, "locking %s: %s", log, strerror(-r));
-	if (fstat(*fd, &st) < 0) {
+	*fd = open(log, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (*fd < 0 && errno != ENOENT) {
+		r = k8_err_set(err, -errno, "opening %s: %s", log, strerror(errno));
+	} else if (*fd >= 0 && fstat(*fd, &st) < 0) {
 		r = k8_err_set(err, -errno, "stat %s: %s", log, strerror(errno));
 	} else {
-		*size = (uint64_t)st.st_size;
-		r = head_read(head, h, err);
+		if (*fd >= 0)
+			*size = (uint64_t)st.st_size;
+		r = segs_list(dir, sg, err);
+		if (r == 0)
+			r = head_read(head, h, err);
 	}
-	audit_lock(*fd, F_UNLCK, LOCK_APPEND_OFF, false);
+	if (lockfd >= 0)
+		audit_lock(lockfd, F_UNLCK, LOCK_APPEND_OFF, false);
 	return r;
 }
 
 /* ---- appending ---- */
+
+static void dir_sync(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		(void)fsync(fd);
+		close(fd);
+	}
+}
+
+/* audit.log is full: it becomes segment audit.log.<next_seg> and a new audit.log starts
+ * (a->mu and the APPEND lock are held, the record before is complete and in the head).
+ * link + unlink rather than rename, so that an existing segment is never replaced; a
+ * crash in between leaves two names for one file, which audit_open resolves. When the
+ * rotation cannot be done, appends go on into the same audit.log and the next append
+ * tries again. */
+static void rotate_locked(struct audit *a)
+{
+	char name[32];
+	int nfd;
+
+	seg_name(a->next_seg, name);
+	cleanup_free char *path = xasprintf("%s/%s", a->dir, name);
+	if (link(a->log_path, path) < 0)
+		return;
+	if (unlink(a->log_path) < 0) {
+		(void)unlink(path);
+		return;
+	}
+	nfd = open(a->log_path, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+		   0600);
+	if (nfd < 0) {
+		/* put the name back: audit.log must exist for the next start */
+		if (link(path, a->log_path) == 0)
+			(void)unlink(path);
+		return;
+	}
+	dir_sync(a->dir);
+	close(a->fd);
+	a->fd = nfd;
+	a->size = 0;
+	a->next_seg++;
+}
 
 /* Write one record; a->mu and the APPEND lock are held. `details` is borrowed. */
 static int append_locked(struct audit *a, const char *action, json_t *sandbox, json_t *details,
@@ -794,6 +1002,8 @@ static int append_locked(struct audit *a, const char *action, json_t *sandbox, j
 	r = head_write(a, a->seq, a->hash, err);
 	if (r < 0)
 		k8_err_wrap(err, "audit record %" PRIu64 " was written but its head was not", a->seq);
+	else if (a->seg_max && (uint64_t)a->size >= a->seg_max)
+		rotate_locked(a);
 	return r;
 }
 
@@ -822,12 +1032,12 @@ int audit_append(struct audit *a, const char *action, const char *sandbox, json_
 		return r;
 	}
 	pthread_mutex_lock(&a->mu);
-	r = audit_lock(a->fd, F_WRLCK, LOCK_APPEND_OFF, true);
+	r = audit_lock(a->lockfd, F_WRLCK, LOCK_APPEND_OFF, true);
 	if (r < 0)
-		k8_err_set(err, r, "locking %s: %s", a->log_path, strerror(-r));
+		k8_err_set(err, r, "locking %s: %s", a->lock_path, strerror(-r));
 	else {
 		r = append_locked(a, action, sb, d, err);
-		audit_lock(a->fd, F_UNLCK, LOCK_APPEND_OFF, false);
+		audit_lock(a->lockfd, F_UNLCK, LOCK_APPEND_OFF, false);
 	}
 	pthread_mutex_unlock(&a->mu);
 	json_decref(sb);
@@ -877,10 +1087,10 @@ static int write_warning(struct audit *a, struct scan *s, const struct head *h,
 	return r;
 }
 
-static int recover(struct audit *a, struct k8_err *err)
+static int recover(struct audit *a, struct segs *sg, struct k8_err *err)
 {
 	struct head h;
-	struct scan s = { .mode = SCAN_OPEN };
+	struct scan s = { .mode = SCAN_OPEN, .segs = sg };
 	enum verdict v;
 	json_t *d;
 	struct stat st;
@@ -892,7 +1102,7 @@ static int recover(struct audit *a, struct k8_err *err)
 	if (fstat(a->fd, &st) < 0)
 		return k8_err_set(err, -errno, "stat %s: %s", a->log_path, strerror(errno));
 	s.head_seq = h.state == HEAD_VALID ? h.seq : UINT64_MAX;
-	r = scan_run(&s, a->fd, (uint64_t)st.st_size, err);
+	r = scan_run(&s, a->dir, a->fd, (uint64_t)st.st_size, err);
 	if (r < 0)
 		return r;
 	if (s.failed)
@@ -944,10 +1154,36 @@ static int recover(struct audit *a, struct k8_err *err)
 	return r;
 }
 
+/* Open (creating) audit.log for appending, mode 0600. A rotation that stopped between
+ * linking audit.log to its segment name and unlinking it leaves both names on one
+ * file: the unlink is finished first. */
+static int log_open(struct audit *a, const struct segs *sg, struct k8_err *err)
+{
+	struct stat st, ss;
+
+	if (sg->n) {
+		char name[32];
+		seg_name(sg->num[sg->n - 1], name);
+		cleanup_free char *last = xasprintf("%s/%s", a->dir, name);
+		if (stat(last, &ss) == 0 && lstat(a->log_path, &st) == 0 && st.st_ino == ss.st_ino &&
+		    st.st_dev == ss.st_dev && unlink(a->log_path) < 0)
+			return k8_err_set(err, -errno, "finishing the rotation of %s: %s",
+					  a->log_path, strerror(errno));
+	}
+	a->fd = open(a->log_path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (a->fd < 0)
+		return k8_err_set(err, -errno, "opening %s: %s", a->log_path, strerror(errno));
+	if (fstat(a->fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return k8_err_set(err, -EINVAL, "%s is not a regular file", a->log_path);
+	if ((st.st_mode & 07777) != 0600 && fchmod(a->fd, 0600) < 0)
+		return k8_err_set(err, -errno, "chmod 0600 %s: %s", a->log_path, strerror(errno));
+	return 0;
+}
+
 int audit_open(const char *dir, struct audit **out, struct k8_err *err)
 {
+	struct segs sg = { 0 };
 	struct audit *a;
-	struct stat st;
 	int r;
 
 	*out = NULL;
@@ -956,26 +1192,20 @@ int audit_open(const char *dir, struct audit **out, struct k8_err *err)
 		return k8_err_set(err, r, "creating %s: %s", dir, strerror(-r));
 	a = xcalloc(1, sizeof(*a));
 	pthread_mutex_init(&a->mu, NULL);
+	a->fd = -1;
+	a->lockfd = -1;
+	a->seg_max = AUDIT_SEGMENT_DEFAULT;
 	a->dir = xstrdup(dir);
 	a->log_path = xasprintf("%s/%s", dir, AUDIT_LOG_NAME);
 	a->head_path = xasprintf("%s/%s", dir, AUDIT_HEAD_NAME);
-	a->fd = open(a->log_path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (a->fd < 0) {
+	a->lock_path = xasprintf("%s/%s", dir, AUDIT_LOCK_NAME);
+	a->lockfd = open(a->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (a->lockfd < 0) {
 		r = -errno;
-		k8_err_set(err, r, "opening %s: %s", a->log_path, strerror(-r));
+		k8_err_set(err, r, "opening %s: %s", a->lock_path, strerror(-r));
 		goto fail;
 	}
-	if (fstat(a->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		r = -EINVAL;
-		k8_err_set(err, r, "%s is not a regular file", a->log_path);
-		goto fail;
-	}
-	if ((st.st_mode & 07777) != 0600 && fchmod(a->fd, 0600) < 0) {
-		r = -errno;
-		k8_err_set(err, r, "chmod 0600 %s: %s", a->log_path, strerror(-r));
-		goto fail;
-	}
-	r = audit_lock(a->fd, F_WRLCK, LOCK_OWNER_OFF, false);
+	r = audit_lock(a->lockfd, F_WRLCK, LOCK_OWNER_OFF, false);
 	if (r == -EAGAIN) {
 		r = -EBUSY;
 		k8_err_set(err, r, "%s is already open for writing by another kosa8d; only one "
@@ -983,16 +1213,23 @@ int audit_open(const char *dir, struct audit **out, struct k8_err *err)
 		goto fail;
 	}
 	if (r < 0) {
-		k8_err_set(err, r, "locking %s: %s", a->log_path, strerror(-r));
+		k8_err_set(err, r, "locking %s: %s", a->lock_path, strerror(-r));
 		goto fail;
 	}
-	r = audit_lock(a->fd, F_WRLCK, LOCK_APPEND_OFF, true);
+	r = audit_lock(a->lockfd, F_WRLCK, LOCK_APPEND_OFF, true);
 	if (r < 0) {
-		k8_err_set(err, r, "locking %s: %s", a->log_path, strerror(-r));
+		k8_err_set(err, r, "locking %s: %s", a->lock_path, strerror(-r));
 		goto fail;
 	}
-	r = recover(a, err);
-	audit_lock(a->fd, F_UNLCK, LOCK_APPEND_OFF, false);
+	r = segs_list(dir, &sg, err);
+	if (r == 0)
+		r = log_open(a, &sg, err);
+	if (r == 0) {
+		a->next_seg = sg.n ? sg.num[sg.n - 1] + 1 : 1;
+		r = recover(a, &sg, err);
+	}
+	audit_lock(a->lockfd, F_UNLCK, LOCK_APPEND_OFF, false);
+	segs_free(&sg);
 	if (r < 0) {
 		k8_err_wrap(err, "opening the audit log");
 		goto fail;
@@ -1004,16 +1241,28 @@ fail:
 	return r;
 }
 
+void audit_set_segment_bytes(struct audit *a, uint64_t bytes)
+{
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->mu);
+	a->seg_max = bytes < AUDIT_SEGMENT_MIN ? AUDIT_SEGMENT_MIN : bytes;
+	pthread_mutex_unlock(&a->mu);
+}
+
 void audit_close(struct audit *a)
 {
 	if (!a)
 		return;
 	if (a->fd >= 0)
 		close(a->fd);
+	if (a->lockfd >= 0)
+		close(a->lockfd);
 	pthread_mutex_destroy(&a->mu);
 	free(a->dir);
 	free(a->log_path);
 	free(a->head_path);
+	free(a->lock_path);
 	free(a);
 }
 
@@ -1041,83 +1290,113 @@ static bool query_match(const struct rec *r, const char *sandbox, const char *ac
 	return true;
 }
 
-int audit_query(const char *dir, const char *sandbox, const char *action, uint64_t since_seq,
-		size_t limit, json_t **out, struct k8_err *err)
-{
-	cleanup_close int fd = -1;
-	json_t **ring = NULL;           /* since_seq 0 with a limit: the newest `limit` */
-	size_t ring_cap = 0, ring_n = 0, ring_pos = 0;
-	struct lreader lr;
-	struct head h;
-	uint64_t size;
+struct qctx {
+	const char *sandbox, *action;
+	uint64_t since_seq;
+	size_t limit;
 	json_t *arr;
+	json_t **ring;          /* since_seq 0 with a limit: the newest `limit` */
+	size_t ring_cap, ring_n, ring_pos;
+	bool done;              /* the limit was reached (paging forward) */
+};
+
+/* The matching records of one file (its first `size` bytes). 0 or a negative errno. */
+static int query_file(struct qctx *q, int fd, uint64_t size)
+{
+	struct lreader lr;
 	char why[256];
 	int r;
 
-	*out = NULL;
-	r = reader_open(dir, &fd, &size, &h, err);
-	if (r < 0)
-		return r;
-	arr = json_array();
-	if (fd < 0) {
-		*out = arr;
-		return 0;
-	}
-	if (lr_init(&lr, fd, size) < 0) {
-		json_decref(arr);
-		return k8_err_set(err, -ENOMEM, "reading the audit log: out of memory");
-	}
+	if (lr_init(&lr, fd, size) < 0)
+		return -ENOMEM;
 	while ((r = lr_next(&lr)) > 0 && lr.complete) {
 		struct rec rec;
 		if (rec_parse(&lr, &rec, why, sizeof(why)) < 0)
 			continue;
-		if (!query_match(&rec, sandbox, action, since_seq)) {
+		if (!query_match(&rec, q->sandbox, q->action, q->since_seq)) {
 			rec_clear(&rec);
 			continue;
 		}
-		if (!limit || since_seq) {
-			json_array_append(arr, rec.root);
+		if (!q->limit || q->since_seq) {
+			json_array_append(q->arr, rec.root);
 			rec_clear(&rec);
-			if (limit && json_array_size(arr) >= limit)
+			if (q->limit && json_array_size(q->arr) >= q->limit) {
+				q->done = true;
 				break;
+			}
 			continue;
 		}
-		if (ring_n < limit) {
-			if (ring_n == ring_cap) {
-				size_t cap = ring_cap ? ring_cap * 2 : 64;
+		if (q->ring_n < q->limit) {
+			if (q->ring_n == q->ring_cap) {
+				size_t cap = q->ring_cap ? q->ring_cap * 2 : 64;
 				json_t **nr;
-				if (cap > limit)
-					cap = limit;
-				nr = realloc(ring, cap * sizeof(*ring));
+				if (cap > q->limit)
+					cap = q->limit;
+				nr = realloc(q->ring, cap * sizeof(*q->ring));
 				if (!nr) {
 					rec_clear(&rec);
 					r = -ENOMEM;
 					break;
 				}
-				ring = nr;
-				ring_cap = cap;
+				q->ring = nr;
+				q->ring_cap = cap;
 			}
-			ring[ring_n++] = json_incref(rec.root);
+			q->ring[q->ring_n++] = json_incref(rec.root);
 		} else {
-			json_decref(ring[ring_pos]);
-			ring[ring_pos] = json_incref(rec.root);
-			ring_pos = (ring_pos + 1) % limit;
+			json_decref(q->ring[q->ring_pos]);
+			q->ring[q->ring_pos] = json_incref(rec.root);
+			q->ring_pos = (q->ring_pos + 1) % q->limit;
 		}
 		rec_clear(&rec);
 	}
 	lr_free(&lr);
-	for (size_t i = 0; i < ring_n; i++) {
-		json_t *v = ring[(ring_pos + i) % ring_n];
+	return r < 0 ? r : 0;
+}
+
+int audit_query(const char *dir, const char *sandbox, const char *action, uint64_t since_seq,
+		size_t limit, json_t **out, struct k8_err *err)
+{
+	struct qctx q = { .sandbox = sandbox, .action = action, .since_seq = since_seq,
+			  .limit = limit };
+	cleanup_close int fd = -1;
+	struct segs sg;
+	struct head h;
+	uint64_t size;
+	int r;
+
+	*out = NULL;
+	r = reader_open(dir, &fd, &size, &h, &sg, err);
+	if (r < 0) {
+		segs_free(&sg);
+		return r;
+	}
+	q.arr = json_array();
+	/* the rotated segments, oldest first, then audit.log */
+	for (size_t f = 0; f < sg.n && !q.done && r >= 0; f++) {
+		char name[32];
+		struct stat st;
+		seg_name(sg.num[f], name);
+		cleanup_free char *path = xasprintf("%s/%s", dir, name);
+		cleanup_close int sfd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (sfd < 0 || fstat(sfd, &st) < 0)
+			continue;       /* a segment gone: verify reports it */
+		r = query_file(&q, sfd, (uint64_t)st.st_size);
+	}
+	if (fd >= 0 && !q.done && r >= 0)
+		r = query_file(&q, fd, size);
+	segs_free(&sg);
+	for (size_t i = 0; i < q.ring_n; i++) {
+		json_t *v = q.ring[(q.ring_pos + i) % q.ring_n];
 		if (r >= 0)
-			json_array_append(arr, v);
+			json_array_append(q.arr, v);
 		json_decref(v);
 	}
-	free(ring);
+	free(q.ring);
 	if (r < 0) {
-		json_decref(arr);
+		json_decref(q.arr);
 		return k8_err_set(err, r, "reading the audit log in %s: %s", dir, strerror(-r));
 	}
-	*out = arr;
+	*out = q.arr;
 	return 0;
 }
 
@@ -1127,29 +1406,89 @@ int audit_verify(const char *dir, json_t **report, struct k8_err *err)
 {
 	cleanup_close int fd = -1;
 	struct scan s = { .mode = SCAN_VERIFY };
+	struct segs sg;
 	struct head h;
 	uint64_t size;
 	int r;
 
 	*report = NULL;
-	r = reader_open(dir, &fd, &size, &h, err);
-	if (r < 0)
+	r = reader_open(dir, &fd, &size, &h, &sg, err);
+	s.segs = &sg;
+	if (r == 0) {
+		s.head_seq = h.state == HEAD_VALID ? h.seq : UINT64_MAX;
+		r = scan_run(&s, dir, fd, size, err);
+	}
+	if (r < 0) {
+		segs_free(&sg);
 		return r;
-	s.head_seq = h.state == HEAD_VALID ? h.seq : UINT64_MAX;
-	r = scan_run(&s, fd, size, err);
-	if (r < 0)
-		return r;
+	}
 	if (!s.failed) {
 		if (s.partial)
 			scan_fail_partial(&s);
 		else
 			head_check(&s, &h);
 	}
-	*report = json_pack("{s:b,s:I,s:o,s:o,s:s}", "ok", !s.failed, "records", (json_int_t)s.lines,
+	char segname[32];
+	uint64_t local = 0;
+	if (s.bad_line)
+		segs_locate(&sg, s.bad_line, segname, &local);
+	*report = json_pack("{s:b,s:I,s:o,s:o,s:o,s:I,s:s}", "ok", !s.failed,
+			    "records", (json_int_t)s.lines,
 			    "first_bad", s.first_bad ? json_integer((json_int_t)s.first_bad)
 						     : json_null(),
-			    "line", s.bad_line ? json_integer((json_int_t)s.bad_line) : json_null(),
+			    "line", s.bad_line ? json_integer((json_int_t)local) : json_null(),
+			    "segment", s.bad_line ? json_string(segname) : json_null(),
+			    "segments", (json_int_t)(sg.n + 1),
 			    "reason", s.failed ? s.reason : "every record chains to the one before it "
 			    "and audit.head names the last one");
+	segs_free(&sg);
 	return 0;
+}
+
+/* ---- the budget of guest-caused records ---- */
+
+bool audit_budget_take(struct audit_budget *b, const struct audit_rate *r, uint64_t now_ns,
+		       uint64_t weight, uint64_t *fold)
+{
+	uint64_t cap = (uint64_t)(r->burst ? r->burst : 1) * 1000000u;
+	bool ok;
+
+	*fold = 0;
+	if (weight == 0)
+		weight = 1;
+	if (!b->started) {
+		b->started = true;
+		b->tokens_u = cap;
+		b->last_ns = now_ns;
+		b->fold_ns = now_ns;
+	}
+	if (r->per_minute == 0)
+		return true;
+	if (now_ns > b->last_ns) {
+		/* millionths of a token per ns: per_minute * 1e6 / 60e9; in 128 bits, no overflow */
+		unsigned __int128 add = (unsigned __int128)(now_ns - b->last_ns) * r->per_minute /
+					60000u;
+		b->tokens_u = add >= cap - b->tokens_u ? cap : b->tokens_u + (uint64_t)add;
+		b->last_ns = now_ns;
+	}
+	ok = b->tokens_u >= 1000000u;
+	if (ok)
+		b->tokens_u -= 1000000u;
+	else
+		b->suppressed = b->suppressed + weight < b->suppressed ? UINT64_MAX
+								      : b->suppressed + weight;
+	if (b->suppressed && now_ns - b->fold_ns >= (uint64_t)r->fold_s * 1000000000u) {
+		*fold = b->suppressed;
+		b->suppressed = 0;
+		b->fold_ns = now_ns;
+	}
+	return ok;
+}
+
+uint64_t audit_budget_drain(struct audit_budget *b)
+{
+	uint64_t n = b->suppressed;
+
+	b->suppressed = 0;
+	return n;
 }

@@ -7,10 +7,12 @@
  *    "details":{...},"prev":"<hex SHA-256 of the previous line's bytes, no newline>"}
  *
  * and $KOSA8_HOME/audit.head holds {"seq":N,"hash":"<hex SHA-256 of the last line>"}, so
- * a log whose tail was cut off (or which was emptied) is detected too.
+ * a log whose tail was cut off (or which was emptied) is detected too. A full audit.log
+ * is rotated into audit.log.000001, audit.log.000002, ...: the chain runs on through the
+ * segments, and readers walk them, oldest first, then audit.log, as one log.
  *
- * Only the daemon writes: audit_open() takes an exclusive lock on the log that a second
- * writer (another daemon on the same $KOSA8_HOME) cannot get. audit_query() and
+ * Only the daemon writes: audit_open() takes an exclusive lock (on audit.lock) that a
+ * second writer (another daemon on the same $KOSA8_HOME) cannot get. audit_query() and
  * audit_verify() read the files directly and may be called from any thread or process;
  * they take a shared lock that waits for an append in progress, so they always see the
  * log and the head in step.
@@ -21,6 +23,7 @@
 #define K8_AUDIT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +34,9 @@
 #define AUDIT_DETAILS_MAX (16u * 1024u)  /* serialized details above this are replaced */
 #define AUDIT_STRING_MAX (4u * 1024u)    /* each string in details (and the sandbox name) */
 #define AUDIT_ACTION_MAX 64u             /* actions: [a-z0-9._-], e.g. "sandbox.create" */
+#define AUDIT_LOCK_NAME "audit.lock"     /* empty; carries the locks (audit.log is renamed) */
+#define AUDIT_SEGMENT_DEFAULT (64ull << 20) /* audit.log is rotated once this long */
+#define AUDIT_SEGMENT_MIN (4ull << 10)
 
 struct audit;
 
@@ -41,6 +47,9 @@ struct audit;
  * "audit.warning" record names the first bad record, so audit_verify() keeps failing.
  * Fails with -EBUSY when another process (or another open in this one) holds the log. */
 int audit_open(const char *dir, struct audit **out, struct k8_err *err);
+/* Rotate audit.log into a segment (audit.log.000001, ...) once it holds `bytes` bytes
+ * (at least AUDIT_SEGMENT_MIN; the default is AUDIT_SEGMENT_DEFAULT). */
+void audit_set_segment_bytes(struct audit *a, uint64_t bytes);
 /* Close the log and release its lock. Accepts NULL. */
 void audit_close(struct audit *a);
 
@@ -63,12 +72,43 @@ int audit_append(struct audit *a, const char *action, const char *sandbox, json_
 int audit_query(const char *dir, const char *sandbox, const char *action, uint64_t since_seq,
 		size_t limit, json_t **out, struct k8_err *err);
 
-/* Check the whole chain and the head. *report:
- *   {"ok":bool,"records":N,"first_bad":seq|null,"line":N|null,"reason":"..."}
+/* Check the whole chain, across the segments, and the head. *report:
+ *   {"ok":bool,"records":N,"first_bad":seq|null,"line":N|null,"segment":"audit.log"|null,
+ *    "segments":N,"reason":"..."}
  * `records` counts the complete lines; `first_bad` is the lowest seq that cannot be
- * trusted (every record before it checked out), `line` the log line it is on (or would
- * be on, when it is missing). Returns 0 whenever the check ran, also when ok is false;
+ * trusted (every record before it checked out), `line` the line it is on (or would be
+ * on, when it is missing) in the file `segment`; `segments` counts the files walked. Returns 0 whenever the check ran, also when ok is false;
  * a negative errno only when the files could not be read. */
 int audit_verify(const char *dir, json_t **report, struct k8_err *err);
+
+/* ---- the budget of records a sandbox can cause (docs/audit.md, "Flooding") ----
+ *
+ * Records whose trigger a sandbox controls (refused connections, limit hits) go through
+ * one token bucket per sandbox: `burst` records at once, refilled at `per_minute`. What
+ * is over budget is counted, and the count is written as one folded record at most every
+ * `fold_s` seconds, and when the sandbox stops. Mechanism only: the caller owns the
+ * struct, serializes calls on it and writes the records. */
+struct audit_rate {
+	uint32_t per_minute;    /* refill; 0 = no limit */
+	uint32_t burst;         /* bucket size (at least 1) */
+	uint32_t fold_s;        /* at most one folded record per this many seconds */
+};
+#define AUDIT_RATE_DEFAULT { .per_minute = 120, .burst = 40, .fold_s = 10 }
+
+struct audit_budget {
+	bool started;
+	uint64_t last_ns;       /* monotonic time the tokens were computed at */
+	uint64_t tokens_u;      /* tokens, in millionths */
+	uint64_t suppressed;    /* events counted, not written, since the last fold */
+	uint64_t fold_ns;       /* monotonic time of the last folded record */
+};
+
+/* One event of `weight` occurrences (>= 1) at monotonic `now_ns`. Returns true when its
+ * record may be written. *fold is the count the caller writes first as one folded record
+ * (0: none; the count is then reset). */
+bool audit_budget_take(struct audit_budget *b, const struct audit_rate *r, uint64_t now_ns,
+		       uint64_t weight, uint64_t *fold);
+/* The count not yet written (reset to 0): for the folded record when a sandbox stops. */
+uint64_t audit_budget_drain(struct audit_budget *b);
 
 #endif

@@ -19,6 +19,7 @@
 #include "common/proto.h"
 #include "common/util.h"
 #include "daemon/jail.h"
+#include "daemon/audit.h"
 
 struct image_store;
 struct audit;
@@ -214,9 +215,9 @@ struct sandbox {
 	char egress_mode[16];           /* "deny", "allow-list", "allow-all" */
 	json_t *egress_rules;           /* array of rule strings, as normalised */
 	struct sidecar net;
-	uint64_t deny_window_ns;        /* audit budget for sandbox.egress.deny */
-	int deny_in_window;
-	uint64_t deny_suppressed;
+	/* records the guest can cause (egress refusals, limit hits): daemon_audit_guest */
+	pthread_mutex_t audit_mu;
+	struct audit_budget audit_budget;
 	/* shared folders (mounts.c) */
 	struct sb_mount mounts[K8_MAX_MOUNTS];
 	int nmounts;
@@ -295,6 +296,7 @@ struct daemon {
 	bool offline;                   /* --offline: never fetch (KOSA8_OFFLINE likewise) */
 	bool stop_vms;
 	struct jail_range jail;          /* config jail_uids: uids for QEMU and sidecars */
+	struct audit_rate guest_audit;  /* config.json "audit": the budget of guest records */
 };
 
 extern struct daemon *g_daemon_for_signals;
@@ -434,6 +436,15 @@ int accel_choose(struct daemon *d, struct k8_err *err);
 
 /* audit helper: never fails the caller (an audit failure is logged) */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);
+/* daemon_audit for a record the sandbox's guest caused: within the sandbox's budget
+ * (d->guest_audit), else counted into one folded "sandbox.audit.suppressed" record.
+ * `weight`: how many occurrences the event stands for. Steals `details`. */
+void daemon_audit_guest(struct daemon *d, struct sandbox *sb, const char *action,
+			json_t *details, uint64_t weight);
+/* Write the folded record for what is still counted (when the sandbox stops). */
+void daemon_audit_guest_flush(struct daemon *d, struct sandbox *sb);
+/* The audit settings of config.json (segment size, the guest budget). */
+void daemon_audit_settings(struct daemon *d);
 void daemon_log(const char *fmt, ...) K8_PRINTF(1, 2);
 
 #endif

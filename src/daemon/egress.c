@@ -6,9 +6,10 @@
  * counts. The daemon validates every rule with the same parser kosa8-net uses
  * (src/net/policy.c), so a bad rule is refused before anything changes. kosa8-net is
  * given the policy in a file when it starts and over its control socket when it changes;
- * its refusals come back as events that become `sandbox.egress.deny` audit records,
- * at most EGRESS_AUDIT_PER_SEC a second per sandbox (the rest are summed into one record
- * with "suppressed"), on top of kosa8-net's own aggregation per destination and second.
+ * its refusals come back as events that become `sandbox.egress.deny` audit records
+ * within the sandbox's audit budget (daemon_audit_guest; the rest are counted into one
+ * "sandbox.audit.suppressed" record), on top of kosa8-net's own aggregation per
+ * destination and second.
  * docs/network.md has the policy language and the threat model.
  */
 #include <fcntl.h>
@@ -19,7 +20,6 @@
 #include "daemon/daemon.h"
 #include "net/policy.h"
 
-#define EGRESS_AUDIT_PER_SEC 20
 #define NET_MAX_FLOWS 256
 
 json_t *net_guest_config(void)
@@ -152,7 +152,6 @@ static void net_event(void *ctx, json_t *ev)
 	struct sandbox *sb = ctx;
 	struct daemon *d = g_daemon_for_signals;
 	const char *name = json_string_value(json_object_get(ev, "event"));
-	uint64_t now = now_mono_ns();
 
 	if (!name || !d)
 		return;
@@ -162,28 +161,14 @@ static void net_event(void *ctx, json_t *ev)
 		daemon_log("sandbox %s: kosa8-net is gone (%s): the sandbox has no network until "
 			   "its next boot or rewind", sb->name,
 			   json_string_value(json_object_get(ev, "why")));
-		daemon_audit(d, "sandbox.net.down", sb->name,
-			     json_pack("{s:s?}", "why", json_string_value(json_object_get(ev, "why"))));
+		daemon_audit_guest(d, sb, "sandbox.net.down",
+				   json_pack("{s:s?}", "why",
+					     json_string_value(json_object_get(ev, "why"))), 1);
 		return;
 	}
 	if (strcmp(name, "deny"))
 		return;
-	/* Called from this sidecar's one reader thread only: no lock for the budget. */
-	if (now - sb->deny_window_ns > 1000000000ull) {
-		if (sb->deny_suppressed)
-			daemon_audit(d, "sandbox.egress.deny", sb->name,
-				     json_pack("{s:s,s:I}", "dest", "*", "suppressed",
-					       (json_int_t)sb->deny_suppressed));
-		sb->deny_window_ns = now;
-		sb->deny_in_window = 0;
-		sb->deny_suppressed = 0;
-	}
 	json_t *cnt = json_object_get(ev, "count");
-	if (++sb->deny_in_window > EGRESS_AUDIT_PER_SEC) {
-		sb->deny_suppressed += json_is_integer(cnt) && json_integer_value(cnt) > 0
-					       ? (uint64_t)json_integer_value(cnt) : 1;
-		return;
-	}
 	json_t *det = json_object();
 	const char *keys[] = { "dest", "proto", "reason", "time" };
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
@@ -191,9 +176,12 @@ static void net_event(void *ctx, json_t *ev)
 		if (v && strlen(v) < 300)
 			json_object_set_new(det, keys[i], json_string(v));
 	}
-	if (json_is_integer(cnt))
+	uint64_t n = 1;
+	if (json_is_integer(cnt) && json_integer_value(cnt) > 0) {
 		json_object_set(det, "count", cnt);
-	daemon_audit(d, "sandbox.egress.deny", sb->name, det);
+		n = (uint64_t)json_integer_value(cnt);
+	}
+	daemon_audit_guest(d, sb, "sandbox.egress.deny", det, n);
 }
 
 static int net_push_policy(struct sandbox *sb, struct k8_err *err)

@@ -184,6 +184,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kosa8d: audit log: %s\n", err.msg);
 		return 1;
 	}
+	daemon_audit_settings(d);
 	snprintf(path, sizeof(path), "%s/images", d->home);
 	if (image_store_open(path, &d->images, &err) < 0) {
 		fprintf(stderr, "kosa8d: image store: %s\n", err.msg);

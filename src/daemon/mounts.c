@@ -214,8 +214,10 @@ static void fs_event(void *ctx, json_t *ev)
 	if (!strcmp(name, "down") && !sb->fs.closing) {
 		daemon_log("sandbox %s: kosa8-fs is gone (%s); starting it again", sb->name,
 			   json_string_value(json_object_get(ev, "why")));
-		daemon_audit(g_daemon_for_signals, "sandbox.fs.down", sb->name,
-			     json_pack("{s:s?}", "why", json_string_value(json_object_get(ev, "why"))));
+		/* a guest that can crash kosa8-fs can repeat it: within its audit budget */
+		daemon_audit_guest(g_daemon_for_signals, sb, "sandbox.fs.down",
+				   json_pack("{s:s?}", "why",
+					     json_string_value(json_object_get(ev, "why"))), 1);
 		if (pthread_create(&t, NULL, fs_restart, xstrdup(sb->name)) == 0)
 			pthread_detach(t);
 	}

@@ -118,5 +118,9 @@ int registry_pick_platform(json_t *index, char hex[65], int64_t *size, char *ava
 /* May registry `domain` ("host[:port]") be reached over plain http? Loopback
  * (127.0.0.0/8, localhost, [::1]) and the hosts or host:ports in `insecure`. */
 bool registry_plain_http_ok(const char *domain, const char *const *insecure);
+/* Do URLs `a` and `b` ("scheme://[user@]host[:port][/...]") name the same origin: scheme,
+ * host (case-insensitive) and port, the default port filled in for http and https?
+ * False when either does not parse. Credentials go only to the registry's own origin. */
+bool registry_same_origin(const char *a, const char *b);
 
 #endif

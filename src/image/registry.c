@@ -338,6 +338,66 @@ bool registry_plain_http_ok(const char *domain, const char *const *insecure)
 	return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
+struct reg_origin {
+	char scheme[8];
+	char host[256];
+	unsigned port;
+};
+
+static bool reg_origin_parse(const char *url, struct reg_origin *o)
+{
+	const char *p = url ? strstr(url, "://") : NULL, *auth, *end, *at, *colon;
+	size_t n;
+	char *e;
+
+	if (!p || (size_t)(p - url) >= sizeof(o->scheme))
+		return false;
+	for (n = 0; url + n < p; n++)
+		o->scheme[n] = (char)tolower((unsigned char)url[n]);
+	o->scheme[n] = '\0';
+	auth = p + 3;
+	end = auth + strcspn(auth, "/?#");
+	at = memchr(auth, '@', (size_t)(end - auth));
+	if (at)
+		auth = at + 1;
+	if (*auth == '[') {
+		const char *rb = memchr(auth, ']', (size_t)(end - auth));
+		if (!rb)
+			return false;
+		colon = rb + 1 < end && rb[1] == ':' ? rb + 1 : NULL;
+		n = (size_t)(rb + 1 - auth);
+	} else {
+		colon = memchr(auth, ':', (size_t)(end - auth));
+		n = (size_t)((colon ? colon : end) - auth);
+	}
+	if (n == 0 || n >= sizeof(o->host))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		o->host[i] = (char)tolower((unsigned char)auth[i]);
+	o->host[n] = '\0';
+	if (colon && colon + 1 < end) {
+		unsigned long v = strtoul(colon + 1, &e, 10);
+		if (e != end || v == 0 || v > 65535)
+			return false;
+		o->port = (unsigned)v;
+	} else if (!strcmp(o->scheme, "https")) {
+		o->port = 443;
+	} else if (!strcmp(o->scheme, "http")) {
+		o->port = 80;
+	} else {
+		return false;
+	}
+	return true;
+}
+
+bool registry_same_origin(const char *a, const char *b)
+{
+	struct reg_origin x, y;
+
+	return reg_origin_parse(a, &x) && reg_origin_parse(b, &y) && !strcmp(x.scheme, y.scheme) &&
+	       !strcmp(x.host, y.host) && x.port == y.port;
+}
+
 /* ---------------------------------------------------------------- credentials */
 
 /* The "user:pass" for `domain` in a Docker-style config file ({"auths": {...}}). */
@@ -584,6 +644,7 @@ static CURLcode reg_perform(struct reg *g, const char *url, const char *accept,
 	curl_easy_setopt(g->curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(g->curl, CURLOPT_USERAGENT, "kosa8");
 	curl_easy_setopt(g->curl, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(g->curl, CURLOPT_UNRESTRICTED_AUTH, 0L); /* (the default) see below */
 	curl_easy_setopt(g->curl, CURLOPT_MAXREDIRS, 5L);
 	curl_easy_setopt(g->curl, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(g->curl, CURLOPT_REDIR_PROTOCOLS_STR, g->plain_ok ? "http,https" : "https");
@@ -735,6 +796,26 @@ out:
 	return r;
 }
 
+/* Did the 401 just received come from the registry's own origin? Only then is it
+ * answered with credentials: a redirect (a blob sent to object storage) to another host,
+ * or to another port or scheme of this one, that then asks for a password gets nothing,
+ * whatever its challenge (a Bearer realm it names would otherwise receive the registry's
+ * user and password). curl itself drops our Authorization header on such a redirect
+ * (CURLOPT_UNRESTRICTED_AUTH is off); this covers the retry that is ours. False with
+ * g->err set. */
+static bool reg_answered_here(struct reg *g, const char *what)
+{
+	char *eff = NULL;
+
+	curl_easy_getinfo(g->curl, CURLINFO_EFFECTIVE_URL, &eff);
+	if (eff && registry_same_origin(eff, g->base))
+		return true;
+	k8_err_set(g->err, -EACCES, "%s: fetching %s, registry %s redirected to %.200s, which "
+		   "asks for credentials (HTTP 401); kosa8 sends the credentials of a registry to "
+		   "that registry only; refused", g->norm, what, g->host, eff ? eff : "(unknown)");
+	return false;
+}
+
 /* GET `path` (under /v2/<name>/) from the endpoint, with auth and retries. */
 static int reg_get(struct reg *g, const char *path, const char *accept, struct reg_xfer *x,
 		   const char *what)
@@ -755,6 +836,8 @@ static int reg_get(struct reg *g, const char *path, const char *accept, struct r
 			return k8_err_set(g->err, -ECANCELED, "cancelled: another download failed");
 		if (x->fatal)
 			return k8_err_set(g->err, x->fatal, "%s", x->ferr.msg);
+		if (cc == CURLE_OK && code == 401 && !reg_answered_here(g, what))
+			return -EACCES;
 		if (cc == CURLE_OK && code == 401 && !authed) {
 			int r;
 			authed = true;

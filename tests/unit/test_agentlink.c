@@ -21,7 +21,7 @@ struct fake {
 	int done;
 };
 
-enum { F_GARBAGE, F_FLOOD, F_OVERRUN, F_BADJSON, F_SILENT };
+enum { F_GARBAGE, F_FLOOD, F_OVERRUN, F_BADJSON, F_SILENT, F_EVILEXIT };
 
 static void wr(int fd, uint16_t type, uint16_t flags, uint32_t id, const void *p, size_t n)
 {
@@ -93,6 +93,16 @@ static void *fake_agent(void *arg)
 	case F_SILENT:
 		read_req(fd);
 		break;
+	case F_EVILEXIT: {
+		/* an EXIT whose fields try to reach the terminal, the audit log and the JSON */
+		static const char ex[] = "{\"code\":\"\\u001b[2J0\",\"signal\":999,\"oom\":1,"
+			"\"error\":\"\\u001b]0;pwned\\u0007\\nkosa8: fake line\\u009b31m\","
+			"\"container\":{\"x\":1},\"extra\":\"injected\"}";
+		id = read_req(fd);
+		wr(fd, PROTO_RESP, 0, id, "{\"ok\":true}", 11);
+		wr(fd, PROTO_EXIT, 0, id, ex, sizeof(ex) - 1);
+		break;
+	}
 	}
 	while (!__atomic_load_n(&f->done, __ATOMIC_SEQ_CST))
 		usleep(10000);
@@ -199,6 +209,28 @@ int main(void)
 	memset(&err, 0, sizeof(err));
 	CHECK(link_request(&l, json_pack("{s:s}", "op", "c"), 5000, NULL, NULL, &err) == -EIO);
 	CHECK(strchr(err.msg, '\n') == NULL && strchr(err.msg, '\a') == NULL);
+	fake_stop(&f, t, &l);
+
+	/* a hostile EXIT: only code/signal/oom/error pass, checked, the error escaped */
+	fake_start(&f, &t, F_EVILEXIT);
+	CHECK(connect_link(&l, &f) == 0);
+	memset(&err, 0, sizeof(err));
+	s = NULL;
+	CHECK(link_request(&l, json_pack("{s:s}", "op", "run"), 10000, NULL, &s, &err) == 0);
+	for (int i = 0; i < 500 && s && !s->exited; i++)
+		usleep(10000);
+	if (s) {
+		const char *e = json_string_value(json_object_get(s->exit_info, "error"));
+		CHECK(s->exited);
+		CHECK_EQ_INT(json_integer_value(json_object_get(s->exit_info, "code")), 125);
+		CHECK(json_object_get(s->exit_info, "signal") == NULL);
+		CHECK(json_is_false(json_object_get(s->exit_info, "oom")));  /* 1 is not true */
+		CHECK(json_object_get(s->exit_info, "extra") == NULL);
+		CHECK(json_object_get(s->exit_info, "container") == NULL);
+		CHECK(e && !strpbrk(e, "\x1b\n\a"));
+		CHECK(e && strstr(e, "\\x1b]0;pwned\\x07\\x0akosa8: fake line\\xc2\\x9b31m") != NULL);
+		link_stream_close(&l, s);
+	}
 	fake_stop(&f, t, &l);
 
 	/* silence: the request times out when asked to */

@@ -900,6 +900,245 @@ static void test_caps(void)
 	lines_free(&l);
 }
 
+/* ---- segments ---- */
+
+static bool exists_in(const char *dir, const char *name)
+{
+	cleanup_free char *p = path_in(dir, name);
+	struct stat st;
+
+	return stat(p, &st) == 0;
+}
+
+static int copy_seg(const char *from, const char *to, const char *name)
+{
+	copy_file(from, to, name);
+	return 0;
+}
+
+/* A log of `n` records with a small segment size; returns how many segments it has. */
+static char *make_segmented(const char *name, int n, unsigned *nseg)
+{
+	char *d = new_dir(name);
+	struct audit *a = open_ok(d);
+
+	audit_set_segment_bytes(a, AUDIT_SEGMENT_MIN);
+	for (int i = 1; i <= n; i++)
+		append_ok(a, "sandbox.create", "alpha",
+			  json_pack("{s:i,s:s}", "i", i, "pad", "0123456789012345678901234567890123"
+				    "456789012345678901234567890123456789012345678901234567890123"));
+	audit_close(a);
+	*nseg = 0;
+	for (unsigned k = 1; k < 1000; k++) {
+		char sn[32];
+		snprintf(sn, sizeof(sn), "audit.log.%06u", k);
+		if (!exists_in(d, sn))
+			break;
+		*nseg = k;
+	}
+	return d;
+}
+
+static char *copy_segmented(const char *from, const char *name, unsigned nseg)
+{
+	char *d = copy_dir(from, name);
+
+	for (unsigned k = 1; k <= nseg; k++) {
+		char sn[32];
+		snprintf(sn, sizeof(sn), "audit.log.%06u", k);
+		copy_seg(from, d, sn);
+	}
+	return d;
+}
+
+/* Change one byte of a record's details in file `name` (a digit of "i"). */
+static void tamper_in(const char *dir, const char *name)
+{
+	cleanup_free char *p = path_in(dir, name);
+	cleanup_free char *buf = NULL;
+	size_t len;
+	char *i;
+
+	CHECK_EQ_INT(read_file(p, 64u << 20, &buf, &len), 0);
+	i = buf ? strstr(buf, "\"i\":") : NULL;
+	CHECK(i != NULL);
+	if (!i)
+		return;
+	i[4] = i[4] == '9' ? '8' : (char)(i[4] + 1);
+	write_file_atomic(p, buf, len, 0600);
+}
+
+static void test_segments(void)
+{
+	unsigned nseg = 0;
+	cleanup_free char *good = make_segmented("seg-good", 200, &nseg);
+	json_t *q, *r;
+
+	/* 200 records of ~250 bytes with 4 KiB segments: several segments, all in one chain */
+	CHECK(nseg >= 5);
+	CHECK_OK(good, 200);
+	r = verify(good);
+	CHECK_EQ_INT(rep_int(r, "segments"), nseg + 1);
+	json_decref(r);
+	q = query(good, NULL, NULL, 0, 0);
+	CHECK_EQ_INT(json_array_size(q), 200);
+	CHECK_EQ_INT(seq_at(q, 0), 1);
+	CHECK_EQ_INT(seq_at(q, 199), 200);
+	json_decref(q);
+	q = query(good, NULL, NULL, 0, 3);           /* the newest 3, across files */
+	CHECK_EQ_INT(json_array_size(q), 3);
+	CHECK_EQ_INT(seq_at(q, 2), 200);
+	json_decref(q);
+	q = query(good, NULL, NULL, 15, 2);          /* paging forward */
+	CHECK_EQ_INT(seq_at(q, 0), 16);
+	json_decref(q);
+
+	/* reopening goes on in the chain, and writes no warning */
+	{
+		cleanup_free char *d = copy_segmented(good, "seg-reopen", nseg);
+		struct audit *a = open_ok(d);
+		append_ok(a, "sandbox.remove", "alpha", NULL);
+		audit_close(a);
+		CHECK_OK(d, 201);
+		CHECK_EQ_INT(count_action(d, "audit.warning"), 0);
+	}
+	/* a record changed in a middle segment: named by segment and line */
+	{
+		cleanup_free char *d = copy_segmented(good, "seg-tamper", nseg);
+		tamper_in(d, "audit.log.000002");
+		r = verify(d);
+		CHECK(!rep_ok(r));
+		CHECK_STR(json_string_value(json_object_get(r, "segment")), "audit.log.000002");
+		CHECK_EQ_INT(rep_int(r, "line"), 1);
+		CHECK(strstr(rep_reason(r), "line 1 of audit.log.000002") != NULL);
+		if (getenv("T_VERBOSE"))
+			fprintf(stderr, "  %s\n", rep_reason(r));
+		json_decref(r);
+	}
+	/* a middle segment removed: named */
+	{
+		cleanup_free char *d = copy_segmented(good, "seg-gone", nseg);
+		cleanup_free char *p = path_in(d, "audit.log.000003");
+		unlink(p);
+		r = verify(d);
+		CHECK(!rep_ok(r));
+		CHECK(strstr(rep_reason(r), "audit.log.000003 is missing") != NULL);
+		CHECK_STR(json_string_value(json_object_get(r, "segment")), "audit.log.000004");
+		json_decref(r);
+		/* the daemon starts anyway, with a warning, and verify keeps failing */
+		struct audit *a = open_ok(d);
+		audit_close(a);
+		CHECK_EQ_INT(count_action(d, "audit.warning"), 1);
+		r = verify(d);
+		CHECK(!rep_ok(r));
+		json_decref(r);
+	}
+	/* the first segment removed: record 1 is missing */
+	{
+		cleanup_free char *d = copy_segmented(good, "seg-first", nseg);
+		cleanup_free char *p = path_in(d, "audit.log.000001");
+		unlink(p);
+		CHECK_BAD(d, 1, 1);
+	}
+	/* the tail cut: audit.log emptied, the last segment removed */
+	{
+		cleanup_free char *d = copy_segmented(good, "seg-tail", nseg);
+		char sn[32];
+		snprintf(sn, sizeof(sn), "audit.log.%06u", nseg);
+		cleanup_free char *p = path_in(d, sn);
+		cleanup_free char *lp = path_in(d, AUDIT_LOG_NAME);
+		unlink(p);
+		write_file_atomic(lp, "", 0, 0600);
+		r = verify(d);
+		CHECK(!rep_ok(r));
+		CHECK(strstr(rep_reason(r), "cut off") != NULL);
+		json_decref(r);
+	}
+	/* a segment cut short (no newline at its end) */
+	{
+		cleanup_free char *d = copy_segmented(good, "seg-short", nseg);
+		cleanup_free char *p = path_in(d, "audit.log.000002");
+		struct stat st;
+		CHECK_EQ_INT(stat(p, &st), 0);
+		CHECK_EQ_INT(truncate(p, st.st_size - 5), 0);
+		r = verify(d);
+		CHECK(!rep_ok(r));
+		CHECK_STR(json_string_value(json_object_get(r, "segment")), "audit.log.000002");
+		json_decref(r);
+	}
+	/* a rotation interrupted between link and unlink: finished at open, nothing lost */
+	{
+		cleanup_free char *d = copy_segmented(good, "seg-link", nseg);
+		char sn[32];
+		struct lines l;
+		snprintf(sn, sizeof(sn), "audit.log.%06u", nseg + 1);
+		cleanup_free char *lp = path_in(d, AUDIT_LOG_NAME), *sp = path_in(d, sn);
+		lines_load(d, &l);
+		size_t live = l.n;
+		lines_free(&l);
+		CHECK(live > 0);
+		CHECK_EQ_INT(link(lp, sp), 0);
+		struct audit *a = open_ok(d);
+		append_ok(a, "sandbox.remove", "alpha", NULL);
+		audit_close(a);
+		CHECK_OK(d, 201);
+		CHECK_EQ_INT(count_action(d, "audit.warning"), 0);
+		CHECK(exists_in(d, sn));
+	}
+}
+
+/* ---- the budget of guest-caused records ---- */
+
+static void test_budget(void)
+{
+	struct audit_rate r = { .per_minute = 60, .burst = 5, .fold_s = 10 };
+	struct audit_budget b = { 0 };
+	const uint64_t S = 1000000000ull;
+	uint64_t fold, written = 0, folded = 0, now = 100 * S;
+
+	/* a burst of 1000 at once: 5 written, the rest counted */
+	for (int i = 0; i < 1000; i++) {
+		written += audit_budget_take(&b, &r, now, 1, &fold);
+		folded += fold;
+	}
+	CHECK_EQ_INT(written, 5);
+	CHECK_EQ_INT(folded, 0);
+	CHECK_EQ_INT(b.suppressed, 995);
+	/* 10 s later: 10 tokens back, and the count is folded once */
+	now += 10 * S;
+	CHECK(audit_budget_take(&b, &r, now, 1, &fold));
+	CHECK_EQ_INT(fold, 995);
+	/* a flood for a minute at 1000/s: at most 60 written + the burst left, 6 folds */
+	written = folded = 0;
+	unsigned nfold = 0;
+	for (int t = 0; t < 60000; t++) {
+		now += S / 1000;
+		written += audit_budget_take(&b, &r, now, 1, &fold);
+		if (fold) {
+			nfold++;
+			folded += fold;
+		}
+	}
+	CHECK(written <= 60 + 5);
+	CHECK(nfold <= 6);
+	CHECK_EQ_INT(written + folded + audit_budget_drain(&b), 60000);
+	CHECK_EQ_INT(audit_budget_drain(&b), 0);
+	/* a weight counts as that many */
+	now += 3600 * S;
+	folded = 0;
+	for (int i = 0; i < 6; i++) {
+		audit_budget_take(&b, &r, now, 1, &fold);
+		folded += fold;         /* the first over budget after a quiet time: folded at once */
+	}
+	CHECK(!audit_budget_take(&b, &r, now, 1000, &fold));
+	CHECK_EQ_INT(folded + fold + audit_budget_drain(&b), 1001);
+	/* per_minute 0: no limit */
+	struct audit_rate off = { .per_minute = 0, .burst = 1, .fold_s = 1 };
+	struct audit_budget b2 = { 0 };
+	for (int i = 0; i < 100; i++)
+		CHECK(audit_budget_take(&b2, &off, now, 1, &fold));
+}
+
 int main(void)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -918,6 +1157,8 @@ int main(void)
 	test_random_damage(good);
 	test_query();
 	test_caps();
+	test_segments();
+	test_budget();
 	if (!t_fail)
 		rm_rf(base);
 	else

@@ -255,8 +255,44 @@ static void test_table(void)
 	out_table_free(t);
 }
 
+static void test_escape(void)
+{
+	struct { const char *in, *out; } cases[] = {
+		{ "plain text", "plain text" },
+		{ "\x1b[2J\x1b]0;title\a", "\\x1b[2J\\x1b]0;title\\x07" },
+		{ "a\nb\rc\td", "a\\x0ab\\x0dc\\x09d" },
+		{ "back\\slash", "back\\slash" },
+		{ "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80" },
+		{ "c1 \xc2\x9b" "31m", "c1 \\xc2\\x9b31m" },           /* CSI as UTF-8 */
+		{ "del \x7f", "del \\x7f" },
+		{ "bad \xff\xc3", "bad \\xff\\xc3" },                   /* invalid, truncated */
+		{ "overlong \xc0\xaf \xe0\x80\xaf", "overlong \\xc0\\xaf \\xe0\\x80\\xaf" },
+		{ "bidi \xe2\x80\xae" "evil", "bidi \\xe2\\x80\\xaeevil" },
+		{ "", "" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		cleanup_free char *e = str_escape(cases[i].in);
+		CHECK_STR(e, cases[i].out);
+	}
+	cleanup_free char *n = str_escape(NULL);
+	CHECK_STR(n, "");
+	/* the bounded form cuts between characters, never inside an escape */
+	char small[8];
+	str_escape_to(small, sizeof(small), "ab\x1b\x1b");
+	CHECK_STR(small, "ab\\x1b");
+	str_escape_to(small, sizeof(small), "abcdef\xc3\xa9");
+	CHECK_STR(small, "abcdef");
+	/* a table row with a newline and an escape stays one row */
+	struct out_table *t = out_table_new(2, (const char *const[]){ "A", "B" });
+	out_table_row(t, (const char *const[]){ "x\n2 fake row", "\x1b[31mred" });
+	CHECK_STR(t->cells[2], "x\\x0a2 fake row");
+	CHECK_STR(t->cells[3], "\\x1b[31mred");
+	out_table_free(t);
+}
+
 int main(void)
 {
+	test_escape();
 	test_parse();
 	test_checks();
 	test_paths();

@@ -51,6 +51,26 @@ static void test_challenge(void)
 	}
 }
 
+static void test_same_origin(void)
+{
+	CHECK(registry_same_origin("http://127.0.0.1:5000/v2/x/blobs/sha256:a", "http://127.0.0.1:5000"));
+	CHECK(registry_same_origin("https://Registry.Example/v2/", "https://registry.example:443"));
+	CHECK(registry_same_origin("http://[::1]:80/x", "http://[::1]"));
+	CHECK(registry_same_origin("https://u:p@r.example/x", "https://r.example"));
+	/* another host name for the same address, another port, another scheme */
+	CHECK(!registry_same_origin("http://localhost:5000/x", "http://127.0.0.1:5000"));
+	CHECK(!registry_same_origin("http://127.0.0.1:5001/x", "http://127.0.0.1:5000"));
+	CHECK(!registry_same_origin("http://r.example/x", "https://r.example"));
+	CHECK(!registry_same_origin("https://r.example.evil/x", "https://r.example"));
+	CHECK(!registry_same_origin("https://r.example@evil.example/x", "https://r.example"));
+	/* malformed: never the same */
+	CHECK(!registry_same_origin("r.example/x", "https://r.example"));
+	CHECK(!registry_same_origin("https://r.example:99999/", "https://r.example:99999"));
+	CHECK(!registry_same_origin("https://[::1/", "https://[::1/"));
+	CHECK(!registry_same_origin("ftp://r.example/", "ftp://r.example/"));
+	CHECK(!registry_same_origin(NULL, "https://r.example"));
+}
+
 static void test_platform(void)
 {
 	char hex[65], avail[200];
@@ -116,6 +136,7 @@ static void test_plain_http(void)
 int main(void)
 {
 	test_challenge();
+	test_same_origin();
 	test_platform();
 	test_plain_http();
 	return T_DONE();
