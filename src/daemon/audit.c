@@ -11,7 +11,11 @@
  * "prev" carries it. audit.head carries the last record's seq and hash.
  *
  * Append: build the line, write line+'\n' with one write() on an O_APPEND descriptor,
- * fdatasync, then replace audit.head atomically. A crash can therefore leave (a) a
+ * fdatasync, then replace audit.head atomically. fsync is batched by group commit:
+ * concurrent appenders queue their records, the first becomes the leader and writes
+ * every queued line, one fdatasync and one head update then cover them all, and each
+ * appender returns only once its own record is durable (so the guarantee per call is
+ * unchanged; a burst costs one sync per batch, not one per record). A crash can therefore leave (a) a
  * partial last line (the head still names the last complete record) or (b) a complete
  * last line with the head one record behind. audit_open repairs exactly these two and
  * says so in an "audit.repair" record. Anything else is a log that does not verify: the
@@ -73,6 +77,23 @@ struct audit {
 	off_t size;             /* bytes in the log: an append that fails is cut back to it */
 	bool failed;            /* the log could not be cut back after a failed append */
 	char failed_msg[512];
+	/* Group commit (audit_append): appenders queue their record; one of them, the
+	 * leader, writes every queued record, then one fdatasync and one head update cover
+	 * them all, and the others return when their record is durable. */
+	pthread_mutex_t qmu;
+	pthread_cond_t qcv;
+	struct audit_pending *qhead, **qtail;
+	bool leader;
+	uint64_t commits;       /* fdatasync + head updates done by audit_append */
+};
+
+struct audit_pending {
+	struct audit_pending *next;
+	const char *action;
+	json_t *sandbox, *details;
+	int r;
+	struct k8_err err;
+	bool done;
 };
 
 /* ---- small helpers ---- */
@@ -947,8 +968,10 @@ static void rotate_locked(struct audit *a)
 }
 
 /* Write one record; a->mu and the APPEND lock are held. `details` is borrowed. */
-static int append_locked(struct audit *a, const char *action, json_t *sandbox, json_t *details,
-			 struct k8_err *err)
+/* Write one record's line (not yet durable: see commit_locked). On failure the file is
+ * cut back so the next append starts on a line. */
+static int line_locked(struct audit *a, const char *action, json_t *sandbox, json_t *details,
+		       struct k8_err *err)
 {
 	char tm[32], h[65];
 	json_t *rec;
@@ -983,10 +1006,7 @@ static int append_locked(struct audit *a, const char *action, json_t *sandbox, j
 	while (w < 0 && errno == EINTR);
 	r = w < 0 ? -errno : (size_t)w != n + 1 ? -ENOSPC : 0;
 	free(s);
-	if (!r && fdatasync(a->fd) < 0)
-		r = -errno;
 	if (r) {
-		/* Take back whatever reached the file so the next append starts on a line. */
 		if (w > 0 && ftruncate(a->fd, a->size) < 0) {
 			a->failed = true;
 			snprintf(a->failed_msg, sizeof(a->failed_msg), "audit log %s ends in a partial "
@@ -999,12 +1019,99 @@ static int append_locked(struct audit *a, const char *action, json_t *sandbox, j
 	a->size += (off_t)(n + 1);
 	a->seq++;
 	memcpy(a->hash, h, 65);
+	return 0;
+}
+
+/* Make the lines written since the last commit durable (fdatasync), then the head names
+ * the last of them; rotate when the log is full. On a failed fdatasync the lines are cut
+ * back to `size0` (and seq/hash to what they were), so nothing that was not reported
+ * durable stays in the log. */
+static int commit_locked(struct audit *a, off_t size0, uint64_t seq0, const char *hash0,
+			 struct k8_err *err)
+{
+	int r;
+
+	if (fdatasync(a->fd) < 0) {
+		r = -errno;
+		if (ftruncate(a->fd, size0) < 0) {
+			a->failed = true;
+			snprintf(a->failed_msg, sizeof(a->failed_msg), "audit log %s holds records "
+				 "that were not synced and could not be removed (%s); restart kosa8d",
+				 a->log_path, strerror(errno));
+		}
+		a->size = size0;
+		a->seq = seq0;
+		memcpy(a->hash, hash0, 65);
+		return k8_err_set(err, r, "syncing %s: %s", a->log_path, strerror(-r));
+	}
 	r = head_write(a, a->seq, a->hash, err);
 	if (r < 0)
 		k8_err_wrap(err, "audit record %" PRIu64 " was written but its head was not", a->seq);
 	else if (a->seg_max && (uint64_t)a->size >= a->seg_max)
 		rotate_locked(a);
 	return r;
+}
+
+/* One record, durable on return (for the repair at open, which runs alone). */
+static int append_locked(struct audit *a, const char *action, json_t *sandbox, json_t *details,
+			 struct k8_err *err)
+{
+	off_t size0 = a->size;
+	uint64_t seq0 = a->seq;
+	char hash0[65];
+	int r;
+
+	memcpy(hash0, a->hash, 65);
+	r = line_locked(a, action, sandbox, details, err);
+	return r ? r : commit_locked(a, size0, seq0, hash0, err);
+}
+
+/* The leader's work: every queued record's line, then one commit for all of them. */
+static void commit_batch(struct audit *a, struct audit_pending *batch)
+{
+	struct k8_err cerr = { 0 };
+	off_t size0;
+	uint64_t seq0;
+	char hash0[65];
+	bool any = false;
+	int r;
+
+	pthread_mutex_lock(&a->mu);
+	r = audit_lock(a->lockfd, F_WRLCK, LOCK_APPEND_OFF, true);
+	if (r < 0) {
+		for (struct audit_pending *p = batch; p; p = p->next)
+			p->r = k8_err_set(&p->err, r, "locking %s: %s", a->lock_path, strerror(-r));
+		pthread_mutex_unlock(&a->mu);
+		return;
+	}
+	size0 = a->size;
+	seq0 = a->seq;
+	memcpy(hash0, a->hash, 65);
+	for (struct audit_pending *p = batch; p; p = p->next) {
+		p->r = line_locked(a, p->action, p->sandbox, p->details, &p->err);
+		any |= p->r == 0;
+	}
+	if (any) {
+		r = commit_locked(a, size0, seq0, hash0, &cerr);
+		a->commits++;
+		for (struct audit_pending *p = batch; r && p; p = p->next)
+			if (!p->r) {
+				p->r = r;
+				p->err = cerr;
+			}
+	}
+	audit_lock(a->lockfd, F_UNLCK, LOCK_APPEND_OFF, false);
+	pthread_mutex_unlock(&a->mu);
+}
+
+uint64_t audit_commits(struct audit *a)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&a->mu);
+	n = a->commits;
+	pthread_mutex_unlock(&a->mu);
+	return n;
 }
 
 int audit_append(struct audit *a, const char *action, const char *sandbox, json_t *details,
@@ -1031,15 +1138,34 @@ int audit_append(struct audit *a, const char *action, const char *sandbox, json_
 		json_decref(sb);
 		return r;
 	}
-	pthread_mutex_lock(&a->mu);
-	r = audit_lock(a->lockfd, F_WRLCK, LOCK_APPEND_OFF, true);
-	if (r < 0)
-		k8_err_set(err, r, "locking %s: %s", a->lock_path, strerror(-r));
-	else {
-		r = append_locked(a, action, sb, d, err);
-		audit_lock(a->lockfd, F_UNLCK, LOCK_APPEND_OFF, false);
+	struct audit_pending me = { .action = action, .sandbox = sb, .details = d };
+	pthread_mutex_lock(&a->qmu);
+	*a->qtail = &me;
+	a->qtail = &me.next;
+	while (!me.done) {
+		if (a->leader) {
+			pthread_cond_wait(&a->qcv, &a->qmu);
+			continue;
+		}
+		/* Lead: take everything queued (this record included) and commit it. */
+		struct audit_pending *batch = a->qhead;
+		a->leader = true;
+		a->qhead = NULL;
+		a->qtail = &a->qhead;
+		pthread_mutex_unlock(&a->qmu);
+		commit_batch(a, batch);
+		pthread_mutex_lock(&a->qmu);
+		for (struct audit_pending *p = batch, *nx; p; p = nx) {
+			nx = p->next;
+			p->done = true;
+		}
+		a->leader = false;
+		pthread_cond_broadcast(&a->qcv);
 	}
-	pthread_mutex_unlock(&a->mu);
+	pthread_mutex_unlock(&a->qmu);
+	r = me.r;
+	if (r && err)
+		*err = me.err;
 	json_decref(sb);
 	json_decref(d);
 	return r;
@@ -1192,6 +1318,9 @@ int audit_open(const char *dir, struct audit **out, struct k8_err *err)
 		return k8_err_set(err, r, "creating %s: %s", dir, strerror(-r));
 	a = xcalloc(1, sizeof(*a));
 	pthread_mutex_init(&a->mu, NULL);
+	pthread_mutex_init(&a->qmu, NULL);
+	pthread_cond_init(&a->qcv, NULL);
+	a->qtail = &a->qhead;
 	a->fd = -1;
 	a->lockfd = -1;
 	a->seg_max = AUDIT_SEGMENT_DEFAULT;
@@ -1259,6 +1388,8 @@ void audit_close(struct audit *a)
 	if (a->lockfd >= 0)
 		close(a->lockfd);
 	pthread_mutex_destroy(&a->mu);
+	pthread_mutex_destroy(&a->qmu);
+	pthread_cond_destroy(&a->qcv);
 	free(a->dir);
 	free(a->log_path);
 	free(a->head_path);

@@ -50,6 +50,9 @@ int audit_open(const char *dir, struct audit **out, struct k8_err *err);
 /* Rotate audit.log into a segment (audit.log.000001, ...) once it holds `bytes` bytes
  * (at least AUDIT_SEGMENT_MIN; the default is AUDIT_SEGMENT_DEFAULT). */
 void audit_set_segment_bytes(struct audit *a, uint64_t bytes);
+/* fdatasync + head updates made by audit_append so far: less than the records appended
+ * when concurrent appends were batched (group commit). */
+uint64_t audit_commits(struct audit *a);
 /* Close the log and release its lock. Accepts NULL. */
 void audit_close(struct audit *a);
 
