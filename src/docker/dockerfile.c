@@ -1231,7 +1231,9 @@ int df_step(struct df_state *st, const struct df_inst *in, struct df_step *out,
 						      w);
 					break;
 				}
-				char *c = strdup(w);
+				char *c = malloc(strlen(w) + 2);
+				if (c)
+					strcpy(c, w);
 				if (!c) {
 					rc = -ENOMEM;
 					break;

@@ -308,10 +308,12 @@ int dignore_parse(const char *text, size_t len, struct dignore *out, struct k8_e
 bool dignore_excluded(const struct dignore *ig, const char *path)
 {
 	bool matched = false;
-	char *f = strdup(path);
+	size_t n = strlen(path);
+	char *f = malloc(n + 2);
 
 	if (!f)
 		return false;
+	memcpy(f, path, n + 1);
 	dignore_clean(f);
 	if (!strcmp(f, ".") || (f[0] == '/' && !f[1])) {
 		free(f);

@@ -40,7 +40,8 @@ bool dignore_excluded(const struct dignore *ig, const char *path);
 int dignore_glob(const char *pattern, const char *path);
 
 /* Go's filepath.Clean for relative '/' paths, in place: collapses "//" and "/./",
- * resolves "..", drops a trailing '/'; "" becomes ".". A leading ".." that cannot be
+ * resolves "..", drops a trailing '/'; "" becomes "." (so the buffer must hold at least
+ * two bytes). A leading ".." that cannot be
  * resolved is kept (the caller decides: the builder refuses paths leaving the context). */
 void dignore_clean(char *path);
 
