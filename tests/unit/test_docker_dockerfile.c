@@ -27,6 +27,9 @@ static int run_all(const char *s, const char *const *bk, const char *const *bv, 
 	df_state_init(&st, df, bk, bv, nb);
 	for (i = 0; i < df->n && i < max && !rc; i++)
 		rc = df_step(&st, &df->inst[i], &out[i], e);
+	if (rc)                       /* the failed step freed itself; free the others */
+		for (size_t k = 0; k + 1 < i; k++)
+			df_step_free(&out[k]);
 	df_state_free(&st);
 	size_t n = df->n;
 	df_free(df);
@@ -137,7 +140,6 @@ static void test_errors(void)
 	CHECK(!parse("# just a comment\n\n", &e));
 	CHECK(!parse("ARG x=1\n", &e));
 	CHECK(strstr(e.msg, "no FROM"));
-	CHECK(!parse("FROM a\nRUN a\0b\n", &e) || 1);   /* strlen stops at the NUL */
 	struct dockerfile *df = NULL;
 	memset(&e, 0, sizeof(e));
 	CHECK_EQ_INT(df_parse("FROM a\nRUN a\0b\n", 14, &df, &e), -EINVAL);
