@@ -927,6 +927,25 @@ void df_state_free(struct df_state *st)
 	sv_free(&st->avals);
 	sv_free(&st->env);
 	sv_free(&st->stages);
+	free(st->workdir);
+	st->workdir = NULL;
+}
+
+/* Join `dir` to the current working directory unless absolute, then clean it. */
+static char *workdir_join(const char *cur, const char *dir)
+{
+	char *p = dir[0] == '/' ? xasprintf("%s", dir) :
+		  xasprintf("%s/%s", cur ? cur : "", dir);
+	if (p)
+		dignore_clean(p);     /* rooted: never above "/" */
+	return p;
+}
+
+int df_state_set_workdir(struct df_state *st, const char *dir)
+{
+	free(st->workdir);
+	st->workdir = dir && *dir ? workdir_join(NULL, dir) : NULL;
+	return 0;
 }
 
 int df_state_set_env(struct df_state *st, const char *const *env, size_t n)
@@ -1089,6 +1108,8 @@ static int do_from(struct df_state *st, const struct df_inst *in, struct df_step
 	sv_free(&st->akeys);
 	sv_free(&st->avals);
 	sv_free(&st->env);
+	free(st->workdir);
+	st->workdir = NULL;
 	st->in_stage = true;
 	return 0;
 }
@@ -1251,6 +1272,13 @@ int df_step(struct df_state *st, const struct df_inst *in, struct df_step *out,
 				rc = line_err(err, in->line, -EINVAL, "%s is empty after substitution",
 					      df_kind_name(in->kind));
 				break;
+			}
+			if (in->kind == DF_WORKDIR) {
+				char *abs = workdir_join(st->workdir, w);
+				free(st->workdir);
+				st->workdir = abs;
+				rc = sv_dup(&out->argv, abs);
+				continue;
 			}
 			rc = sv_dup(&out->argv, w);
 		}

@@ -72,6 +72,8 @@ struct df_state {
 	struct df_strv akeys, avals;   /* ARGs declared in the current stage */
 	struct df_strv env;            /* "K=V": the image's Env (base image, then ENV) */
 	struct df_strv stages;         /* stage names so far, "" for an unnamed one */
+	char *workdir;                 /* absolute; NULL means "/" (a relative COPY
+					* destination and WORKDIR start here) */
 	bool in_stage;
 	char escape;
 };
@@ -82,6 +84,8 @@ int df_state_init(struct df_state *st, const struct dockerfile *df, const char *
 void df_state_free(struct df_state *st);
 /* After a FROM step: the base image's Config.Env ("K=V" each). 0 or -errno. */
 int df_state_set_env(struct df_state *st, const char *const *env, size_t n);
+/* After a FROM step: the base image's Config.WorkingDir ("" or NULL: "/"). */
+int df_state_set_workdir(struct df_state *st, const char *dir);
 /* Names of build args no ARG consumed (Docker warns about them); returns the count,
  * filling at most max pointers into st. */
 size_t df_state_unused(const struct df_state *st, const char **names, size_t max);
@@ -92,7 +96,8 @@ struct df_step {
 	unsigned line;
 	bool json;
 	/* FROM: [image]; RUN/CMD/ENTRYPOINT: as written (the shell expands at run time);
-	 * COPY/ADD: sources..., dest; WORKDIR/USER: [value]; EXPOSE: ["80/tcp", ...]. */
+	 * COPY/ADD: sources..., dest; WORKDIR: [absolute path, a relative one joined to the
+	 * previous WORKDIR as Docker does]; USER: [value]; EXPOSE: ["80/tcp", ...]. */
 	struct df_strv argv;
 	struct df_strv keys, vals;     /* ENV, LABEL pairs; ARG name and value (NULL: unset) */
 	char *chown;

@@ -44,8 +44,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					abort();
 				break;
 			}
-			if (s.kind == DF_FROM)
+			if (s.kind == DF_FROM) {
 				df_state_set_env(&st, base, 2);
+				df_state_set_workdir(&st, "/srv");
+			}
+			if (s.kind == DF_WORKDIR && (!st.workdir || st.workdir[0] != '/'))
+				abort();
 			if (df_step_key("sha256:parent", &s, NULL, key) == 0 && strlen(key) != 64)
 				abort();
 			df_step_free(&s);

@@ -327,6 +327,36 @@ static void test_env_arg(void)
 	memset(&e, 0, sizeof(e));
 	CHECK(run_all("FROM a\nEXPOSE 0\n", NULL, NULL, 0, s, 16, &e) < 0);
 
+	/* The Dockerfile reference's own examples. */
+	n = run_all("FROM a\nENV abc=hello\nENV abc=bye def=$abc\nENV ghi=$abc\n", NULL, NULL,
+		    0, s, 16, &e);
+	CHECK_EQ_INT(n, 4);
+	CHECK_STR(s[2].vals.v[1], "hello");
+	CHECK_STR(s[3].vals.v[0], "bye");
+	free_steps(s, 4);
+	const char *vk[] = { "CONT_IMG_VER" }, *vv[] = { "v2.0.1" };
+	const char *df_ref = "FROM ubuntu\nARG CONT_IMG_VER\n"
+			     "ENV CONT_IMG_VER=${CONT_IMG_VER:-v1.0.0}\nRUN echo $CONT_IMG_VER\n";
+	n = run_all(df_ref, NULL, NULL, 0, s, 16, &e);
+	CHECK_EQ_INT(n, 4);
+	CHECK_STR(s[2].vals.v[0], "v1.0.0");
+	CHECK_EQ_INT(s[3].run_env.n, 0);
+	free_steps(s, 4);
+	n = run_all(df_ref, vk, vv, 1, s, 16, &e);
+	CHECK_EQ_INT(n, 4);
+	CHECK_STR(s[2].vals.v[0], "v2.0.1");
+	free_steps(s, 4);
+
+	/* A relative WORKDIR continues from the previous one; ".." stops at "/". */
+	n = run_all("FROM a\nWORKDIR app\nWORKDIR src/../lib\nWORKDIR /x\nWORKDIR ../../..\n",
+		    NULL, NULL, 0, s, 16, &e);
+	CHECK_EQ_INT(n, 5);
+	CHECK_STR(s[1].argv.v[0], "/app");
+	CHECK_STR(s[2].argv.v[0], "/app/lib");
+	CHECK_STR(s[3].argv.v[0], "/x");
+	CHECK_STR(s[4].argv.v[0], "/");
+	free_steps(s, 5);
+
 	/* Unused build args are reported; the predefined proxies never are. */
 	struct dockerfile *df = parse("FROM a\nARG VER\n", &e);
 	struct df_state st;
@@ -354,8 +384,10 @@ static void test_base_env(void)
 	CHECK_EQ_INT(df_step(&st, &df->inst[0], &s, &e), 0);
 	df_step_free(&s);
 	CHECK_EQ_INT(df_state_set_env(&st, base, 3), 0);
+	CHECK_EQ_INT(df_state_set_workdir(&st, "/srv"), 0);
 	CHECK_EQ_INT(df_step(&st, &df->inst[1], &s, &e), 0);
 	CHECK_STR(s.argv.v[0], "/root/app");
+	CHECK_STR(st.workdir, "/root/app");
 	df_step_free(&s);
 	CHECK_EQ_INT(df_step(&st, &df->inst[2], &s, &e), 0);
 	CHECK_STR(s.vals.v[0], "/opt/bin:/usr/local/bin:/usr/bin");
