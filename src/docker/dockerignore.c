@@ -184,13 +184,43 @@ static int glob_dp(const char *pat, const char *path, size_t n, bool *cur, bool 
 		bool *t = cur;
 		cur = nxt;
 		nxt = t;
+		if (!memchr(cur, true, n + 1))    /* nothing left to extend */
+			return 0;
 	}
 	return cur[n];
 }
 
-int dignore_glob(const char *pattern, const char *path)
+/* Go's filepath.Match errors: an unterminated or backwards class, a trailing '\'. */
+static bool glob_valid(const char *p)
+{
+	while (*p) {
+		if (*p == '\\') {
+			if (!p[1])
+				return false;
+			p += 2;
+		} else if (*p++ == '[' && class_match(&p, 0) < 0) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* `checked`: the pattern is known to be well-formed (dignore_parse checked it), so a
+ * path that does not start with the pattern's literal prefix can be refused at once. */
+static int glob_match(const char *pattern, const char *path, bool checked)
 {
 	size_t n = strlen(path);
+	bool stack_buf[2 * 257];
+
+	if (!checked && !glob_valid(pattern))
+		return -EINVAL;
+	if (checked) {
+		size_t lit = strcspn(pattern, "*?[\\");
+		if (strncmp(pattern, path, lit))
+			return 0;
+		if (!pattern[lit])
+			return path[lit] == '\0';
+	}
 
 	/* moby's suffix match: "**" then nothing special. */
 	if (pattern[0] == '*' && pattern[1] == '*' && !strpbrk(pattern + 2, "*?[]\\")) {
@@ -200,12 +230,18 @@ int dignore_glob(const char *pattern, const char *path)
 			return 1;
 		return suf[0] == '/' && !strcmp(path, suf + 1);
 	}
-	bool *buf = malloc(2 * (n + 1));
+	bool *buf = n < 257 ? stack_buf : malloc(2 * (n + 1));
 	if (!buf)
 		return -ENOMEM;
 	int rc = glob_dp(pattern, path, n, buf, buf + n + 1);
-	free(buf);
+	if (buf != stack_buf)
+		free(buf);
 	return rc;
+}
+
+int dignore_glob(const char *pattern, const char *path)
+{
+	return glob_match(pattern, path, false);
 }
 
 void dignore_free(struct dignore *ig)
@@ -322,11 +358,11 @@ bool dignore_excluded(const struct dignore *ig, const char *path)
 	for (size_t i = 0; i < ig->n; i++) {
 		if (ig->p[i].excl != matched)
 			continue;
-		bool m = dignore_glob(ig->p[i].pat, f) == 1;
+		bool m = glob_match(ig->p[i].pat, f, true) == 1;
 		/* A pattern matching a parent directory matches what is below it. */
 		for (char *sl = strchr(f, '/'); !m && sl; sl = strchr(sl + 1, '/')) {
 			*sl = '\0';
-			m = dignore_glob(ig->p[i].pat, f) == 1;
+			m = glob_match(ig->p[i].pat, f, true) == 1;
 			*sl = '/';
 		}
 		if (m)
