@@ -140,3 +140,10 @@ $(B)/bin/kosa8-broker: $(call obj,src/broker/main.c $(BROKER_SRC) $(COMMON_SRC))
 $(B)/tests/test_broker_%: tests/unit/test_broker_%.c $(call obj,$(BROKER_SRC) $(COMMON_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_BROKER)
+# The Docker-compatible API's building blocks (issue 12): library only, docs/docker.md.
+# Their unit tests link only src/docker, src/common and the image reference parser.
+DOCKER_SRC   := $(wildcard src/docker/*.c)
+DOCKER_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_docker_*.c))
+$(DOCKER_TESTS): $(B)/tests/%: tests/unit/%.c $(call obj,$(DOCKER_SRC) $(COMMON_SRC) src/image/reference.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lcrypto

@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* filters.c - the list endpoints' `filters` parameter and its matchers (filters.h). */
+#include "docker/filters.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "image/image.h"
+
+void dfilters_free(struct dfilters *f)
+{
+	if (!f)
+		return;
+	for (size_t i = 0; i < f->n; i++) {
+		for (size_t k = 0; k < f->f[i].n; k++)
+			free(f->f[i].values[k]);
+		free(f->f[i].values);
+		free(f->f[i].name);
+	}
+	memset(f, 0, sizeof(*f));
+}
+
+static bool name_allowed(const char *name, const char *const *allowed)
+{
+	for (; allowed && *allowed; allowed++)
+		if (!strcmp(*allowed, name))
+			return true;
+	return false;
+}
+
+static int add_value(struct dfilter_field *fl, const char *v, size_t len, struct k8_err *err)
+{
+	if (fl->n >= DF_FILTER_VALUES_MAX)
+		return k8_err_set(err, -E2BIG, "too many values for filter '%s' (at most %d)",
+				  fl->name, DF_FILTER_VALUES_MAX);
+	if (len > DF_FILTER_VALUE_LEN || strlen(v) != len)
+		return k8_err_set(err, -EINVAL, "filter '%s': value too long or not text",
+				  fl->name);
+	/* A name keeps a value once, as moby's map does. */
+	for (size_t i = 0; i < fl->n; i++)
+		if (!strcmp(fl->values[i], v))
+			return 0;
+	if (!fl->values && !(fl->values = calloc(DF_FILTER_VALUES_MAX, sizeof(char *))))
+		return -ENOMEM;
+	if (!(fl->values[fl->n] = strdup(v)))
+		return -ENOMEM;
+	fl->n++;
+	return 0;
+}
+
+int dfilters_parse(const char *js, const char *const *allowed, struct dfilters *out,
+		   struct k8_err *err)
+{
+	json_error_t jerr;
+	const char *key;
+	json_t *val;
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (!js || !*js)
+		return 0;
+	if (strlen(js) > DF_FILTER_JSON_MAX)
+		return k8_err_set(err, -E2BIG, "filters parameter longer than %d bytes",
+				  DF_FILTER_JSON_MAX);
+	json_t *o = json_loads(js, 0, &jerr);
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return k8_err_set(err, -EINVAL, "invalid filters: expected a JSON object such "
+				  "as {\"name\":[\"x\"]}");
+	}
+	json_object_foreach(o, key, val) {
+		if (!name_allowed(key, allowed)) {
+			rc = k8_err_set(err, -EINVAL, "invalid filter '%.64s'", key);
+			break;
+		}
+		if (out->n >= DF_FILTER_NAMES_MAX) {
+			rc = k8_err_set(err, -E2BIG, "too many filters");
+			break;
+		}
+		struct dfilter_field *fl = &out->f[out->n++];
+		if (!(fl->name = strdup(key))) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (json_is_array(val)) {        /* {"name": ["a", "b"]} */
+			size_t i;
+			json_t *v;
+			json_array_foreach(val, i, v) {
+				if (!json_is_string(v)) {
+					rc = k8_err_set(err, -EINVAL, "filter '%s': values must be "
+							"strings", key);
+					break;
+				}
+				if ((rc = add_value(fl, json_string_value(v), json_string_length(v),
+						    err)))
+					break;
+			}
+		} else if (json_is_object(val)) { /* {"name": {"a": true}} */
+			const char *k;
+			json_t *b;
+			json_object_foreach(val, k, b) {
+				if (!json_is_boolean(b)) {
+					rc = k8_err_set(err, -EINVAL, "filter '%s': map values must be "
+							"booleans", key);
+					break;
+				}
+				if ((rc = add_value(fl, k, strlen(k), err)))
+					break;
+			}
+		} else {
+			rc = k8_err_set(err, -EINVAL, "filter '%s': expected a list or a map", key);
+		}
+		if (rc)
+			break;
+	}
+	json_decref(o);
+	if (rc)
+		dfilters_free(out);
+	return rc;
+}
+
+char *const *dfilters_get(const struct dfilters *f, const char *name, size_t *n)
+{
+	for (size_t i = 0; i < f->n; i++)
+		if (!strcmp(f->f[i].name, name)) {
+			*n = f->f[i].n;
+			return f->f[i].values;
+		}
+	*n = 0;
+	return NULL;
+}
+
+bool dfilters_has(const struct dfilters *f, const char *name)
+{
+	size_t n;
+	return dfilters_get(f, name, &n) != NULL;
+}
+
+int dfilters_check_status(const struct dfilters *f, struct k8_err *err)
+{
+	static const char *const states[] = { "created", "restarting", "running", "removing",
+					      "paused", "exited", "dead", NULL };
+	size_t n;
+	char *const *v = dfilters_get(f, "status", &n);
+
+	for (size_t i = 0; i < n; i++)
+		if (!name_allowed(v[i], states))
+			return k8_err_set(err, -EINVAL, "invalid filter 'status=%s'", v[i]);
+	return 0;
+}
+
+bool dfilters_match_labels(const struct dfilters *f, const char *const *keys,
+			   const char *const *vals, size_t n)
+{
+	size_t nv;
+	char *const *v = dfilters_get(f, "label", &nv);
+
+	for (size_t i = 0; i < nv; i++) {
+		const char *eq = strchr(v[i], '=');
+		size_t klen = eq ? (size_t)(eq - v[i]) : strlen(v[i]);
+		bool hit = false;
+		for (size_t k = 0; k < n && !hit; k++)
+			hit = strlen(keys[k]) == klen && !strncmp(keys[k], v[i], klen) &&
+			      (!eq || !strcmp(vals[k] ? vals[k] : "", eq + 1));
+		if (!hit)
+			return false;
+	}
+	return true;
+}
+
+/* The regular-expression subset: atoms (a byte or '.') each with a quantifier, matched by
+ * simulating all states at once (linear in pattern x subject, no backtracking). */
+#define RE_MAX 128
+struct re_atom {
+	int c;          /* byte, or -1 for '.' */
+	char q;         /* 0, '*' or '?' ('+' is compiled as the atom then the atom '*') */
+};
+
+static int re_compile(const char *re, struct re_atom *a, size_t *na, bool *bol, bool *eol)
+{
+	size_t n = 0;
+
+	*bol = *eol = false;
+	if (*re == '^') {
+		*bol = true;
+		re++;
+	}
+	for (; *re; re++) {
+		int c = (unsigned char)*re;
+		if (c == '$' && re[1] == '\0') {
+			*eol = true;
+			break;
+		}
+		if (strchr("[](){}|^$", c))
+			return -1;
+		if (c == '*' || c == '+' || c == '?') {
+			if (n == 0 || a[n - 1].q)
+				return -1;
+			if (c == '+') {
+				if (n >= RE_MAX)
+					return -1;
+				a[n] = a[n - 1];
+				a[n++].q = '*';
+			} else {
+				a[n - 1].q = (char)c;
+			}
+			continue;
+		}
+		if (c == '\\') {
+			c = (unsigned char)*++re;
+			if (!c || isalnum(c))    /* \d, \w ... are classes: not in the subset */
+				return -1;
+		} else if (c == '.') {
+			c = -1;
+		}
+		if (n >= RE_MAX)
+			return -1;
+		a[n].c = c;
+		a[n++].q = 0;
+	}
+	*na = n;
+	return 0;
+}
+
+/* Add state i and every state reachable by skipping optional atoms. */
+static void re_add(bool *set, const struct re_atom *a, size_t na, size_t i)
+{
+	for (; i <= na && !set[i]; i++) {
+		set[i] = true;
+		if (i == na || !a[i].q)
+			break;
+	}
+}
+
+int dfilters_regex(const char *re, const char *s)
+{
+	struct re_atom a[RE_MAX];
+	bool cur[RE_MAX + 1], nxt[RE_MAX + 1], bol, eol;
+	size_t na;
+
+	if (strlen(re) > RE_MAX || re_compile(re, a, &na, &bol, &eol))
+		return -1;
+	memset(cur, 0, sizeof(cur));
+	re_add(cur, a, na, 0);
+	for (;; s++) {
+		if (cur[na] && (!eol || !*s))
+			return 1;
+		if (!*s)
+			return 0;
+		memset(nxt, 0, sizeof(nxt));
+		for (size_t i = 0; i < na; i++) {
+			if (!cur[i] || (a[i].c >= 0 && a[i].c != (unsigned char)*s) ||
+			    (a[i].c < 0 && *s == '\n'))
+				continue;
+			re_add(nxt, a, na, a[i].q == '*' ? i : i + 1);
+		}
+		if (!bol)
+			re_add(nxt, a, na, 0);
+		memcpy(cur, nxt, sizeof(cur));
+	}
+}
+
+bool dfilters_match_regex(const struct dfilters *f, const char *name, const char *subject)
+{
+	size_t n;
+	char *const *v = dfilters_get(f, name, &n);
+
+	if (!v)
+		return true;
+	for (size_t i = 0; i < n; i++) {
+		/* moby: an exact match first, then the regular expression. */
+		if (!strcmp(v[i], subject))
+			return true;
+		int m = dfilters_regex(v[i], subject);
+		if (m == 1 || (m < 0 && strstr(subject, v[i])))
+			return true;
+	}
+	return false;
+}
+
+bool dfilters_match_exact(const struct dfilters *f, const char *name, const char *value)
+{
+	size_t n;
+	char *const *v = dfilters_get(f, name, &n);
+
+	if (!v)
+		return true;
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(v[i], value))
+			return true;
+	return false;
+}
+
+static bool id_prefix(const char *v, const char *id)
+{
+	size_t n;
+
+	if (!id)
+		return false;
+	if (!strncmp(v, "sha256:", 7))
+		v += 7;
+	if (!strncmp(id, "sha256:", 7))
+		id += 7;
+	n = strlen(v);
+	if (n < 4)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isxdigit((unsigned char)v[i]))
+			return false;
+	return !strncmp(id, v, n);
+}
+
+bool dfilters_match_ancestor(const struct dfilters *f, const char *image_ref,
+			     const char *image_id)
+{
+	size_t n;
+	char *const *v = dfilters_get(f, "ancestor", &n);
+	char want[512], have[512];
+
+	if (!v)
+		return true;
+	if (image_ref && image_ref_normalize(image_ref, have, sizeof(have), NULL))
+		snprintf(have, sizeof(have), "%s", image_ref);
+	for (size_t i = 0; i < n; i++) {
+		if (id_prefix(v[i], image_id))
+			return true;
+		if (image_ref && !image_ref_normalize(v[i], want, sizeof(want), NULL) &&
+		    !strcmp(want, have))
+			return true;
+	}
+	return false;
+}
