@@ -21,8 +21,8 @@
  *   pidfd_getfd, process_madvise, open_by_handle_at, lookup_dcookie, fanotify_init
  *                                       need capabilities a container does not have
  *   socket(AF_VSOCK)                    no path to the host outside kosa8's own channels
- * and differs from Docker's in: x86-64 only (the i386 and x32 ABIs are refused: the guest
- * kernel is x86-64 and the images are amd64), io_uring refused.
+ * and differs from Docker's in: x86-64 only (a syscall through the i386 or x32 ABI kills
+ * the process: the guest kernel is x86-64 and the images are amd64), io_uring refused.
  */
 #include "agent.h"
 
@@ -151,6 +151,7 @@ int sec_build(struct agent *a)
 		return -ENOMEM;
 	/* No NO_NEW_PRIVS from libseccomp: launch.c sets it only when asked (as Docker). */
 	if ((r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0)) < 0 ||
+	    (r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS)) < 0 ||
 	    (r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)) < 0 || (r = sec_rules(ctx)) < 0)
 		goto out;
 	fd = memfd_create("kosa8-seccomp", MFD_CLOEXEC);
