@@ -85,7 +85,7 @@ $(B)/bin/kosa8-fs: $(call obj,src/fs/main.c $(FS_SRC) $(COMMON_SRC))
 
 $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/proto.c)
 	@mkdir -p $(dir $@)
-	$(CC) -static -o $@ $^ -l:libjansson.a
+	$(CC) -static -o $@ $^ -l:libjansson.a -l:libseccomp.a
 
 # Guest image: kernel (cached by source version + fragment hash), initramfs, manifest.
 guest: $(B)/bin/kosa8-agent
@@ -94,6 +94,9 @@ guest: $(B)/bin/kosa8-agent
 $(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC) $(FS_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON) $(LIBS_NET)
+
+# The containers' seccomp filter is tested on the host (the agent's sec.c, built for it).
+$(B)/tests/test_agent_sec: $(call obj,src/agent/sec.c)
 
 unit: $(UNIT_BIN)
 	@./tests/run-unit.sh $(UNIT_BIN)

@@ -13,6 +13,7 @@
  *   fs.c      shared folders: the FUSE shuttle to the "kosa8.fs" port (threads), the
  *             folders' mounts in the VM and in each container
  *   net.c     eth0 (address, routes), /etc/resolv.conf, containers' resolv.conf/hosts
+ *   sec.c     the containers' seccomp filter (Docker's default profile's intent)
  *
  * Errors: functions return 0 (or a count) or a negative errno; those that answer a
  * request take a struct k8_err * for the message sent back to the host.
@@ -138,6 +139,7 @@ struct ctr {
 	uint64_t pids_event_at; /* monotonic ns of the last pids-limit EVENT */
 	uint64_t kill_at;      /* monotonic ns: SIGKILL the init then (0 = none) */
 	struct waiter *waiters;
+	int no_new_privs;      /* run asked for it: exec'd processes get it too */
 	int dead;
 };
 
@@ -225,6 +227,8 @@ struct agent {
 	struct fs *fs;         /* NULL: no shared folders */
 	struct watch fsev;     /* eventfd: the shuttle's mount thread finished */
 	struct req_defer *defers;
+	struct sock_filter *sec_prog; /* the containers' seccomp filter (sec.c), built once */
+	unsigned short sec_len;
 	unsigned char iobuf[64 * 1024];
 };
 
@@ -323,6 +327,8 @@ struct launch {
 	/* run: a new container (namespaces, overlay root) */
 	const char *ctr_id;
 	const char *lower;     /* /images/<hex> */
+	int own_netns;         /* run: "netns":"none", a network namespace with only lo */
+	int no_new_privs;      /* PR_SET_NO_NEW_PRIVS before execve (Docker's opt-in) */
 	/* exec: join the namespaces of this pid (the container's init) */
 	pid_t target;
 };
@@ -333,6 +339,14 @@ struct launch_out {
 };
 
 int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, struct k8_err *err);
+
+/* ---- sec.c ---- */
+struct sock_filter;
+/* Compile the seccomp filter into a->sec_prog (once; later calls return 0 at once). */
+int sec_build(struct agent *a);
+/* In a container's child: NO_NEW_PRIVS when asked, then load the filter. Without
+ * NO_NEW_PRIVS loading needs CAP_SYS_ADMIN: call it before capabilities are dropped. */
+int sec_apply(const struct agent *a, int no_new_privs);
 
 /* ---- mount.c ---- */
 /* Boot: leave the initramfs for a tmpfs root, mount /proc /sys /dev ... */
@@ -352,7 +366,10 @@ int net_parse(json_t *o, struct net_cfg *c, struct k8_err *err);
 int net_apply(struct agent *a, const struct net_cfg *c, struct k8_err *err);
 /* In a new container's child, after pivot_root: its /etc/resolv.conf (with a network)
  * and /etc/hosts (when the image has none). */
-int net_ctr_files(const struct agent *a, const char *hostname, char *msg, size_t msglen);
+int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, char *msg,
+		  size_t msglen);
+/* In a new container's child ("netns":"none"): its own network namespace, lo up. */
+int net_ctr_netns(char *msg, size_t msglen);
 
 /* ---- fs.c ---- */
 /* Validate the init's "mounts" array into `c` (no side effects). */

@@ -267,6 +267,7 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 	c->started_ns = now_real_ns();
 	c->auto_rm = auto_rm;
 	c->detach = detach;
+	c->no_new_privs = l->no_new_privs;
 	c->log_fd = -1;
 	c->memev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
 	c->pidsev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
@@ -291,6 +292,8 @@ int ctr_exec(struct agent *a, uint32_t reqid, struct ctr *c, struct launch *l, p
 	l->ctr_id = c->id;
 	l->lower = NULL;
 	l->target = c->pid;
+	l->own_netns = 0;          /* joins the init's network namespace, whichever it is */
+	l->no_new_privs = c->no_new_privs;
 	if ((r = launch_start(a, l, &o, err)) < 0)
 		return r;
 	proc_new(a, o.pid, reqid, c, o.in_fd, o.out_fd, o.err_fd);

@@ -9,8 +9,9 @@
  *   child   waits on the sync pipe
  *   parent  writes the child's pid into the cgroup's cgroup.procs, then releases it
  *   child   oom_score_adj 0, namespaces + rootfs with the shared folders, resolv.conf
- *           and hosts (or setns into the init's), cwd,
- *           groups/uid/gid, capabilities (Docker's default set minus CAP_MKNOD),
+ *           and hosts (or setns into the init's), cwd, the seccomp filter (sec.c,
+ *           loaded while CAP_SYS_ADMIN is still held, as runc does without
+ *           no_new_privs), groups/uid/gid, capabilities (Docker's default set),
  *           stdio, default signals, every other fd close-on-exec, execve()
  *   parent  reads the report pipe (close-on-exec in the child): EOF means execve()
  *           succeeded; otherwise an {errno, message} record explains the failure and
@@ -40,12 +41,14 @@ struct launch_msg {
 	char msg[500];
 };
 
-/* Docker's default capabilities for root in a container, without CAP_MKNOD: there is
- * no device cgroup here (it needs BPF), so a device node made in a container could
- * reach the VM's disks. */
+/* Docker's default capabilities for root in a container. CAP_MKNOD is among them
+ * although there is no device cgroup here (it needs BPF, which the guest kernel lacks):
+ * every file system a container can write to is mounted nodev (overlay root, /dev,
+ * /dev/shm, shared folders), so a node it makes cannot be opened (EACCES) and cannot
+ * reach the VM's disks; mknod itself works, as tar and package managers expect. */
 static const uint64_t launch_caps =
 	1ull << CAP_CHOWN | 1ull << CAP_DAC_OVERRIDE | 1ull << CAP_FSETID | 1ull << CAP_FOWNER |
-	1ull << CAP_NET_RAW | 1ull << CAP_SETGID | 1ull << CAP_SETUID | 1ull << CAP_SETFCAP |
+	1ull << CAP_MKNOD | 1ull << CAP_NET_RAW | 1ull << CAP_SETGID | 1ull << CAP_SETUID | 1ull << CAP_SETFCAP |
 	1ull << CAP_SETPCAP | 1ull << CAP_NET_BIND_SERVICE | 1ull << CAP_SYS_CHROOT |
 	1ull << CAP_KILL | 1ull << CAP_AUDIT_WRITE;
 
@@ -231,17 +234,22 @@ static void launch_resolve_user(const char *spec, uid_t *uid, gid_t *gid, gid_t 
 	free(buf);
 }
 
-static void launch_identity(const struct launch *l, int rep)
+/* Inheritable stays empty and ambient is cleared, as in Docker since 20.10.14
+ * (CVE-2022-24769): a non-root user exec'ing a file with inheritable file capabilities
+ * gains nothing. */
+static void launch_identity(const struct agent *a, const struct launch *l, int rep)
 {
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
 	struct __user_cap_data_struct data[2];
 	struct rlimit rl = { .rlim_cur = 1024, .rlim_max = 524288 };
 	gid_t gid, groups[64];
 	uid_t uid;
-	int ngroups;
+	int ngroups, e;
 
 	launch_resolve_user(l->user, &uid, &gid, groups, &ngroups, rep);
 	setrlimit(RLIMIT_NOFILE, &rl);
+	if ((e = sec_apply(a, l->no_new_privs)) < 0)
+		launch_fail(rep, -e, "loading the seccomp filter: %s", strerror(-e));
 	if (setgroups((size_t)ngroups, groups) < 0)
 		launch_fail(rep, errno, "setgroups: %s", strerror(errno));
 	if (setgid(gid) < 0)
@@ -263,9 +271,9 @@ static void launch_identity(const struct launch *l, int rep)
 }
 
 static void launch_child(const struct agent *a, const struct launch *l, int in_fd, int out_fd,
-			 int err_fd, int sync_fd, int rep, const int ns[4]) __attribute__((noreturn));
+			 int err_fd, int sync_fd, int rep, const int ns[5]) __attribute__((noreturn));
 static void launch_child(const struct agent *a, const struct launch *l, int in_fd, int out_fd,
-			 int err_fd, int sync_fd, int rep, const int ns[4])
+			 int err_fd, int sync_fd, int rep, const int ns[5])
 {
 	char msg[400], c;
 	int fsfd[FS_MAX_MOUNTS];
@@ -285,6 +293,8 @@ static void launch_child(const struct agent *a, const struct launch *l, int in_f
 			launch_fail(rep, errno, "unshare: %s", strerror(errno));
 		if (sethostname(l->ctr_id, strlen(l->ctr_id)) < 0)
 			launch_fail(rep, errno, "sethostname: %s", strerror(errno));
+		if (l->own_netns && (e = net_ctr_netns(msg, sizeof(msg))) < 0)
+			launch_fail(rep, -e, "%s", msg);
 		/* Shared folders: copies of the VM's mounts now, attached after pivot_root
 		 * (fs.c); /etc/resolv.conf and /etc/hosts first, so a folder mounted on
 		 * /etc is the user's alone. */
@@ -292,19 +302,19 @@ static void launch_child(const struct agent *a, const struct launch *l, int in_f
 			launch_fail(rep, -e, "%s", msg);
 		if ((e = mnt_ctr_rootfs(l->ctr_id, l->lower, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
-		if ((e = net_ctr_files(a, l->ctr_id, msg, sizeof(msg))) < 0)
+		if ((e = net_ctr_files(a, l->ctr_id, l->own_netns, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		if ((e = fs_ctr_attach(a, fsfd, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		mkdir_p(l->cwd, 0755); /* like Docker's working directory */
 	} else {
 		if (setns(ns[1], CLONE_NEWNS) < 0 || setns(ns[2], CLONE_NEWUTS) < 0 ||
-		    setns(ns[3], CLONE_NEWIPC) < 0)
+		    setns(ns[3], CLONE_NEWIPC) < 0 || setns(ns[4], CLONE_NEWNET) < 0)
 			launch_fail(rep, errno, "joining the container's namespaces: %s", strerror(errno));
 	}
 	if (chdir(l->cwd) < 0)
 		launch_fail(rep, errno, "chdir %s: %s", l->cwd, strerror(errno));
-	launch_identity(l, rep);
+	launch_identity(a, l, rep);
 	if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
 		launch_fail(rep, errno, "dup2: %s", strerror(errno));
 	for (int sig = 1; sig < NSIG; sig++)
@@ -333,15 +343,17 @@ static int launch_nonblock(int fd)
 
 int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, struct k8_err *err)
 {
-	static const char *const nsname[4] = { "pid", "mnt", "uts", "ipc" };
+	static const char *const nsname[5] = { "pid", "mnt", "uts", "ipc", "net" };
 	int out[2] = { -1, -1 }, errp[2] = { -1, -1 }, in[2] = { -1, -1 };
-	int syncp[2] = { -1, -1 }, rep[2] = { -1, -1 }, ns[4] = { -1, -1, -1, -1 };
+	int syncp[2] = { -1, -1 }, rep[2] = { -1, -1 }, ns[5] = { -1, -1, -1, -1, -1 };
 	struct launch_msg m;
 	struct pollfd pfd;
 	pid_t pid;
 	ssize_t n;
 	int r = 0, i, fe;
 
+	if ((r = sec_build(a)) < 0)
+		return k8_err_set(err, r, "building the seccomp filter: %s", strerror(-r));
 	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 ||
 	    pipe2(rep, O_CLOEXEC) < 0) {
 		r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
@@ -357,7 +369,7 @@ int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, 
 		goto out;
 	}
 	if (l->target) {
-		for (i = 0; i < 4; i++) {
+		for (i = 0; i < 5; i++) {
 			char path[64];
 
 			snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)l->target, nsname[i]);
@@ -439,7 +451,7 @@ out:
 	launch_close(&syncp[1]);
 	launch_close(&rep[0]);
 	launch_close(&rep[1]);
-	for (i = 0; i < 4; i++)
+	for (i = 0; i < 5; i++)
 		launch_close(&ns[i]);
 	return r;
 }

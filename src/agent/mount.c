@@ -240,7 +240,10 @@ static int mnt_ctr_dev(const char *root, char *msg, size_t msglen)
 		return MNT_FAIL("rootfs path too long");
 	if (mkdir(dev, 0755) < 0 && errno != EEXIST)
 		return MNT_FAIL("mkdir /dev: %s", strerror(errno));
-	if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC | MS_STRICTATIME, "mode=755,size=64k") < 0)
+	/* nodev: CAP_MKNOD nodes made here cannot be opened; the bind-mounted VM nodes
+	 * below are mounts of their own (the VM's devtmpfs flags) and keep working. */
+	if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_STRICTATIME,
+		  "mode=755,size=64k") < 0)
 		return MNT_FAIL("mount tmpfs on /dev: %s", strerror(errno));
 	for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
 		snprintf(p, sizeof(p), "%s/%s", dev, nodes[i]);

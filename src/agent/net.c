@@ -19,6 +19,7 @@
 #include <net/if.h>
 #include <net/route.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -414,7 +415,30 @@ static int net_ctr_put(const char *path, const char *text, char *msg, size_t msg
 	return r;
 }
 
-int net_ctr_files(const struct agent *a, const char *hostname, char *msg, size_t msglen)
+int net_ctr_netns(char *msg, size_t msglen)
+{
+	int sk, r;
+
+	if (unshare(CLONE_NEWNET) < 0) {
+		r = -errno;
+		snprintf(msg, msglen, "unshare network namespace: %s", strerror(errno));
+		return r;
+	}
+	sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (sk < 0) {
+		r = -errno;
+		snprintf(msg, msglen, "socket: %s", strerror(errno));
+		return r;
+	}
+	r = net_if_up(sk, "lo");
+	close(sk);
+	if (r < 0)
+		snprintf(msg, msglen, "bringing up lo in the container: %s", strerror(-r));
+	return r;
+}
+
+int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, char *msg,
+		  size_t msglen)
 {
 	struct stat st;
 	char hosts[256];
@@ -425,12 +449,14 @@ int net_ctr_files(const struct agent *a, const char *hostname, char *msg, size_t
 		snprintf(msg, msglen, "mkdir /etc in the container: %s", strerror(errno));
 		return r;
 	}
-	/* Without a network the image's own resolv.conf stays (nothing would answer). */
-	if (a->resolv_conf && (r = net_ctr_put("/etc/resolv.conf", a->resolv_conf, msg, msglen)) < 0)
+	/* Without a network (the VM's, or the container's own: only lo) the image's own
+	 * resolv.conf stays (nothing would answer). */
+	if (a->resolv_conf && !own_netns &&
+	    (r = net_ctr_put("/etc/resolv.conf", a->resolv_conf, msg, msglen)) < 0)
 		return r;
 	/* An image's own non-empty /etc/hosts is kept; otherwise localhost and our name. */
 	if (lstat("/etc/hosts", &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
 		return 0;
-	net_hosts_text(hosts, sizeof(hosts), a->net_up ? a->net.ip : NULL, hostname);
+	net_hosts_text(hosts, sizeof(hosts), a->net_up && !own_netns ? a->net.ip : NULL, hostname);
 	return net_ctr_put("/etc/hosts", hosts, msg, msglen);
 }

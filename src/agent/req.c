@@ -408,7 +408,7 @@ static int req_fs_gate(struct agent *a, uint32_t id, json_t *req, struct k8_err 
 
 static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
 {
-	const char *cid, *hex;
+	const char *cid, *hex, *netns;
 	struct launch l;
 	int auto_rm, detach, r;
 	pid_t pid;
@@ -432,6 +432,14 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 		r = k8_err_set(err, -ENOENT, "image sha256:%s is not mounted (image.mount first)", hex);
 		goto out;
 	}
+	if ((r = req_str(req, "netns", 8, 0, &netns, err)) < 0 ||
+	    (r = req_bool(req, "no_new_privs", &l.no_new_privs, err)) < 0)
+		goto out;
+	if (netns && strcmp(netns, "vm") && strcmp(netns, "none")) {
+		r = k8_err_set(err, -EINVAL, "field 'netns' must be \"vm\" or \"none\"");
+		goto out;
+	}
+	l.own_netns = netns && !strcmp(netns, "none");
 	if (detach)
 		l.want_stdin = 0;
 	l.detach = detach;

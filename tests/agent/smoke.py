@@ -32,7 +32,7 @@ F_EOF = 1
 WINDOW = 262144
 BUSYBOX_APPLETS = ["sh", "echo", "cat", "sleep", "head", "yes", "dd", "tr", "ls", "id",
                    "hostname", "env", "true", "false", "wc", "mkdir", "rm", "ps", "kill", "pwd", "mount",
-                   "mknod", "grep", "cut", "ln"]
+                   "mknod", "grep", "cut", "ln", "readlink"]
 
 
 class ProtoError(Exception):
@@ -339,17 +339,39 @@ def t_basic(work, opts):
               [b"HOME", b"PATH", b"PWD", b"SHLVL"], repr(res))
 
         r, res = ag.run(["sh", "-c", "ls /; mount -t tmpfs x /tmp && echo MOUNTED; mknod /n c 1 3 && echo MKNOD;"
+                         "echo x > /n && echo OPENED;"
                          "grep CapEff /proc/self/status; cat /proc/sys/kernel/hostname;"
                          "echo x > /proc/sys/kernel/hostname && echo SYSCTL; wc -c < /proc/kcore; ls /dev; ls /proc/1/root/"],
                         cid(30), IMG_DIGEST, rm=True)
         o = res["out"] if res else b""
-        check("isolation: image root only, no mount/mknod, Docker's caps, /proc/sys read-only, kcore masked",
-              o.startswith(b"bin\ndev\netc\nproc\ntmp\n") and b"MOUNTED" not in o and b"MKNOD" not in o and
-              b"CapEff:\t00000000a00425fb" in o and b"SYSCTL" not in o and  # Docker's set minus CAP_MKNOD
+        check("isolation: image root only, no mount, mknod'ed nodes unusable (nodev), Docker's caps, "
+              "/proc/sys read-only, kcore masked",
+              o.startswith(b"bin\ndev\netc\nproc\ntmp\n") and b"MOUNTED" not in o and b"MKNOD" in o and
+              b"OPENED" not in o and b"CapEff:\t00000000a80425fb" in o and b"SYSCTL" not in o and
               (b"\n0\n" in o or b"/proc/kcore: no such file" in res["err"]) and b"null" in o and b"pts" in o
               and b"shm" in o, repr(res))
         ident, r = ag.request("exec", container=cid(30), argv=["true"], env=["PATH=/bin"])
         check("exec into a finished container -> ENOENT (rm:true) ", r.get("ok") is False, json.dumps(r))
+
+        # "netns":"none": a network namespace of its own with only lo; exec joins it.
+        # "no_new_privs": set for the init and every exec; the seccomp filter either way.
+        show = "readlink /proc/self/ns/net; wc -l < /proc/net/dev; grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status"
+        r, res = ag.run(["sh", "-c", show], cid(31), IMG_DIGEST, rm=True)
+        vm_net = res["out"].split(b"\n") if res else []
+        r = ag.call("run", container=cid(32), image=IMG_DIGEST, argv=["sleep", "1000"], env=["PATH=/bin"],
+                    detach=True, netns="none", no_new_privs=True)
+        ident, r2 = ag.request("exec", container=cid(32), argv=["sh", "-c", show + "; readlink /proc/1/ns/net"],
+                               env=["PATH=/bin"])
+        res2 = ag.collect(ident) if r2.get("ok") else None
+        own = res2["out"].split(b"\n") if res2 else []
+        check("netns none: own namespace with lo only, exec joins it; no_new_privs; seccomp in force",
+              r.get("ok") and len(vm_net) > 4 and len(own) > 5 and vm_net[0] != own[0] and
+              own[0] == own[4] and own[1].strip() == b"3" and int(vm_net[1]) >= 3 and
+              vm_net[2:4] == [b"NoNewPrivs:\t0", b"Seccomp:\t2"] and
+              own[2:4] == [b"NoNewPrivs:\t1", b"Seccomp:\t2"], repr((r, vm_net, own)))
+        ag.call("rm", container=cid(32))
+        r = ag.call("run", container=cid(33), image=IMG_DIGEST, argv=["true"], netns="host")
+        check("netns other than vm/none -> EINVAL", not r.get("ok") and r.get("errno") == 22, json.dumps(r))
 
         outs = []
         for n, user in enumerate(["app", "1000", "app:nogroup", "65534:10", "4242", "nosuchuser"]):
