@@ -4,7 +4,12 @@
  * sockets; frames from slirp go back to the guest. Keeps the flow table.
  *
  * Theory of operation.
- *  - ARP and IPv6 neighbour/router discovery go to slirp as they are.
+ *  - Order for a frame from the guest: parse (pkt.c; malformed: dropped); ARP to
+ *    neigh.c; anything not IPv4/IPv6 dropped; fragments dropped; neighbour/router
+ *    discovery to neigh.c; multicast and broadcast dropped; DNS to the resolver
+ *    (dnssrv.c); then the policy for TCP, UDP and ICMP echo, and only what it passes
+ *    reaches slirp. ARP and ND are answered by neigh.c, which gives slirp only frames
+ *    it built from checked fields (so slirp learns the guest's MAC).
  *  - The resolver address (10.0.2.3, fd00::3) port 53 is served by dnssrv.c; nothing
  *    else sent to it, and nothing sent to any other address of the virtual network
  *    (slirp maps every one of them to the host's loopback), reaches slirp. The gateway
@@ -211,6 +216,12 @@ static void engine_to_slirp(struct net *n, const uint8_t *frame, size_t len)
 {
 	engine_gro_flush(n);
 	slirp_input(engine_slirp(n), frame, (int)len);
+}
+
+void engine_slirp_input(struct net *n, const uint8_t *frame, size_t len)
+{
+	if (len)
+		engine_to_slirp(n, frame, len);
 }
 
 void engine_input_done(struct net *n)
@@ -697,7 +708,7 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 		return;
 	}
 	if (p.l3 == PKT_ARP) {
-		engine_to_slirp(n, frame, len);
+		neigh_arp(n, &p);
 		return;
 	}
 	if (p.l3 != PKT_IP4 && p.l3 != PKT_IP6) {
@@ -712,9 +723,9 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 		n->stats.dropped++;
 		return;
 	}
-	/* Neighbour and router discovery: slirp's business. */
+	/* Neighbour and router discovery: answered (or dropped) by neigh.c. */
 	if (p.proto == IPPROTO_ICMPV6 && p.icmp_type >= 133 && p.icmp_type <= 137) {
-		engine_to_slirp(n, frame, len);
+		neigh_nd(n, &p);
 		return;
 	}
 	if (engine_is_multicast(n, &p.dst)) {

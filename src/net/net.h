@@ -207,6 +207,8 @@ void engine_free(struct net *n);
 void engine_input(struct net *n, const uint8_t *frame, size_t len);
 /* The end of a batch of frames from the guest: hand slirp what is still being merged. */
 void engine_input_done(struct net *n);
+/* Hand slirp a frame kosa8-net built itself (neigh.c); what is being merged goes first. */
+void engine_slirp_input(struct net *n, const uint8_t *frame, size_t len);
 /* Queue a frame to the guest (dropped when QEMU is not connected). */
 void engine_send_guest(struct net *n, const uint8_t *frame, size_t len);
 /* Apply {"mode":...,"rules":[...]}; on success flows the new policy refuses are cut.
@@ -224,6 +226,25 @@ size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const u
 			const struct net_addr *src, const struct net_addr *dst, uint16_t sport,
 			uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags, uint16_t win,
 			const uint8_t *opt, size_t optlen, const uint8_t *data, size_t dlen);
+
+/* ---- neigh.c: ARP and neighbour discovery, answered here; slirp sees only frames
+ * built from checked fields ---- */
+/* An ARP frame from the guest (pkt_parse said PKT_ARP). */
+void neigh_arp(struct net *n, const struct pkt *p);
+/* An ICMPv6 neighbour/router discovery message (types 133-137) from the guest. */
+void neigh_nd(struct net *n, const struct pkt *p);
+
+/* ---- hostaddr.c: the host's own addresses, kept current in the policy ---- */
+/* Open the NETLINK_ROUTE socket (address changes), then read the current addresses.
+ * Start-up only (before the privilege drop and seccomp). 0 or a negative errno. */
+int hostaddr_open(struct net *n);
+/* Notifications on nl_fd. */
+void hostaddr_input(struct net *n);
+/* Apply a buffer of rtnetlink messages (RTM_NEWADDR adds, RTM_DELADDR removes) to p;
+ * n (may be NULL) is for log lines. The number of addresses seen, or -EINVAL for a
+ * message whose length does not fit (the ones before it are applied). */
+int hostaddr_apply(struct net *n, struct policy *p, const uint8_t *buf, size_t len);
+void hostaddr_close(struct net *n);
 
 /* ---- ctl.c: the daemon's control socket, JSON lines ---- */
 struct ctl {
@@ -245,6 +266,7 @@ struct net {
 	int max_flows;
 	struct net_addr gw4, gw6, dns4, dns6, net4, net6, guest4;
 	int frames_lfd, frames_fd;
+	int nl_fd;                      /* hostaddr.c: NETLINK_ROUTE, address changes */
 	uint8_t *fin;                   /* frames read buffer */
 	size_t finlen;
 	struct outq fout;

@@ -324,7 +324,9 @@ bool policy_host_add(struct policy *p, const struct net_addr *a)
 	net_addr_unmap(a, &x);
 	if (x.family != AF_INET && x.family != AF_INET6)
 		return true;            /* nothing to add */
-	if (policy_is_host(p, &x))
+	/* loopback, private, link-local...: internal already; keeps the table small on
+	 * hosts with many bridges (each with its fe80:: address) */
+	if (net_addr_is_internal(&x) || policy_is_host(p, &x))
 		return true;
 	if (p->nhost >= POLICY_MAX_HOST_ADDRS)
 		return false;
@@ -611,8 +613,9 @@ void policy_decide(const struct policy *p, const struct net_addr *addr, uint16_t
 		return;
 	}
 
-	host = policy_is_host(p, &a);
-	internal = host || net_addr_is_internal(&a);
+	internal = net_addr_is_internal(&a);
+	host = !internal && policy_is_host(p, &a);
+	internal |= host;
 	/* 4. allow-all passes anything but an internal or host address; those are decided
 	 * by steps 5 and 7 as in an allow-list (step 6 never passes them) */
 	if (p->mode == POLICY_ALLOW_ALL && !internal) {

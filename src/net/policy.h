@@ -107,7 +107,8 @@ bool policy_pin(struct policy *p, const char *name, int rule, const struct net_a
 uint32_t policy_pin_ttl(uint32_t ttl);
 
 /* The host's own addresses. policy_host_add: false when the table is full (the address
- * is then not known as the host's: the caller logs it); adding one twice keeps one. */
+ * is then not known as the host's: the caller logs it); adding one twice keeps one, and
+ * an address that is internal anyway (loopback, private, link-local) is not stored. */
 bool policy_host_add(struct policy *p, const struct net_addr *a);
 void policy_host_del(struct policy *p, const struct net_addr *a);
 void policy_host_clear(struct policy *p);
