@@ -240,7 +240,6 @@ int main(int argc, char **argv)
 	const char *user = NULL;
 	n->max_flows = 256;
 	n->frames_fd = n->ctl.fd = n->ctl.lfd = n->frames_lfd = -1;
-	n->res.fd4 = n->res.fd6 = -1;
 	n->nl_fd = -1;
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -359,9 +358,10 @@ int main(int argc, char **argv)
 		pfd[np++] = (struct pollfd){ .fd = n->ctl.lfd, .events = POLLIN };
 		pfd[np++] = (struct pollfd){ .fd = n->ctl.fd, .events = (short)(POLLIN |
 						(n->ctl.out.len ? POLLOUT : 0)) };
-		pfd[np++] = (struct pollfd){ .fd = n->res.fd4, .events = POLLIN };
-		pfd[np++] = (struct pollfd){ .fd = n->res.fd6, .events = POLLIN };
 		pfd[np++] = (struct pollfd){ .fd = n->nl_fd, .events = POLLIN };
+		int rfirst = np;
+		resolve_poll_fill(&n->res, &pfd, &np, &cap);
+		int rlast = np;
 		int timeout = 1000, t;
 		if ((t = stats_next_timeout(n)) >= 0 && t < timeout)
 			timeout = t;
@@ -384,12 +384,9 @@ int main(int argc, char **argv)
 			ctl_accept(n);
 		else if (pfd[3].revents & (POLLIN | POLLHUP | POLLERR))
 			ctl_input(n);
-		if (pfd[4].revents & POLLIN)
-			resolve_input(n, n->res.fd4);
-		if (pfd[5].revents & POLLIN)
-			resolve_input(n, n->res.fd6);
-		if (pfd[6].revents & (POLLIN | POLLERR))
+		if (pfd[4].revents & (POLLIN | POLLERR))
 			hostaddr_input(n);
+		resolve_poll_done(n, pfd + rfirst, rlast - rfirst);
 		resolve_tick(n, n->now_ns);
 		dnssrv_tick(n, n->now_ns);
 		engine_tick(n, n->now_ns);
