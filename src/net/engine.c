@@ -32,6 +32,7 @@
 #include <slirp/libslirp.h>
 
 #include "common/util.h"
+#include "net/neigh.h"
 #include "net/net.h"
 
 #define ENGINE_NS 1000000000ull
@@ -216,12 +217,6 @@ static void engine_to_slirp(struct net *n, const uint8_t *frame, size_t len)
 {
 	engine_gro_flush(n);
 	slirp_input(engine_slirp(n), frame, (int)len);
-}
-
-void engine_slirp_input(struct net *n, const uint8_t *frame, size_t len)
-{
-	if (len)
-		engine_to_slirp(n, frame, len);
 }
 
 void engine_input_done(struct net *n)
@@ -597,6 +592,25 @@ void engine_free(struct net *n)
 
 /* ---- frames from the guest ---- */
 
+/* ARP and neighbour discovery (neigh.c): the answer to the guest, and slirp learns the
+ * guest's MAC from a frame neigh.c built; the guest's own bytes never reach slirp. */
+static void engine_neigh(struct net *n, const struct pkt *p)
+{
+	const struct neigh_env env = { .net4 = n->net4, .gw4 = n->gw4, .dns4 = n->dns4,
+				       .net6 = n->net6, .gw6 = n->gw6, .dns6 = n->dns6 };
+	struct neigh_out o;
+
+	neigh_input(&env, p, &o);
+	if (o.verdict == NEIGH_MALFORMED)
+		n->stats.malformed++;
+	else if (o.verdict == NEIGH_DROPPED)
+		n->stats.dropped++;
+	if (o.reply_len)
+		engine_send_guest(n, o.reply, o.reply_len);
+	if (o.teach_len)
+		engine_to_slirp(n, o.teach, o.teach_len);
+}
+
 static void engine_refuse(struct net *n, const struct pkt *p, const char *dest, const char *reason)
 {
 	uint8_t out[1600];
@@ -708,7 +722,7 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 		return;
 	}
 	if (p.l3 == PKT_ARP) {
-		neigh_arp(n, &p);
+		engine_neigh(n, &p);
 		return;
 	}
 	if (p.l3 != PKT_IP4 && p.l3 != PKT_IP6) {
@@ -725,7 +739,7 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 	}
 	/* Neighbour and router discovery: answered (or dropped) by neigh.c. */
 	if (p.proto == IPPROTO_ICMPV6 && p.icmp_type >= 133 && p.icmp_type <= 137) {
-		neigh_nd(n, &p);
+		engine_neigh(n, &p);
 		return;
 	}
 	if (engine_is_multicast(n, &p.dst)) {

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "net/bytes.h"
-#include "net/net.h"
+#include "net/neigh.h"
 
 #define NEIGH_ARP_LEN 60                /* 14 + 28, padded to Ethernet's minimum */
 #define ND_NS 135
@@ -53,7 +53,7 @@ static bool neigh_mac_ok(const uint8_t mac[6])
 	return !(mac[0] & 1) && memcmp(mac, zero, 6) != 0;
 }
 
-static size_t neigh_arp_build(uint8_t *f, uint16_t op, const uint8_t dmac[6],
+static size_t neigh_arp_build(uint8_t f[NEIGH_ARP_LEN], uint16_t op, const uint8_t dmac[6],
 			      const uint8_t smac[6], const uint8_t sha[6], const uint8_t sip[4],
 			      const uint8_t tha[6], const uint8_t tip[4])
 {
@@ -72,60 +72,56 @@ static size_t neigh_arp_build(uint8_t *f, uint16_t op, const uint8_t dmac[6],
 	return NEIGH_ARP_LEN;
 }
 
-void neigh_arp(struct net *n, const struct pkt *p)
+static void neigh_arp(const struct neigh_env *e, const struct pkt *p, struct neigh_out *o)
 {
 	const uint8_t *a = pkt_get(p, p->l3_off, 28);
-	uint8_t f[NEIGH_ARP_LEN], gwmac[6];
+	uint8_t gwmac[6];
 	struct net_addr sip = { .family = AF_INET };
 	bool have_sip;
 	uint16_t op;
 
-	if (!a || p->l3_off != 14) {
-		n->stats.dropped++;
+	if (!a || p->l3_off != 14)
 		return;
-	}
 	op = net_rd16(a + 6);
 	memcpy(sip.a, a + 14, 4);
 	have_sip = sip.a[0] || sip.a[1] || sip.a[2] || sip.a[3];
 	/* sender: the frame's own unicast MAC, an address of the virtual network that is
 	 * not slirp's (or 0.0.0.0, an address probe) */
 	if (memcmp(a + 8, p->src_mac, 6) || !neigh_mac_ok(a + 8) ||
-	    (have_sip && (!net_addr_in(&sip, &n->net4, 24) || sip.a[3] == 0 ||
-			  sip.a[3] == 255 || net_addr_eq(&sip, &n->gw4) ||
-			  net_addr_eq(&sip, &n->dns4))) ||
-	    (op != 1 && op != 2)) {
-		n->stats.dropped++;
+	    (have_sip && (!net_addr_in(&sip, &e->net4, 24) || sip.a[3] == 0 ||
+			  sip.a[3] == 255 || net_addr_eq(&sip, &e->gw4) ||
+			  net_addr_eq(&sip, &e->dns4))) ||
+	    (op != 1 && op != 2))
 		return;
-	}
-	if (op == 1 && (!memcmp(a + 24, n->gw4.a, 4) || !memcmp(a + 24, n->dns4.a, 4))) {
+	if (op == 1 && (!memcmp(a + 24, e->gw4.a, 4) || !memcmp(a + 24, e->dns4.a, 4))) {
 		uint8_t mac[6];
 
 		neigh_mac4(mac, a + 24);
-		engine_send_guest(n, f, neigh_arp_build(f, 2, a + 8, mac, mac, a + 24, a + 8,
-							 a + 14));
+		o->reply_len = neigh_arp_build(o->reply, 2, a + 8, mac, mac, a + 24, a + 8,
+					       a + 14);
 	} else if (!(op == 2 || !memcmp(a + 14, a + 24, 4))) {
-		n->stats.dropped++;             /* a request for an address nobody here has */
-		return;
+		return;                 /* a request for an address nobody here has */
 	}
 	/* Teach slirp the guest's MAC (an answer to its own request, an announcement, or
 	 * the request just answered): a reply from the guest to the gateway, built here. */
 	if (have_sip) {
-		neigh_mac4(gwmac, n->gw4.a);
-		engine_slirp_input(n, f, neigh_arp_build(f, 2, gwmac, a + 8, a + 8, sip.a, gwmac,
-							 n->gw4.a));
+		neigh_mac4(gwmac, e->gw4.a);
+		o->teach_len = neigh_arp_build(o->teach, 2, gwmac, a + 8, a + 8, sip.a, gwmac,
+					       e->gw4.a);
 	}
+	o->verdict = NEIGH_ANSWERED;
 }
 
 /* An IPv6 address the guest may use as its own: the virtual prefix or link-local. */
-static bool neigh_guest6(const struct net *n, const uint8_t ip[16])
+static bool neigh_guest6(const struct neigh_env *e, const uint8_t ip[16])
 {
 	struct net_addr a = { .family = AF_INET6 };
 
 	memcpy(a.a, ip, 16);
 	if (ip[0] == 0xfe && (ip[1] & 0xc0) == 0x80)
 		return true;
-	return net_addr_in(&a, &n->net6, 64) && !net_addr_eq(&a, &n->gw6) &&
-	       !net_addr_eq(&a, &n->dns6);
+	return net_addr_in(&a, &e->net6, 64) && !net_addr_eq(&a, &e->gw6) &&
+	       !net_addr_eq(&a, &e->dns6);
 }
 
 /* A neighbour advertisement: Ethernet + IPv6 (hop limit 255) + ICMPv6 type 136 with a
@@ -161,84 +157,86 @@ static size_t neigh_na_build(uint8_t *f, const uint8_t dmac[6], const uint8_t sm
 }
 
 /* Teach slirp that the guest has `addr` at `mac`: an advertisement to fe80::2. */
-static void neigh_teach6(struct net *n, const uint8_t addr[16], const uint8_t mac[6])
+static void neigh_teach6(struct neigh_out *o, const uint8_t addr[16], const uint8_t mac[6])
 {
-	uint8_t f[86], rmac[6];
+	uint8_t rmac[6];
 
 	neigh_mac6(rmac, neigh_ll_router);
-	engine_slirp_input(n, f, neigh_na_build(f, rmac, mac, addr, neigh_ll_router, 0x60, addr,
-						mac));
+	o->teach_len = neigh_na_build(o->teach, rmac, mac, addr, neigh_ll_router, 0x60, addr,
+				      mac);
 }
 
-void neigh_nd(struct net *n, const struct pkt *p)
+static void neigh_nd(const struct neigh_env *e, const struct pkt *p, struct neigh_out *o)
 {
 	static const uint8_t unspec[16];
 	const uint8_t *ip = pkt_get(p, p->l3_off, 40), *m;
 	size_t mlen = p->payload_len + 8;
-	uint8_t f[86], mac[6];
+	uint8_t mac[6];
 	uint32_t sum;
 	uint8_t ph[8];
 
 	/* NS and NA only; at least type..target (24 bytes); link-local scope (255) */
 	if (!ip || p->l3_off != 14 || (p->icmp_type != ND_NS && p->icmp_type != ND_NA) ||
 	    p->icmp_code != 0 || p->ttl != 255 || mlen < 24 ||
-	    !(m = pkt_get(p, p->l4_off, mlen)) || !neigh_mac_ok(p->src_mac) ||
-	    m[8] == 0xff) {
-		n->stats.dropped++;
+	    !(m = pkt_get(p, p->l4_off, mlen)) || !neigh_mac_ok(p->src_mac) || m[8] == 0xff)
 		return;
-	}
 	ph[0] = (uint8_t)(mlen >> 24), ph[1] = (uint8_t)(mlen >> 16);
 	ph[2] = (uint8_t)(mlen >> 8), ph[3] = (uint8_t)mlen;
 	ph[4] = ph[5] = ph[6] = 0, ph[7] = IPPROTO_ICMPV6;
 	sum = pkt_csum_add(pkt_csum_add(pkt_csum_add(0, ip + 8, 32), ph, 8), m, mlen);
 	if (pkt_csum_fold(sum) != 0) {
-		n->stats.malformed++;
+		o->verdict = NEIGH_MALFORMED;
 		return;
 	}
 	/* a link-layer address option, if any, must be the frame's source MAC */
-	for (size_t o = 24; o + 2 <= mlen;) {
-		size_t olen = (size_t)m[o + 1] * 8;
+	for (size_t off = 24; off + 2 <= mlen;) {
+		size_t olen = (size_t)m[off + 1] * 8;
 
-		if (olen == 0 || olen > mlen - o) {
-			n->stats.malformed++;
+		if (olen == 0 || olen > mlen - off) {
+			o->verdict = NEIGH_MALFORMED;
 			return;
 		}
-		if ((m[o] == 1 || m[o] == 2) && (olen != 8 || memcmp(m + o + 2, p->src_mac, 6))) {
-			n->stats.dropped++;
+		if ((m[off] == 1 || m[off] == 2) &&
+		    (olen != 8 || memcmp(m + off + 2, p->src_mac, 6)))
 			return;
-		}
-		o += olen;
+		off += olen;
 	}
 	if (p->icmp_type == ND_NA) {
 		/* the guest answers slirp's solicitation (or announces itself) */
-		if (!neigh_guest6(n, m + 8)) {
-			n->stats.dropped++;
+		if (!neigh_guest6(e, m + 8))
 			return;
-		}
-		neigh_teach6(n, m + 8, p->src_mac);
+		neigh_teach6(o, m + 8, p->src_mac);
+		o->verdict = NEIGH_ANSWERED;
 		return;
 	}
 	/* NS: from one of the guest's addresses, or :: (duplicate address detection) */
 	bool dad = !memcmp(ip + 8, unspec, 16);
-	if (!dad && !neigh_guest6(n, ip + 8)) {
-		n->stats.dropped++;
+	if (!dad && !neigh_guest6(e, ip + 8))
 		return;
-	}
-	if (memcmp(m + 8, n->gw6.a, 16) && memcmp(m + 8, n->dns6.a, 16) &&
-	    memcmp(m + 8, neigh_ll_router, 16)) {
-		n->stats.dropped++;             /* nobody else lives here */
-		return;
-	}
+	if (memcmp(m + 8, e->gw6.a, 16) && memcmp(m + 8, e->dns6.a, 16) &&
+	    memcmp(m + 8, neigh_ll_router, 16))
+		return;                 /* nobody else lives here */
 	neigh_mac6(mac, m + 8);
+	o->verdict = NEIGH_ANSWERED;
 	if (dad) {
 		static const uint8_t all_nodes[16] = { 0xff, 0x02, [15] = 1 };
 		static const uint8_t all_nodes_mac[6] = { 0x33, 0x33, 0, 0, 0, 1 };
 
-		engine_send_guest(n, f, neigh_na_build(f, all_nodes_mac, mac, m + 8, all_nodes,
-						       0xa0, m + 8, mac));
+		o->reply_len = neigh_na_build(o->reply, all_nodes_mac, mac, m + 8, all_nodes, 0xa0,
+					      m + 8, mac);
 		return;
 	}
-	engine_send_guest(n, f, neigh_na_build(f, p->src_mac, mac, m + 8, ip + 8, 0xe0, m + 8,
-					       mac));
-	neigh_teach6(n, ip + 8, p->src_mac);
+	o->reply_len = neigh_na_build(o->reply, p->src_mac, mac, m + 8, ip + 8, 0xe0, m + 8,
+				      mac);
+	neigh_teach6(o, ip + 8, p->src_mac);
+}
+
+void neigh_input(const struct neigh_env *e, const struct pkt *p, struct neigh_out *o)
+{
+	o->verdict = NEIGH_DROPPED;
+	o->reply_len = o->teach_len = 0;
+	if (p->l3 == PKT_ARP)
+		neigh_arp(e, p, o);
+	else if (p->l3 == PKT_IP6 && p->proto == IPPROTO_ICMPV6 && p->l4_off)
+		neigh_nd(e, p, o);
 }

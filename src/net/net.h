@@ -211,8 +211,6 @@ void engine_free(struct net *n);
 void engine_input(struct net *n, const uint8_t *frame, size_t len);
 /* The end of a batch of frames from the guest: hand slirp what is still being merged. */
 void engine_input_done(struct net *n);
-/* Hand slirp a frame kosa8-net built itself (neigh.c); what is being merged goes first. */
-void engine_slirp_input(struct net *n, const uint8_t *frame, size_t len);
 /* Queue a frame to the guest (dropped when QEMU is not connected). */
 void engine_send_guest(struct net *n, const uint8_t *frame, size_t len);
 /* Apply {"mode":...,"rules":[...]}; on success flows the new policy refuses are cut.
@@ -230,13 +228,6 @@ size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const u
 			const struct net_addr *src, const struct net_addr *dst, uint16_t sport,
 			uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags, uint16_t win,
 			const uint8_t *opt, size_t optlen, const uint8_t *data, size_t dlen);
-
-/* ---- neigh.c: ARP and neighbour discovery, answered here; slirp sees only frames
- * built from checked fields ---- */
-/* An ARP frame from the guest (pkt_parse said PKT_ARP). */
-void neigh_arp(struct net *n, const struct pkt *p);
-/* An ICMPv6 neighbour/router discovery message (types 133-137) from the guest. */
-void neigh_nd(struct net *n, const struct pkt *p);
 
 /* ---- hostaddr.c: the host's own addresses, kept current in the policy ---- */
 /* Open the NETLINK_ROUTE socket (address changes), then read the current addresses.
