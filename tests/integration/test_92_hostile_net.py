@@ -498,3 +498,79 @@ def test_guest_cannot_reach_the_hosts_own_addresses(hhome, all_sb):
     finally:
         dummy.close()
         srv.close()
+
+
+# Crafted IPv6 SYNs to mapped addresses, from root in the guest: a guest's own stack
+# never sends ::ffff:a.b.c.d on the wire (a socket connected to one sends IPv4), so the
+# attacker writes the Ethernet frame itself (AF_PACKET) and watches for the answer.
+RAW_PROBE = r'''
+import os, socket, struct, sys, time
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16: s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+ifc = [i for i in os.listdir("/sys/class/net") if i != "lo"][0]
+mac = bytes.fromhex(open("/sys/class/net/%s/address" % ifc).read().strip().replace(":", ""))
+gwmac = bytes.fromhex("525600000002")
+src = socket.inet_pton(socket.AF_INET6, "fd00::15")
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))
+s.bind((ifc, 0x86dd))
+out = []
+port = int(sys.argv[1])
+for i, dst in enumerate(sys.argv[2:]):
+    d = socket.inet_pton(socket.AF_INET6, dst)
+    sport = 41000 + i
+    seg = struct.pack("!HHIIBBHHH", sport, port, 1000, 0, 5 << 4, 2, 65535, 0, 0)
+    c = csum(src + d + struct.pack("!IxxxB", len(seg), 6) + seg)
+    seg = seg[:16] + struct.pack("!H", c) + seg[18:]
+    ip = struct.pack("!IHBB16s16s", 6 << 28, len(seg), 6, 64, src, d)
+    s.send(gwmac + mac + b"\x86\xdd" + ip + seg)
+    end, got = time.time() + 5, "timeout"
+    while time.time() < end:
+        s.settimeout(max(0.01, end - time.time()))
+        try:
+            f = s.recv(2048)
+        except socket.timeout:
+            break
+        if len(f) < 14 + 40 + 20 or f[14 + 6] != 6 or f[14 + 24:14 + 40] != src:
+            continue
+        sp, dp = struct.unpack("!HH", f[54:58])
+        if dp != sport:
+            continue
+        fl = f[54 + 13]
+        got = "rst" if fl & 4 else "synack" if fl & 0x12 == 0x12 else "other%x" % fl
+        break
+    out.append(got)
+print(" ".join(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def list_sb(hhome):
+    srv = Listener(addr="127.0.0.1")
+    name = make_sandbox(hhome, "h92list", "--egress-allow", "127.0.0.1:%d" % srv.port)
+    yield name, srv
+    hhome("sandbox", "rm", name)
+    srv.close()
+
+
+def test_guest_crafted_mapped_gateway_refused(hhome, all_sb, list_sb):
+    sb_list, srv = list_sb
+    targets = ["::ffff:10.0.2.2", "::ffff:127.0.0.1", "64:ff9b::a00:202", "::a00:202"]
+    for sb in (all_sb, sb_list):
+        p = hhome("sandbox", "run", sb, "python:3.12-slim", "python3", "-c", RAW_PROBE,
+                  str(srv.port), *targets, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        res = p.stdout.strip().splitlines()[-1].split(" ")
+        assert res == ["rst"] * len(targets), (sb, targets, res)
+    time.sleep(0.5)
+    assert srv.conns == [], "the host's loopback was reached: %r" % srv.conns
+    # the plain gateway, for comparison: listed in one sandbox, so it passes there only
+    p = hhome("sandbox", "run", sb_list, "python:3.12-slim", "python3", "-c", PROBE,
+              "10.0.2.2:%d" % srv.port, timeout=300)
+    assert p.stdout.strip().splitlines()[-1] == "connected", p.stdout + p.stderr
+    assert wait_for(lambda: srv.conns, timeout=5)
+    info = hhome.json("sandbox", "egress", sb_list)
+    reasons = {d["dest"]: d.get("reason") for d in info.get("destinations", [])}
+    assert reasons.get("10.0.2.2:%d" % srv.port) == "mapped address", reasons
