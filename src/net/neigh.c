@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* neigh.c - ARP and IPv6 neighbour discovery for the guest, answered by kosa8-net itself.
+ * This file decides and builds the frames (neigh_input); engine.c sends them.
  *
  * Theory of operation. libslirp's ARP and NDP input read the guest's bytes with few
  * checks (its ARP code does not even compare the frame's length with the header it
