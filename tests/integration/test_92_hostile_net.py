@@ -510,12 +510,12 @@ def csum(b):
     s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
     while s >> 16: s = (s & 0xffff) + (s >> 16)
     return ~s & 0xffff
-ifc = [i for i in os.listdir("/sys/class/net") if i != "lo"][0]
-mac = bytes.fromhex(open("/sys/class/net/%s/address" % ifc).read().strip().replace(":", ""))
+ifc = [n for _, n in socket.if_nameindex() if n != "lo"][0]
 gwmac = bytes.fromhex("525600000002")
 src = socket.inet_pton(socket.AF_INET6, "fd00::15")
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))
 s.bind((ifc, 0x86dd))
+mac = s.getsockname()[4]
 out = []
 port = int(sys.argv[1])
 for i, dst in enumerate(sys.argv[2:]):
