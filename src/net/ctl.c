@@ -73,14 +73,15 @@ static json_t *ctl_stats(struct net *n)
 	json_t *rules = json_array();
 	for (int i = 0; i < n->policy->nrules; i++)
 		json_array_append_new(rules, json_string(n->policy->rules[i].text));
-	return json_pack("{s:b,s:s,s:o,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:o,s:{s:I,s:I,s:I}}", "ok", 1,
+	return json_pack("{s:b,s:s,s:o,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:o,s:{s:I,s:I,s:I}}",
+			 "ok", 1,
 			 "mode", policy_mode_str(n->policy->mode), "rules", rules, "flows",
 			 n->eng.nflows, "max_flows", n->max_flows, "frames_in",
 			 (json_int_t)n->stats.frames_in, "frames_out",
 			 (json_int_t)n->stats.frames_out, "malformed",
 			 (json_int_t)n->stats.malformed, "dropped", (json_int_t)n->stats.dropped,
 			 "tcp_merged", (json_int_t)n->stats.tcp_merged,
-			 "destinations", stats_json(n), "dns", "answered",
+			 "host_addresses", n->policy->nhost, "destinations", stats_json(n), "dns", "answered",
 			 (json_int_t)n->stats.dns_answered, "refused",
 			 (json_int_t)n->stats.dns_refused, "upstream_queries",
 			 (json_int_t)n->res.sent);

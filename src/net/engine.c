@@ -4,7 +4,12 @@
  * sockets; frames from slirp go back to the guest. Keeps the flow table.
  *
  * Theory of operation.
- *  - ARP and IPv6 neighbour/router discovery go to slirp as they are.
+ *  - Order for a frame from the guest: parse (pkt.c; malformed: dropped); ARP to
+ *    neigh.c; anything not IPv4/IPv6 dropped; fragments dropped; neighbour/router
+ *    discovery to neigh.c; multicast and broadcast dropped; DNS to the resolver
+ *    (dnssrv.c); then the policy for TCP, UDP and ICMP echo, and only what it passes
+ *    reaches slirp. ARP and ND are answered by neigh.c, which gives slirp only frames
+ *    it built from checked fields (so slirp learns the guest's MAC).
  *  - The resolver address (10.0.2.3, fd00::3) port 53 is served by dnssrv.c; nothing
  *    else sent to it, and nothing sent to any other address of the virtual network
  *    (slirp maps every one of them to the host's loopback), reaches slirp. The gateway
@@ -27,6 +32,7 @@
 #include <slirp/libslirp.h>
 
 #include "common/util.h"
+#include "net/neigh.h"
 #include "net/net.h"
 
 #define ENGINE_NS 1000000000ull
@@ -586,6 +592,25 @@ void engine_free(struct net *n)
 
 /* ---- frames from the guest ---- */
 
+/* ARP and neighbour discovery (neigh.c): the answer to the guest, and slirp learns the
+ * guest's MAC from a frame neigh.c built; the guest's own bytes never reach slirp. */
+static void engine_neigh(struct net *n, const struct pkt *p)
+{
+	const struct neigh_env env = { .net4 = n->net4, .gw4 = n->gw4, .dns4 = n->dns4,
+				       .net6 = n->net6, .gw6 = n->gw6, .dns6 = n->dns6 };
+	struct neigh_out o;
+
+	neigh_input(&env, p, &o);
+	if (o.verdict == NEIGH_MALFORMED)
+		n->stats.malformed++;
+	else if (o.verdict == NEIGH_DROPPED)
+		n->stats.dropped++;
+	if (o.reply_len)
+		engine_send_guest(n, o.reply, o.reply_len);
+	if (o.teach_len)
+		engine_to_slirp(n, o.teach, o.teach_len);
+}
+
 static void engine_refuse(struct net *n, const struct pkt *p, const char *dest, const char *reason)
 {
 	uint8_t out[1600];
@@ -697,7 +722,7 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 		return;
 	}
 	if (p.l3 == PKT_ARP) {
-		engine_to_slirp(n, frame, len);
+		engine_neigh(n, &p);
 		return;
 	}
 	if (p.l3 != PKT_IP4 && p.l3 != PKT_IP6) {
@@ -712,9 +737,9 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 		n->stats.dropped++;
 		return;
 	}
-	/* Neighbour and router discovery: slirp's business. */
+	/* Neighbour and router discovery: answered (or dropped) by neigh.c. */
 	if (p.proto == IPPROTO_ICMPV6 && p.icmp_type >= 133 && p.icmp_type <= 137) {
-		engine_to_slirp(n, frame, len);
+		engine_neigh(n, &p);
 		return;
 	}
 	if (engine_is_multicast(n, &p.dst)) {

@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 	const char *user = NULL;
 	n->max_flows = 256;
 	n->frames_fd = n->ctl.fd = n->ctl.lfd = n->frames_lfd = -1;
-	n->res.fd4 = n->res.fd6 = -1;
+	n->nl_fd = -1;
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		char *e;
@@ -311,6 +311,10 @@ int main(int argc, char **argv)
 			net_die("--policy %s: %s", policy_file, err);
 		json_decref(obj);
 	}
+	/* Before the privilege drop and seccomp, which allow no new netlink socket. */
+	rc = hostaddr_open(n);
+	if (rc < 0)
+		net_die("the host's addresses (netlink): %s", strerror(-rc));
 	rc = resolve_open(&n->res);
 	if (rc < 0)
 		net_die("upstream DNS sockets: %s", strerror(-rc));
@@ -324,8 +328,9 @@ int main(int argc, char **argv)
 	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (devnull < 0)
 		net_die("/dev/null: %s", strerror(errno));
-	net_log(n, "ready: mode %s, %d rule(s), %d upstream server(s), max %d flows",
-		policy_mode_str(n->policy->mode), n->policy->nrules, n->res.nservers, n->max_flows);
+	net_log(n, "ready: mode %s, %d rule(s), %d upstream server(s), max %d flows, %d host "
+		"address(es) refused", policy_mode_str(n->policy->mode), n->policy->nrules,
+		n->res.nservers, n->max_flows, n->policy->nhost);
 	if (write_full(STDOUT_FILENO, "ready\n", 6) < 0)
 		net_die("stdout: %s", strerror(errno));
 	dup2(devnull, STDOUT_FILENO);   /* closes the pipe: the daemon sees EOF */
@@ -353,8 +358,10 @@ int main(int argc, char **argv)
 		pfd[np++] = (struct pollfd){ .fd = n->ctl.lfd, .events = POLLIN };
 		pfd[np++] = (struct pollfd){ .fd = n->ctl.fd, .events = (short)(POLLIN |
 						(n->ctl.out.len ? POLLOUT : 0)) };
-		pfd[np++] = (struct pollfd){ .fd = n->res.fd4, .events = POLLIN };
-		pfd[np++] = (struct pollfd){ .fd = n->res.fd6, .events = POLLIN };
+		pfd[np++] = (struct pollfd){ .fd = n->nl_fd, .events = POLLIN };
+		int rfirst = np;
+		resolve_poll_fill(&n->res, &pfd, &np, &cap);
+		int rlast = np;
 		int timeout = 1000, t;
 		if ((t = stats_next_timeout(n)) >= 0 && t < timeout)
 			timeout = t;
@@ -377,10 +384,9 @@ int main(int argc, char **argv)
 			ctl_accept(n);
 		else if (pfd[3].revents & (POLLIN | POLLHUP | POLLERR))
 			ctl_input(n);
-		if (pfd[4].revents & POLLIN)
-			resolve_input(n, n->res.fd4);
-		if (pfd[5].revents & POLLIN)
-			resolve_input(n, n->res.fd6);
+		if (pfd[4].revents & (POLLIN | POLLERR))
+			hostaddr_input(n);
+		resolve_poll_done(n, pfd + rfirst, rlast - rfirst);
 		resolve_tick(n, n->now_ns);
 		dnssrv_tick(n, n->now_ns);
 		engine_tick(n, n->now_ns);
@@ -398,6 +404,7 @@ int main(int argc, char **argv)
 	engine_free(n);
 	dnssrv_free(n);
 	resolve_close(&n->res);
+	hostaddr_close(n);
 	stats_free(&n->stats);
 	outq_free(&n->fout);
 	outq_free(&n->ctl.out);

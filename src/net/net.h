@@ -87,7 +87,9 @@ typedef void (*resolve_done_fn)(struct net *n, void *opaque, const struct resolv
 
 struct resolve_query {
 	bool used;
-	uint16_t id;                    /* upstream message id */
+	int fd;                         /* this try's UDP socket, connected to the server;
+	                                 * a fresh one (fresh source port) per try, -1: none */
+	uint16_t id;                    /* upstream message id, random, fresh per try */
 	char want[DNS_NAME_MAX];        /* the name asked for by the guest */
 	char cur[DNS_NAME_MAX];         /* the name asked upstream now (CNAME chase) */
 	uint16_t qtype;
@@ -107,7 +109,6 @@ struct resolver {
 	struct net_addr servers[RESOLVE_MAX_SERVERS];
 	uint16_t ports[RESOLVE_MAX_SERVERS];
 	int nservers;
-	int fd4, fd6;                   /* unconnected UDP sockets, -1 when unused */
 	struct resolve_query q[RESOLVE_MAX_PENDING];
 	struct resolve_host *hosts;
 	int nhosts;
@@ -120,7 +121,8 @@ int resolve_add_server(struct resolver *r, const char *spec);
 int resolve_load_resolv_conf(struct resolver *r, const char *path);
 /* Read a hosts file once; a missing file is not an error. */
 int resolve_load_hosts(struct resolver *r, const char *path);
-/* Open the sockets. 0 or a negative errno. */
+/* Check that UDP sockets can be made for the servers' families (each query makes its
+ * own later). 0 or a negative errno. */
 int resolve_open(struct resolver *r);
 void resolve_close(struct resolver *r);
 /* Resolve name/qtype (A or AAAA). From the hosts file: `done` is called before this
@@ -130,7 +132,9 @@ int resolve_start(struct net *n, const char *name, uint16_t qtype, resolve_done_
 		  void *opaque);
 /* Forget every query whose opaque is `opaque` (its owner went away); done is not called. */
 void resolve_cancel(struct resolver *r, void *opaque);
-void resolve_input(struct net *n, int fd);
+/* The poll loop: one entry per query socket, appended to *pfd (grown as needed). */
+void resolve_poll_fill(const struct resolver *r, struct pollfd **pfd, int *npfd, int *cap);
+void resolve_poll_done(struct net *n, const struct pollfd *pfd, int npfd);
 void resolve_tick(struct net *n, uint64_t now_ns);
 int resolve_next_timeout(const struct resolver *r, uint64_t now_ns);
 
@@ -225,6 +229,18 @@ size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const u
 			uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags, uint16_t win,
 			const uint8_t *opt, size_t optlen, const uint8_t *data, size_t dlen);
 
+/* ---- hostaddr.c: the host's own addresses, kept current in the policy ---- */
+/* Open the NETLINK_ROUTE socket (address changes), then read the current addresses.
+ * Start-up only (before the privilege drop and seccomp). 0 or a negative errno. */
+int hostaddr_open(struct net *n);
+/* Notifications on nl_fd. */
+void hostaddr_input(struct net *n);
+/* Apply a buffer of rtnetlink messages (RTM_NEWADDR adds, RTM_DELADDR removes) to p;
+ * n (may be NULL) is for log lines. The number of addresses seen, or -EINVAL for a
+ * message whose length does not fit (the ones before it are applied). */
+int hostaddr_apply(struct net *n, struct policy *p, const uint8_t *buf, size_t len);
+void hostaddr_close(struct net *n);
+
 /* ---- ctl.c: the daemon's control socket, JSON lines ---- */
 struct ctl {
 	int lfd, fd;
@@ -245,6 +261,7 @@ struct net {
 	int max_flows;
 	struct net_addr gw4, gw6, dns4, dns6, net4, net6, guest4;
 	int frames_lfd, frames_fd;
+	int nl_fd;                      /* hostaddr.c: NETLINK_ROUTE, address changes */
 	uint8_t *fin;                   /* frames read buffer */
 	size_t finlen;
 	struct outq fout;

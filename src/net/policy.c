@@ -2,11 +2,12 @@
 /* policy.c - the egress policy engine: rule parsing, DNS pins, and the verdict for each new
  * flow, in the order policy.h documents (and docs/network.md explains).
  *
- * An IPv4-mapped IPv6 address (::ffff:a.b.c.d), in a rule, a pin or a flow, is the IPv4
- * address it carries. An internal address (net_addr_is_internal) passes only through an
- * IP/CIDR rule that covers it and the port: a pin never passes one on its own, so a
- * listed name that resolves to 127.0.0.1 or 10.x (DNS rebinding) reaches nothing the
- * rules do not list by address. */
+ * An IPv4-mapped IPv6 address (::ffff:a.b.c.d) in a rule or a pin is the IPv4 address it
+ * carries; as a flow's destination it is refused (policy.h, step 2). An internal address
+ * (net_addr_is_internal, or one of the host's own addresses, policy_host_*) passes only
+ * through an IP/CIDR rule that covers it and the port: a pin never passes one on its
+ * own, so a listed name that resolves to 127.0.0.1, 10.x or the host's public address
+ * (DNS rebinding) reaches nothing the rules do not list by address. */
 #include "net/policy.h"
 
 #include <arpa/inet.h>
@@ -289,6 +290,73 @@ const char *policy_mode_str(enum policy_mode m)
 	return "?";
 }
 
+/* The IPv4 address a NAT64 (64:ff9b::/96) or mapped (::ffff:0:0/96) form carries, else a. */
+static void policy_embedded(const struct net_addr *a, struct net_addr *out)
+{
+	static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
+
+	if (a->family == AF_INET6 && !memcmp(a->a, nat64, 12)) {
+		memset(out, 0, sizeof(*out));
+		out->family = AF_INET;
+		memcpy(out->a, a->a + 12, 4);
+		return;
+	}
+	net_addr_unmap(a, out);
+}
+
+bool policy_is_host(const struct policy *p, const struct net_addr *a)
+{
+	struct net_addr x;
+
+	if (!p || !a)
+		return false;
+	policy_embedded(a, &x);
+	for (int i = 0; i < p->nhost; i++)
+		if (net_addr_eq(&p->host[i], &x))
+			return true;
+	return false;
+}
+
+bool policy_host_add(struct policy *p, const struct net_addr *a)
+{
+	struct net_addr x;
+
+	net_addr_unmap(a, &x);
+	if (x.family != AF_INET && x.family != AF_INET6)
+		return true;            /* nothing to add */
+	/* loopback, private, link-local...: internal already; keeps the table small on
+	 * hosts with many bridges (each with its fe80:: address) */
+	if (net_addr_is_internal(&x) || policy_is_host(p, &x))
+		return true;
+	if (p->nhost >= POLICY_MAX_HOST_ADDRS)
+		return false;
+	p->host[p->nhost++] = x;
+	return true;
+}
+
+void policy_host_del(struct policy *p, const struct net_addr *a)
+{
+	struct net_addr x;
+
+	net_addr_unmap(a, &x);
+	for (int i = 0; i < p->nhost; i++)
+		if (net_addr_eq(&p->host[i], &x)) {
+			p->host[i] = p->host[--p->nhost];
+			return;
+		}
+}
+
+void policy_host_clear(struct policy *p)
+{
+	p->nhost = 0;
+}
+
+/* Internal for the policy: the fixed ranges, and the host's own addresses. */
+static bool policy_internal(const struct policy *p, const struct net_addr *a)
+{
+	return net_addr_is_internal(a) || policy_is_host(p, a);
+}
+
 /* Does an IP/CIDR rule cover a? With any_port, whatever its port; else the rule must
  * have no port or `port`. *addr_hit says an IP rule covered a with another port. */
 static bool policy_ip_listed(const struct policy *p, const struct net_addr *a, uint16_t port,
@@ -369,7 +437,7 @@ int policy_set(struct policy *p, enum policy_mode mode, const char *const *rules
 
 		if (idx == -1)
 			continue;
-		if (net_addr_is_internal(&pin->addr) &&
+		if (policy_internal(p, &pin->addr) &&
 		    !policy_ip_listed(p, &pin->addr, 0, true, NULL))
 			continue;
 		pin->rule = idx;
@@ -404,7 +472,7 @@ bool policy_pin(struct policy *p, const char *name, int rule, const struct net_a
 	net_addr_unmap(addr, &a);
 	if (a.family != AF_INET && a.family != AF_INET6)
 		return false;
-	if (net_addr_is_internal(&a) && !policy_ip_listed(p, &a, 0, true, NULL))
+	if (policy_internal(p, &a) && !policy_ip_listed(p, &a, 0, true, NULL))
 		return false;
 	expires = now_ns + (uint64_t)policy_pin_ttl(ttl) * NS_PER_S;
 
@@ -501,8 +569,8 @@ void policy_decide(const struct policy *p, const struct net_addr *addr, uint16_t
 		   uint64_t now_ns, struct policy_verdict *v)
 {
 	const struct policy_pin *pin;
-	struct net_addr a, g, loop;
-	bool internal, addr_hit = false, port_miss = false;
+	struct net_addr a, loop;
+	bool internal, host, addr_hit = false, port_miss = false;
 
 	(void)proto;            /* a port rule covers TCP and UDP alike; ICMP has port 0 */
 	memset(v, 0, sizeof(*v));
@@ -510,7 +578,7 @@ void policy_decide(const struct policy *p, const struct net_addr *addr, uint16_t
 		policy_verdict_set(v, false, "not listed");
 		return;
 	}
-	net_addr_unmap(addr, &a);
+	a = *addr;
 	policy_dest(v, NULL, &a, port);
 
 	/* 1. */
@@ -519,9 +587,18 @@ void policy_decide(const struct policy *p, const struct net_addr *addr, uint16_t
 		return;
 	}
 
-	/* 2. the gateway is the host's loopback */
+	/* 2. an IPv4-mapped destination is never forwarded (counted under its IPv4 form) */
+	if (net_addr_is_mapped(addr)) {
+		net_addr_unmap(addr, &a);
+		policy_dest(v, NULL, &a, port);
+		policy_verdict_set(v, false, "mapped address");
+		return;
+	}
+
+	/* 3. the gateway is the host's loopback; only its exact address (a NAT64 form of
+	 * it leads elsewhere and is an internal address below) */
 	memset(&loop, 0, sizeof(loop));
-	if (gw4 && (net_addr_unmap(gw4, &g), g.family == AF_INET) && net_addr_eq(&a, &g)) {
+	if (gw4 && gw4->family == AF_INET && net_addr_eq(&a, gw4)) {
 		loop.family = AF_INET;
 		loop.a[0] = 127;
 		loop.a[3] = 1;
@@ -537,8 +614,10 @@ void policy_decide(const struct policy *p, const struct net_addr *addr, uint16_t
 	}
 
 	internal = net_addr_is_internal(&a);
-	/* 3. allow-all passes anything but an internal address; that one is decided by
-	 * steps 4 and 6 as in an allow-list (step 5 never passes an internal address) */
+	host = !internal && policy_is_host(p, &a);
+	internal |= host;
+	/* 4. allow-all passes anything but an internal or host address; those are decided
+	 * by steps 5 and 7 as in an allow-list (step 6 never passes them) */
 	if (p->mode == POLICY_ALLOW_ALL && !internal) {
 		pin = policy_pin_find(p, &a, port, true, now_ns, NULL);
 		policy_dest(v, pin ? pin->name : NULL, &a, port);
@@ -546,7 +625,7 @@ void policy_decide(const struct policy *p, const struct net_addr *addr, uint16_t
 		return;
 	}
 
-	/* 4. */
+	/* 5. */
 	if (policy_ip_listed(p, &a, port, false, &addr_hit)) {
 		pin = policy_pin_find(p, &a, port, false, now_ns, NULL);
 		policy_dest(v, pin ? pin->name : NULL, &a, port);
@@ -554,8 +633,8 @@ void policy_decide(const struct policy *p, const struct net_addr *addr, uint16_t
 		return;
 	}
 
-	/* 5. pinned by a lookup of a listed name; never for an internal address, which
-	 * only an IP/CIDR rule passes (step 4) */
+	/* 6. pinned by a lookup of a listed name; never for an internal address, which
+	 * only an IP/CIDR rule passes (step 5) */
 	if (!internal) {
 		pin = policy_pin_find(p, &a, port, false, now_ns, &port_miss);
 		if (pin) {
@@ -565,7 +644,7 @@ void policy_decide(const struct policy *p, const struct net_addr *addr, uint16_t
 		}
 	}
 
-	/* 6. */
+	/* 7. */
 	policy_verdict_set(v, false, addr_hit || port_miss ? "port not listed" :
-			   internal ? "internal address" : "not listed");
+			   host ? "host address" : internal ? "internal address" : "not listed");
 }

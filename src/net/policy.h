@@ -11,18 +11,24 @@
  *
  * Order of decision for a new flow to (addr, port, proto):
  *   1. mode deny: refuse.
- *   2. addr is the gateway: it stands for the host's loopback (127.0.0.1 / ::1); it passes
+ *   2. addr is IPv4-mapped IPv6 (::ffff:a.b.c.d): refuse, whatever the rules. No guest
+ *      stack puts one on the wire (a mapped socket sends IPv4), and slirp would hand it
+ *      to a host socket that talks IPv4 around slirp's own IPv4 translation (the
+ *      gateway, the resolver). A NAT64 address (64:ff9b::/96) is judged as the IPv4
+ *      address it carries for the internal ranges and the host's addresses.
+ *   3. addr is the gateway: it stands for the host's loopback (127.0.0.1 / ::1); it passes
  *      only when a rule lists that loopback address (or a CIDR holding it), whatever
  *      the mode.
- *   3. mode allow-all: pass, except internal addresses (net_addr_is_internal) which
- *      pass only when listed.
- *   4. an IP or CIDR rule covers addr (and its port, if any): pass.
- *   5. addr was returned by this sandbox's own lookup of a listed name, not expired, and
+ *   4. mode allow-all: pass, except internal addresses (net_addr_is_internal) and the
+ *      host's own addresses (policy_host_*), which pass only when listed.
+ *   5. an IP or CIDR rule covers addr (and its port, if any): pass.
+ *   6. addr was returned by this sandbox's own lookup of a listed name, not expired, and
  *      the name's rule has no port or the same port: pass (pinned to that name). An
  *      internal address never gets pinned (policy_pin refuses it) unless an IP/CIDR rule
- *      lists it, and even then only step 4 (the rule, with its port) passes it: a pin
- *      of an internal address only names the destination.
- *   6. refuse.
+ *      lists it, and even then only step 5 (the rule, with its port) passes it: a pin
+ *      of an internal address only names the destination. The host's own addresses
+ *      count as internal here too.
+ *   7. refuse.
  */
 #ifndef K8_NET_POLICY_H
 #define K8_NET_POLICY_H
@@ -36,6 +42,7 @@
 
 #define POLICY_MAX_RULES 256
 #define POLICY_MAX_PINS 4096
+#define POLICY_MAX_HOST_ADDRS 512
 
 enum policy_mode { POLICY_DENY = 0, POLICY_ALLOW_LIST, POLICY_ALLOW_ALL };
 
@@ -64,6 +71,11 @@ struct policy {
 	int nrules;
 	struct policy_pin pins[POLICY_MAX_PINS]; /* oldest replaced first when full */
 	int npins;
+	/* The host's own addresses, every interface (hostaddr.c keeps them current):
+	 * internal in every mode unless an IP/CIDR rule covers them. Not touched by
+	 * policy_set. Stored unmapped (a NAT64 or mapped form is compared by its IPv4). */
+	struct net_addr host[POLICY_MAX_HOST_ADDRS];
+	int nhost;
 };
 
 /* Parse one rule; on error return -EINVAL with a message in err[errlen] saying what is
@@ -94,12 +106,22 @@ bool policy_pin(struct policy *p, const char *name, int rule, const struct net_a
 #define POLICY_PIN_TTL_MAX 300
 uint32_t policy_pin_ttl(uint32_t ttl);
 
+/* The host's own addresses. policy_host_add: false when the table is full (the address
+ * is then not known as the host's: the caller logs it); adding one twice keeps one, and
+ * an address that is internal anyway (loopback, private, link-local) is not stored. */
+bool policy_host_add(struct policy *p, const struct net_addr *a);
+void policy_host_del(struct policy *p, const struct net_addr *a);
+void policy_host_clear(struct policy *p);
+/* Is a (or the IPv4 address a mapped or NAT64 form carries) one of the host's? */
+bool policy_is_host(const struct policy *p, const struct net_addr *a);
+
 struct policy_verdict {
 	bool pass;
 	char dest[DNS_NAME_MAX + 8];    /* what the counts are kept under: the pinned name
 	                                 * or the address, with ":port" when port != 0 */
 	char reason[128];               /* for a refusal: "not listed", "port not listed",
-	                                 * "egress deny", "host loopback", "internal address" */
+	                                 * "egress deny", "host loopback", "internal address",
+	                                 * "host address", "mapped address" */
 };
 
 /* The verdict for a new flow from the guest to addr:port. gateway is the address that

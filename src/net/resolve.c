@@ -2,8 +2,13 @@
 /* resolve.c - the upstream DNS client: looks up names the policy allows, from the hosts
  * file read at start or from the configured servers over kosa8-net's own UDP sockets
  * (never through slirp). Non-blocking: a table of pending queries with timeouts; CNAME
- * chains the server did not finish are followed with further queries. Answers are
- * untrusted: the source must be the server asked, the id and question must match. */
+ * chains the server did not finish are followed with further queries.
+ *
+ * Against off-path spoofing of answers (which would pin an attacker's address to a
+ * listed name), every message sent upstream, first try, retry or CNAME step, leaves
+ * from a new UDP socket (a port the kernel picks at random) with a new random id. The
+ * socket is connected to the server, so the kernel drops datagrams from anywhere else;
+ * the source is checked again here, and the id and question must match. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <fcntl.h>
@@ -133,25 +138,33 @@ static int resolve_socket(int family)
 
 int resolve_open(struct resolver *r)
 {
-	r->fd4 = r->fd6 = -1;
+	bool tried[2] = { false, false };
+
 	for (int i = 0; i < r->nservers; i++) {
-		int *fd = r->servers[i].family == AF_INET ? &r->fd4 : &r->fd6;
-		if (*fd < 0) {
-			*fd = resolve_socket(r->servers[i].family);
-			if (*fd < 0)
-				return *fd;
-		}
+		int k = r->servers[i].family == AF_INET ? 0 : 1;
+		if (tried[k])
+			continue;
+		tried[k] = true;
+		int fd = resolve_socket(r->servers[i].family);
+		if (fd < 0)
+			return fd;
+		close(fd);
 	}
 	return 0;
 }
 
+static void resolve_drop_fd(struct resolve_query *q)
+{
+	if (q->fd >= 0)
+		close(q->fd);
+	q->fd = -1;
+}
+
 void resolve_close(struct resolver *r)
 {
-	if (r->fd4 >= 0)
-		close(r->fd4);
-	if (r->fd6 >= 0)
-		close(r->fd6);
-	r->fd4 = r->fd6 = -1;
+	for (int i = 0; i < RESOLVE_MAX_PENDING; i++)
+		if (r->q[i].used)
+			resolve_drop_fd(&r->q[i]);
 	free(r->hosts);
 	r->hosts = NULL;
 }
@@ -188,20 +201,31 @@ static uint16_t resolve_new_id(const struct resolver *r)
 	}
 }
 
+/* Send q's question on a new socket: a new source port for every message. */
 static void resolve_send(struct net *n, struct resolve_query *q)
 {
 	struct resolver *r = &n->res;
 	uint8_t msg[DNS_NAME_MAX + 64];
 	q->deadline_ns = n->now_ns + RESOLVE_TRY_NS;
+	resolve_drop_fd(q);
 	size_t len = dns_build_query(msg, sizeof(msg), q->id, q->cur, q->qtype);
 	const struct net_addr *a = &r->servers[q->server];
-	int fd = a->family == AF_INET ? r->fd4 : r->fd6;
-	if (!len || fd < 0)
+	if (!len)
 		return;                 /* times out and tries the next server */
 	struct sockaddr_storage ss;
 	socklen_t sl = resolve_sockaddr(a, r->ports[q->server], &ss);
-	if (sendto(fd, msg, len, 0, (struct sockaddr *)&ss, sl) < 0)
+	int fd = resolve_socket(a->family);
+	if (fd < 0) {
+		net_log(n, "dns: no socket for upstream server %d: %s", q->server, strerror(-fd));
+		return;
+	}
+	/* connect() binds a random ephemeral port and filters what can arrive */
+	if (connect(fd, (struct sockaddr *)&ss, sl) < 0 || send(fd, msg, len, 0) < 0) {
 		net_log(n, "dns: sending to upstream server %d: %s", q->server, strerror(errno));
+		close(fd);
+		return;
+	}
+	q->fd = fd;
 	r->sent++;
 }
 
@@ -209,6 +233,7 @@ static void resolve_finish(struct net *n, struct resolve_query *q, const struct 
 {
 	resolve_done_fn done = q->done;
 	void *opaque = q->opaque;
+	resolve_drop_fd(q);
 	q->used = false;
 	done(n, opaque, res);
 }
@@ -246,6 +271,7 @@ int resolve_start(struct net *n, const char *name, uint16_t qtype, resolve_done_
 	if (!q)
 		return -EAGAIN;
 	memset(q, 0, sizeof(*q));
+	q->fd = -1;
 	q->used = true;
 	q->id = resolve_new_id(r);
 	snprintf(q->want, sizeof(q->want), "%s", name);
@@ -261,22 +287,19 @@ int resolve_start(struct net *n, const char *name, uint16_t qtype, resolve_done_
 void resolve_cancel(struct resolver *r, void *opaque)
 {
 	for (int i = 0; i < RESOLVE_MAX_PENDING; i++)
-		if (r->q[i].used && r->q[i].opaque == opaque)
+		if (r->q[i].used && r->q[i].opaque == opaque) {
+			resolve_drop_fd(&r->q[i]);
 			r->q[i].used = false;
+		}
 }
 
-static void resolve_answer(struct net *n, int server, const uint8_t *msg, size_t len)
+static void resolve_answer(struct net *n, struct resolve_query *q, const uint8_t *msg,
+			   size_t len)
 {
 	struct resolver *r = &n->res;
-	if (len < 2)
-		return;
-	uint16_t id = (uint16_t)(msg[0] << 8 | msg[1]);
-	struct resolve_query *q = NULL;
-	for (int i = 0; i < RESOLVE_MAX_PENDING && !q; i++)
-		if (r->q[i].used && r->q[i].id == id && r->q[i].server == server)
-			q = &r->q[i];
-	if (!q)
-		return;
+	if (len < 2 || (uint16_t)(msg[0] << 8 | msg[1]) != q->id)
+		return;                 /* not for this try: keep waiting */
+	uint16_t id = q->id;
 	struct dns_answer *ans = calloc(1, sizeof(*ans));
 	if (!ans)
 		return;
@@ -316,18 +339,25 @@ out:
 	free(ans);
 }
 
-void resolve_input(struct net *n, int fd)
+/* Datagrams on one query's socket. */
+static void resolve_input(struct net *n, int fd)
 {
 	struct resolver *r = &n->res;
 	uint8_t msg[65536];
-	for (int k = 0; k < 64; k++) {
+	for (int k = 0; k < 8; k++) {
+		struct resolve_query *q = NULL;
+		for (int i = 0; i < RESOLVE_MAX_PENDING && !q; i++)
+			if (r->q[i].used && r->q[i].fd == fd)
+				q = &r->q[i];
+		if (!q)
+			return;         /* answered (and its socket closed) */
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		ssize_t got = recvfrom(fd, msg, sizeof(msg), 0, (struct sockaddr *)&ss, &sl);
 		if (got < 0)
 			return;
 		struct net_addr from = { 0 };
-		uint16_t port;
+		uint16_t port = 0;
 		if (ss.ss_family == AF_INET) {
 			struct sockaddr_in *s = (struct sockaddr_in *)&ss;
 			from.family = AF_INET;
@@ -338,15 +368,36 @@ void resolve_input(struct net *n, int fd)
 			from.family = AF_INET6;
 			memcpy(from.a, &s->sin6_addr, 16);
 			port = ntohs(s->sin6_port);
-		} else {
-			continue;
 		}
-		for (int i = 0; i < r->nservers; i++)
-			if (net_addr_eq(&from, &r->servers[i]) && port == r->ports[i]) {
-				resolve_answer(n, i, msg, (size_t)got);
-				break;
-			}
+		/* connected, so the kernel checked this already; once more, cheaply */
+		if (!net_addr_eq(&from, &r->servers[q->server]) || port != r->ports[q->server])
+			continue;
+		resolve_answer(n, q, msg, (size_t)got);
 	}
+}
+
+void resolve_poll_fill(const struct resolver *r, struct pollfd **pfd, int *npfd, int *cap)
+{
+	for (int i = 0; i < RESOLVE_MAX_PENDING; i++) {
+		if (!r->q[i].used || r->q[i].fd < 0)
+			continue;
+		if (*npfd >= *cap) {
+			int nc = *cap ? *cap * 2 : 64;
+			struct pollfd *np = realloc(*pfd, (size_t)nc * sizeof(*np));
+			if (!np)
+				return;         /* polled next time round */
+			*pfd = np;
+			*cap = nc;
+		}
+		(*pfd)[(*npfd)++] = (struct pollfd){ .fd = r->q[i].fd, .events = POLLIN };
+	}
+}
+
+void resolve_poll_done(struct net *n, const struct pollfd *pfd, int npfd)
+{
+	for (int i = 0; i < npfd; i++)
+		if (pfd[i].revents & (POLLIN | POLLERR))
+			resolve_input(n, pfd[i].fd);
 }
 
 void resolve_tick(struct net *n, uint64_t now_ns)

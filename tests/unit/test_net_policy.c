@@ -207,13 +207,17 @@ static void test_gateway(struct policy *p)
 	REFUSE(p, "fd00::2", 8080, 0, "host loopback");
 	CHECK_EQ_INT(set(p, POLICY_ALLOW_ALL, none, 1), 0);
 	REFUSE(p, "10.0.2.2", 8080, 0, "host loopback");        /* whatever the mode */
-	REFUSE(p, "::ffff:10.0.2.2", 8080, 0, "host loopback");
+	REFUSE(p, "::ffff:10.0.2.2", 8080, 0, "mapped address");
+	REFUSE(p, "64:ff9b::a00:202", 8080, 0, "internal address");  /* NAT64: not the gw */
 
 	CHECK_EQ_INT(set(p, POLICY_ALLOW_LIST, one, 2), 0);
 	PASS(p, "10.0.2.2", 8080, 0, "127.0.0.1:8080");
 	REFUSE(p, "10.0.2.2", 8081, 0, "host loopback");
 	PASS(p, "fd00::2", 22, 0, "[::1]:22");
-	PASS(p, "127.0.0.1", 8080, 0, "127.0.0.1:8080");        /* listed: step 4 */
+	PASS(p, "127.0.0.1", 8080, 0, "127.0.0.1:8080");        /* listed: step 5 */
+	/* the mapped forms are refused even when the loopback is listed */
+	REFUSE(p, "::ffff:10.0.2.2", 8080, 0, "mapped address");
+	REFUSE(p, "::ffff:127.0.0.1", 8080, 0, "mapped address");
 	CHECK_EQ_INT(set(p, POLICY_ALLOW_ALL, one, 2), 0);
 	PASS(p, "10.0.2.2", 8080, 0, "127.0.0.1:8080");
 	REFUSE(p, "10.0.2.2", 9, 0, "host loopback");
@@ -245,7 +249,10 @@ static void test_allow_all(struct policy *p)
 	REFUSE(p, "127.0.0.1", 80, 0, "internal address");
 	REFUSE(p, "::1", 80, 0, "internal address");
 	REFUSE(p, "fe80::1", 80, 0, "internal address");
-	REFUSE(p, "::ffff:172.16.0.1", 80, 0, "internal address");
+	REFUSE(p, "::ffff:172.16.0.1", 80, 0, "mapped address");
+	REFUSE(p, "::ffff:1.1.1.1", 443, 0, "mapped address");
+	REFUSE(p, "64:ff9b::ac10:1", 80, 0, "internal address");    /* NAT64 of 172.16.0.1 */
+	PASS(p, "64:ff9b::101:101", 443, 0, "[64:ff9b::101:101]:443");
 	REFUSE(p, "100.64.0.1", 80, 0, "internal address");
 	PASS(p, "192.168.1.20", 22, 0, "192.168.1.20:22");
 	PASS(p, "10.0.0.5", 5432, 0, "10.0.0.5:5432");
@@ -273,7 +280,12 @@ static void test_ip_rules(struct policy *p)
 	PASS(p, "2001:db8:ffff::1", 22, 0, "[2001:db8:ffff::1]:22");
 	PASS(p, "2001:db8:1::1", 80, 0, "[2001:db8:1::1]:80");
 	REFUSE(p, "2001:db9::1", 22, 0, "not listed");
-	PASS(p, "::ffff:203.0.113.7", 53, 0, "203.0.113.7:53");  /* the IPv4 address */
+	/* a mapped destination is refused, counted under the IPv4 address */
+	REFUSE(p, "::ffff:203.0.113.7", 53, 0, "mapped address");
+	{
+		struct policy_verdict v = decide(p, "::ffff:203.0.113.7", 53, 0);
+		CHECK_STR(v.dest, "203.0.113.7:53");
+	}
 	PASS(p, "10.1.2.3", 5432, 0, "10.1.2.3:5432");            /* internal, but listed */
 	REFUSE(p, "10.2.0.1", 5432, 0, "internal address");
 	{
@@ -305,7 +317,7 @@ static void test_pins(struct policy *p)
 	REFUSE(p, "93.184.216.34", 80, t0, "port not listed");
 	PASS(p, "93.184.216.34", 443, t0 + S(59), "example.org:443");
 	REFUSE(p, "93.184.216.34", 443, t0 + S(60), "not listed");     /* expired */
-	PASS(p, "::ffff:93.184.216.34", 443, t0, "example.org:443");
+	REFUSE(p, "::ffff:93.184.216.34", 443, t0, "mapped address");
 
 	CHECK(policy_pin(p, "x.cdn.test", 1, &c, 30, t0));
 	PASS(p, "151.101.1.1", 8080, t0, "x.cdn.test:8080");
@@ -442,6 +454,62 @@ static void test_pin_full(struct policy *p)
 	}
 }
 
+/* The host's own addresses: internal in every mode unless an IP/CIDR rule lists them,
+ * never pinned, kept across policy changes, compared by the IPv4 a NAT64 form carries. */
+static void test_host_addrs(struct policy *p)
+{
+	static const char *all[] = { "example.org" };
+	static const char *listed[] = { "192.0.2.10:22", "2001:db8::/32" };
+	struct net_addr h4 = A("192.0.2.10"), h6 = A("2001:db8::10"), other = A("192.0.2.11");
+	struct net_addr mapped = A("::ffff:198.18.0.7");
+
+	policy_host_clear(p);
+	CHECK_EQ_INT(set(p, POLICY_ALLOW_ALL, all, 1), 0);
+	PASS(p, "192.0.2.10", 80, 0, "192.0.2.10:80");          /* not known yet */
+	CHECK(policy_host_add(p, &h4));
+	CHECK(policy_host_add(p, &h4));                         /* twice: one entry */
+	CHECK(policy_host_add(p, &h6));
+	CHECK(policy_host_add(p, &mapped));                     /* stored as 198.18.0.7 */
+	CHECK_EQ_INT(p->nhost, 3);
+	CHECK(policy_is_host(p, &h4));
+	CHECK(!policy_is_host(p, &other));
+	REFUSE(p, "192.0.2.10", 80, 0, "host address");
+	REFUSE(p, "2001:db8::10", 443, 0, "host address");
+	REFUSE(p, "198.18.0.7", 443, 0, "host address");
+	REFUSE(p, "64:ff9b::c000:20a", 80, 0, "host address");  /* NAT64 of 192.0.2.10 */
+	REFUSE(p, "::ffff:192.0.2.10", 80, 0, "mapped address");
+	PASS(p, "192.0.2.11", 80, 0, "192.0.2.11:80");
+	/* a listed name resolving to the host is not pinned (rebinding to the host) */
+	CHECK(!policy_pin(p, "example.org", 0, &h4, 60, 0));
+	/* kept across policy_set; in an allow-list only an IP/CIDR rule opens it */
+	CHECK_EQ_INT(set(p, POLICY_ALLOW_LIST, listed, 2), 0);
+	CHECK_EQ_INT(p->nhost, 3);
+	PASS(p, "192.0.2.10", 22, 0, "192.0.2.10:22");
+	REFUSE(p, "192.0.2.10", 80, 0, "port not listed");
+	PASS(p, "2001:db8::10", 443, 0, "[2001:db8::10]:443");
+	CHECK_EQ_INT(set(p, POLICY_ALLOW_ALL, listed, 2), 0);
+	PASS(p, "192.0.2.10", 22, 0, "192.0.2.10:22");
+	REFUSE(p, "192.0.2.10", 23, 0, "port not listed");
+	REFUSE(p, "198.18.0.7", 23, 0, "host address");
+	/* removed: an ordinary address again */
+	policy_host_del(p, &h4);
+	CHECK(!policy_is_host(p, &h4));
+	CHECK_EQ_INT(set(p, POLICY_ALLOW_ALL, all, 1), 0);
+	PASS(p, "192.0.2.10", 80, 0, "192.0.2.10:80");
+	/* the table is bounded */
+	policy_host_clear(p);
+	for (int i = 0; i < POLICY_MAX_HOST_ADDRS; i++) {
+		struct net_addr x = A("203.0.113.0");
+
+		x.a[2] = (uint8_t)(i >> 8);
+		x.a[3] = (uint8_t)i;
+		CHECK(policy_host_add(p, &x));
+	}
+	CHECK(!policy_host_add(p, &other));
+	CHECK_EQ_INT(p->nhost, POLICY_MAX_HOST_ADDRS);
+	policy_host_clear(p);
+}
+
 int main(void)
 {
 	struct policy *p = calloc(1, sizeof(*p));
@@ -458,6 +526,7 @@ int main(void)
 	test_pins(p);
 	test_pin_ttl(p);
 	test_pin_full(p);
+	test_host_addrs(p);
 	free(p);
 	return T_DONE();
 }
