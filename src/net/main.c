@@ -340,6 +340,9 @@ int main(int argc, char **argv)
 	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (devnull < 0)
 		net_die("/dev/null: %s", strerror(errno));
+	/* Jailed before "ready", so a failure reaches the daemon as an error. */
+	if (user)
+		net_drop_privileges(user, cgroups, ncg);
 	net_log(n, "ready: mode %s, %d rule(s), %d upstream server(s), max %d flows",
 		policy_mode_str(n->policy->mode), n->policy->nrules, n->res.nservers, n->max_flows);
 	if (write_full(STDOUT_FILENO, "ready\n", 6) < 0)
@@ -347,8 +350,6 @@ int main(int argc, char **argv)
 	dup2(devnull, STDOUT_FILENO);   /* closes the pipe: the daemon sees EOF */
 	close(devnull);
 	/* From here on a failure is only in the log (stderr): the daemon sees the exit. */
-	if (user)
-		net_drop_privileges(user, cgroups, ncg);
 	if (prctl(PR_SET_DUMPABLE, 0) < 0 || (rc = net_seccomp()) < 0)
 		net_die("seccomp: %s", strerror(rc < 0 ? -rc : errno));
 
