@@ -251,7 +251,7 @@ static int mount_pin(struct sb_mount *m, struct k8_err *err)
  * negative errno (-ESTALE: another folder now has that name) with err set. */
 static int mount_open_pinned(const struct sb_mount *m, struct k8_err *err)
 {
-	struct statx stx;
+	struct statx stx = { 0 };
 	struct k8_err e2 = { 0 };
 	int fd = mount_open_nofollow(m->host, &stx, &e2);
 	unsigned long long dev = ((unsigned long long)stx.stx_dev_major << 32) | stx.stx_dev_minor;
@@ -556,7 +556,7 @@ int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (access(exe, X_OK) < 0)
 		return k8_err_set(err, -ENOENT, "%s is missing (it serves shared folders); build "
 				  "it with `make`", exe);
-	if (sb->jail_index < 0)
+	if (sb->jail_index < 0 && geteuid() == 0)
 		return k8_err_set(err, -EINVAL, "sandbox %s has no host uids (jail) claimed", sb->name);
 	fsuid = jail_uid(&d->jail, sb->jail_index, JAIL_FS);
 	for (int i = 0; i < sb->nmounts; i++) {
@@ -577,8 +577,14 @@ int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 					       "error", err->msg));
 			break;
 		}
-		fds[nfds] = mount_clone(dir, m, fsuid, err);
-		close(dir);
+		/* Not root: no idmapped clone, no jail; kosa8-fs runs as the daemon's user on
+		 * the pinned fd itself (mounts below the root are then crossed). */
+		if (geteuid() != 0) {
+			fds[nfds] = dir;
+		} else {
+			fds[nfds] = mount_clone(dir, m, fsuid, err);
+			close(dir);
+		}
 		if (fds[nfds] < 0) {
 			r = fds[nfds];
 			k8_err_wrap(err, "shared folder %s", m->guest);
@@ -599,14 +605,16 @@ int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	argv[argc++] = sb->id;
 	argv[argc++] = "--control";
 	argv[argc++] = ctl;
-	argv[argc++] = "--uid";
-	argv[argc++] = uid;
+	if (geteuid() == 0) {
+		argv[argc++] = "--uid";
+		argv[argc++] = uid;
+		for (int i = 0, n = cgroup_procs_paths(&d->cg, sb->name, cgv, 2); i < n; i++) {
+			argv[argc++] = "--cgroup";
+			argv[argc++] = cgv[i];
+		}
+	}
 	argv[argc++] = "--reserve";
 	argv[argc++] = reserve ? reserve : K8FS_DEFAULT_RESERVE;
-	for (int i = 0, n = cgroup_procs_paths(&d->cg, sb->name, cgv, 2); i < n; i++) {
-		argv[argc++] = "--cgroup";
-		argv[argc++] = cgv[i];
-	}
 	for (int i = 0; i < nfds; i++) {
 		argv[argc++] = "--mount-fd";
 		argv[argc++] = specs[i];

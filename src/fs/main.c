@@ -11,7 +11,8 @@
  * namespace, no capabilities, Landlock, then a seccomp filter that refuses any open by
  * absolute path and any new socket or connect. QEMU's port then arrives as an fd over
  * the control socket (op "port") after every QEMU start. Standalone (--port, --mount;
- * the tests that play QEMU) it connects to the port itself and is not jailed.
+ * the tests that play QEMU) it connects to the port itself and is not jailed. A daemon
+ * that is not root passes share fds without --uid: not jailed, port handed over.
  *
  * One thread, one ppoll loop: the virtio-serial port, the control socket and its
  * clients. A reply that does not fit in the socket stays queued and no
@@ -152,7 +153,9 @@ static int fs_seccomp_dirfd(scmp_filter_ctx ctx, int nr, unsigned arg)
 				SCMP_CMP(arg, SCMP_CMP_MASKED_EQ, 0x80000000u, 0));
 }
 
-static int fs_seccomp(bool jailed)
+/* by_path: standalone with --port/--mount paths (tests): the path calls save/load by
+ * path need, and a socket + connect for the port. Otherwise none of that. */
+static int fs_seccomp(bool by_path)
 {
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
 	static const int allow[] = {
@@ -203,7 +206,7 @@ static int fs_seccomp(bool jailed)
 		SCMP_SYS(open), SCMP_SYS(rename), SCMP_SYS(unlink), SCMP_SYS(statfs),
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(at) && rc == 0; i++) {
-		if (!jailed)
+		if (by_path)
 			rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, at[i].nr, 0);
 		else if (at[i].b < 0)
 			rc = fs_seccomp_dirfd(ctx, at[i].nr, (unsigned)at[i].a);
@@ -216,14 +219,14 @@ static int fs_seccomp(bool jailed)
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(kill) && rc == 0; i++)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, kill[i], 0);
-	for (size_t i = 0; i < ARRAY_SIZE(standalone) && rc == 0 && !jailed; i++)
+	for (size_t i = 0; i < ARRAY_SIZE(standalone) && rc == 0 && by_path; i++)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, standalone[i], 0);
 	/* Standalone (tests): the port is reached by path, a unix socket. Jailed: the
 	 * daemon hands the port over; no socket is made and nothing is connected. */
-	if (rc == 0 && !jailed)
+	if (rc == 0 && by_path)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
 				      SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
-	if (rc == 0 && !jailed)
+	if (rc == 0 && by_path)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(connect), 0);
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
@@ -393,7 +396,7 @@ static void fs_parse_args(int argc, char **argv, struct fs_ctx *c, struct fs_opt
 			fs_usage_error("unknown option %s", a);
 		}
 	}
-	if (!*ctl || !c->nmounts || (!*port && !o->jailed))
+	if (!*ctl || !c->nmounts)
 		fs_usage_error("%s", FS_USAGE);
 	if (*port && o->jailed)
 		fs_usage_error("--port is for standalone use; jailed, the daemon hands it over");
@@ -464,7 +467,7 @@ int main(int argc, char **argv)
 	/* the jail is not optional; seccomp is, for debugging standalone */
 	if (opts.jailed || getenv("KOSA8_FS_NO_SECCOMP") == NULL) {
 		prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-		if ((r = fs_seccomp(opts.jailed)) < 0)
+		if ((r = fs_seccomp(port_path != NULL)) < 0)
 			fs_usage_error("seccomp: %s", strerror(-r));
 	}
 	printf("ready\n");
