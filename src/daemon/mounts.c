@@ -186,6 +186,12 @@ static int mount_open_nofollow(const char *path, struct statx *stx, struct k8_er
 	if (path[0] != '/' || strstr(path, "/../") || strstr(path, "/./") ||
 	    (strlen(path) >= 3 && !strcmp(path + strlen(path) - 3, "/..")))
 		return k8_err_set(err, -EINVAL, "host folder %s is not a plain absolute path", path);
+	/* The kernel's trees, whatever file system a host mounted there (a tmpfs holding
+	 * cgroup v1 hierarchies at /sys/fs/cgroup, a tmpfs /dev in a container). */
+	if (path_below(path, "/proc") || path_below(path, "/sys") || path_below(path, "/dev"))
+		return k8_err_set(err, -EPERM, "host folder %s is in the kernel's pseudo file "
+				  "systems (/proc, /sys, /dev); only folders on real file systems "
+				  "can be shared", path);
 	do
 		fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
 	while (fd < 0 && (errno == EAGAIN || errno == EINTR));

@@ -22,7 +22,7 @@
 #define K8FS_MAX_WRITE      (1024 * 1024)     /* max_write and max_read we offer */
 #define K8FS_MAX_PAGES      256               /* K8FS_MAX_WRITE / 4096 */
 #define K8FS_MAX_READDIR    (128 * 1024)      /* cap on one READDIR reply */
-#define K8FS_MAX_NODES      (1u << 20)
+#define K8FS_MAX_NODES      (1u << 18)        /* each holds an fd: ~300 B of kernel memory */
 #define K8FS_MAX_HANDLES    65536
 #define K8FS_MAX_MOUNTS     64
 #define K8FS_MAX_PATH_BYTES (64u << 20)       /* all nodes' paths together: ENOMEM beyond */
@@ -90,6 +90,7 @@ struct fs_ctx {
 	uint32_t proto_minor;        /* negotiated at INIT (0 before) */
 
 	size_t path_bytes;           /* sum of the nodes' path strings (K8FS_MAX_PATH_BYTES) */
+	size_t max_nodes;            /* what RLIMIT_NOFILE allows (0: K8FS_MAX_NODES) */
 	uint64_t limit_logged_ns;
 	void (*log)(const char *fmt, ...);   /* the process's log line (NULL: silent) */
 	/* host disk reserve: writes fail with ENOSPC before the host file system of a share

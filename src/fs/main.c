@@ -192,6 +192,7 @@ static int fs_seccomp(bool by_path)
 		{ SCMP_SYS(newfstatat), 0, -1 }, { SCMP_SYS(statx), 0, -1 },
 		{ SCMP_SYS(mkdirat), 0, -1 }, { SCMP_SYS(mknodat), 0, -1 },
 		{ SCMP_SYS(unlinkat), 0, -1 }, { SCMP_SYS(renameat2), 0, 2 },
+		{ SCMP_SYS(renameat), 0, 2 },       /* glibc's renameat2() with flags 0 */
 		{ SCMP_SYS(linkat), 0, 2 }, { SCMP_SYS(symlinkat), 1, -1 },
 		{ SCMP_SYS(readlinkat), 0, -1 }, { SCMP_SYS(fchmodat), 0, -1 },
 		{ SCMP_SYS(utimensat), 0, -1 },
@@ -443,10 +444,21 @@ int main(int argc, char **argv)
 	ctl_path = opts.ctl;
 	/* modes come from the guest request (already masked by its umask), minus S_IS[UG]ID */
 	umask(0);
-	/* every node the guest holds is an O_PATH fd */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+	/* Every node the guest holds is an O_PATH fd: room for the caps (raising the hard
+	 * limit works while we are still root), and the node cap lowered to what the
+	 * limit leaves, so the guest gets ENFILE from the cap, never EMFILE. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		rlim_t want = K8FS_MAX_NODES + K8FS_MAX_HANDLES + 256;
+		if (rl.rlim_max < want) {
+			struct rlimit up = { want, want };
+			if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+				rl = up;
+		}
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+		c->max_nodes = rl.rlim_cur > K8FS_MAX_HANDLES + 512
+			? (size_t)(rl.rlim_cur - K8FS_MAX_HANDLES - 256) : (size_t)rl.rlim_cur / 2;
 	}
 	if ((r = fs_ctx_init(c)) < 0)
 		fs_usage_error("cannot set up: %s", strerror(-r));

@@ -297,7 +297,7 @@ int fs_node_found(struct fs_ctx *c, struct fs_node *parent, const char *name, in
 			return 0;
 		}
 	}
-	if (c->nnodes >= K8FS_MAX_NODES) {
+	if (c->nnodes >= K8FS_MAX_NODES || (c->max_nodes && c->nnodes >= c->max_nodes)) {
 		close(fd);
 		fs_limit_hit(c, "nodes");
 		return -ENFILE;

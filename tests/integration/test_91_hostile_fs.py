@@ -143,17 +143,19 @@ def reader():
             except OSError:
                 pass
 t = threading.Thread(target=reader); t.start()
-for i in range(30):
-    # the root's parent (through the outer share) and a sub-folder, both swapped
-    os.rename("/q/data", "/q/data.%d" % i)
-    os.symlink("%(other)s", "/q/data")
-    os.rename("/q/sub", "/q/sub.%d" % i)
-    os.symlink("%(other)s", "/q/sub")
-    time.sleep(0.02)
-    os.unlink("/q/data"); os.rename("/q/data.%d" % i, "/q/data")
-    os.unlink("/q/sub"); os.rename("/q/sub.%d" % i, "/q/sub")
-stop = True
-t.join()
+try:
+    for i in range(30):
+        # the root's parent (through the outer share) and a sub-folder, both swapped
+        os.rename("/q/data", "/q/data.%d" % i)
+        os.symlink("OTHER", "/q/data")
+        os.rename("/q/sub", "/q/sub.%d" % i)
+        os.symlink("OTHER", "/q/sub")
+        time.sleep(0.02)
+        os.unlink("/q/data"); os.rename("/q/data.%d" % i, "/q/data")
+        os.unlink("/q/sub"); os.rename("/q/sub.%d" % i, "/q/sub")
+finally:
+    stop = True
+    t.join()
 print(sorted(seen))
 '''
 
@@ -173,7 +175,7 @@ def test_symlink_swaps_while_running_never_reach_outside(fhome, base):
                         os.path.join(q, "data") + ":/data")
     try:
         r = fhome("sandbox", "run", name, IMAGE, "python3", "-c",
-                  SWAP_WHILE_READING % {"other": other}, timeout=600)
+                  SWAP_WHILE_READING.replace("OTHER", other), timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "SECRET" not in r.stdout + r.stderr
         assert "mine" in r.stdout, r.stdout
