@@ -91,6 +91,7 @@ struct fs_ctx {
 
 	size_t path_bytes;           /* sum of the nodes' path strings (K8FS_MAX_PATH_BYTES) */
 	size_t max_nodes;            /* what RLIMIT_NOFILE allows (0: K8FS_MAX_NODES) */
+	size_t max_handles;          /* likewise (0: K8FS_MAX_HANDLES) */
 	uint64_t limit_logged_ns;
 	void (*log)(const char *fmt, ...);   /* the process's log line (NULL: silent) */
 	/* host disk reserve: writes fail with ENOSPC before the host file system of a share

@@ -457,8 +457,14 @@ int main(int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 		getrlimit(RLIMIT_NOFILE, &rl);
-		c->max_nodes = rl.rlim_cur > K8FS_MAX_HANDLES + 512
-			? (size_t)(rl.rlim_cur - K8FS_MAX_HANDLES - 256) : (size_t)rl.rlim_cur / 2;
+		/* a limit we could not raise (no CAP_SYS_RESOURCE): a quarter for handles */
+		if (rl.rlim_cur < want) {
+			c->max_handles = (size_t)rl.rlim_cur / 4;
+			c->max_nodes = rl.rlim_cur > c->max_handles + 512
+				? (size_t)rl.rlim_cur - c->max_handles - 256 : (size_t)rl.rlim_cur / 4;
+			fs_log("open files limited to %llu: at most %zu nodes, %zu handles",
+			       (unsigned long long)rl.rlim_cur, c->max_nodes, c->max_handles);
+		}
 	}
 	if ((r = fs_ctx_init(c)) < 0)
 		fs_usage_error("cannot set up: %s", strerror(-r));

@@ -359,6 +359,10 @@ void fs_node_renamed(struct fs_ctx *c, uint32_t mount, const char *from, const c
 
 int fs_handle_new(struct fs_ctx *c, uint64_t *fh)
 {
+	if (c->max_handles && c->nhandles >= c->max_handles) {
+		fs_limit_hit(c, "open files");
+		return -ENFILE;
+	}
 	for (size_t i = 1; i < c->nhandles_cap; i++) {
 		if (!c->handles[i].used) {
 			memset(&c->handles[i], 0, sizeof(c->handles[i]));
