@@ -113,6 +113,7 @@ static const struct cli_opt start_opts[] = {
 	{ "allow-mount", 0, 1, 'm' },
 	{ "foreground", 0, 0, 'f' },
 	{ "offline", 0, 0, 'o' },
+	{ "fs-reserve", 0, 1, 'r' },
 	{ NULL, 0, 0, 0 },
 };
 
@@ -167,6 +168,10 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 			break;
 		case 'o':
 			args[nargs++] = (char *)"--offline";
+			break;
+		case 'r':
+			args[nargs++] = (char *)"--fs-reserve";
+			args[nargs++] = (char *)v;
 			break;
 		}
 	}
@@ -394,7 +399,7 @@ static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const c
 const struct cli_cmd cli_daemon_cmds[] = {
 	{ "daemon start", cmd_start, "start kosa8d and wait until it answers",
 	  "Usage: kosa8 daemon start [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... "
-	  "[--offline] [--foreground]\n"
+	  "[--offline] [--fs-reserve SIZE[,PCT%]] [--foreground]\n"
 	  "\n"
 	  "Start kosa8d, the daemon that owns all of kosa8's state, detached from this\n"
 	  "terminal (its output goes to $KOSA8_HOME/kosa8d.log), and wait until it answers\n"

@@ -33,13 +33,14 @@ static const char *err_code_name(int code, unsigned *http)
 {
 	switch (code) {
 	case -EINVAL: case -E2BIG: case -ENAMETOOLONG: case -ENOTSUP: case -EBADMSG:
-	case -EPERM: case -EFBIG:
+	case -EPERM: case -EFBIG: case -ELOOP: case -ENOTDIR:   /* --mount HOST */
 		*http = 400;
 		return "bad_request";
 	case -ENOENT:
 		*http = 404;
 		return "not_found";
 	case -EEXIST: case -EBUSY: case -ENOSPC:
+	case -ESTALE:           /* a shared folder is no longer the one pinned (mounts.c) */
 		*http = 409;
 		return "conflict";
 	case -ETIMEDOUT: case -ECONNRESET: case -ENOTCONN: case -EPIPE:

@@ -132,3 +132,26 @@ void cgroup_remove(const struct cgroup_info *ci, const char *name)
 		}
 	}
 }
+
+int cgroup_procs_paths(const struct cgroup_info *ci, const char *name, char out[][512], int max)
+{
+	static const char *const v1[] = { "memory", "pids" };
+	int n = 0;
+
+	if (ci->version == 2 && max >= 1) {
+		snprintf(out[0], 512, CG "/kosa8/%s", name);
+		if (mkdir(out[0], 0755) < 0 && errno != EEXIST)
+			return 0;
+		cg_write(out[0], "pids.max", "512");
+		snprintf(out[0], 512, CG "/kosa8/%s/cgroup.procs", name);
+		return 1;
+	}
+	for (size_t i = 0; ci->version == 1 && i < ARRAY_SIZE(v1) && n < max; i++) {
+		snprintf(out[n], 512, CG "/%s/kosa8/%s", v1[i], name);
+		if (mkdir(out[n], 0755) < 0 && errno != EEXIST)
+			continue;
+		snprintf(out[n], 512, CG "/%s/kosa8/%s/cgroup.procs", v1[i], name);
+		n++;
+	}
+	return n;
+}

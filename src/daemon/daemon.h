@@ -39,6 +39,8 @@ int cgroup_probe(struct cgroup_info *ci);
 int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int cpus,
 		 uint64_t mem_bytes, char *desc, size_t desclen);
 void cgroup_remove(const struct cgroup_info *ci, const char *name);
+/* The sandbox's cgroup.procs files (made if missing) a sidecar joins; how many (<= max). */
+int cgroup_procs_paths(const struct cgroup_info *ci, const char *name, char out[][512], int max);
 
 /* ---- QMP client (qmp.c) ---- */
 struct qmp {
@@ -139,11 +141,14 @@ struct sidecar {
 	char why[256];
 	void (*on_event)(void *ctx, json_t *ev);   /* events, and {"event":"down"} */
 	void *ctx;
+	uint64_t restart_ns;            /* last restart after a death (backoff, mounts.c) */
+	unsigned restarts;              /* quick deaths in a row */
 };
 void sidecar_init(struct sidecar *s, const char *kind);
 /* Start argv[0] (an absolute path) in its own session, stderr appended to `log`, and wait
  * for its "ready" line. */
-int sidecar_spawn(struct sidecar *s, const char *const argv[], const char *log, struct k8_err *err);
+int sidecar_spawn(struct sidecar *s, const char *const argv[], const char *log,
+		  const int *fds, int nfds, struct k8_err *err);
 /* Connect to its control socket (replacing an earlier connection). */
 int sidecar_connect(struct sidecar *s, const char *path, void (*on_event)(void *, json_t *),
 		    void *ctx, struct k8_err *err);
@@ -151,11 +156,18 @@ int sidecar_connect(struct sidecar *s, const char *path, void (*on_event)(void *
 int sidecar_start(struct sidecar *s, const char *const argv[], const char *log,
 		  const char *ctl, void (*on_event)(void *, json_t *), void *ctx,
 		  struct k8_err *err);
+/* The same, with fds[i] as the child's fd 3 + i. */
+int sidecar_start_fds(struct sidecar *s, const char *const argv[], const char *log,
+		      const int *fds, int nfds, const char *ctl,
+		      void (*on_event)(void *, json_t *), void *ctx, struct k8_err *err);
 bool sidecar_connected(const struct sidecar *s);
 /* Send req (stolen; an "id" is added) and wait for the reply; "ok":false becomes an error
  * carrying the sidecar's message. */
 int sidecar_request(struct sidecar *s, json_t *req, int timeout_ms, json_t **reply,
 		    struct k8_err *err);
+/* The same, passing `fd` along with the request (SCM_RIGHTS; -1: none). */
+int sidecar_request_fd(struct sidecar *s, json_t *req, int fd, int timeout_ms, json_t **reply,
+		       struct k8_err *err);
 bool sidecar_alive(struct sidecar *s);
 /* Close the control connection (the process keeps running). */
 void sidecar_disconnect(struct sidecar *s);
@@ -181,6 +193,10 @@ struct sb_mount {
 	char host[4096];                /* realpath of an existing directory */
 	char guest[256];                /* absolute, normalised */
 	bool ro;
+	/* the folder pinned at create (mounts.c): its identity, checked at every start */
+	bool pinned;
+	unsigned long long dev, ino;
+	long long btime;                /* birth time (ns), 0 if the file system has none */
 };
 
 struct sandbox {
@@ -289,6 +305,7 @@ struct daemon {
 	char accel_opt[8];              /* --accel: auto, kvm, tcg */
 	char **allow_mounts;
 	int nallow_mounts;
+	char *fs_reserve;               /* --fs-reserve (mounts.c), NULL: config or default */
 	uint64_t started_mono;
 	struct MHD_Daemon *mhd;
 	int stop_pipe[2];
@@ -390,6 +407,10 @@ int mounts_from_body(struct daemon *d, json_t *list, struct sb_mount *out, int *
 /* Check existing mounts again (a fork, or a boot after the daemon's roots changed). */
 int mounts_recheck(struct daemon *d, const struct sb_mount *m, int n, struct k8_err *err);
 int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err);
+/* Connect to QEMU's kosa8.fs chardev and hand the fd to kosa8-fs (after QEMU starts). */
+int fs_attach_port(struct daemon *d, struct sandbox *sb, struct k8_err *err);
+/* Default host free-space reserve for writes through shares (docs/shared-folders.md). */
+#define K8FS_DEFAULT_RESERVE "1G,5%"
 void fs_adopt(struct daemon *d, struct sandbox *sb);
 json_t *mounts_json(const struct sandbox *sb, bool for_guest);
 /* kosa8-fs's node and handle tables, saved with a checkpoint and loaded at rewind/fork. */

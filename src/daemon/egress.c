@@ -216,7 +216,7 @@ int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	char **dns;
 	const char *argv[64];
 	int argc = 0, r;
-	char user[32], maxf[16];
+	char user[32], maxf[16], cgv[2][512];
 
 	if (sidecar_alive(&sb->net)) {
 		if (sidecar_connected(&sb->net))
@@ -233,7 +233,13 @@ int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	cfg = sb_daemon_config(d);
 	dns = sb_setting_list("KOSA8_DNS_SERVERS", cfg, "dns_servers");
 	json_decref(cfg);
-	snprintf(user, sizeof(user), "65534:65534");
+	/* the sandbox's own kosa8-net uid (jail.h); nobody only if none was claimed */
+	if (sb->jail_index >= 0)
+		snprintf(user, sizeof(user), "%u:%u",
+			 (unsigned)jail_uid(&d->jail, sb->jail_index, JAIL_NET),
+			 (unsigned)jail_uid(&d->jail, sb->jail_index, JAIL_NET));
+	else
+		snprintf(user, sizeof(user), "65534:65534");
 	snprintf(maxf, sizeof(maxf), "%d", NET_MAX_FLOWS);
 	argv[argc++] = exe;
 	argv[argc++] = "--id";
@@ -246,10 +252,14 @@ int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	argv[argc++] = policy;
 	argv[argc++] = "--max-flows";
 	argv[argc++] = maxf;
-	/* Root here: kosa8-net binds its sockets, then drops to nobody. */
+	/* Root here: kosa8-net binds its sockets, then jails itself (src/common/jail.c). */
 	if (geteuid() == 0) {
 		argv[argc++] = "--user";
 		argv[argc++] = user;
+		for (int i = 0, n = cgroup_procs_paths(&d->cg, sb->name, cgv, 2); i < n; i++) {
+			argv[argc++] = "--cgroup";
+			argv[argc++] = cgv[i];
+		}
 	}
 	for (int i = 0; dns && dns[i] && argc < (int)ARRAY_SIZE(argv) - 3; i++) {
 		argv[argc++] = "--dns-server";

@@ -29,7 +29,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: kosa8d [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... [--offline]\n"
-		"              [--foreground]\n"
+		"              [--fs-reserve SIZE[,PCT%%]] [--foreground]\n"
 		"\n"
 		"The kosa8 daemon: owns all sandboxes, images and the audit log under DIR\n"
 		"(default $KOSA8_HOME or ~/.kosa8) and serves the API on DIR/kosa8d.sock.\n"
@@ -92,6 +92,7 @@ int main(int argc, char **argv)
 		{ "allow-mount", required_argument, NULL, 'm' },
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "offline", no_argument, NULL, 'o' },
+		{ "fs-reserve", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -127,6 +128,9 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'f':
+			break;
+		case 'r':       /* kosa8-fs checks the syntax; config.json's fs_reserve otherwise */
+			d->fs_reserve = xstrdup(optarg);
 			break;
 		case 'o':
 			d->offline = true;

@@ -11,10 +11,21 @@
  * and at a rewind or fork it loads them back before the guest runs again. Host files
  * are never rewound.
  */
+#include <fcntl.h>
 #include <limits.h>
+#include <linux/magic.h>
+#include <linux/mount.h>
+#include <linux/openat2.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 
 #include "daemon/daemon.h"
 
@@ -117,6 +128,156 @@ static int host_path_check(struct daemon *d, const char *h, char *out, size_t n,
 	return 0;
 }
 
+/* ---- pinning: a shared folder is a directory inode, not a path ----
+ *
+ * At create the folder is opened from / one component at a time without following any
+ * symlink (openat2 RESOLVE_NO_SYMLINKS: the kernel walks each component and refuses a
+ * symlink anywhere, also one put there after realpath ran), and its device, inode and
+ * birth time are kept in sandbox.json. Every start opens it the same way and compares:
+ * a folder swapped, moved or replaced by a symlink refuses the start. kosa8-fs then gets
+ * a clone of that very directory (an fd), never a path. */
+
+/* Pseudo file systems no share may live on: their "files" are the kernel's. */
+static const long pseudo_fs[] = {
+	PROC_SUPER_MAGIC, SYSFS_MAGIC, CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, DEBUGFS_MAGIC,
+	TRACEFS_MAGIC, SECURITYFS_MAGIC, BPF_FS_MAGIC, PSTOREFS_MAGIC, EFIVARFS_MAGIC,
+	DEVPTS_SUPER_MAGIC, NSFS_MAGIC, SELINUX_MAGIC, SMACK_MAGIC, BINFMTFS_MAGIC,
+	0x62656570 /* configfs */, 0x65735543 /* fusectl */, 0x19800202 /* mqueue */,
+	0x958458f6 /* hugetlbfs */,
+};
+
+/* The type name /proc/self/mountinfo gives the mount `mnt_id` (devtmpfs reports
+ * TMPFS_MAGIC in statfs, so the name is the only way to tell). "" when not found. */
+static void mount_fstype(unsigned long long mnt_id, char *out, size_t n)
+{
+	cleanup_free char *text = NULL;
+	size_t len;
+
+	out[0] = '\0';
+	if (read_file("/proc/self/mountinfo", 4 << 20, &text, &len) < 0)
+		return;
+	for (char *line = text, *nl; line && *line; line = nl) {
+		unsigned long long id;
+		char *dash;
+		nl = strchr(line, '\n');
+		if (nl)
+			*nl++ = '\0';
+		if (sscanf(line, "%llu", &id) != 1 || id != mnt_id || !(dash = strstr(line, " - ")))
+			continue;
+		sscanf(dash + 3, "%63s", out);
+		(void)n;
+		return;
+	}
+}
+
+/* Open the folder at absolute `path` without following any symlink on the way. fd
+ * (O_PATH|O_DIRECTORY) or a negative errno with err set. Checks it is a directory on a
+ * real file system (not /proc, /sys, /dev and the like). */
+static int mount_open_nofollow(const char *path, struct statx *stx, struct k8_err *err)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+	};
+	struct statfs sf;
+	char fstype[64];
+	int fd;
+
+	if (path[0] != '/' || strstr(path, "/../") || strstr(path, "/./") ||
+	    (strlen(path) >= 3 && !strcmp(path + strlen(path) - 3, "/..")))
+		return k8_err_set(err, -EINVAL, "host folder %s is not a plain absolute path", path);
+	/* The kernel's trees, whatever file system a host mounted there (a tmpfs holding
+	 * cgroup v1 hierarchies at /sys/fs/cgroup, a tmpfs /dev in a container). */
+	if (path_below(path, "/proc") || path_below(path, "/sys") || path_below(path, "/dev"))
+		return k8_err_set(err, -EPERM, "host folder %s is in the kernel's pseudo file "
+				  "systems (/proc, /sys, /dev); only folders on real file systems "
+				  "can be shared", path);
+	do
+		fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+	while (fd < 0 && (errno == EAGAIN || errno == EINTR));
+	if (fd < 0) {
+		int e = errno;
+		if (e == ELOOP)
+			return k8_err_set(err, -ELOOP, "host folder %s is reached through a symbolic "
+					  "link (or is one); kosa8 never follows links to a shared "
+					  "folder: give the path without links", path);
+		return k8_err_set(err, -e, "host folder %s: %s", path, strerror(e));
+	}
+	if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
+		  STATX_TYPE | STATX_INO | STATX_BTIME | STATX_MNT_ID, stx) < 0 ||
+	    fstatfs(fd, &sf) < 0) {
+		int e = errno;
+		close(fd);
+		return k8_err_set(err, -e, "host folder %s: %s", path, strerror(e));
+	}
+	if (!S_ISDIR(stx->stx_mode)) {
+		close(fd);
+		return k8_err_set(err, -ENOTDIR, "host path %s is not a folder", path);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(pseudo_fs); i++)
+		if ((long)sf.f_type == pseudo_fs[i]) {
+			close(fd);
+			return k8_err_set(err, -EPERM, "host folder %s is on a kernel pseudo file "
+					  "system (type 0x%lx); only folders on real file systems "
+					  "can be shared", path, (long)sf.f_type);
+		}
+	mount_fstype(stx->stx_mnt_id, fstype, sizeof(fstype));
+	if (!strcmp(fstype, "devtmpfs")) {
+		close(fd);
+		return k8_err_set(err, -EPERM, "host folder %s is on devtmpfs (device nodes); only "
+				  "folders on real file systems can be shared", path);
+	}
+	return fd;
+}
+
+static long long stx_btime(const struct statx *stx)
+{
+	if (!(stx->stx_mask & STATX_BTIME))
+		return 0;
+	return (long long)stx->stx_btime.tv_sec * 1000000000LL + stx->stx_btime.tv_nsec;
+}
+
+/* Record the identity of m->host (at create). */
+static int mount_pin(struct sb_mount *m, struct k8_err *err)
+{
+	struct statx stx;
+	int fd = mount_open_nofollow(m->host, &stx, err);
+
+	if (fd < 0)
+		return fd;
+	close(fd);
+	m->dev = ((unsigned long long)stx.stx_dev_major << 32) | stx.stx_dev_minor;
+	m->ino = stx.stx_ino;
+	m->btime = stx_btime(&stx);
+	m->pinned = true;
+	return 0;
+}
+
+/* Open m->host again and check it is still the folder pinned at create. fd, or a
+ * negative errno (-ESTALE: another folder now has that name) with err set. */
+static int mount_open_pinned(const struct sb_mount *m, struct k8_err *err)
+{
+	struct statx stx = { 0 };
+	struct k8_err e2 = { 0 };
+	int fd = mount_open_nofollow(m->host, &stx, &e2);
+	unsigned long long dev = ((unsigned long long)stx.stx_dev_major << 32) | stx.stx_dev_minor;
+
+	if (fd >= 0 && (!m->pinned ||
+			(dev == m->dev && stx.stx_ino == m->ino &&
+			 (!m->btime || !stx_btime(&stx) || stx_btime(&stx) == m->btime))))
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	else if (fd != -ELOOP && fd != -ENOENT && fd != -ENOTDIR)
+		return k8_err_set(err, fd, "%s", e2.msg);
+	return k8_err_set(err, -ESTALE, "host folder %s is no longer the folder this sandbox was "
+			  "created with (%s); kosa8 will not share what the name now leads to. "
+			  "Restore the folder, or recreate the sandbox to share what is there now",
+			  m->host, fd == -ELOOP ? "a symbolic link is now on its path"
+			  : fd == -ENOENT ? "it is gone" : fd == -ENOTDIR ? "it is not a folder"
+			  : "another folder has its name");
+}
+
 int mounts_from_body(struct daemon *d, json_t *list, struct sb_mount *out, int *n,
 		     struct k8_err *err)
 {
@@ -140,6 +301,8 @@ int mounts_from_body(struct daemon *d, json_t *list, struct sb_mount *out, int *
 		    (r = guest_path_check(json_string_value(json_object_get(m, "guest")),
 					  mm->guest, sizeof(mm->guest), err)))
 			return k8_err_wrap(err, "--mount %d", (int)i + 1);
+		if ((r = mount_pin(mm, err)))
+			return k8_err_wrap(err, "--mount %d", (int)i + 1);
 		if (ro && !json_is_boolean(ro))
 			return k8_err_set(err, -EINVAL, "mount 'ro' must be true or false");
 		mm->ro = json_is_true(ro);
@@ -153,13 +316,32 @@ int mounts_from_body(struct daemon *d, json_t *list, struct sb_mount *out, int *
 	return 0;
 }
 
+/* The daemon's rules (its home, --allow-mount roots) on the pinned path, as a string:
+ * the path is never resolved again, only walked without links by mount_open_pinned. */
+static int mount_rules_check(struct daemon *d, const struct sb_mount *m, struct k8_err *err)
+{
+	char home[PATH_MAX];
+	bool ok = !d->nallow_mounts;
+
+	if (realpath(d->home, home) && (path_below(m->host, home) || path_below(home, m->host)))
+		return k8_err_set(err, -EPERM, "host folder %s would expose kosa8's own state (%s)",
+				  m->host, home);
+	for (int i = 0; i < d->nallow_mounts; i++)
+		ok = ok || path_below(m->host, d->allow_mounts[i]);
+	if (!ok)
+		return k8_err_set(err, -EPERM, "host folder %s is not below the folders this daemon "
+				  "allows to mount; restart the daemon with --allow-mount", m->host);
+	return 0;
+}
+
 int mounts_recheck(struct daemon *d, const struct sb_mount *m, int n, struct k8_err *err)
 {
-	char real[PATH_MAX];
-
-	for (int i = 0; i < n; i++)
-		if (host_path_check(d, m[i].host, real, sizeof(real), err))
+	for (int i = 0; i < n; i++) {
+		int fd;
+		if (mount_rules_check(d, &m[i], err) || (fd = mount_open_pinned(&m[i], err)) < 0)
 			return k8_err_wrap(err, "shared folder %s", m[i].guest);
+		close(fd);
+	}
 	return 0;
 }
 
@@ -171,14 +353,20 @@ json_t *mounts_json(const struct sandbox *sb, bool for_guest)
 		json_array_append_new(a, for_guest
 			? json_pack("{s:i,s:s,s:b}", "index", i, "guest", sb->mounts[i].guest, "ro",
 				    sb->mounts[i].ro)
-			: json_pack("{s:s,s:s,s:b}", "host", sb->mounts[i].host, "guest",
-				    sb->mounts[i].guest, "ro", sb->mounts[i].ro));
+			: json_pack("{s:s,s:s,s:b,s:{s:I,s:I,s:I}}", "host", sb->mounts[i].host,
+				    "guest", sb->mounts[i].guest, "ro", sb->mounts[i].ro, "pin",
+				    "dev", (json_int_t)sb->mounts[i].dev, "ino",
+				    (json_int_t)sb->mounts[i].ino, "btime",
+				    (json_int_t)sb->mounts[i].btime));
 	return a;
 }
 
 /* A kosa8-fs that died is started again from a thread of its own (the reader thread that
  * saw it go cannot join itself). The folders' roots keep their node ids (2 + index), so
- * the guest's mounts work again at once; files and directories it held open get ESTALE. */
+ * the guest's mounts work again at once; files and directories it held open get ESTALE.
+ * Backoff: the first restart after a quiet minute waits 100 ms, each quick death after
+ * it doubles the wait, up to 30 s, so a guest that kills kosa8-fs at will cannot make
+ * the daemon spin. */
 static void *fs_restart(void *arg)
 {
 	char *name = arg;
@@ -187,6 +375,18 @@ static void *fs_restart(void *arg)
 	struct sandbox *sb = sb_get(d, name, &err);
 
 	if (sb) {
+		uint64_t now = now_mono_ns(), wait_ms;
+		if (now - sb->fs.restart_ns > 60000000000ull)
+			sb->fs.restarts = 0;
+		wait_ms = sb->fs.restarts >= 9 ? 30000 : 100ull << sb->fs.restarts;
+		if (wait_ms > 30000)
+			wait_ms = 30000;
+		sb->fs.restarts++;
+		if (sb->fs.restarts > 1)
+			daemon_log("sandbox %s: kosa8-fs died %u times in a row; waiting %llu ms",
+				   sb->name, sb->fs.restarts, (unsigned long long)wait_ms);
+		usleep((useconds_t)(wait_ms * 1000));
+		sb->fs.restart_ns = now_mono_ns();
 		sb_busy_enter(sb);
 		if (sb->state == SB_RUNNING && !sidecar_alive(&sb->fs)) {
 			int r = fs_up(d, sb, &err);
@@ -223,14 +423,137 @@ static void fs_event(void *ctx, json_t *ev)
 	}
 }
 
+/* Write `text` to an existing file (a /proc map). 0 or -errno. */
+static int mount_write(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), r = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+		r = errno ? -errno : -EIO;
+	close(fd);
+	return r;
+}
+
+/* A user namespace mapping uid `from` to `to` (and gid likewise), for an idmapped
+ * mount; its fd, or a negative errno. A child is cloned into a new user namespace and
+ * waits; we write its maps (as root in ours we may map any id), take the namespace's fd
+ * and let it go. */
+static int mount_userns(uid_t from, uid_t to, gid_t gfrom, gid_t gto, struct k8_err *err)
+{
+	char path[64], map[64];
+	int fd = -1, r = 0;
+	pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
+
+	if (pid < 0)
+		return k8_err_set(err, -errno, "a user namespace for the idmapped share: %s",
+				  strerror(errno));
+	if (pid == 0) {
+		for (;;)
+			pause();
+	}
+	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
+	snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)from, (unsigned)to);
+	if ((r = mount_write(path, map)) == 0) {
+		snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
+		snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)gfrom, (unsigned)gto);
+		r = mount_write(path, map);
+	}
+	if (r == 0) {
+		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			r = -errno;
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	if (r)
+		return k8_err_set(err, r, "mapping ids for the idmapped share: %s", strerror(-r));
+	return fd;
+}
+
+/* The detached mount kosa8-fs serves: a non-recursive clone of the pinned folder (mounts
+ * below it are not in it, so a share never crosses into another file system), idmapped
+ * so the folder owner's files are kosa8-fs's own (uid `fsuid`) and what it creates is
+ * the owner's on disk, nosuid, nodev, noexec, nosymfollow, read-only for :ro. fd or a
+ * negative errno. */
+static int mount_clone(int dirfd, const struct sb_mount *m, uid_t fsuid, struct k8_err *err)
+{
+	struct stat st;
+	struct mount_attr attr = {
+		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			    MOUNT_ATTR_NOEXEC | MOUNT_ATTR_NOSYMFOLLOW |
+			    (m->ro ? MOUNT_ATTR_RDONLY : 0),
+	};
+	int tree, ns;
+
+	if (fstat(dirfd, &st) < 0)
+		return k8_err_set(err, -errno, "host folder %s: %s", m->host, strerror(errno));
+	tree = (int)syscall(SYS_open_tree, dirfd, "",
+			    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+	if (tree < 0)
+		return k8_err_set(err, -errno, "host folder %s: cannot make a private mount of it "
+				  "(open_tree: %s); this needs Linux 5.12 or later", m->host,
+				  strerror(errno));
+	ns = mount_userns(st.st_uid, fsuid, st.st_gid, (gid_t)fsuid, err);
+	if (ns < 0) {
+		close(tree);
+		return ns;
+	}
+	attr.userns_fd = (__u64)ns;
+	if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+		int e = errno;
+		close(ns);
+		close(tree);
+		return k8_err_set(err, -e, "host folder %s: its file system cannot be shared "
+				  "through an idmapped mount (%s); kosa8-fs runs without root and "
+				  "needs one: share a folder on ext4, xfs, btrfs or tmpfs",
+				  m->host, strerror(e));
+	}
+	close(ns);
+	return tree;
+}
+
+/* Hand kosa8-fs a fresh connection to QEMU's kosa8.fs chardev: kosa8-fs runs where no
+ * path leads anywhere and may not connect, so the daemon connects and passes the fd
+ * (after every QEMU start: boot, rewind, fork). 0, or a negative errno (no QEMU yet). */
+int fs_attach_port(struct daemon *d, struct sandbox *sb, struct k8_err *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char port[4200];
+	int fd, r;
+
+	if (!sb->nmounts || !sidecar_connected(&sb->fs))
+		return 0;
+	sb_sock_path(d, sb, "fs", port, sizeof(port));
+	if (strlen(port) >= sizeof(sa.sun_path))
+		return k8_err_set(err, -ENAMETOOLONG, "socket path too long: %s", port);
+	strcpy(sa.sun_path, port);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return k8_err_set(err, -errno, "socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		close(fd);
+		return k8_err_set(err, r, "QEMU's shared-folder port %s: %s", port, strerror(-r));
+	}
+	r = sidecar_request_fd(&sb->fs, json_pack("{s:s}", "op", "port"), fd, 10000, NULL, err);
+	close(fd);
+	return r ? k8_err_wrap(err, "handing kosa8-fs its port") : 0;
+}
+
 int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
-	char port[4200], ctl[4200];
+	char ctl[4200], uid[16], cgv[2][512];
 	cleanup_free char *exe = sidecar_exe("kosa8-fs");
 	cleanup_free char *log = xasprintf("%s/fs.log", sb->dir);
-	const char *argv[8 + 2 * K8_MAX_MOUNTS + 1];
-	char *specs[K8_MAX_MOUNTS] = { 0 };
-	int argc = 0, r;
+	const char *argv[16 + 2 * K8_MAX_MOUNTS + 1];
+	char specs[K8_MAX_MOUNTS][32];
+	int fds[K8_MAX_MOUNTS], nfds = 0, argc = 0, r = 0;
+	uid_t fsuid;
+	json_t *cfg;
+	const char *reserve;
 
 	if (!sb->nmounts)
 		return 0;
@@ -241,30 +564,86 @@ int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (access(exe, X_OK) < 0)
 		return k8_err_set(err, -ENOENT, "%s is missing (it serves shared folders); build "
 				  "it with `make`", exe);
-	if ((r = mounts_recheck(d, sb->mounts, sb->nmounts, err)))
-		return r;
-	sb_sock_path(d, sb, "fs", port, sizeof(port));
+	if (sb->jail_index < 0 && geteuid() == 0)
+		return k8_err_set(err, -EINVAL, "sandbox %s has no host uids (jail) claimed", sb->name);
+	fsuid = jail_uid(&d->jail, sb->jail_index, JAIL_FS);
+	for (int i = 0; i < sb->nmounts; i++) {
+		struct sb_mount *m = &sb->mounts[i];
+		int dir;
+
+		if ((r = mount_rules_check(d, m, err)) < 0) {
+			k8_err_wrap(err, "shared folder %s", m->guest);
+			break;
+		}
+		if (!m->pinned && (r = mount_pin(m, err)) < 0)   /* made before pinning existed */
+			break;
+		if ((dir = mount_open_pinned(m, err)) < 0) {
+			r = dir;
+			k8_err_wrap(err, "shared folder %s", m->guest);
+			daemon_audit(d, "sandbox.mount.changed", sb->name,
+				     json_pack("{s:s,s:s,s:s}", "host", m->host, "guest", m->guest,
+					       "error", err->msg));
+			break;
+		}
+		/* Not root: no idmapped clone, no jail; kosa8-fs runs as the daemon's user on
+		 * the pinned fd itself (mounts below the root are then crossed). */
+		if (geteuid() != 0) {
+			fds[nfds] = dir;
+		} else {
+			fds[nfds] = mount_clone(dir, m, fsuid, err);
+			close(dir);
+		}
+		if (fds[nfds] < 0) {
+			r = fds[nfds];
+			k8_err_wrap(err, "shared folder %s", m->guest);
+			break;
+		}
+		snprintf(specs[nfds], sizeof(specs[nfds]), "%d:%s", 3 + nfds, m->ro ? "ro" : "rw");
+		nfds++;
+	}
+	if (r)
+		goto out;
+	snprintf(uid, sizeof(uid), "%u", (unsigned)fsuid);
+	cfg = sb_daemon_config(d);
+	reserve = json_string_value(json_object_get(cfg, "fs_reserve"));
+	if (d->fs_reserve)
+		reserve = d->fs_reserve;
 	argv[argc++] = exe;
 	argv[argc++] = "--id";
 	argv[argc++] = sb->id;
-	argv[argc++] = "--port";
-	argv[argc++] = port;
 	argv[argc++] = "--control";
 	argv[argc++] = ctl;
-	for (int i = 0; i < sb->nmounts; i++) {
-		specs[i] = xasprintf("%s:%s", sb->mounts[i].host, sb->mounts[i].ro ? "ro" : "rw");
-		argv[argc++] = "--mount";
+	if (geteuid() == 0) {
+		argv[argc++] = "--uid";
+		argv[argc++] = uid;
+		for (int i = 0, n = cgroup_procs_paths(&d->cg, sb->name, cgv, 2); i < n; i++) {
+			argv[argc++] = "--cgroup";
+			argv[argc++] = cgv[i];
+		}
+	}
+	argv[argc++] = "--reserve";
+	argv[argc++] = reserve ? reserve : K8FS_DEFAULT_RESERVE;
+	for (int i = 0; i < nfds; i++) {
+		argv[argc++] = "--mount-fd";
 		argv[argc++] = specs[i];
 	}
 	argv[argc] = NULL;
-	r = sidecar_start(&sb->fs, argv, log, ctl, fs_event, sb, err);
-	for (int i = 0; i < sb->nmounts; i++)
-		free(specs[i]);
+	r = sidecar_start_fds(&sb->fs, argv, log, fds, nfds, ctl, fs_event, sb, err);
+	json_decref(cfg);
 	if (r)
-		return r;
-	daemon_log("sandbox %s: kosa8-fs running (pid %d, %d shared folders)", sb->name,
-		   (int)sb->fs.pid, sb->nmounts);
-	return 0;
+		goto out;
+	daemon_log("sandbox %s: kosa8-fs running (pid %d, uid %u, %d shared folders)", sb->name,
+		   (int)sb->fs.pid, (unsigned)fsuid, sb->nmounts);
+	/* A restart while the VM runs: give it the port now (a boot does it once QEMU is up). */
+	if (sb->pid > 0 && vm_alive(sb->pid, sb->pid_start)) {
+		struct k8_err e2 = { 0 };
+		if (fs_attach_port(d, sb, &e2))
+			daemon_log("sandbox %s: %s", sb->name, e2.msg);
+	}
+out:
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	return r;
 }
 
 void fs_adopt(struct daemon *d, struct sandbox *sb)
@@ -279,16 +658,32 @@ void fs_adopt(struct daemon *d, struct sandbox *sb)
 		daemon_log("sandbox %s: shared folders are down: %s", sb->name, err.msg);
 }
 
+/* kosa8-fs cannot open paths: the daemon opens the table file and passes the fd. */
 int fs_save(struct sandbox *sb, const char *path, struct k8_err *err)
 {
-	int r = sidecar_request(&sb->fs, json_pack("{s:s,s:s}", "op", "save", "path", path),
-				30000, NULL, err);
+	cleanup_free char *tmp = xasprintf("%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), r;
+
+	if (fd < 0)
+		return k8_err_set(err, -errno, "%s: %s", tmp, strerror(errno));
+	r = sidecar_request_fd(&sb->fs, json_pack("{s:s}", "op", "save"), fd, 30000, NULL, err);
+	if (!r && fsync(fd) < 0)
+		r = k8_err_set(err, -errno, "%s: %s", tmp, strerror(errno));
+	close(fd);
+	if (!r && rename(tmp, path) < 0)
+		r = k8_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (r)
+		unlink(tmp);
 	return r ? k8_err_wrap(err, "saving the shared folders' state") : 0;
 }
 
 int fs_load(struct sandbox *sb, const char *path, struct k8_err *err)
 {
-	int r = sidecar_request(&sb->fs, json_pack("{s:s,s:s}", "op", "load", "path", path),
-				30000, NULL, err);
+	int fd = open(path, O_RDONLY | O_CLOEXEC), r;
+
+	if (fd < 0)
+		return k8_err_set(err, -errno, "%s: %s", path, strerror(errno));
+	r = sidecar_request_fd(&sb->fs, json_pack("{s:s}", "op", "load"), fd, 30000, NULL, err);
+	close(fd);
 	return r ? k8_err_wrap(err, "restoring the shared folders' state") : 0;
 }

@@ -345,6 +345,8 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 		}
 		goto fail;
 	}
+	if (fs_attach_port(d, sb, err))   /* kosa8-fs cannot connect itself (mounts.c) */
+		goto fail;
 	if (cgroup_apply(&d->cg, sb->name, pid, sb->cpus,
 			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
 			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
@@ -765,6 +767,11 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			snprintf(mm->host, sizeof(mm->host), "%s", h);
 			snprintf(mm->guest, sizeof(mm->guest), "%s", g);
 			mm->ro = json_is_true(json_object_get(mi, "ro"));
+			json_t *pin = json_object_get(mi, "pin");
+			mm->pinned = json_is_object(pin);
+			mm->dev = (unsigned long long)json_integer_value(json_object_get(pin, "dev"));
+			mm->ino = (unsigned long long)json_integer_value(json_object_get(pin, "ino"));
+			mm->btime = json_integer_value(json_object_get(pin, "btime"));
 		}
 	}
 	sb->pid = (pid_t)pid;

@@ -60,7 +60,10 @@ bool sidecar_alive(struct sidecar *s)
 	return vm_alive(s->pid, s->pid_start);
 }
 
-int sidecar_spawn(struct sidecar *s, const char *const argv[], const char *log, struct k8_err *err)
+/* fds[i] (the caller's, left open) becomes fd 3 + i of the child; every other fd of
+ * the daemon is closed in the child. */
+int sidecar_spawn(struct sidecar *s, const char *const argv[], const char *log,
+		  const int *fds, int nfds, struct k8_err *err)
 {
 	int pfd[2], logfd, nul;
 	char line[1024];
@@ -92,7 +95,13 @@ int sidecar_spawn(struct sidecar *s, const char *const argv[], const char *log, 
 		dup2(nul, 0);
 		dup2(pfd[1], 1);
 		dup2(logfd >= 0 ? logfd : nul, 2);
-		for (int fd = 3; fd < 1024; fd++)
+		/* first out of the way (a source may sit where another goes), then in place */
+		for (int i = 0; i < nfds && i < 64; i++)
+			if (fcntl(fds[i], F_DUPFD, 1024 + i) != 1024 + i)
+				_exit(125);
+		for (int i = 0; i < nfds && i < 64; i++)
+			dup2(1024 + i, 3 + i);
+		for (int fd = 3 + nfds; fd < 1024 + 64; fd++)
 			close(fd);
 		execv(argv[0], (char *const *)argv);
 		static const char msg[] = "error: cannot run the program\n";
@@ -247,10 +256,17 @@ int sidecar_start(struct sidecar *s, const char *const argv[], const char *log,
 		  const char *ctl, void (*on_event)(void *, json_t *), void *ctx,
 		  struct k8_err *err)
 {
+	return sidecar_start_fds(s, argv, log, NULL, 0, ctl, on_event, ctx, err);
+}
+
+int sidecar_start_fds(struct sidecar *s, const char *const argv[], const char *log,
+		      const int *fds, int nfds, const char *ctl,
+		      void (*on_event)(void *, json_t *), void *ctx, struct k8_err *err)
+{
 	int r;
 
 	sidecar_disconnect(s);
-	if ((r = sidecar_spawn(s, argv, log, err)))
+	if ((r = sidecar_spawn(s, argv, log, fds, nfds, err)))
 		return r;
 	if ((r = sidecar_connect(s, ctl, on_event, ctx, err)))
 		sidecar_stop(s);
@@ -264,6 +280,42 @@ bool sidecar_connected(const struct sidecar *s)
 
 int sidecar_request(struct sidecar *s, json_t *req, int timeout_ms, json_t **reply,
 		    struct k8_err *err)
+{
+	return sidecar_request_fd(s, req, -1, timeout_ms, reply, err);
+}
+
+/* The first byte of the line carries `fd` (SCM_RIGHTS); the rest follows as usual. */
+static int sidecar_send_line(int sock, const char *text, int fd)
+{
+	char c = text[0];
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (fd < 0)
+		return write_full(sock, text, strlen(text));
+	memset(&u, 0, sizeof(u));
+	mh.msg_control = u.buf;
+	mh.msg_controllen = sizeof(u.buf);
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		return n < 0 ? -errno : -EIO;
+	return write_full(sock, text + 1, strlen(text + 1));
+}
+
+int sidecar_request_fd(struct sidecar *s, json_t *req, int fd, int timeout_ms, json_t **reply,
+		       struct k8_err *err)
 {
 	char key[32], *text;
 	long long id;
@@ -287,7 +339,7 @@ int sidecar_request(struct sidecar *s, json_t *req, int timeout_ms, json_t **rep
 	text = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
 	/* One writer at a time: a line is written whole under the lock (they are short). */
-	r = text ? write_full(s->fd, text, strlen(text)) : -ENOMEM;
+	r = text ? sidecar_send_line(s->fd, text, fd) : -ENOMEM;
 	if (!r)
 		r = write_full(s->fd, "\n", 1);
 	free(text);

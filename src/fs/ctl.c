@@ -26,7 +26,7 @@ static char *ctl_error(json_t *id, const char *msg)
 	return ctl_dump(o);
 }
 
-char *fs_ctl_handle(struct fs_ctx *c, const char *line, size_t len)
+char *fs_ctl_handle(struct fs_ctx *c, const char *line, size_t len, int *fd)
 {
 	json_error_t jerr;
 	json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr), *id, *res;
@@ -57,7 +57,29 @@ char *fs_ctl_handle(struct fs_ctx *c, const char *line, size_t len)
 				"nodes", (json_int_t)c->nnodes,
 				"handles", (json_int_t)c->nhandles,
 				"connected", c->connected);
+		json_object_set_new(res, "limit_hits", json_integer((json_int_t)c->st.limit_hits));
+		json_object_set_new(res, "enospc", json_integer((json_int_t)c->st.enospc));
+		json_object_set_new(res, "path_bytes", json_integer((json_int_t)c->path_bytes));
 		out = ctl_dump(res);
+	} else if (!strcmp(op, "port")) {
+		/* the daemon connected to QEMU's chardev for us (we may not connect) */
+		if (*fd < 0) {
+			out = ctl_error(id, "\"port\" needs the connected socket as an fd");
+		} else {
+			if (c->port_handoff > 0)
+				close(c->port_handoff);
+			c->port_handoff = *fd;
+			*fd = -1;
+			out = ctl_dump(json_pack("{s:O?,s:b}", "id", id, "ok", 1));
+		}
+	} else if ((!strcmp(op, "save") || !strcmp(op, "load")) && *fd >= 0) {
+		int r = op[0] == 's' ? fs_tables_save_fd(c, *fd, &err)
+				     : fs_tables_load_fd(c, *fd, &err);
+		if (r < 0)
+			out = ctl_error(id, err.msg[0] ? err.msg : strerror(-r));
+		else
+			out = ctl_dump(json_pack("{s:O?,s:b,s:I}", "id", id, "ok", 1,
+						 "nodes", (json_int_t)c->nnodes));
 	} else if (!strcmp(op, "save") || !strcmp(op, "load")) {
 		int r;
 		if (!path || !path[0]) {

@@ -22,9 +22,10 @@
 #define K8FS_MAX_WRITE      (1024 * 1024)     /* max_write and max_read we offer */
 #define K8FS_MAX_PAGES      256               /* K8FS_MAX_WRITE / 4096 */
 #define K8FS_MAX_READDIR    (128 * 1024)      /* cap on one READDIR reply */
-#define K8FS_MAX_NODES      (1u << 20)
+#define K8FS_MAX_NODES      (1u << 18)        /* each holds an fd: ~300 B of kernel memory */
 #define K8FS_MAX_HANDLES    65536
 #define K8FS_MAX_MOUNTS     64
+#define K8FS_MAX_PATH_BYTES (64u << 20)       /* all nodes' paths together: ENOMEM beyond */
 #define K8FS_ROOT_ID        1                 /* the synthetic root */
 #define K8FS_ENTRY_TIMEOUT  1                 /* seconds a name -> node answer is cached */
 #define K8FS_ATTR_TIMEOUT   1                 /* seconds attributes are cached; the guest
@@ -59,6 +60,7 @@ struct fs_handle {
 
 struct fs_stats {
 	uint64_t requests, bytes_read, bytes_written, errors, protocol_errors, connects;
+	uint64_t limit_hits, enospc;
 };
 
 struct fs_ctx {
@@ -86,6 +88,17 @@ struct fs_ctx {
 
 	struct fs_stats st;
 	uint32_t proto_minor;        /* negotiated at INIT (0 before) */
+
+	size_t path_bytes;           /* sum of the nodes' path strings (K8FS_MAX_PATH_BYTES) */
+	size_t max_nodes;            /* what RLIMIT_NOFILE allows (0: K8FS_MAX_NODES) */
+	size_t max_handles;          /* likewise (0: K8FS_MAX_HANDLES) */
+	uint64_t limit_logged_ns;
+	void (*log)(const char *fmt, ...);   /* the process's log line (NULL: silent) */
+	/* host disk reserve: writes fail with ENOSPC before the host file system of a share
+	 * has less than max(reserve_bytes, reserve_pct % of its size) free (0, 0: none) */
+	uint64_t reserve_bytes;
+	unsigned reserve_pct;
+	int port_handoff;            /* a port fd the daemon passed (control "port"), or -1 */
 };
 
 /* ---- node.c: tables ---- */
@@ -95,6 +108,15 @@ int fs_ctx_init(struct fs_ctx *c);
 void fs_ctx_free(struct fs_ctx *c);
 /* Open HOSTDIR for mount slot c->nmounts. 0 or -errno. */
 int fs_mount_add(struct fs_ctx *c, const char *hostdir, bool ro);
+/* Use an inherited directory fd (ownership passes in) for mount slot c->nmounts. */
+int fs_mount_add_fd(struct fs_ctx *c, int fd, bool ro);
+/* A cap on nodes or memory was hit: count it, log at most every 10 s. */
+void fs_limit_hit(struct fs_ctx *c, const char *what);
+/* 0, or -ENOSPC when writing `need` more bytes through mount m would leave its host file
+ * system under the reserve. */
+int fs_space_check(struct fs_ctx *c, uint32_t m, uint64_t need);
+/* Parse a reserve "SIZE[,PCT%]" / "PCT%" (SIZE with K, M, G, T). 0 or -EINVAL. */
+int fs_reserve_parse(const char *spec, uint64_t *bytes, unsigned *pct);
 struct fs_node *fs_node_get(struct fs_ctx *c, uint64_t id);
 /* Take a fresh O_PATH fd (ownership passes in) found as `name` under `parent`, and
  * return the node for its inode (existing or new) with nlookup incremented. */
@@ -121,6 +143,9 @@ int fs_reopen(struct fs_ctx *c, int opath_fd, mode_t type, int flags);
 struct k8_err;
 int fs_tables_save(struct fs_ctx *c, const char *path, struct k8_err *err);
 int fs_tables_load(struct fs_ctx *c, const char *path, struct k8_err *err);
+/* The same on an fd the daemon opened (kosa8-fs cannot open paths when jailed). */
+int fs_tables_save_fd(struct fs_ctx *c, int fd, struct k8_err *err);
+int fs_tables_load_fd(struct fs_ctx *c, int fd, struct k8_err *err);
 /* Forget every node and handle (the mount roots stay); next_id keeps counting. */
 void fs_tables_reset(struct fs_ctx *c);
 
@@ -158,7 +183,8 @@ int fs_op(struct fs_req *r);   /* 0, -errno, or K8FS_NOREPLY; fills r->olen */
 bool fs_op_modifies(uint32_t opcode);
 
 /* ---- ctl.c: the control socket ---- */
-/* Handle one JSON request line; returns a malloc'd JSON line (with \n). */
-char *fs_ctl_handle(struct fs_ctx *c, const char *line, size_t len);
+/* Handle one JSON request line; returns a malloc'd JSON line (with \n). *fd (or -1) is
+ * an fd that came with the line: the op that uses it takes it (sets *fd = -1). */
+char *fs_ctl_handle(struct fs_ctx *c, const char *line, size_t len, int *fd);
 
 #endif

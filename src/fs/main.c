@@ -1,15 +1,26 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - kosa8-fs: serves a sandbox's shared folders to the guest's FUSE mount.
  *
- *   kosa8-fs --id ID --port PATH --control PATH --mount HOSTDIR:rw|ro [--mount ...]
+ *   kosa8-fs --id ID --control PATH --uid UID [--cgroup PROCS]... [--reserve SPEC]
+ *            --mount-fd N:rw|ro [--mount-fd ...]                     (kosa8d)
+ *   kosa8-fs --id ID --port PATH --control PATH --mount HOSTDIR:rw|ro [...]  (tests)
  *
- * One thread, one ppoll loop: the virtio-serial port (a unix socket QEMU serves; we
- * connect, and reconnect after every EOF, every 100 ms until it answers), the control
- * socket and its clients. A reply that does not fit in the socket stays queued and no
+ * As kosa8d starts it: the shares are inherited directory fds (pinned, idmapped clones
+ * the daemon made, docs/shared-folders.md), and the process jails itself
+ * (src/common/jail.c) before the first guest byte: its own uid, an empty mount
+ * namespace, no capabilities, Landlock, then a seccomp filter that refuses any open by
+ * absolute path and any new socket or connect. QEMU's port then arrives as an fd over
+ * the control socket (op "port") after every QEMU start. Standalone (--port, --mount;
+ * the tests that play QEMU) it connects to the port itself and is not jailed. A daemon
+ * that is not root passes share fds without --uid: not jailed, port handed over.
+ *
+ * One thread, one ppoll loop: the virtio-serial port, the control socket and its
+ * clients. A reply that does not fit in the socket stays queued and no
  * further request is read until it is gone, so control requests (save at checkpoint time,
  * while the VM is stopped and reads nothing) are always answered.
  */
 #include "fs/fs.h"
+#include "common/jail.h"
 #include "common/util.h"
 
 #include <fcntl.h>
@@ -35,6 +46,14 @@ struct client {
 	int fd;
 	char *buf;
 	size_t len;
+	int passed_fd;           /* an fd that came with the pending line, or -1 */
+};
+
+/* Start-up options beyond the mounts. */
+struct fs_opts {
+	const char *port, *ctl;
+	struct jail_opts jail;
+	bool jailed;
 };
 
 static volatile sig_atomic_t fs_stop;
@@ -43,6 +62,7 @@ static const char *fs_id = "?";
 static void fs_log(const char *fmt, ...) K8_PRINTF(1, 2);
 static void fs_log(const char *fmt, ...)
 {
+	int saved = errno;
 	char ts[32];
 	time_t t = time(NULL);
 	struct tm tm;
@@ -55,6 +75,7 @@ static void fs_log(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	errno = saved;
 }
 
 static void fs_on_signal(int sig)
@@ -123,21 +144,28 @@ static int fs_connect_port(const char *path)
  * Anything else fails with EPERM: one unforeseen call degrades one request rather than
  * killing every shared folder of the sandbox; calls only an attacker would make (exec,
  * ptrace, mount, namespaces, modules, BPF, id changes) kill the process at once. */
-static int fs_seccomp(void)
+/* Calls taking a directory fd (argument `arg`) are allowed only with a real fd there:
+ * bit 31 of the int clear, so never AT_FDCWD (-100): no path from the (empty) root or
+ * the cwd is ever walked. Seen by the kernel as an int, so only the low 32 bits count. */
+static int fs_seccomp_dirfd(scmp_filter_ctx ctx, int nr, unsigned arg)
+{
+	return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+				SCMP_CMP(arg, SCMP_CMP_MASKED_EQ, 0x80000000u, 0));
+}
+
+/* by_path: standalone with --port/--mount paths (tests): the path calls save/load by
+ * path need, and a socket + connect for the port. Otherwise none of that. */
+static int fs_seccomp(bool by_path)
 {
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
 	static const int allow[] = {
 		SCMP_SYS(read), SCMP_SYS(write), SCMP_SYS(readv), SCMP_SYS(writev),
 		SCMP_SYS(pread64), SCMP_SYS(pwrite64), SCMP_SYS(lseek), SCMP_SYS(close),
-		SCMP_SYS(openat), SCMP_SYS(openat2), SCMP_SYS(open), SCMP_SYS(fstat),
-		SCMP_SYS(newfstatat), SCMP_SYS(statx), SCMP_SYS(fstatfs), SCMP_SYS(statfs),
-		SCMP_SYS(getdents64), SCMP_SYS(mkdirat), SCMP_SYS(mknodat), SCMP_SYS(unlinkat),
-		SCMP_SYS(unlink), SCMP_SYS(rename), SCMP_SYS(renameat), SCMP_SYS(renameat2),
-		SCMP_SYS(linkat), SCMP_SYS(symlinkat), SCMP_SYS(readlinkat), SCMP_SYS(fchmodat),
-		SCMP_SYS(fchmod), SCMP_SYS(utimensat), SCMP_SYS(ftruncate), SCMP_SYS(fallocate),
+		SCMP_SYS(fstat), SCMP_SYS(fstatfs),
+		SCMP_SYS(getdents64), SCMP_SYS(fchmod), SCMP_SYS(ftruncate), SCMP_SYS(fallocate),
 		SCMP_SYS(fsync), SCMP_SYS(fdatasync), SCMP_SYS(copy_file_range), SCMP_SYS(fcntl),
 		SCMP_SYS(dup), SCMP_SYS(dup3),
-		SCMP_SYS(ppoll), SCMP_SYS(poll), SCMP_SYS(connect), SCMP_SYS(accept4),
+		SCMP_SYS(ppoll), SCMP_SYS(poll), SCMP_SYS(accept4),
 		SCMP_SYS(accept), SCMP_SYS(setsockopt), SCMP_SYS(getsockopt), SCMP_SYS(shutdown),
 		SCMP_SYS(recvfrom), SCMP_SYS(sendto), SCMP_SYS(recvmsg), SCMP_SYS(sendmsg),
 		SCMP_SYS(getrandom), SCMP_SYS(clock_gettime), SCMP_SYS(gettimeofday),
@@ -158,17 +186,49 @@ static int fs_seccomp(void)
 		SCMP_SYS(setuid), SCMP_SYS(setgid), SCMP_SYS(setresuid), SCMP_SYS(setresgid),
 		SCMP_SYS(fork), SCMP_SYS(vfork), SCMP_SYS(clone), SCMP_SYS(clone3),
 	};
+	/* { syscall, index of its directory fd argument(s) } */
+	static const struct { int nr; int a, b; } at[] = {
+		{ SCMP_SYS(openat), 0, -1 }, { SCMP_SYS(openat2), 0, -1 },
+		{ SCMP_SYS(newfstatat), 0, -1 }, { SCMP_SYS(statx), 0, -1 },
+		{ SCMP_SYS(mkdirat), 0, -1 }, { SCMP_SYS(mknodat), 0, -1 },
+		{ SCMP_SYS(unlinkat), 0, -1 }, { SCMP_SYS(renameat2), 0, 2 },
+		{ SCMP_SYS(renameat), 0, 2 },       /* glibc's renameat2() with flags 0 */
+		{ SCMP_SYS(linkat), 0, 2 }, { SCMP_SYS(symlinkat), 1, -1 },
+		{ SCMP_SYS(readlinkat), 0, -1 }, { SCMP_SYS(fchmodat), 0, -1 },
+		{ SCMP_SYS(utimensat), 0, -1 },
+	};
 	int rc = 0;
 
 	if (!ctx)
 		return -ENOMEM;
 	for (size_t i = 0; i < ARRAY_SIZE(allow) && rc == 0; i++)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allow[i], 0);
+	static const int standalone[] = {   /* save/load by path: tests, debugging */
+		SCMP_SYS(open), SCMP_SYS(rename), SCMP_SYS(unlink), SCMP_SYS(statfs),
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(at) && rc == 0; i++) {
+		if (by_path)
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, at[i].nr, 0);
+		else if (at[i].b < 0)
+			rc = fs_seccomp_dirfd(ctx, at[i].nr, (unsigned)at[i].a);
+		else
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, at[i].nr, 2,
+					      SCMP_CMP((unsigned)at[i].a, SCMP_CMP_MASKED_EQ,
+						       0x80000000u, 0),
+					      SCMP_CMP((unsigned)at[i].b, SCMP_CMP_MASKED_EQ,
+						       0x80000000u, 0));
+	}
 	for (size_t i = 0; i < ARRAY_SIZE(kill) && rc == 0; i++)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, kill[i], 0);
-	if (rc == 0)   /* the port: unix sockets only */
+	for (size_t i = 0; i < ARRAY_SIZE(standalone) && rc == 0 && by_path; i++)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, standalone[i], 0);
+	/* Standalone (tests): the port is reached by path, a unix socket. Jailed: the
+	 * daemon hands the port over; no socket is made and nothing is connected. */
+	if (rc == 0 && by_path)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
 				      SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
+	if (rc == 0 && by_path)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(connect), 0);
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
 				      SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
@@ -203,9 +263,38 @@ static int fs_pump(struct fs_ctx *c, int port)
 	}
 }
 
+/* Read from a control client; an fd passed along (SCM_RIGHTS) is kept for its line. */
+static ssize_t fs_client_recv(struct client *cl)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+	} u;
+	struct iovec iov = { .iov_base = cl->buf + cl->len, .iov_len = CLIENT_BUF - cl->len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	ssize_t n = recvmsg(cl->fd, &mh, MSG_CMSG_CLOEXEC);
+
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfd; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (cl->passed_fd >= 0)
+				close(cl->passed_fd);      /* one per line: the last one wins */
+			cl->passed_fd = fd;
+		}
+	}
+	return n;
+}
+
 static void fs_client_input(struct fs_ctx *c, struct client *cl)
 {
-	ssize_t n = read(cl->fd, cl->buf + cl->len, CLIENT_BUF - cl->len);
+	ssize_t n = fs_client_recv(cl);
 	char *nl;
 
 	if (n <= 0) {
@@ -216,8 +305,12 @@ static void fs_client_input(struct fs_ctx *c, struct client *cl)
 	cl->len += (size_t)n;
 	while ((nl = memchr(cl->buf, '\n', cl->len))) {
 		size_t l = (size_t)(nl - cl->buf);
-		cleanup_free char *resp = fs_ctl_handle(c, cl->buf, l);
+		cleanup_free char *resp = fs_ctl_handle(c, cl->buf, l, &cl->passed_fd);
 
+		if (cl->passed_fd >= 0) {        /* not wanted by that op */
+			close(cl->passed_fd);
+			cl->passed_fd = -1;
+		}
 		memmove(cl->buf, nl + 1, cl->len - l - 1);
 		cl->len -= l + 1;
 		if (write_full(cl->fd, resp, strlen(resp)) < 0)
@@ -228,21 +321,27 @@ static void fs_client_input(struct fs_ctx *c, struct client *cl)
 	return;
 drop:
 	close(cl->fd);
+	if (cl->passed_fd >= 0)
+		close(cl->passed_fd);
+	cl->passed_fd = -1;
 	free(cl->buf);
 	cl->fd = -1;
 	cl->buf = NULL;
 	cl->len = 0;
 }
 
-static void fs_parse_args(int argc, char **argv, struct fs_ctx *c, const char **port,
-			  const char **ctl)
+#define FS_USAGE "usage: kosa8-fs --id ID --control PATH (--uid UID [--cgroup PROCS]... " \
+	"[--reserve SIZE[,PCT%]] --mount-fd N:rw|ro ... | --port PATH --mount HOSTDIR:rw|ro ...)"
+
+static void fs_parse_args(int argc, char **argv, struct fs_ctx *c, struct fs_opts *o)
 {
+	const char **port = &o->port, **ctl = &o->ctl;
+
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			printf("usage: kosa8-fs --id ID --port PATH --control PATH "
-			       "--mount HOSTDIR:rw|ro [--mount ...]\n");
+			printf("%s\n", FS_USAGE);
 			exit(0);
 		}
 		if (!v)
@@ -254,6 +353,32 @@ static void fs_parse_args(int argc, char **argv, struct fs_ctx *c, const char **
 			*port = v;
 		} else if (!strcmp(a, "--control")) {
 			*ctl = v;
+		} else if (!strcmp(a, "--uid")) {
+			char *e;
+			unsigned long u = strtoul(v, &e, 10);
+			if (*e || !u || u > 0xfffffffful)
+				fs_usage_error("--uid %s: expected a uid other than 0", v);
+			o->jail.uid = (uid_t)u;
+			o->jail.gid = (gid_t)u;
+			o->jailed = true;
+		} else if (!strcmp(a, "--cgroup")) {
+			if (o->jail.ncgroups >= JAIL_MAX_CGROUPS)
+				fs_usage_error("at most %d --cgroup", JAIL_MAX_CGROUPS);
+			o->jail.cgroups[o->jail.ncgroups++] = v;
+		} else if (!strcmp(a, "--reserve")) {
+			if (fs_reserve_parse(v, &c->reserve_bytes, &c->reserve_pct) < 0)
+				fs_usage_error("--reserve %s: expected SIZE[,PCT%%] like 1G,5%% "
+					       "(SIZE with K, M, G or T; PCT at most 90)", v);
+		} else if (!strcmp(a, "--mount-fd")) {
+			char *e;
+			long fd = strtol(v, &e, 10);
+			int r;
+			if (fd < 3 || fd > 1023 || (strcmp(e, ":ro") && strcmp(e, ":rw")))
+				fs_usage_error("--mount-fd %s: expected N:rw or N:ro", v);
+			if (c->nmounts >= K8FS_MAX_MOUNTS)
+				fs_usage_error("at most %d mounts", K8FS_MAX_MOUNTS);
+			if ((r = fs_mount_add_fd(c, (int)fd, !strcmp(e, ":ro"))) < 0)
+				fs_usage_error("--mount-fd %s: %s", v, strerror(-r));
 		} else if (!strcmp(a, "--mount")) {
 			const char *colon = strrchr(v, ':');
 			cleanup_free char *dir = NULL;
@@ -272,9 +397,28 @@ static void fs_parse_args(int argc, char **argv, struct fs_ctx *c, const char **
 			fs_usage_error("unknown option %s", a);
 		}
 	}
-	if (!*port || !*ctl || !c->nmounts)
-		fs_usage_error("usage: kosa8-fs --id ID --port PATH --control PATH "
-			       "--mount HOSTDIR:rw|ro [--mount ...]");
+	if (!*ctl || !c->nmounts)
+		fs_usage_error("%s", FS_USAGE);
+	if (*port && o->jailed)
+		fs_usage_error("--port is for standalone use; jailed, the daemon hands it over");
+}
+
+/* The jail (src/common/jail.c): Landlock lets us reach the shares only, the read-only
+ * ones read-only. Then the seccomp filter. Any failure ends the process: serving the
+ * guest half-jailed is not an option. */
+static void fs_enter_jail(struct fs_ctx *c, struct fs_opts *o)
+{
+	struct k8_err err = { 0 };
+	struct jail_report rep;
+
+	for (uint32_t i = 0; i < c->nmounts; i++)
+		o->jail.dirs[o->jail.ndirs++] = (struct jail_dir){ c->mounts[i].fd,
+								   c->mounts[i].ro };
+	o->jail.landlock = true;
+	if (jail_enter(&o->jail, &rep, &err) < 0)
+		fs_usage_error("jail: %s", err.msg);
+	fs_log("jailed: uid %u, empty mount namespace, no capabilities, %s",
+	       (unsigned)o->jail.uid, rep.landlock_abi ? "landlock" : "no landlock (kernel)");
 }
 
 int main(int argc, char **argv)
@@ -282,7 +426,8 @@ int main(int argc, char **argv)
 	static struct fs_ctx ctx;
 	struct fs_ctx *c = &ctx;
 	struct client clients[MAX_CLIENTS];
-	const char *port_path = NULL, *ctl_path = NULL;
+	static struct fs_opts opts;
+	const char *port_path, *ctl_path;
 	struct sigaction sa = { .sa_handler = fs_on_signal };
 	sigset_t block, orig;
 	struct rlimit rl;
@@ -290,15 +435,36 @@ int main(int argc, char **argv)
 	int lfd, port = -1, r;
 
 	for (int i = 0; i < MAX_CLIENTS; i++)
-		clients[i] = (struct client){ .fd = -1 };
+		clients[i] = (struct client){ .fd = -1, .passed_fd = -1 };
 	c->proc_fd = -1;
-	fs_parse_args(argc, argv, c, &port_path, &ctl_path);
+	c->port_handoff = -1;
+	c->log = fs_log;
+	fs_parse_args(argc, argv, c, &opts);
+	port_path = opts.port;
+	ctl_path = opts.ctl;
 	/* modes come from the guest request (already masked by its umask), minus S_IS[UG]ID */
 	umask(0);
-	/* every node the guest holds is an O_PATH fd */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+	/* Every node the guest holds is an O_PATH fd: room for the caps (raising the hard
+	 * limit works while we are still root), and the node cap lowered to what the
+	 * limit leaves, so the guest gets ENFILE from the cap, never EMFILE. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		rlim_t want = K8FS_MAX_NODES + K8FS_MAX_HANDLES + 256;
+		if (rl.rlim_max < want) {
+			struct rlimit up = { want, want };
+			if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+				rl = up;
+		}
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+		/* a limit we could not raise (no CAP_SYS_RESOURCE): a quarter for handles */
+		if (rl.rlim_cur < want) {
+			c->max_handles = (size_t)rl.rlim_cur / 4;
+			c->max_nodes = rl.rlim_cur > c->max_handles + 512
+				? (size_t)rl.rlim_cur - c->max_handles - 256 : (size_t)rl.rlim_cur / 4;
+			fs_log("open files limited to %llu: at most %zu nodes, %zu handles",
+			       (unsigned long long)rl.rlim_cur, c->max_nodes, c->max_handles);
+		}
 	}
 	if ((r = fs_ctx_init(c)) < 0)
 		fs_usage_error("cannot set up: %s", strerror(-r));
@@ -313,14 +479,17 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &block, &orig);
 	for (uint32_t i = 0; i < c->nmounts; i++)
 		fs_log("mount %u: %s (%s)", i, c->mounts[i].path, c->mounts[i].ro ? "ro" : "rw");
-	if (getenv("KOSA8_FS_NO_SECCOMP") == NULL) {
+	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (opts.jailed)
+		fs_enter_jail(c, &opts);
+	/* the jail is not optional; seccomp is, for debugging standalone */
+	if (opts.jailed || getenv("KOSA8_FS_NO_SECCOMP") == NULL) {
 		prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-		if ((r = fs_seccomp()) < 0)
+		if ((r = fs_seccomp(port_path != NULL)) < 0)
 			fs_usage_error("seccomp: %s", strerror(-r));
 	}
 	printf("ready\n");
 	fflush(stdout);
-	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (devnull >= 0) {
 		dup2(devnull, 1);
 		close(devnull);
@@ -332,17 +501,31 @@ int main(int argc, char **argv)
 		int timeout_ms = -1;
 		uint64_t now = now_mono_ns();
 
-		if (port < 0) {
+		if (c->port_handoff >= 0) {
+			/* a new QEMU: whatever the old link carried is gone */
+			if (port >= 0) {
+				close(port);
+				fs_conn_drop(c);
+			}
+			port = c->port_handoff;
+			c->port_handoff = -1;
+			fcntl(port, F_SETFL, fcntl(port, F_GETFL) | O_NONBLOCK);
+			next_try = 0;
+			goto connected;
+		}
+		if (port < 0 && port_path) {
 			if (now >= next_try) {
 				port = fs_connect_port(port_path);
 				if (port >= 0) {
+connected:;
 					uint8_t nonce[K8FS_NONCE_LEN];
 					if (getrandom(nonce, sizeof(nonce), 0) != sizeof(nonce)) {
 						fs_log("getrandom failed: %s", strerror(errno));
 						return 1;
 					}
 					fs_conn_reset(c, nonce);
-					fs_log("connected to %s", port_path);
+					fs_log("connected to %s", port_path ? port_path
+								  : "the port the daemon passed");
 					if ((r = fs_pump(c, port)) < 0)
 						goto drop;
 				} else {
@@ -428,7 +611,8 @@ drop:
 		next_try = now_mono_ns() + 100000000ull;
 	}
 	fs_log("stopping");
-	unlink(ctl_path);
+	if (!opts.jailed)
+		unlink(ctl_path);
 	for (int i = 0; i < MAX_CLIENTS; i++)
 		if (clients[i].fd >= 0) {
 			close(clients[i].fd);

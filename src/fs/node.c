@@ -118,14 +118,24 @@ static void node_unlink(struct fs_ctx *c, struct fs_node *n)
 	c->nnodes--;
 }
 
-static void node_free(struct fs_node *n)
+static void node_free(struct fs_ctx *c, struct fs_node *n)
 {
 	if (!n)
 		return;
 	if (n->fd >= 0)
 		close(n->fd);
+	c->path_bytes -= strlen(n->path) + 1;
 	free(n->path);
 	free(n);
+}
+
+/* Replace a node's path (ownership of p passes in), keeping path_bytes right. */
+static void node_set_path(struct fs_ctx *c, struct fs_node *n, char *p)
+{
+	c->path_bytes -= strlen(n->path) + 1;
+	free(n->path);
+	n->path = p;
+	c->path_bytes += strlen(p) + 1;
 }
 
 static struct fs_node *node_new(struct fs_ctx *c, uint64_t id, uint32_t mount, int fd,
@@ -137,6 +147,7 @@ static struct fs_node *node_new(struct fs_ctx *c, uint64_t id, uint32_t mount, i
 	n->fd = fd;
 	n->mount = mount;
 	n->path = path;
+	c->path_bytes += strlen(path) + 1;
 	if (st) {
 		n->type = st->st_mode & S_IFMT;
 		n->dev = st->st_dev;
@@ -166,6 +177,25 @@ int fs_mount_add(struct fs_ctx *c, const char *hostdir, bool ro)
 		return -ENOTDIR;
 	}
 	c->mounts[c->nmounts].path = steal_pointer(&real);
+	c->mounts[c->nmounts].fd = fd;
+	c->mounts[c->nmounts].ro = ro;
+	c->nmounts++;
+	return 0;
+}
+
+int fs_mount_add_fd(struct fs_ctx *c, int fd, bool ro)
+{
+	struct stat st;
+
+	if (c->nmounts >= K8FS_MAX_MOUNTS)
+		return -E2BIG;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+		return -errno;
+	c->mounts[c->nmounts].path = xasprintf("fd %d", fd);
 	c->mounts[c->nmounts].fd = fd;
 	c->mounts[c->nmounts].ro = ro;
 	c->nmounts++;
@@ -211,7 +241,7 @@ void fs_ctx_free(struct fs_ctx *c)
 		for (size_t i = 0; i < c->nbuckets; i++)
 			for (struct fs_node *n = c->by_id[i], *nx; n; n = nx) {
 				nx = n->next_id;
-				node_free(n);
+				node_free(c, n);
 			}
 	}
 	free(c->by_id);
@@ -259,8 +289,7 @@ int fs_node_found(struct fs_ctx *c, struct fs_node *parent, const char *name, in
 			close(fd);
 			if (!node_is_root(c, n->id)) {
 				/* the most recent name is the one most likely to still resolve */
-				free(n->path);
-				n->path = fs_path_join(parent->path, name);
+				node_set_path(c, n, fs_path_join(parent->path, name));
 			}
 			n->nlookup++;
 			*stp = st;
@@ -268,9 +297,15 @@ int fs_node_found(struct fs_ctx *c, struct fs_node *parent, const char *name, in
 			return 0;
 		}
 	}
-	if (c->nnodes >= K8FS_MAX_NODES) {
+	if (c->nnodes >= K8FS_MAX_NODES || (c->max_nodes && c->nnodes >= c->max_nodes)) {
 		close(fd);
+		fs_limit_hit(c, "nodes");
 		return -ENFILE;
+	}
+	if (c->path_bytes + strlen(parent->path) + strlen(name) + 2 > K8FS_MAX_PATH_BYTES) {
+		close(fd);
+		fs_limit_hit(c, "path bytes");
+		return -ENOMEM;
 	}
 	n = node_new(c, c->next_id++, parent->mount, fd, &st, fs_path_join(parent->path, name));
 	n->nlookup = 1;
@@ -289,7 +324,7 @@ void fs_node_forget(struct fs_ctx *c, uint64_t id, uint64_t cnt)
 	n->nlookup = cnt >= n->nlookup ? 0 : n->nlookup - cnt;
 	if (n->nlookup == 0 && !node_is_root(c, id) && id != K8FS_ROOT_ID) {
 		node_unlink(c, n);
-		node_free(n);
+		node_free(c, n);
 	}
 }
 
@@ -314,10 +349,8 @@ void fs_node_renamed(struct fs_ctx *c, uint32_t mount, const char *from, const c
 			np = path_reprefix(n->path, from, to);
 			if (!np && exchange)
 				np = path_reprefix(n->path, to, from);
-			if (np) {
-				free(n->path);
-				n->path = np;
-			}
+			if (np)
+				node_set_path(c, n, np);
 		}
 	}
 }
@@ -326,6 +359,10 @@ void fs_node_renamed(struct fs_ctx *c, uint32_t mount, const char *from, const c
 
 int fs_handle_new(struct fs_ctx *c, uint64_t *fh)
 {
+	if (c->max_handles && c->nhandles >= c->max_handles) {
+		fs_limit_hit(c, "open files");
+		return -ENFILE;
+	}
 	for (size_t i = 1; i < c->nhandles_cap; i++) {
 		if (!c->handles[i].used) {
 			memset(&c->handles[i], 0, sizeof(c->handles[i]));
@@ -437,12 +474,38 @@ int fs_reopen(struct fs_ctx *c, int opath_fd, mode_t type, int flags)
 
 /* ---- save / load ---- */
 
+static char *tables_text(struct fs_ctx *c);
+
 int fs_tables_save(struct fs_ctx *c, const char *path, struct k8_err *err)
+{
+	cleanup_free char *text = tables_text(c);
+	int r;
+
+	if (!text)
+		return k8_err_set(err, -ENOMEM, "cannot encode the tables");
+	r = write_file_atomic(path, text, strlen(text), 0600);
+	if (r < 0)
+		return k8_err_set(err, r, "cannot write %s: %s", path, strerror(-r));
+	return 0;
+}
+
+int fs_tables_save_fd(struct fs_ctx *c, int fd, struct k8_err *err)
+{
+	cleanup_free char *text = tables_text(c);
+	int r;
+
+	if (!text)
+		return k8_err_set(err, -ENOMEM, "cannot encode the tables");
+	if ((r = write_full(fd, text, strlen(text))) < 0)
+		return k8_err_set(err, r, "cannot write the tables: %s", strerror(-r));
+	return 0;
+}
+
+static char *tables_text(struct fs_ctx *c)
 {
 	json_t *root = json_object(), *nodes = json_array(), *handles = json_array();
 	json_t *mounts = json_array();
-	cleanup_free char *text = NULL;
-	int r;
+	char *text;
 
 	for (uint32_t i = 0; i < c->nmounts; i++)
 		json_array_append_new(mounts, json_pack("{s:s,s:b}", "path", c->mounts[i].path,
@@ -468,12 +531,7 @@ int fs_tables_save(struct fs_ctx *c, const char *path, struct k8_err *err)
 	json_object_set_new(root, "handles", handles);
 	text = json_dumps(root, JSON_COMPACT);
 	json_decref(root);
-	if (!text)
-		return k8_err_set(err, -ENOMEM, "cannot encode the tables");
-	r = write_file_atomic(path, text, strlen(text), 0600);
-	if (r < 0)
-		return k8_err_set(err, r, "cannot write %s: %s", path, strerror(-r));
-	return 0;
+	return text;
 }
 
 /* Drop every node and handle except the synthetic ones (mount roots keep their fds). */
@@ -487,12 +545,25 @@ static void tables_clear(struct fs_ctx *c)
 				continue;
 			}
 			node_unlink(c, n);
-			node_free(n);
+			node_free(c, n);
 		}
 	}
 	for (size_t i = 1; i < c->nhandles_cap; i++)
 		if (c->handles[i].used)
 			fs_handle_close(c, i);
+}
+
+void fs_limit_hit(struct fs_ctx *c, const char *what)
+{
+	uint64_t now = now_mono_ns();
+
+	c->st.limit_hits++;
+	if (c->log && now - c->limit_logged_ns > 10000000000ull) {
+		c->limit_logged_ns = now;
+		c->log("limit reached: too many %s held for the guest (%llu times so far); "
+		       "its requests get ENFILE/ENOMEM until it forgets some", what,
+		       (unsigned long long)c->st.limit_hits);
+	}
 }
 
 void fs_tables_reset(struct fs_ctx *c)
@@ -552,16 +623,35 @@ static int load_handle(struct fs_ctx *c, json_t *h)
 	return 0;
 }
 
+static int tables_load(struct fs_ctx *c, json_t *root, const char *path, struct k8_err *err);
+
 int fs_tables_load(struct fs_ctx *c, const char *path, struct k8_err *err)
 {
 	json_error_t jerr;
 	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+
+	if (!root)
+		return k8_err_set(err, -EINVAL, "cannot read %s: %s", path, jerr.text);
+	return tables_load(c, root, path, err);
+}
+
+int fs_tables_load_fd(struct fs_ctx *c, int fd, struct k8_err *err)
+{
+	json_error_t jerr;
+	json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+
+	if (!root)
+		return k8_err_set(err, -EINVAL, "cannot read the tables: %s", jerr.text);
+	return tables_load(c, root, "the table file", err);
+}
+
+/* Takes root. */
+static int tables_load(struct fs_ctx *c, json_t *root, const char *path, struct k8_err *err)
+{
 	json_t *nodes, *handles, *v;
 	json_int_t next;
 	size_t i;
 
-	if (!root)
-		return k8_err_set(err, -EINVAL, "cannot read %s: %s", path, jerr.text);
 	nodes = json_object_get(root, "nodes");
 	handles = json_object_get(root, "handles");
 	next = json_integer_value(json_object_get(root, "next_nodeid"));
@@ -585,7 +675,8 @@ int fs_tables_load(struct fs_ctx *c, const char *path, struct k8_err *err)
 			fs_node_get(c, (uint64_t)id)->nlookup = (uint64_t)nl;
 			continue;
 		}
-		if (fs_node_get(c, (uint64_t)id) || c->nnodes >= K8FS_MAX_NODES)
+		if (fs_node_get(c, (uint64_t)id) || c->nnodes >= K8FS_MAX_NODES ||
+		    c->path_bytes + strlen(p) + 1 > K8FS_MAX_PATH_BYTES)
 			continue;
 		fd = (m >= 0 && m < c->nmounts) ? fs_resolve(c, (uint32_t)m, p) : -ESTALE;
 		/* a path that now names another kind of file is stale, not that file */

@@ -23,6 +23,7 @@
 #include <linux/fuse.h>
 #include <linux/openat2.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -369,6 +370,71 @@ static int created(struct fs_req *r, struct fs_node *dir, const char *name)
 	return e ? e : entry_reply(r, n, &st);
 }
 
+/* ---- the host disk reserve ---- */
+
+int fs_reserve_parse(const char *spec, uint64_t *bytes, unsigned *pct)
+{
+	*bytes = 0;
+	*pct = 0;
+	for (const char *p = spec; p && *p;) {
+		char *e;
+		unsigned long long v;
+
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		v = strtoull(p, &e, 10);
+		if (*e == '%') {
+			if (v > 90)
+				return -EINVAL;
+			*pct = (unsigned)v;
+			e++;
+		} else {
+			unsigned shift = 0;
+			switch (*e) {
+			case 'T': case 't': shift = 40; e++; break;
+			case 'G': case 'g': shift = 30; e++; break;
+			case 'M': case 'm': shift = 20; e++; break;
+			case 'K': case 'k': shift = 10; e++; break;
+			default: break;
+			}
+			if (v > (UINT64_MAX >> shift))
+				return -EINVAL;
+			*bytes = (uint64_t)v << shift;
+		}
+		if (*e == ',')
+			e++;
+		else if (*e)
+			return -EINVAL;
+		p = e;
+	}
+	return 0;
+}
+
+/* Slack for what the host file system spends besides the data (extents, directory
+ * blocks, journal): a write is refused unless the reserve stays whole after it. */
+#define RESERVE_SLACK (256u * 1024)
+
+int fs_space_check(struct fs_ctx *c, uint32_t m, uint64_t need)
+{
+	struct statfs sf;
+	uint64_t avail, total, reserve;
+
+	if ((!c->reserve_bytes && !c->reserve_pct) || m >= c->nmounts)
+		return 0;
+	if (fstatfs(c->mounts[m].fd, &sf) < 0)
+		return -errno;
+	avail = (uint64_t)sf.f_bavail * (uint64_t)sf.f_frsize;
+	total = (uint64_t)sf.f_blocks * (uint64_t)sf.f_frsize;
+	reserve = total / 100 * c->reserve_pct;
+	if (reserve < c->reserve_bytes)
+		reserve = c->reserve_bytes;
+	if (avail < reserve || avail - reserve < need + RESERVE_SLACK) {
+		c->st.enospc++;
+		return -ENOSPC;
+	}
+	return 0;
+}
+
 static int op_symlink(struct fs_req *r)
 {
 	size_t off = 0;
@@ -382,7 +448,7 @@ static int op_symlink(struct fs_req *r)
 		return e;
 	if (!target[0] || strlen(target) >= 4096)
 		return -ENAMETOOLONG;
-	if ((e = dir_of(r, r->nodeid, &dir)))
+	if ((e = dir_of(r, r->nodeid, &dir)) || (e = fs_space_check(r->c, dir->mount, 0)))
 		return e;
 	/* the target is stored as text; only the guest kernel ever interprets it */
 	if (symlinkat(target, dir->fd, name) < 0)
@@ -402,7 +468,8 @@ static int op_mknod(struct fs_req *r)
 		return -EINVAL;
 	if ((in->mode & S_IFMT) != S_IFREG && (in->mode & S_IFMT) != 0)
 		return -EPERM;           /* no devices, FIFOs or sockets on the host */
-	if ((e = name_check(name)) || (e = dir_of(r, r->nodeid, &dir)))
+	if ((e = name_check(name)) || (e = dir_of(r, r->nodeid, &dir)) ||
+	    (e = fs_space_check(r->c, dir->mount, 0)))
 		return e;
 	if (mknodat(dir->fd, name, S_IFREG | mode_clean(in->mode), 0) < 0)
 		return -errno;
@@ -419,7 +486,8 @@ static int op_mkdir(struct fs_req *r)
 
 	if (!in || !name)
 		return -EINVAL;
-	if ((e = name_check(name)) || (e = dir_of(r, r->nodeid, &dir)))
+	if ((e = name_check(name)) || (e = dir_of(r, r->nodeid, &dir)) ||
+	    (e = fs_space_check(r->c, dir->mount, 0)))
 		return e;
 	if (mkdirat(dir->fd, name, mode_clean(in->mode)) < 0)
 		return -errno;
@@ -568,7 +636,8 @@ static int op_create(struct fs_req *r)
 
 	if (!in || !name)
 		return -EINVAL;
-	if ((e = name_check(name)) || (e = dir_of(r, r->nodeid, &dir)))
+	if ((e = name_check(name)) || (e = dir_of(r, r->nodeid, &dir)) ||
+	    (e = fs_space_check(r->c, dir->mount, 0)))
 		return e;
 	if ((in->flags & O_ACCMODE) == O_ACCMODE)
 		return -EINVAL;
@@ -677,6 +746,8 @@ static int op_write(struct fs_req *r)
 		return e;
 	if (r->c->mounts[h->mount].ro)
 		return -EROFS;
+	if ((e = fs_space_check(r->c, h->mount, in->size)))
+		return e;
 	n = pwrite(h->fd, data, in->size, (off_t)in->offset);
 	if (n < 0)
 		return -errno;
@@ -971,6 +1042,9 @@ static int op_fallocate(struct fs_req *r)
 		return -EROFS;
 	if (in->offset > INT64_MAX || in->length > INT64_MAX)
 		return -EINVAL;
+	if ((e = fs_space_check(r->c, h->mount,
+				(in->mode & FALLOC_FL_PUNCH_HOLE) ? 0 : in->length)))
+		return e;
 	if (fallocate(h->fd, (int)in->mode, (off_t)in->offset, (off_t)in->length) < 0)
 		return -errno;
 	return 0;
@@ -1015,6 +1089,9 @@ static int op_copy_file_range(struct fs_req *r)
 		return -EROFS;
 	if (in->off_in > INT64_MAX || in->off_out > INT64_MAX)
 		return -EINVAL;
+	if ((e = fs_space_check(r->c, ho->mount,
+				in->len < MAX_COPY_RANGE ? in->len : MAX_COPY_RANGE)))
+		return e;
 	oi = (loff_t)in->off_in;
 	oo = (loff_t)in->off_out;
 	n = copy_file_range(hi->fd, &oi, ho->fd, &oo,

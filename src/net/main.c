@@ -5,6 +5,7 @@
  *
  *   kosa8-net --id ID --frames PATH --control PATH [--policy FILE]
  *             [--dns-server IP[:PORT]]... [--hosts FILE] [--max-flows N] [--user UID:GID]
+ *             [--cgroup PROCS]...
  *
  * Start-up ends with "ready\n" (or "error: <message>\n" and exit 1) on stdout, which is
  * then closed. docs/network.md describes the contract. */
@@ -26,6 +27,7 @@
 
 #include <seccomp.h>
 
+#include "common/jail.h"
 #include "common/util.h"
 #include "net/net.h"
 
@@ -137,8 +139,14 @@ static int net_seccomp(void)
 	return rc;
 }
 
-static void net_drop_privileges(const char *spec)
+/* The sidecar jail (src/common/jail.c): the sandbox's kosa8-net uid, its cgroup, an
+ * empty mount namespace, no capabilities, and Landlock with no file access at all
+ * (everything was read at start). Without root (tests) only the uid check applies. */
+static void net_drop_privileges(const char *spec, const char *const *cgroups, int ncg)
 {
+	struct jail_opts jo = { .landlock = true };
+	struct jail_report rep;
+	struct k8_err jerr = { 0 };
 	unsigned long uid, gid;
 	char *e;
 	uid = strtoul(spec, &e, 10);
@@ -148,10 +156,12 @@ static void net_drop_privileges(const char *spec)
 	gid = strtoul(g, &e, 10);
 	if (e == g || *e)
 		net_die("--user %s: expected UID:GID", spec);
-	if (setgroups(0, NULL) < 0 || setgid((gid_t)gid) < 0 || setuid((uid_t)uid) < 0)
-		net_die("dropping privileges to %s: %s", spec, strerror(errno));
-	if (setuid(0) == 0 && uid != 0)
-		net_die("dropping privileges to %s: could regain root", spec);
+	jo.uid = (uid_t)uid;
+	jo.gid = (gid_t)gid;
+	for (int i = 0; i < ncg && i < JAIL_MAX_CGROUPS; i++)
+		jo.cgroups[jo.ncgroups++] = cgroups[i];
+	if (jail_enter(&jo, &rep, &jerr) < 0)
+		net_die("jail (%s): %s", spec, jerr.msg);
 }
 
 static void net_frames_close(struct net *n)
@@ -231,13 +241,15 @@ int main(int argc, char **argv)
 		{ "hosts", required_argument, NULL, 'H' },
 		{ "max-flows", required_argument, NULL, 'm' },
 		{ "user", required_argument, NULL, 'u' },
+		{ "cgroup", required_argument, NULL, 'g' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct net *n = calloc(1, sizeof(*n));
 	if (!n)
 		net_die("out of memory");
 	const char *frames = NULL, *control = NULL, *policy_file = NULL, *hosts = "/etc/hosts";
-	const char *user = NULL;
+	const char *user = NULL, *cgroups[JAIL_MAX_CGROUPS];
+	int ncg = 0;
 	n->max_flows = 256;
 	n->frames_fd = n->ctl.fd = n->ctl.lfd = n->frames_lfd = -1;
 	n->nl_fd = -1;
@@ -251,6 +263,10 @@ int main(int argc, char **argv)
 		case 'p': policy_file = optarg; break;
 		case 'H': hosts = optarg; break;
 		case 'u': user = optarg; break;
+		case 'g':
+			if (ncg < JAIL_MAX_CGROUPS)
+				cgroups[ncg++] = optarg;
+			break;
 		case 'd':
 			if (resolve_add_server(&n->res, optarg) < 0)
 				net_die("--dns-server %s: expected IP or IP:PORT (at most %d servers)",
@@ -328,6 +344,9 @@ int main(int argc, char **argv)
 	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (devnull < 0)
 		net_die("/dev/null: %s", strerror(errno));
+	/* Jailed before "ready", so a failure reaches the daemon as an error. */
+	if (user)
+		net_drop_privileges(user, cgroups, ncg);
 	net_log(n, "ready: mode %s, %d rule(s), %d upstream server(s), max %d flows, %d host "
 		"address(es) refused", policy_mode_str(n->policy->mode), n->policy->nrules,
 		n->res.nservers, n->max_flows, n->policy->nhost);
@@ -336,8 +355,6 @@ int main(int argc, char **argv)
 	dup2(devnull, STDOUT_FILENO);   /* closes the pipe: the daemon sees EOF */
 	close(devnull);
 	/* From here on a failure is only in the log (stderr): the daemon sees the exit. */
-	if (user)
-		net_drop_privileges(user);
 	if (prctl(PR_SET_DUMPABLE, 0) < 0 || (rc = net_seccomp()) < 0)
 		net_die("seccomp: %s", strerror(rc < 0 ? -rc : errno));
 

@@ -649,6 +649,39 @@ static void test_save_load(void)
 	fs_ctx_free(&b);
 }
 
+/* The host disk reserve: the spec, and a reserve no file system can meet refusing
+ * writes with ENOSPC while one of 0 lets them through. */
+static void test_reserve(void)
+{
+	struct fs_ctx c;
+	uint64_t b;
+	unsigned pct;
+
+	CHECK_EQ_INT(fs_reserve_parse("1G,5%", &b, &pct), 0);
+	CHECK(b == 1ull << 30 && pct == 5);
+	CHECK_EQ_INT(fs_reserve_parse("16M", &b, &pct), 0);
+	CHECK(b == 16ull << 20 && pct == 0);
+	CHECK_EQ_INT(fs_reserve_parse("10%", &b, &pct), 0);
+	CHECK(b == 0 && pct == 10);
+	CHECK_EQ_INT(fs_reserve_parse("", &b, &pct), 0);
+	CHECK(fs_reserve_parse("x", &b, &pct) < 0);
+	CHECK(fs_reserve_parse("95%", &b, &pct) < 0);
+	CHECK(fs_reserve_parse("1Q", &b, &pct) < 0);
+	CHECK(fs_reserve_parse("99999999999T", &b, &pct) < 0);
+	CHECK(fs_reserve_parse("-1", &b, &pct) < 0);
+
+	ctx_open(&c);
+	CHECK_EQ_INT(fs_space_check(&c, 0, 1 << 20), 0);      /* no reserve */
+	c.reserve_bytes = UINT64_MAX / 2;
+	CHECK_EQ_INT(fs_space_check(&c, 0, 0), -ENOSPC);
+	CHECK_EQ_INT(fs_space_check(&c, 1, 1), -ENOSPC);
+	CHECK(c.st.enospc == 2);
+	c.reserve_bytes = 0;
+	c.reserve_pct = 0;
+	CHECK_EQ_INT(fs_space_check(&c, 0, 1 << 20), 0);
+	fs_ctx_free(&c);
+}
+
 int main(void)
 {
 	struct fs_ctx c;
@@ -668,6 +701,7 @@ int main(void)
 	fs_ctx_free(&c);
 	test_stream();
 	test_save_load();
+	test_reserve();
 	/* nothing was ever written outside the share */
 	{
 		char p[256], buf[16] = { 0 };

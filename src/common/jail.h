@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* jail.h - the self-jail a sidecar (kosa8-fs, kosa8-net) enters before it reads a byte
+ * from the guest.
+ *
+ * The daemon starts a sidecar as root with the few fds it needs already open (sockets,
+ * shared-folder roots). jail_enter() then, in this order: joins the sandbox's cgroup,
+ * moves into a private mount namespace whose root is an empty read-only tmpfs
+ * (pivot_root; nothing of the host's tree is reachable by path any more), drops every
+ * supplementary group and switches to the sandbox's unprivileged uid/gid, clears every
+ * capability set (bounding and ambient included), sets no_new_privs and makes the
+ * process non-dumpable, and finally applies a Landlock ruleset where the kernel has one:
+ * file access only beneath the listed directory fds, read-only ones read-only. Seccomp
+ * is left to the caller (each sidecar has its own allow-list) and must come after.
+ *
+ * The uid switch is what the rest leans on: a sidecar that is taken over holds no
+ * capability, owns no file of the host and shares its uid with nothing else.
+ */
+#ifndef KOSA8_COMMON_JAIL_H
+#define KOSA8_COMMON_JAIL_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "common/util.h"
+
+#define JAIL_MAX_CGROUPS 4
+#define JAIL_MAX_DIRS 64
+
+struct jail_dir {
+	int fd;                  /* an O_PATH or O_DIRECTORY fd of a directory */
+	bool ro;                 /* read-only beneath it (Landlock) */
+};
+
+struct jail_opts {
+	uid_t uid;               /* must not be 0 */
+	gid_t gid;               /* must not be 0 */
+	/* cgroup.procs files to write "0" into (v2: one; v1: one per controller) */
+	const char *cgroups[JAIL_MAX_CGROUPS];
+	int ncgroups;
+	/* Landlock: file access beneath these only (none: no file access at all) */
+	struct jail_dir dirs[JAIL_MAX_DIRS];
+	int ndirs;
+	bool landlock;           /* apply a Landlock ruleset when the kernel supports it */
+};
+
+/* What jail_enter() managed beyond the mandatory steps (for the start-up log line). */
+struct jail_report {
+	int landlock_abi;        /* 0: no Landlock on this kernel (or not asked for) */
+};
+
+/* Enter the jail. Every step but Landlock is mandatory: on failure the process is in
+ * an unknown state and must exit. 0, or a negative errno with `err` naming the step. */
+int jail_enter(const struct jail_opts *o, struct jail_report *rep, struct k8_err *err);
+
+#endif
