@@ -427,10 +427,19 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	{
 		json_t *added = NULL;
 		char fdset[32];
+		json_int_t set;
+		cleanup_close int rofd = open(lp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* Its set holds a read-only fd too, for when the next checkpoint freezes it
+		 * (QEMU then reopens it read-only from the set). */
 		r = qmp_exec_fd(&sb->qmp, "add-fd", NULL, lfd, &added, 10000, err);
-		snprintf(fdset, sizeof(fdset), "/dev/fdset/%lld",
-			 (long long)json_integer_value(json_object_get(added, "fdset-id")));
+		set = json_integer_value(json_object_get(added, "fdset-id"));
 		json_decref(added);
+		snprintf(fdset, sizeof(fdset), "/dev/fdset/%lld", (long long)set);
+		if (!r && rofd < 0)
+			r = k8_err_set(err, -errno, "open %s: %s", lp, strerror(errno));
+		if (!r)
+			r = qmp_exec_fd(&sb->qmp, "add-fd", json_pack("{s:I}", "fdset-id", set), rofd,
+					NULL, 10000, err);
 		if (!r)
 			r = qmp_exec(&sb->qmp, "blockdev-add",
 				     json_pack("{s:s,s:s,s:s,s:{s:s,s:s,s:s},s:n}", "driver", "qcow2",

@@ -217,16 +217,30 @@ static void fdm_close(struct fdmap *m)
 	m->n = 0;
 }
 
-/* A disk file opened by the daemon and handed to QEMU as fd set N (/dev/fdset/N): QEMU
- * opens nothing by path, so its jail holds none of $KOSA8_HOME. Returns the set id
- * (= its fd number in QEMU). */
-static int disk_fd(struct fdmap *m, const char *path, bool rw, struct k8_err *err)
+/* A disk file opened by the daemon and handed to QEMU as fd set N (/dev/fdset/N, its
+ * -add-fd options added to `a`): QEMU opens nothing by path, so its jail holds none of
+ * $KOSA8_HOME. A writable disk's set also holds a read-only fd of it: when a checkpoint
+ * freezes the layer QEMU reopens it read-only (and drops its write lock, which a fork
+ * sharing the file needs) by taking that fd from the set. Returns the set id. */
+static int disk_fd(struct argv_b *a, struct fdmap *m, const char *path, bool rw,
+		   struct k8_err *err)
 {
-	int fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW), set, ro;
 
 	if (fd < 0)
 		return k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
-	return fdm_add(m, fd, true);
+	set = fdm_add(m, fd, true);
+	av_add(a, xstrdup("-add-fd"));
+	av_add(a, xasprintf("fd=%d,set=%d", set, set));
+	if (rw) {
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			return k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
+		ro = fdm_add(m, fd, true);
+		av_add(a, xstrdup("-add-fd"));
+		av_add(a, xasprintf("fd=%d,set=%d", ro, set));
+	}
+	return set;
 }
 
 /* A listening unix socket at `path` (replacing a stale one), 0600 in the daemon's
@@ -397,21 +411,17 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	}
 	/* Disks: each file is an fd set; the backing chain is always explicit (QEMU
 	 * would otherwise open the paths in the qcow2 headers), root first. */
-	if ((fd = disk_fd(m, s->scratch ? s->scratch : scratch, true, err)) < 0) {
+	if ((fd = disk_fd(&a, m, s->scratch ? s->scratch : scratch, true, err)) < 0) {
 		r = fd;
 		goto out;
 	}
-	ADD("-add-fd");
-	ADD("fd=%d,set=%d", fd, fd);
 	ADD("-blockdev");
 	ADD("driver=file,node-name=scratch-file,filename=/dev/fdset/%d,discard=unmap", fd);
 	for (int i = s->nchain - 1; i >= 0; i--) {
-		if ((fd = disk_fd(m, s->chain[i], false, err)) < 0) {
+		if ((fd = disk_fd(&a, m, s->chain[i], false, err)) < 0) {
 			r = fd;
 			goto out;
 		}
-		ADD("-add-fd");
-		ADD("fd=%d,set=%d", fd, fd);
 		ADD("-blockdev");
 		ADD("driver=file,node-name=l%d-file,filename=/dev/fdset/%d,read-only=on", i, fd);
 		ADD("-blockdev");
@@ -435,22 +445,18 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			if (s->images[j].slot == i)
 				img = &s->images[j];
 		if (img) {
-			if ((fd = disk_fd(m, img->disk, false, err)) < 0) {
+			if ((fd = disk_fd(&a, m, img->disk, false, err)) < 0) {
 				r = fd;
 				goto out;
 			}
-			ADD("-add-fd");
-			ADD("fd=%d,set=%d", fd, fd);
 			ADD("-blockdev");
 			ADD("driver=raw,node-name=i%dg0,read-only=on,file.driver=file,"
 			    "file.filename=/dev/fdset/%d,file.read-only=on", i, fd);
 		}
-		if ((fd = disk_fd(m, slot, false, err)) < 0) {
+		if ((fd = disk_fd(&a, m, slot, false, err)) < 0) {
 			r = fd;
 			goto out;
 		}
-		ADD("-add-fd");
-		ADD("fd=%d,set=%d", fd, fd);
 		ADD("-blockdev");
 		ADD("driver=file,node-name=slot%d-file,filename=/dev/fdset/%d,read-only=on", i, fd);
 		ADD("-blockdev");
