@@ -222,8 +222,12 @@ const char *jail_enter(const struct jail_spec *j)
 	if (!j->uid)
 		return NULL;
 
-	if (unshare(CLONE_NEWNS) < 0)
-		return "unshare(CLONE_NEWNS)";
+	/* A mount namespace for the root below; an empty network namespace (QEMU needs
+	 * no network of its own: the NIC's socket is passed in), so an escaped QEMU cannot
+	 * reach the host's loopback services, its abstract unix sockets or the outside
+	 * past kosa8-net; its own SysV IPC. */
+	if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC) < 0)
+		return "unshare(mount, network, IPC namespaces)";
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		return "making / private";
 	if (mount("tmpfs", JAIL_ROOT, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,

@@ -47,7 +47,8 @@ static inline uid_t jail_uid(const struct jail_range *r, int index, enum jail_ro
 /* ---- the QEMU jail (child side) ----
  *
  * QEMU is started in a jail modelled on Firecracker's jailer: its sandbox's cgroup
- * before exec, its own mount namespace whose root is an empty read-only tmpfs holding
+ * before exec, an empty network namespace, its own IPC namespace, and its own mount
+ * namespace whose root is an empty read-only tmpfs holding
  * only /usr (and the /lib, /bin symlinks or read-only binds of the host), the dynamic
  * linker's cache, /dev/{null,zero,random,urandom}, /dev/kvm under KVM and a procfs that
  * shows only its own process; then the sandbox's QEMU uid and gid with no

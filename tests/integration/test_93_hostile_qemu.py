@@ -11,6 +11,7 @@
 import hashlib
 import json
 import os
+import socket
 import subprocess
 
 import pytest
@@ -115,7 +116,10 @@ def test_qemu_is_in_the_sandbox_cgroup(home, sandbox):
 
 def test_qemu_root_holds_only_what_it_needs(home, sandbox):
     pid = qemu_pid(home, sandbox)
-    assert os.readlink("/proc/%d/ns/mnt" % pid) != os.readlink("/proc/self/ns/mnt")
+    for ns in ("mnt", "net", "ipc"):
+        assert os.readlink("/proc/%d/ns/%s" % (pid, ns)) != os.readlink("/proc/self/ns/" + ns)
+    # no new pid namespace: the daemon finds, adopts and kills QEMU by its host pid
+    assert os.readlink("/proc/%d/ns/pid" % pid) == os.readlink("/proc/self/ns/pid")
     root = "/proc/%d/root" % pid
     top = set(os.listdir(root))
     assert top <= ROOT_ENTRIES, top
@@ -166,7 +170,7 @@ def as_qemu(home, name, script):
     root), its uid and gid, no capabilities, no_new_privs. Returns the parsed JSON it
     prints."""
     pid, uid = qemu_pid(home, name), jail_uid(home, name)
-    cmd = ["nsenter", "-t", str(pid), "-m", "--", "setpriv", "--reuid", str(uid), "--regid",
+    cmd = ["nsenter", "-t", str(pid), "-m", "-n", "-i", "--", "setpriv", "--reuid", str(uid), "--regid",
            str(uid), "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
            "--no-new-privs", "/usr/bin/python3", "-I", "-c", script]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -192,6 +196,11 @@ tryit("write_usr", lambda: open("/usr/bin/evil", "w").write("x"))
 tryit("write_ldcache", lambda: open("/etc/ld.so.cache", "a").write("x"))
 for t in targets:
     tryit("kill_%d" % t, lambda t=t: os.kill(t, signal.SIGKILL))
+import socket
+def connect():
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=2)
+    s.close()
+tryit("host_loopback", connect)
 print(json.dumps(out))
 '''
 
@@ -202,9 +211,18 @@ def test_escaped_qemu_reaches_nothing_on_the_host(home, sandbox, second, loaded)
     net = record(home, sandbox)["sidecars"]["net"]["pid"]
     victims = [d, other] + ([net] if net else [])
     before = home_digest(home, [sandbox, second])
+    # a service on the host's loopback, which only kosa8-net's policy may open
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
     script = ATTACK.replace("sys.argv[1]", repr(home.path)).replace(
-        "sys.argv[2]", repr(",".join(map(str, victims))))
-    r = as_qemu(home, sandbox, script)
+        "sys.argv[2]", repr(",".join(map(str, victims)))).replace(
+        "PORT", str(srv.getsockname()[1]))
+    try:
+        r = as_qemu(home, sandbox, script)
+    finally:
+        srv.close()
+    assert r["host_loopback"] in ("ENETUNREACH", "ECONNREFUSED"), r
     assert set(r["root"]) <= ROOT_ENTRIES, r["root"]
     assert not r["home"] and not r["sys"]
     pids = {p for p in r["proc"] if p.isdigit()}
