@@ -386,7 +386,7 @@ static json_t *status_security(struct daemon *d)
 	bool tcg = !strcmp(d->accel, "tcg");
 
 	return json_pack("{s:b,s:s?,s:b,s:s?}", "jail", !d->jail_off, "jail_warning",
-			 d->jail_off ? JAIL_OFF_NOTE : NULL, "tcg", tcg, "tcg_note",
+			 d->jail_off ? d->jail_why : NULL, "tcg", tcg, "tcg_note",
 			 tcg ? ACCEL_TCG_NOTE : NULL);
 }
 

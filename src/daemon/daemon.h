@@ -303,7 +303,8 @@ struct daemon {
 	bool offline;                   /* --offline: never fetch (KOSA8_OFFLINE likewise) */
 	bool stop_vms;
 	struct jail_range jail;          /* config jail_uids: uids for QEMU and sidecars */
-	bool jail_off;                   /* config "jail": false (benchmarks only): QEMU as root */
+	bool jail_off;                   /* QEMU unjailed: config "jail": false, or not root */
+	char jail_why[256];              /* the warning, when jail_off */
 };
 
 extern struct daemon *g_daemon_for_signals;
@@ -429,6 +430,9 @@ int accel_choose(struct daemon *d, struct k8_err *err);
 	"host files (docs/threat-model.md)"
 #define JAIL_OFF_NOTE "QEMU runs NOT jailed, as root (config.json \"jail\": false); for " \
 	"benchmarks only: a guest that escapes QEMU owns the host"
+#define JAIL_NOROOT_NOTE "QEMU runs NOT jailed: kosa8d is not root, and only root can " \
+	"give QEMU a uid of its own, namespaces and an empty root; a guest that escapes " \
+	"QEMU has this user's files"
 
 /* audit helper: never fails the caller (an audit failure is logged) */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);

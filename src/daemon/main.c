@@ -195,6 +195,12 @@ int main(int argc, char **argv)
 		int bad = jail_range_parse(spec ? spec : JAIL_DEFAULT_RANGE, &d->jail, &err);
 		/* "jail": false exists to measure what the jail costs (bench/jail.py). */
 		d->jail_off = json_is_false(json_object_get(cfg, "jail"));
+		if (d->jail_off)
+			snprintf(d->jail_why, sizeof(d->jail_why), "%s", JAIL_OFF_NOTE);
+		else if (geteuid() != 0) {
+			d->jail_off = true;
+			snprintf(d->jail_why, sizeof(d->jail_why), "%s", JAIL_NOROOT_NOTE);
+		}
 		json_decref(cfg);
 		if (bad) {
 			fprintf(stderr, "kosa8d: %s/config.json: %s\n", d->home, err.msg);
@@ -215,7 +221,7 @@ int main(int argc, char **argv)
 	if (!strcmp(d->accel, "tcg"))
 		daemon_log("%s", ACCEL_TCG_NOTE);
 	if (d->jail_off)
-		daemon_log("WARNING: %s", JAIL_OFF_NOTE);
+		daemon_log("WARNING: %s", d->jail_why);
 	sb_load_all(d);
 
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
