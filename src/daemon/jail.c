@@ -205,6 +205,14 @@ static const struct sock_filter jail_filter[] = {
 	BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 };
 
+int jail_seccomp(void)
+{
+	struct sock_fprog prog = { .len = ARRAY_SIZE(jail_filter),
+				   .filter = (struct sock_filter *)jail_filter };
+
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? -errno : 0;
+}
+
 const char *jail_enter(const struct jail_spec *j)
 {
 	static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/random",
@@ -212,8 +220,6 @@ const char *jail_enter(const struct jail_spec *j)
 	char dst[64];
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
 	struct __user_cap_data_struct caps[2];
-	struct sock_fprog prog = { .len = ARRAY_SIZE(jail_filter),
-				   .filter = (struct sock_filter *)jail_filter };
 
 	/* Into the sandbox's cgroups before anything else runs: "0" is the writer. */
 	for (int i = 0; i < j->ncg; i++)
@@ -283,7 +289,7 @@ const char *jail_enter(const struct jail_spec *j)
 		return "clearing ambient capabilities";
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return "no_new_privs";
-	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
+	if (jail_seccomp() < 0)
 		return "installing the seccomp filter";
 	return NULL;
 }

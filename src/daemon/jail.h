@@ -70,6 +70,10 @@ struct jail_spec {
 	bool ldcache;                   /* /etc/ld.so.cache exists */
 };
 
+/* Install the jail's seccomp filter on the calling thread (needs no_new_privs or
+ * CAP_SYS_ADMIN). 0 or a negative errno. Async-signal-safe. */
+int jail_seccomp(void);
+
 /* Parent side, before fork: create JAIL_ROOT and look at the host's layout. */
 int jail_prepare(struct jail_spec *j, struct k8_err *err);
 
