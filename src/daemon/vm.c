@@ -303,8 +303,10 @@ static int qemu_path(char *out, size_t n, struct k8_err *err)
 static void child_fail(const char *what)
 {
 	static const char pre[] = "kosa8d: cannot start QEMU: ";
-	const char *e = strerror(errno); /* glibc: a static table, safe after fork */
+	const char *e = strerrordesc_np(errno); /* a static string: no locale, no malloc */
 
+	if (!e)
+		e = "unknown error";
 	if (write(2, pre, sizeof(pre) - 1) < 0 || write(2, what, strlen(what)) < 0 ||
 	    write(2, ": ", 2) < 0 || write(2, e, strlen(e)) < 0 || write(2, "\n", 1) < 0)
 		_exit(126);
