@@ -136,6 +136,11 @@ int jail_prepare(struct jail_spec *j, struct k8_err *err)
 		}
 	}
 	j->ldcache = access("/etc/ld.so.cache", R_OK) == 0;
+	if (j->kvm) {
+		if (stat("/dev/kvm", &st) < 0 || !S_ISCHR(st.st_mode))
+			return k8_err_set(err, -ENODEV, "/dev/kvm is gone: %s", strerror(errno));
+		j->kvm_dev = st.st_rdev;
+	}
 	return 0;
 }
 
@@ -216,7 +221,7 @@ int jail_seccomp(void)
 const char *jail_enter(const struct jail_spec *j)
 {
 	static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/random",
-					    "/dev/urandom", "/dev/kvm" };
+					    "/dev/urandom" };
 	char dst[64];
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
 	struct __user_cap_data_struct caps[2];
@@ -250,11 +255,17 @@ const char *jail_enter(const struct jail_spec *j)
 	if (j->ldcache && (mkdir(JAIL_ROOT "/etc", 0755) < 0 ||
 			   bind_ro("/etc/ld.so.cache", JAIL_ROOT "/etc/ld.so.cache", false, true) < 0))
 		return "binding /etc/ld.so.cache";
-	if (mkdir(JAIL_ROOT "/dev", 0755) < 0)
-		return "mkdir /dev";
+	/* /dev: a tmpfs of its own that allows device nodes; the four harmless ones are
+	 * bound from the host, /dev/kvm (KVM only) is a node of its own owned by QEMU's
+	 * uid, as Firecracker's jailer does: the host's is often 0600 root or 0660 kvm. */
+	if (mkdir(JAIL_ROOT "/dev", 0755) < 0 ||
+	    mount("tmpfs", JAIL_ROOT "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC,
+		  "mode=0755,size=4k,nr_inodes=16") < 0)
+		return "mounting /dev";
+	if (j->kvm && (mknod(JAIL_ROOT "/dev/kvm", S_IFCHR | 0600, j->kvm_dev) < 0 ||
+		       chown(JAIL_ROOT "/dev/kvm", j->uid, j->uid) < 0))
+		return "making /dev/kvm";
 	for (size_t i = 0; i < ARRAY_SIZE(devs); i++) {
-		if (!strcmp(devs[i], "/dev/kvm") && !j->kvm)
-			continue;
 		memcpy(dst, JAIL_ROOT, sizeof(JAIL_ROOT) - 1);
 		memcpy(dst + sizeof(JAIL_ROOT) - 1, devs[i], strlen(devs[i]) + 1);
 		if (bind_ro(devs[i], dst, false, false) < 0)

@@ -68,6 +68,7 @@ struct jail_spec {
 	char link[4][64];               /* symlink target, or "" */
 	bool dir[4];                    /* a real directory: bind it read-only */
 	bool ldcache;                   /* /etc/ld.so.cache exists */
+	dev_t kvm_dev;                  /* /dev/kvm's device number (KVM only) */
 };
 
 /* Install the jail's seccomp filter on the calling thread (needs no_new_privs or
