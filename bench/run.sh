@@ -19,6 +19,13 @@ ${CC:-cc} -O2 -std=gnu11 -D_GNU_SOURCE -I../src -o "$NB/bench/netparse" netparse
 # The programs and guest image of $B (default build): KOSA8_BIN, unless given.
 KOSA8_BIN=${KOSA8_BIN:-$NB/bin}
 export KOSA8_BIN
+echo "== QEMU's jail (issue 10)"
+# The jail's own cost (spawn, one system call), then create-to-ready jailed against the
+# same sandbox with config "jail": false.
+${CC:-cc} -O2 -std=gnu11 -D_GNU_SOURCE -I../src -o "$NB/bench/jailcost" jailcost.c \
+	../src/daemon/jail.c ../src/common/util.c -ljansson -lcrypto -pthread
+"$NB/bench/jailcost"
+python3 jail.py
 echo "== network egress (issue 4)"
 # TCP guest -> host through kosa8-net against QEMU's own -netdev user, same VM.
 python3 net.py

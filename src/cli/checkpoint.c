@@ -125,8 +125,10 @@ static int cmd_rm(const struct cli_cmd *self, int argc, char **argv, const char 
 	}
 	if (client_call(&cl, "DELETE", path, NULL, NULL, NULL, 30000, &res, &err) < 0)
 		rc = cli_fail(&err);
-	else
+	else {
 		printf("removed checkpoint %s of %s\n", a.pos[1], a.pos[0]);
+		rc = CLI_EXIT_OK;
+	}
 	json_decref(res);
 	return cli_end(&a, &cl, rc);
 }

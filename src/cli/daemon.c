@@ -91,6 +91,19 @@ static void print_log_tail(const char *log, off_t from)
 	fprintf(stderr, "--- the end of %s ---\n%.*s\n", log, (int)(end - p), p);
 }
 
+/* The lines on what guards the host, on stderr: TCG said plainly, a jail turned off
+ * said loudly. */
+static void warn_security(const json_t *st)
+{
+	const char *tcg = json_string_value(json_object_get(st, "tcg_note"));
+	const char *jail = json_string_value(json_object_get(st, "jail_warning"));
+
+	if (tcg)
+		fprintf(stderr, "note: accel tcg: %s\n", tcg);
+	if (jail)
+		fprintf(stderr, "WARNING: %s\n", jail);
+}
+
 /* "accel tcg: <reason>" for start, "tcg (<reason>)" for the status table. */
 static void describe_accel(const json_t *st, char *buf, size_t len, int for_status)
 {
@@ -186,6 +199,7 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 		describe_accel(st, desc, sizeof(desc), 0);
 		printf("kosa8d is already running (pid %lld, %s)\n",
 		       (long long)json_integer_value(json_object_get(st, "pid")), desc);
+		warn_security(st);
 		rc = CLI_EXIT_OK;
 		goto out;
 	}
@@ -277,6 +291,7 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 	describe_accel(st, desc, sizeof(desc), 0);
 	printf("kosa8d running (pid %lld, %s)\n",
 	       (long long)json_integer_value(json_object_get(st, "pid")), desc);
+	warn_security(st);
 	rc = CLI_EXIT_OK;
 out:
 	json_decref(st);
@@ -365,6 +380,10 @@ static int show_status(const json_t *st, void *ctx)
 	printf("  socket:     %s\n", cl->sock);
 	printf("  accel:      %s\n", desc);
 	printf("  sandboxes:  %lld\n", json_integer_value(json_object_get(st, "sandboxes")));
+	if (json_is_boolean(json_object_get(st, "jail")))
+		printf("  jail:       %s\n", json_is_true(json_object_get(st, "jail")) ?
+		       "on (QEMU: own uid, no capabilities, seccomp, empty root)" :
+		       "OFF (QEMU runs as root)");
 	if (json_is_true(json_object_get(st, "offline")))
 		printf("  registries: offline (nothing is fetched; local images only)\n");
 	cg = json_object_get(st, "cgroup");
@@ -388,6 +407,8 @@ static int show_status(const json_t *st, void *ctx)
 		       json_is_true(ver) ? "checksum verified" :
 		       json_is_false(ver) ? "checksum NOT verified" : "checksum unknown");
 	}
+	fflush(stdout);
+	warn_security(st);
 	return CLI_EXIT_OK;
 }
 

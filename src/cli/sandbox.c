@@ -167,6 +167,9 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 			e ? e : "");
 		goto out;
 	}
+	if (json_string_value(json_object_get(res, "tcg_note")))
+		fprintf(stderr, "note: accel tcg: %s\n",
+			json_string_value(json_object_get(res, "tcg_note")));
 	printf("sandbox %s %s (%lld vCPUs, %lld MiB memory, %lld GB disk, accel %s)\n",
 	       a.pos[0], state ? state : "created",
 	       json_integer_value(json_object_get(res, "cpus")) ?: (long long)cpus,

@@ -402,6 +402,16 @@ static json_t *status_json(struct daemon *d)
 			 verified, "error", gerr.msg);
 }
 
+/* What guards the host from QEMU: the jail, and the plain word on TCG. */
+static json_t *status_security(struct daemon *d)
+{
+	bool tcg = !strcmp(d->accel, "tcg");
+
+	return json_pack("{s:b,s:s?,s:b,s:s?}", "jail", !d->jail_off, "jail_warning",
+			 d->jail_off ? d->jail_why : NULL, "tcg", tcg, "tcg_note",
+			 tcg ? ACCEL_TCG_NOTE : NULL);
+}
+
 /* POST /v1/auth: keep registry credentials in $KOSA8_HOME/auth.json (0600, the Docker
  * config format), read by image pulls. The secret never reaches the audit log. */
 static int auth_store(struct daemon *d, json_t *body, struct k8_err *err)
@@ -518,7 +528,9 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 	}
 
 	if (n == 2 && !strcmp(p[1], "status") && get) {
-		r = reply_json(c, 200, status_json(d));
+		json_t *st = status_json(d);
+		json_object_update_new(st, status_security(d));
+		r = reply_json(c, 200, st);
 	} else if (n == 2 && !strcmp(p[1], "shutdown") && post) {
 		d->stop_vms = !json_is_false(json_object_get(body, "stop_vms"));
 		r = reply_json(c, 200, json_object());

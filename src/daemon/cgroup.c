@@ -5,6 +5,8 @@
  * what the emulator itself may take from the host: CPU time (quota = vCPUs), memory
  * (guest RAM + QEMU's own overhead) and tasks. cgroup v2 (unified) is used when the host
  * has it, else v1 controllers (cpu, memory, pids), else nothing and the note says why.
+ * QEMU enters its cgroups itself between fork and exec (cgroup_prepare opens the
+ * cgroup.procs files, the child writes "0"), so none of it runs outside them.
  */
 #include "daemon/daemon.h"
 
@@ -65,14 +67,15 @@ int cgroup_probe(struct cgroup_info *ci)
 	return 0;
 }
 
-int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int cpus,
-		 uint64_t mem_bytes, char *desc, size_t desclen)
+/* Create the sandbox's cgroups with their limits and open each cgroup.procs. */
+int cgroup_prepare(const struct cgroup_info *ci, const char *name, int cpus, uint64_t mem_bytes,
+		   int fds[3], int *nfds, char *desc, size_t desclen)
 {
-	char dir[512], val[64], pidv[32];
+	char dir[512], val[64], path[600];
 	uint64_t limit = mem_bytes + (uint64_t)QEMU_OVERHEAD_MIB * 1024 * 1024;
-	int r;
+	int fd;
 
-	snprintf(pidv, sizeof(pidv), "%d", (int)pid);
+	*nfds = 0;
 	if (ci->version == 2) {
 		snprintf(dir, sizeof(dir), CG "/kosa8/%s", name);
 		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
@@ -82,9 +85,10 @@ int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int 
 		snprintf(val, sizeof(val), "%d 100000", cpus * 100000);
 		cg_write(dir, "cpu.max", val);
 		cg_write(dir, "pids.max", "512");
-		r = cg_write(dir, "cgroup.procs", pidv);
-		if (r)
-			return r;
+		snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+		if ((fd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+			return -errno;
+		fds[(*nfds)++] = fd;
 		snprintf(desc, desclen, "cgroup v2 %s: memory.max %llu MiB, cpu.max %d CPUs, pids.max 512",
 			 dir, (unsigned long long)(limit >> 20), cpus);
 		return 0;
@@ -95,19 +99,25 @@ int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int 
 			return -errno;
 		snprintf(val, sizeof(val), "%llu", (unsigned long long)limit);
 		cg_write(dir, "memory.limit_in_bytes", val);
-		if ((r = cg_write(dir, "cgroup.procs", pidv)))
-			return r;
+		snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+		if ((fd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+			return -errno;
+		fds[(*nfds)++] = fd;
 		snprintf(dir, sizeof(dir), CG "/cpu/kosa8/%s", name);
 		if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
 			cg_write(dir, "cpu.cfs_period_us", "100000");
 			snprintf(val, sizeof(val), "%d", cpus * 100000);
 			cg_write(dir, "cpu.cfs_quota_us", val);
-			cg_write(dir, "cgroup.procs", pidv);
+			snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+			if ((fd = open(path, O_WRONLY | O_CLOEXEC)) >= 0)
+				fds[(*nfds)++] = fd;
 		}
 		snprintf(dir, sizeof(dir), CG "/pids/kosa8/%s", name);
 		if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
 			cg_write(dir, "pids.max", "512");
-			cg_write(dir, "cgroup.procs", pidv);
+			snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+			if ((fd = open(path, O_WRONLY | O_CLOEXEC)) >= 0)
+				fds[(*nfds)++] = fd;
 		}
 		snprintf(desc, desclen, "cgroup v1: memory %llu MiB, cpu quota %d CPUs, pids 512",
 			 (unsigned long long)(limit >> 20), cpus);
@@ -115,6 +125,22 @@ int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int 
 	}
 	snprintf(desc, desclen, "none: %s", ci->note);
 	return -ENOTSUP;
+}
+
+int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int cpus,
+		 uint64_t mem_bytes, char *desc, size_t desclen)
+{
+	char pidv[32];
+	int fds[3], n = 0, r;
+
+	r = cgroup_prepare(ci, name, cpus, mem_bytes, fds, &n, desc, desclen);
+	snprintf(pidv, sizeof(pidv), "%d", (int)pid);
+	for (int i = 0; i < n; i++) {
+		if (!r && write(fds[i], pidv, strlen(pidv)) < 0 && i == 0)
+			r = -errno;
+		close(fds[i]);
+	}
+	return r;
 }
 
 void cgroup_remove(const struct cgroup_info *ci, const char *name)

@@ -4,9 +4,10 @@
  *
  * Theory of operation. A checkpoint stops the vCPUs, streams memory and device state to a
  * file through QEMU's migration (an fd passed over QMP: `-sandbox on` forbids QEMU to
- * open files or spawn helpers), then freezes the disk: `blockdev-snapshot-sync` puts a new
- * empty qcow2 layer on top of the current one, which becomes the checkpoint's read-only
- * layer. Then the vCPUs continue. Both steps happen while the guest is stopped, so memory
+ * open files or spawn helpers), then freezes the disk: a new empty qcow2 layer, made by
+ * the daemon and passed to QEMU as an fd set (QEMU's jail holds no path of ours), is put
+ * on top of the current one with `blockdev-snapshot`; the old top becomes the
+ * checkpoint's read-only layer. Then the vCPUs continue. Both steps happen while the guest is stopped, so memory
  * and disk are one consistent instant.
  *
  * A rewind kills the VM and starts a fresh QEMU with `-incoming` reading the state file,
@@ -327,9 +328,10 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	const char *frozen;
 	uint64_t t0 = now_mono_ns(), t_saved;
 	struct stat st;
-	int fd = -1, r;
+	int fd = -1, lfd = -1, r;
 	bool stopped = false;
 	const char *removed = NULL;
+	cleanup_free char *lp = NULL;   /* the new layer, until QEMU writes to it */
 	char removed_buf[64] = "";
 
 	if (!label_valid(label))
@@ -370,6 +372,23 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		r = k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
 		goto out;
 	}
+	/* The next top layer, made now while the guest still runs: its header names the
+	 * current top (by this sandbox's path) and has the sandbox's disk size. */
+	new_layer_name(layer, sizeof(layer));
+	lp = xasprintf("%s/%s", sb->dir, layer);
+	{
+		cleanup_free char *bp = xasprintf("%s/%s", sb->dir, top_of(sb));
+		cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
+		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+				       "-u", "-b", bp, lp, size, NULL };
+		if ((r = vm_run_cmd(argv, err)))
+			goto out;
+		lfd = open(lp, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		if (lfd < 0) {
+			r = k8_err_set(err, -errno, "open %s: %s", lp, strerror(errno));
+			goto out;
+		}
+	}
 	/* Let the guest's file systems reach the disk: the frozen layer is then clean. */
 	{
 		json_t *resp = NULL;
@@ -402,16 +421,44 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	t_saved = now_mono_ns();
 	if ((r = scratch_node(&sb->qmp, node, sizeof(node), err)))
 		goto out;
-	new_layer_name(layer, sizeof(layer));
-	snprintf(newnode, sizeof(newnode), "top%llx", (unsigned long long)(now_real_ns() & 0xffffffffffull));
+	/* The node is named after its file ("layer-<hex>"): a daemon adopting this VM
+	 * learns the real top layer from it (query-block shows only /dev/fdset/N). */
+	snprintf(newnode, sizeof(newnode), "%.*s", (int)(strlen(layer) - strlen(".qcow2")), layer);
 	{
-		cleanup_free char *lp = xasprintf("%s/%s", sb->dir, layer);
-		r = qmp_exec(&sb->qmp, "blockdev-snapshot-sync",
-			     json_pack("{s:s,s:s,s:s,s:s}", "node-name", node, "snapshot-file", lp,
-				       "snapshot-node-name", newnode, "format", "qcow2"),
-			     NULL, 30000, err);
+		json_t *added = NULL;
+		char fdset[32];
+		json_int_t set;
+		cleanup_close int rofd = open(lp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* Its set holds a read-only fd too, for when the next checkpoint freezes it
+		 * (QEMU then reopens it read-only from the set). */
+		r = qmp_exec_fd(&sb->qmp, "add-fd", NULL, lfd, &added, 10000, err);
+		set = json_integer_value(json_object_get(added, "fdset-id"));
+		json_decref(added);
+		snprintf(fdset, sizeof(fdset), "/dev/fdset/%lld", (long long)set);
+		if (!r && rofd < 0)
+			r = k8_err_set(err, -errno, "open %s: %s", lp, strerror(errno));
+		if (!r)
+			r = qmp_exec_fd(&sb->qmp, "add-fd", json_pack("{s:I}", "fdset-id", set), rofd,
+					NULL, 10000, err);
+		if (!r)
+			r = qmp_exec(&sb->qmp, "blockdev-add",
+				     json_pack("{s:s,s:s,s:s,s:{s:s,s:s,s:s},s:n}", "driver", "qcow2",
+					       "node-name", newnode, "discard", "unmap", "file",
+					       "driver", "file", "filename", fdset, "discard",
+					       "unmap", "backing"),
+				     NULL, 10000, err);
+		if (!r) {
+			r = qmp_exec(&sb->qmp, "blockdev-snapshot",
+				     json_pack("{s:s,s:s}", "node", node, "overlay", newnode), NULL,
+				     30000, err);
+			if (r)
+				qmp_exec(&sb->qmp, "blockdev-del", json_pack("{s:s}", "node-name",
+									    newnode), NULL, 10000, NULL);
+		}
 		if (r)
 			goto out;
+		free(lp);
+		lp = NULL;
 	}
 	qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, err);
 	stopped = false;
@@ -477,6 +524,10 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 out:
 	if (stopped)
 		qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, NULL);
+	if (lfd >= 0)
+		close(lfd);
+	if (lp)
+		unlink(lp);
 	if (fd >= 0)
 		close(fd);
 	if (tmpdir && r)
@@ -509,8 +560,7 @@ static int restore_spawn(struct daemon *d, struct sandbox *sb, struct sandbox *f
 	spec.nimages = sb->nimages;
 	spec.scratch = top;
 	spec.incoming_fd = sfd;
-	if (sb->forked)
-		spec.nchain = ckpt_chain(sb, layer, &chain);
+	spec.nchain = ckpt_chain(sb, layer, &chain);
 	spec.chain = (const char *const *)chain;
 	r = vm_spawn(&spec, pid, err);
 	ckpt_chain_free(chain, spec.nchain);

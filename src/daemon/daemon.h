@@ -38,6 +38,10 @@ int cgroup_probe(struct cgroup_info *ci);
  * without usable cgroups returns -ENOTSUP and the note says why. */
 int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int cpus,
 		 uint64_t mem_bytes, char *desc, size_t desclen);
+/* The same without a pid: create and limit the cgroups and open their cgroup.procs
+ * files (up to 3, O_CLOEXEC) for a child to write "0" to before it execs. */
+int cgroup_prepare(const struct cgroup_info *ci, const char *name, int cpus, uint64_t mem_bytes,
+		   int fds[3], int *nfds, char *desc, size_t desclen);
 void cgroup_remove(const struct cgroup_info *ci, const char *name);
 /* The sandbox's cgroup.procs files (made if missing) a sidecar joins; how many (<= max). */
 int cgroup_procs_paths(const struct cgroup_info *ci, const char *name, char out[][512], int max);
@@ -275,8 +279,14 @@ struct vm_spec {
 	 * paths in the qcow2 headers. */
 	const char *const *chain;
 	int nchain;
+	uid_t jail_uid;                 /* QEMU's uid in its jail (jail.h); 0: unjailed */
+	const struct cgroup_info *cg;   /* with cg_name: QEMU enters this cgroup before exec */
+	const char *cg_name;
 };
-/* Spawn QEMU detached from the daemon (own session), returns its pid. */
+/* Spawn QEMU detached from the daemon (own session), returns its pid. Every file and
+ * socket it uses is opened here and passed as a descriptor (the qmp, agent and fs
+ * sockets are bound here, at their paths, and served by QEMU); with jail_uid it runs
+ * jailed (jail.h). */
 int vm_spawn(const struct vm_spec *spec, pid_t *pid, struct k8_err *err);
 /* Prepare a sandbox's disks: scratch (ext4, qcow2, disk_gb) and K8_MAX_SLOTS slots. */
 int vm_make_disks(const char *home, const char *dir, int disk_gb, struct k8_err *err);
@@ -314,6 +324,8 @@ struct daemon {
 	bool stop_vms;
 	struct jail_range jail;          /* config jail_uids: uids for QEMU and sidecars */
 	struct audit_rate guest_audit;  /* config.json "audit": the budget of guest records */
+	bool jail_off;                   /* QEMU unjailed: config "jail": false, or not root */
+	char jail_why[256];              /* the warning, when jail_off */
 };
 
 extern struct daemon *g_daemon_for_signals;
@@ -454,6 +466,15 @@ void api_stop(struct daemon *d);
 
 /* accel.c */
 int accel_choose(struct daemon *d, struct k8_err *err);
+/* Said wherever the accelerator is TCG (daemon start and status, sandbox create). */
+#define ACCEL_TCG_NOTE "TCG is not a security boundary (QEMU's own security policy); what " \
+	"holds then is QEMU's jail: its own uid, no capabilities, seccomp, a root with no " \
+	"host files (docs/threat-model.md)"
+#define JAIL_OFF_NOTE "QEMU runs NOT jailed, as root (config.json \"jail\": false); for " \
+	"benchmarks only: a guest that escapes QEMU owns the host"
+#define JAIL_NOROOT_NOTE "QEMU runs NOT jailed: kosa8d is not root, and only root can " \
+	"give QEMU a uid of its own, namespaces and an empty root; a guest that escapes " \
+	"QEMU has this user's files"
 
 /* audit helper: never fails the caller (an audit failure is logged) */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);

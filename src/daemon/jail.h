@@ -12,6 +12,7 @@
 #ifndef KOSA8_DAEMON_JAIL_H
 #define KOSA8_DAEMON_JAIL_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "common/util.h"
@@ -42,5 +43,44 @@ static inline uid_t jail_uid(const struct jail_range *r, int index, enum jail_ro
 {
 	return r->base + (uid_t)index * JAIL_ROLES + (uid_t)role;
 }
+
+/* ---- the QEMU jail (child side) ----
+ *
+ * QEMU is started in a jail modelled on Firecracker's jailer: its sandbox's cgroup
+ * before exec, an empty network namespace, its own IPC namespace, and its own mount
+ * namespace whose root is an empty read-only tmpfs holding
+ * only /usr (and the /lib, /bin symlinks or read-only binds of the host), the dynamic
+ * linker's cache, /dev/{null,zero,random,urandom}, /dev/kvm under KVM and a procfs that
+ * shows only its own process; then the sandbox's QEMU uid and gid with no
+ * supplementary groups, every capability set empty, no_new_privs, and our seccomp
+ * filter under the one QEMU's `-sandbox on` adds. Every file it uses (disks, sockets,
+ * kernel) arrives as an open descriptor, so nothing of $KOSA8_HOME is in its root.
+ * Not a new pid namespace: the daemon finds, adopts and kills QEMU by host pid.
+ * docs/threat-model.md "QEMU jail". */
+#define JAIL_ROOT "/run/kosa8/jail-root"   /* empty mount point, used by every jail */
+
+struct jail_spec {
+	uid_t uid;                      /* QEMU's uid (= gid); 0: no jail */
+	bool kvm;                       /* bind /dev/kvm */
+	int cg_fds[3];                  /* cgroup.procs files the child writes "0" to */
+	int ncg;
+	/* filled by jail_prepare: what /lib, /lib64, /bin, /sbin are on this host */
+	char link[4][64];               /* symlink target, or "" */
+	bool dir[4];                    /* a real directory: bind it read-only */
+	bool ldcache;                   /* /etc/ld.so.cache exists */
+	dev_t kvm_dev;                  /* /dev/kvm's device number (KVM only) */
+};
+
+/* Install the jail's seccomp filter on the calling thread (needs no_new_privs or
+ * CAP_SYS_ADMIN). 0 or a negative errno. Async-signal-safe. */
+int jail_seccomp(void);
+
+/* Parent side, before fork: create JAIL_ROOT and look at the host's layout. */
+int jail_prepare(struct jail_spec *j, struct k8_err *err);
+
+/* Child side, after fork and before exec: async-signal-safe (raw system calls only).
+ * Enters the cgroups, and with j->uid the jail. NULL on success, else a short static
+ * string naming the step that failed, with errno set. */
+const char *jail_qemu_enter(const struct jail_spec *j);
 
 #endif

@@ -198,6 +198,14 @@ int main(int argc, char **argv)
 		json_t *cfg = sb_daemon_config(d);
 		const char *spec = json_string_value(json_object_get(cfg, "jail_uids"));
 		int bad = jail_range_parse(spec ? spec : JAIL_DEFAULT_RANGE, &d->jail, &err);
+		/* "jail": false exists to measure what the jail costs (bench/jail.py). */
+		d->jail_off = json_is_false(json_object_get(cfg, "jail"));
+		if (d->jail_off)
+			snprintf(d->jail_why, sizeof(d->jail_why), "%s", JAIL_OFF_NOTE);
+		else if (geteuid() != 0) {
+			d->jail_off = true;
+			snprintf(d->jail_why, sizeof(d->jail_why), "%s", JAIL_NOROOT_NOTE);
+		}
 		json_decref(cfg);
 		if (bad) {
 			fprintf(stderr, "kosa8d: %s/config.json: %s\n", d->home, err.msg);
@@ -215,6 +223,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	daemon_log("accelerator: %s", d->accel_reason);
+	if (!strcmp(d->accel, "tcg"))
+		daemon_log("%s", ACCEL_TCG_NOTE);
+	if (d->jail_off)
+		daemon_log("WARNING: %s", d->jail_why);
 	sb_load_all(d);
 
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
@@ -228,7 +240,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	daemon_audit(d, "daemon.start", NULL,
-		     json_pack("{s:i,s:s,s:s}", "pid", (int)getpid(), "accel", d->accel, "home", d->home));
+		     json_pack("{s:i,s:s,s:s,s:b}", "pid", (int)getpid(), "accel", d->accel, "home",
+			       d->home, "jail", !d->jail_off));
 	daemon_log("listening on %s (pid %d)", path, (int)getpid());
 
 	for (;;) {

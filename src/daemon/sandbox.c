@@ -87,7 +87,9 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 				  .memory_mib = sb->memory_mib, .dir = sb->dir,
 				  .qmp_path = k->qmp, .agent_path = k->agent, .net_path = k->net,
 				  .fs_path = k->fs, .kernel_fd = -1, .initramfs_fd = -1,
-				  .incoming_fd = -1 };
+				  .incoming_fd = -1, .cg = &d->cg, .cg_name = sb->name };
+	if (!d->jail_off && sb->jail_index >= 0)
+		spec->jail_uid = jail_uid(&d->jail, sb->jail_index, JAIL_QEMU);
 	return 0;
 }
 
@@ -442,10 +444,9 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	spec.images = sb->images;
 	spec.nimages = sb->nimages;
 	spec.scratch = scratch;
-	/* A fork's layers are hard links whose qcow2 headers name the source's files:
-	 * QEMU gets its whole backing chain from layers.json instead. */
-	if (sb->forked)
-		spec.nchain = ckpt_chain(sb, NULL, &chain);
+	/* QEMU gets its whole backing chain from layers.json (it opens no path itself;
+	 * and a fork's layers are hard links whose headers name the source's files). */
+	spec.nchain = ckpt_chain(sb, NULL, &chain);
 	spec.chain = (const char *const *)chain;
 	r = vm_spawn(&spec, &pid, err);
 	ckpt_chain_free(chain, spec.nchain);
@@ -477,9 +478,19 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 	if (qmp_exec(&sb->qmp, "query-block", NULL, &blk, 5000, err) == 0) {
 		json_array_foreach(blk, i, it) {
 			const char *qdev = json_string_value(json_object_get(it, "qdev"));
-			const char *file = json_string_value(
-				json_object_get(json_object_get(it, "inserted"), "file"));
+			json_t *ins = json_object_get(it, "inserted");
+			const char *file = json_string_value(json_object_get(ins, "file"));
+			const char *nn = json_string_value(json_object_get(ins, "node-name"));
 			const char *base = file ? strrchr(file, '/') : NULL;
+			char named[64];
+			/* Disks are fd sets (/dev/fdset/N): a checkpoint names its layer's
+			 * node after the file ("layer-<hex>"). */
+			if (file && !strncmp(file, "/dev/fdset/", 11)) {
+				if (!nn || strncmp(nn, "layer-", 6) || strlen(nn) > 40)
+					continue;
+				snprintf(named, sizeof(named), "/%s.qcow2", nn);
+				base = named;
+			}
 			if (!qdev || !strstr(qdev, "scratchdev") || !base)
 				continue;
 			base++;
@@ -1014,6 +1025,8 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 				       sb->mounts[i].guest, "ro", sb->mounts[i].ro));
 	sb_busy_leave(sb);
 	*out = sb_to_json(sb, false);
+	if (!strcmp(sb->accel, "tcg"))
+		json_object_set_new(*out, "tcg_note", json_string(ACCEL_TCG_NOTE));
 	sb_put(d, sb);
 	return 0;
 }

@@ -19,7 +19,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #define SLOT_VSIZE "64G"
@@ -188,12 +191,147 @@ static void av_free(struct argv_b *a)
 
 #define ADD(...) av_add(&a, xasprintf(__VA_ARGS__))
 
+/* The descriptors QEMU is given: source fd in the daemon, and its number in QEMU
+ * (3, 4, ... in order of addition). */
+#define FDS_MAX (16 + 2 * K8_MAX_SLOTS + 4096)
+struct fdmap {
+	int src[FDS_MAX];
+	bool own[FDS_MAX];              /* opened by vm_spawn: closed after the fork */
+	int n;
+};
+
+static int fdm_add(struct fdmap *m, int fd, bool own)
+{
+	if (m->n >= FDS_MAX)
+		abort();
+	m->src[m->n] = fd;
+	m->own[m->n] = own;
+	return 3 + m->n++;
+}
+
+static void fdm_close(struct fdmap *m)
+{
+	for (int i = 0; i < m->n; i++)
+		if (m->own[i] && m->src[i] >= 0)
+			close(m->src[i]);
+	m->n = 0;
+}
+
+/* A disk file opened by the daemon and handed to QEMU as fd set N (/dev/fdset/N, its
+ * -add-fd options added to `a`): QEMU opens nothing by path, so its jail holds none of
+ * $KOSA8_HOME. A writable disk's set also holds a read-only fd of it: when a checkpoint
+ * freezes the layer QEMU reopens it read-only (and drops its write lock, which a fork
+ * sharing the file needs) by taking that fd from the set. Returns the set id. */
+static int disk_fd(struct argv_b *a, struct fdmap *m, const char *path, bool rw,
+		   struct k8_err *err)
+{
+	int fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW), set, ro;
+
+	if (fd < 0)
+		return k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
+	set = fdm_add(m, fd, true);
+	av_add(a, xstrdup("-add-fd"));
+	av_add(a, xasprintf("fd=%d,set=%d", set, set));
+	if (rw) {
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			return k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
+		ro = fdm_add(m, fd, true);
+		av_add(a, xstrdup("-add-fd"));
+		av_add(a, xasprintf("fd=%d,set=%d", ro, set));
+	}
+	return set;
+}
+
+/* A listening unix socket at `path` (replacing a stale one), 0600 in the daemon's
+ * run directory; QEMU serves it from the descriptor, so it needs no path. */
+static int vm_listen(const char *path, struct k8_err *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return k8_err_set(err, -ENAMETOOLONG, "socket path %s is too long", path);
+	strcpy(sa.sun_path, path);
+	unlink(path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return k8_err_set(err, -errno, "socket: %s", strerror(errno));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0600) < 0 ||
+	    listen(fd, 8) < 0) {
+		int e = errno;
+		close(fd);
+		return k8_err_set(err, -e, "listen on %s: %s", path, strerror(e));
+	}
+	return fd;
+}
+
+static int vm_connect(const char *path, struct k8_err *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return k8_err_set(err, -ENAMETOOLONG, "socket path %s is too long", path);
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return k8_err_set(err, -errno, "socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = errno;
+		close(fd);
+		return k8_err_set(err, -e, "connect to %s: %s", path, strerror(e));
+	}
+	return fd;
+}
+
+/* QEMU's absolute path, looked up in PATH now: the jail's exec cannot search. */
+static int qemu_path(char *out, size_t n, struct k8_err *err)
+{
+	const char *path = getenv("PATH");
+	cleanup_free char *copy = xstrdup(path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
+	char *save = NULL;
+
+	for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		snprintf(out, n, "%s/qemu-system-x86_64", dir);
+		if (dir[0] == '/' && access(out, X_OK) == 0)
+			return 0;
+	}
+	return k8_err_set(err, -ENOENT, "qemu-system-x86_64 is not installed; run scripts/deps.sh");
+}
+
+static void child_fail(const char *what)
+{
+	static const char pre[] = "kosa8d: cannot start QEMU: ";
+	const char *e = strerrordesc_np(errno); /* a static string: no locale, no malloc */
+
+	if (!e)
+		e = "unknown error";
+	if (write(2, pre, sizeof(pre) - 1) < 0 || write(2, what, strlen(what)) < 0 ||
+	    write(2, ": ", 2) < 0 || write(2, e, strlen(e)) < 0 || write(2, "\n", 1) < 0)
+		_exit(126);
+	_exit(126);
+}
+
 int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 {
 	struct argv_b a = { 0 };
 	cleanup_free char *log = xasprintf("%s/qemu.log", s->dir);
-	int logfd, r = 0;
+	cleanup_free char *scratch = s->scratch ? NULL : xasprintf("%s/scratch.qcow2", s->dir);
+	struct fdmap *m = xcalloc(1, sizeof(*m));
+	struct jail_spec jail = { .uid = s->jail_uid, .kvm = !strcmp(s->accel, "kvm") };
+	char exe[4096], desc[256];
+	int logfd = -1, r = 0, fd, floor_fd = 0;
 	pid_t pid;
+
+	if ((r = qemu_path(exe, sizeof(exe), err)))
+		goto out;
+	if (s->jail_uid && (r = jail_prepare(&jail, err)))
+		goto out;
+	/* 3 and 4: the verified kernel and initramfs; 5: a migration stream */
+	fdm_add(m, s->kernel_fd, false);
+	fdm_add(m, s->initramfs_fd, false);
+	int incoming = s->incoming_fd >= 0 ? fdm_add(m, s->incoming_fd, false) : -1;
 
 	ADD("qemu-system-x86_64");
 	ADD("-name");
@@ -228,40 +366,66 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("ringbuf,id=console,size=65536");
 	ADD("-serial");
 	ADD("chardev:console");
-	ADD("-qmp");
-	ADD("unix:%s,server=on,wait=off", s->qmp_path);
+	/* Sockets QEMU serves are bound by the daemon and passed listening: the daemon
+	 * (and a daemon that adopts this VM) connects by path, QEMU never sees one. */
+	if ((fd = vm_listen(s->qmp_path, err)) < 0) {
+		r = fd;
+		goto out;
+	}
+	ADD("-chardev");
+	ADD("socket,id=qmp,fd=%d,server=on,wait=off", fdm_add(m, fd, true));
+	ADD("-mon");
+	ADD("chardev=qmp,mode=control");
 	ADD("-device");
 	ADD("virtio-serial-device,max_ports=3");
+	if ((fd = vm_listen(s->agent_path, err)) < 0) {
+		r = fd;
+		goto out;
+	}
 	ADD("-chardev");
-	ADD("socket,id=agent,path=%s,server=on,wait=off", s->agent_path);
+	ADD("socket,id=agent,fd=%d,server=on,wait=off", fdm_add(m, fd, true));
 	ADD("-device");
 	ADD("virtserialport,chardev=agent,name=kosa8.agent");
 	/* Shared folders: FUSE messages between the guest agent and kosa8-fs, which
 	 * connects here (and again after a rewind: a new QEMU listens at the same path).
 	 * Present in every VM, mounts or not, so every checkpoint has the same devices. */
 	if (s->fs_path) {
+		if ((fd = vm_listen(s->fs_path, err)) < 0) {
+			r = fd;
+			goto out;
+		}
 		ADD("-chardev");
-		ADD("socket,id=fs,path=%s,server=on,wait=off", s->fs_path);
+		ADD("socket,id=fs,fd=%d,server=on,wait=off", fdm_add(m, fd, true));
 		ADD("-device");
 		ADD("virtserialport,chardev=fs,name=kosa8.fs");
 	}
-	/* The NIC: every frame goes to kosa8-net, which listens at net_path. */
+	/* The NIC: every frame goes to kosa8-net, which listens at net_path; the daemon
+	 * connects and hands QEMU the connected socket. */
 	if (s->net_path) {
+		if ((fd = vm_connect(s->net_path, err)) < 0) {
+			r = fd;
+			goto out;
+		}
 		ADD("-netdev");
-		ADD("stream,id=net0,server=off,addr.type=unix,addr.path=%s", s->net_path);
+		ADD("stream,id=net0,server=off,addr.type=fd,addr.str=%d", fdm_add(m, fd, true));
 		ADD("-device");
 		ADD("virtio-net-device,netdev=net0,mac=52:54:00:12:34:56");
 	}
+	/* Disks: each file is an fd set; the backing chain is always explicit (QEMU
+	 * would otherwise open the paths in the qcow2 headers), root first. */
+	if ((fd = disk_fd(&a, m, s->scratch ? s->scratch : scratch, true, err)) < 0) {
+		r = fd;
+		goto out;
+	}
 	ADD("-blockdev");
-	if (s->scratch)
-		ADD("driver=file,node-name=scratch-file,filename=%s,discard=unmap", s->scratch);
-	else
-		ADD("driver=file,node-name=scratch-file,filename=%s/scratch.qcow2,discard=unmap", s->dir);
-	/* An explicit backing chain, root first (a node must exist before one names it as
-	 * its backing); the root has no backing file in its header. */
+	ADD("driver=file,node-name=scratch-file,filename=/dev/fdset/%d,discard=unmap", fd);
 	for (int i = s->nchain - 1; i >= 0; i--) {
+		if ((fd = disk_fd(&a, m, s->chain[i], false, err)) < 0) {
+			r = fd;
+			goto out;
+		}
 		ADD("-blockdev");
-		ADD("driver=file,node-name=l%d-file,filename=%s,read-only=on", i, s->chain[i]);
+		ADD("driver=file,node-name=l%d-file,filename=/dev/fdset/%d,read-only=on", i, fd);
 		ADD("-blockdev");
 		if (i == s->nchain - 1)
 			ADD("driver=qcow2,node-name=l%d,file=l%d-file,read-only=on", i, i);
@@ -278,17 +442,25 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("virtio-blk-device,id=scratchdev,drive=scratch,serial=scratch");
 	for (int i = 0; i < K8_MAX_SLOTS; i++) {
 		const struct sb_image *img = NULL;
+		cleanup_free char *slot = xasprintf("%s/slot%d.qcow2", s->dir, i);
 		for (int j = 0; j < s->nimages; j++)
 			if (s->images[j].slot == i)
 				img = &s->images[j];
 		if (img) {
+			if ((fd = disk_fd(&a, m, img->disk, false, err)) < 0) {
+				r = fd;
+				goto out;
+			}
 			ADD("-blockdev");
 			ADD("driver=raw,node-name=i%dg0,read-only=on,file.driver=file,"
-			    "file.filename=%s,file.read-only=on", i, img->disk);
+			    "file.filename=/dev/fdset/%d,file.read-only=on", i, fd);
+		}
+		if ((fd = disk_fd(&a, m, slot, false, err)) < 0) {
+			r = fd;
+			goto out;
 		}
 		ADD("-blockdev");
-		ADD("driver=file,node-name=slot%d-file,filename=%s/slot%d.qcow2,read-only=on", i,
-		    s->dir, i);
+		ADD("driver=file,node-name=slot%d-file,filename=/dev/fdset/%d,read-only=on", i, fd);
 		ADD("-blockdev");
 		if (img)
 			ADD("driver=qcow2,node-name=slot%d,file=slot%d-file,read-only=on,backing=i%dg0",
@@ -300,52 +472,75 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	}
 	ADD("-device");
 	ADD("virtio-rng-device");
-	if (s->incoming_fd >= 0) {
+	if (incoming >= 0) {
 		ADD("-incoming");
-		ADD("fd:5");
+		ADD("fd:%d", incoming);
 	}
+	if (s->cg && s->cg_name &&
+	    cgroup_prepare(s->cg, s->cg_name, s->cpus, (uint64_t)s->memory_mib << 20, jail.cg_fds,
+			   &jail.ncg, desc, sizeof(desc)) < 0 && s->cg->version)
+		daemon_log("%s: could not prepare cgroup limits", s->cg_name);
 
 	logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (logfd < 0) {
 		r = k8_err_set(err, -errno, "create %s: %s", log, strerror(errno));
 		goto out;
 	}
-	/* The command line opens the log: what ran is the first thing one needs. */
+	/* The command line opens the log: what ran is the first thing one needs. It stays
+	 * one line (vm_qemu_said skips it). */
 	for (int i = 0; i < a.n; i++)
 		dprintf(logfd, "%s%s", i ? " " : "", a.v[i]);
-	dprintf(logfd, "\n");
+	if (s->jail_uid)
+		dprintf(logfd, "  # jailed: uid/gid %u, no capabilities, no_new_privs, seccomp, "
+			"root: a tmpfs\n", (unsigned)s->jail_uid);
+	else
+		dprintf(logfd, "  # NOT jailed\n");
+	/* Above every source and every target: the child moves sources here first. */
+	floor_fd = 3 + m->n;
+	for (int i = 0; i < m->n; i++)
+		if (m->src[i] >= floor_fd)
+			floor_fd = m->src[i] + 1;
+	if (logfd >= floor_fd)
+		floor_fd = logfd + 1;
 	pid = fork();
 	if (pid < 0) {
 		r = k8_err_set(err, -errno, "fork: %s", strerror(errno));
-		close(logfd);
 		goto out;
 	}
 	if (pid == 0) {
 		/* Only async-signal-safe calls from here: the daemon is multi-threaded. */
 		sigset_t none;
 		int nul = open("/dev/null", O_RDONLY);
+		const char *fail;
+
 		setsid();
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		dup2(nul, 0);
-		dup2(logfd, 1);
-		dup2(logfd, 2);
-		if (dup2(s->kernel_fd, 3) < 0 || dup2(s->initramfs_fd, 4) < 0)
+		if (dup2(nul, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
 			_exit(126);
-		if (s->incoming_fd >= 0 && dup2(s->incoming_fd, 5) < 0)
-			_exit(126);
-		fcntl(3, F_SETFD, 0);
-		fcntl(4, F_SETFD, 0);
-		if (s->incoming_fd >= 0)
-			fcntl(5, F_SETFD, 0);
-		for (int fd = s->incoming_fd >= 0 ? 6 : 5; fd < 1024; fd++)
-			close(fd);
-		execvp(a.v[0], a.v);
-		_exit(127);
+		if ((fail = jail_qemu_enter(&jail)))
+			child_fail(fail);
+		for (int i = 0; i < m->n; i++) {
+			m->src[i] = fcntl(m->src[i], F_DUPFD, floor_fd + i);
+			if (m->src[i] < 0)
+				child_fail("moving descriptors");
+		}
+		for (int i = 0; i < m->n; i++)
+			if (dup2(m->src[i], 3 + i) < 0)
+				child_fail("placing descriptors");
+		if (syscall(SYS_close_range, 3 + m->n, ~0U, 0) < 0)
+			child_fail("closing descriptors");
+		execv(exe, a.v);
+		child_fail(exe);
 	}
-	close(logfd);
 	*pidp = pid;
 out:
+	if (logfd >= 0)
+		close(logfd);
+	for (int i = 0; i < jail.ncg; i++)
+		close(jail.cg_fds[i]);
+	fdm_close(m);
+	free(m);
 	av_free(&a);
 	return r;
 }
@@ -407,16 +602,27 @@ bool vm_alive(pid_t pid, unsigned long long start)
 
 int vm_attach_image(struct qmp *q, int slot, const char *disk, struct k8_err *err)
 {
-	char node[32], slotname[16], slotfile[24];
+	char node[32], slotname[16], slotfile[24], fdset[32];
 	static unsigned gen = 1;
+	cleanup_close int fd = open(disk, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	json_t *added = NULL;
 	int r;
 
+	if (fd < 0)
+		return k8_err_set(err, -errno, "open %s: %s", disk, strerror(errno));
 	snprintf(node, sizeof(node), "i%dg%u", slot, __atomic_add_fetch(&gen, 1, __ATOMIC_SEQ_CST));
 	snprintf(slotname, sizeof(slotname), "slot%d", slot);
 	snprintf(slotfile, sizeof(slotfile), "slot%d-file", slot);
+	/* QEMU is jailed and opens no path: the disk arrives as an fd set. */
+	r = qmp_exec_fd(q, "add-fd", NULL, fd, &added, 10000, err);
+	snprintf(fdset, sizeof(fdset), "/dev/fdset/%lld",
+		 (long long)json_integer_value(json_object_get(added, "fdset-id")));
+	json_decref(added);
+	if (r)
+		return r;
 	r = qmp_exec(q, "blockdev-add",
 		     json_pack("{s:s,s:s,s:b,s:{s:s,s:s,s:b}}", "driver", "raw", "node-name", node,
-			       "read-only", 1, "file", "driver", "file", "filename", disk,
+			       "read-only", 1, "file", "driver", "file", "filename", fdset,
 			       "read-only", 1),
 		     NULL, 10000, err);
 	if (r)

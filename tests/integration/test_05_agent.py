@@ -21,6 +21,6 @@ def test_agent_smoke(script):
     fails = [l for l in lines if l.startswith("FAIL")]
     skips = [l for l in lines if l.startswith("SKIP")]
     passes = [l for l in lines if l.startswith("PASS")]
-    assert p.returncode == 0 and not fails, out[-4000:]
+    assert p.returncode == 0 and not fails, "\n".join(fails)[:6000] + "\n...\n" + out[-1500:]
     assert not skips, "checks did not run:\n" + "\n".join(skips)
     assert passes, "no check ran:\n" + out[-2000:]
