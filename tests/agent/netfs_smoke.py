@@ -29,7 +29,7 @@ import smoke  # noqa: E402
 from smoke import Agent, check, cid, results, timings  # noqa: E402
 
 TOP = smoke.TOP
-APPLETS = smoke.BUSYBOX_APPLETS + ["ip", "wget", "md5sum", "stat", "touch", "readlink"]
+APPLETS = sorted(set(smoke.BUSYBOX_APPLETS + ["ip", "wget", "md5sum", "stat", "touch", "readlink"]))
 IMG = "sha256:" + "cd" * 32
 NET = {"ip": "10.0.2.15", "prefix": 24, "gateway": "10.0.2.2", "dns": ["10.0.2.3", "fec0::3"],
        "ip6": "fec0::15", "prefix6": 64, "gateway6": "fec0::2"}
