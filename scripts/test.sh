@@ -17,8 +17,10 @@ make -s WERROR=1 unit
 make -s WERROR=1 san
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} ./tests/fuzz/run.sh
 echo "== unit + san + fuzz: $(( $(date +%s) - t0 )) s"
+# The model engine against llama.cpp (node-llama-cpp, installed into build/node-ref on first
+# use) and its server against the official openai and @anthropic-ai/sdk clients.
+/usr/bin/python3 -m pytest -q "$top/tests/model"
+echo "== unit + san + fuzz + model: $(( $(date +%s) - t0 )) s"
 cd tests/integration
 /usr/bin/python3 -m pytest -v ${PYTEST_ARGS:-}
 echo "== all: $(( $(date +%s) - t0 )) s"
-# The model engine against llama.cpp (node-llama-cpp, installed into build/node-ref on first use).
-/usr/bin/python3 -m pytest -q "$top/tests/model"
