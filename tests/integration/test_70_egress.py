@@ -239,10 +239,17 @@ def test_deny_blocks_udp(ehome, deny_sb, quiet):
 
 
 def test_deny_blocks_icmp(ehome, deny_sb, quiet):
+    def refused_to_ns():
+        return sum(d.get("refused", 0) for d in dest_entries(egress(ehome, deny_sb), IP_NS))
     before = quiet.ns.icmp_echo_requests()
+    refused0 = refused_to_ns()
     r = probe(ehome, deny_sb, dict(op="ping", host=IP_NS, timeout=2))
-    assert not r[0]["ok"], r            # no echo reply (or no raw socket at all)
-    time.sleep(0.3)
+    assert not r[0]["ok"], r            # no echo reply
+    # The control: the guest did open its raw socket and send (it waited for a reply and
+    # timed out, rather than failing with EPERM), and the policy saw the echo and refused it.
+    assert r[0].get("err") in ("TimeoutError", "timeout"), r
+    assert wait_for(lambda: refused_to_ns() > refused0, 10), \
+        "kosa8-net never saw the echo request: %s" % egress(ehome, deny_sb)
     assert quiet.ns.icmp_echo_requests() == before, "an echo request reached the namespace"
 
 

@@ -374,9 +374,11 @@ def test_host_symlinks_do_not_lead_out_of_the_mount(mhome, msb, root):
         assert root.token not in v, "host data leaked through %s: %r" % (p, v)
         if p in ("/data/esc", "/data/rel"):
             assert "secret.txt" not in v, (p, v)
-    host_hostname = open("/etc/hostname").read()
-    if out["own-hostname"] != host_hostname:
-        assert out["/data/etc/hostname"] != host_hostname, out
+    # The link's text "/etc" resolves in the guest: what it reads is the guest's own
+    # hostname (or nothing), whatever the host's is. (Paths that exist only on the host,
+    # above, carry the token that shows a leak.)
+    v = out["/data/etc/hostname"]
+    assert v == out["own-hostname"] or v.startswith("ERR:"), out
     # A symlink the guest makes to a host path resolves in the guest, not on the host.
     out = gpy(mhome, msb, "import os; os.symlink(%r, '/data/glink'); " % root.secret_dir +
               "p = '/data/glink/secret.txt'; "
@@ -672,10 +674,10 @@ def test_mount_survives_a_daemon_kill(mhome, msb, root):
     pid = daemon_pid(mhome.path)
     os.kill(pid, signal.SIGKILL)
     assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10)
-    # kosa8-fs serves on while no daemon runs (informational).
+    # kosa8-fs serves on while no daemon runs: the container's writes keep arriving.
     v0 = open(tick).read()
-    time.sleep(2)
-    print("tick while the daemon was down: %s -> %s" % (v0, open(tick).read()))
+    assert wait_for(lambda: open(tick).read() not in ("", v0), 15), \
+        "kosa8-fs stopped serving while the daemon was down (tick stayed %s)" % v0
     mhome.start(*mhome.allow)
     p = gsh(mhome, msb, "cat /ro/ro.txt && echo restarted > /data/after-restart")
     assert p.returncode == 0 and p.stdout == "read only\n", p.stdout + p.stderr
