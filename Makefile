@@ -3,6 +3,7 @@
 #   make            everything           make test       unit + integration tests
 #   make unit       C unit tests         make san        ASan+UBSan build, unit tests
 #   make bench      benchmarks           make fuzz       libFuzzer targets, briefly
+#   make check-layers  the daemon's modules depend one way (docs/design.md)
 #   WERROR=1        warnings are errors (CI sets it)
 B       ?= build
 CC      ?= cc
@@ -50,7 +51,7 @@ ifneq ($(wildcard src/fs/main.c),)
 PROGS += $(B)/bin/kosa8-fs
 endif
 
-.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static
+.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static check-layers
 all: progs guest
 
 progs: $(PROGS)
@@ -101,10 +102,13 @@ $(B)/tests/test_agent_sec: $(call obj,src/agent/sec.c)
 unit: $(UNIT_BIN)
 	@./tests/run-unit.sh $(UNIT_BIN)
 
+check-layers:
+	@./scripts/check-layers.sh
+
 integration: all
 	cd tests/integration && /usr/bin/python3 -m pytest -v
 
-test: unit integration
+test: check-layers unit integration
 
 san:
 	$(MAKE) B=build-san SAN=1 unit

@@ -6,9 +6,17 @@
  * by a worker thread; run and exec upgrade the connection to a framed stream
  * (exec.c) that the connection's thread serves until the process exits.
  */
+#include "daemon/api.h"
 #include "daemon/daemon.h"
+#include "daemon/sandbox.h"
+#include "daemon/checkpoint.h"
+#include "daemon/egress.h"
+#include "daemon/exec.h"
+#include "daemon/model.h"
+#include "daemon/bundle.h"
 #include "daemon/audit.h"
 #include "daemon/secret.h"
+#include "daemon/accel.h"
 #include "image/image.h"
 
 #include <fcntl.h>

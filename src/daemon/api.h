@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* api.h - the daemon's API server on its unix socket (api.c, docs/api.md). */
+#ifndef K8_API_H
+#define K8_API_H
+
+#include "common/util.h"
+
+struct daemon;
+
+int api_start(struct daemon *d, int listen_fd, struct k8_err *err);
+void api_stop(struct daemon *d);
+
+#endif
