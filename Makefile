@@ -4,6 +4,7 @@
 #   make unit       C unit tests         make san        ASan+UBSan build, unit tests
 #   make bench      benchmarks           make fuzz       libFuzzer targets, briefly
 #   make check-layers  the daemon's modules depend one way (docs/design.md)
+#   make bench-density how many idle sandboxes the host holds (long)
 #   WERROR=1        warnings are errors (CI sets it)
 B       ?= build
 CC      ?= cc
@@ -51,7 +52,7 @@ ifneq ($(wildcard src/fs/main.c),)
 PROGS += $(B)/bin/kosa8-fs
 endif
 
-.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static check-layers
+.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static check-layers bench-density
 all: progs guest
 
 progs: $(PROGS)
@@ -115,6 +116,10 @@ san:
 
 bench: all
 	./bench/run.sh
+
+# How many idle sandboxes this host holds (issue 15): takes the machine for many minutes.
+bench-density: all
+	cd bench && python3 density.py
 
 fuzz:
 	./tests/fuzz/run.sh
