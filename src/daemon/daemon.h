@@ -387,6 +387,9 @@ void sb_sock_path(struct daemon *d, struct sandbox *sb, const char *what, char *
 char **sb_setting_list(const char *env, json_t *cfg, const char *key);
 void sb_setting_list_free(char **list);
 json_t *sb_daemon_config(struct daemon *d);
+/* Offline: --offline, KOSA8_OFFLINE (not "0") or config.json "offline": true, read at each
+ * call (cfg: the config already read, or NULL). Nothing may open a network connection. */
+bool sb_offline(struct daemon *d, json_t *cfg);
 int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
 		  struct k8_err *err);
 int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,

@@ -114,12 +114,6 @@ static int meta_write(struct daemon *d, const char *name, json_t *meta, struct k
 	return 0;
 }
 
-static bool offline(struct daemon *d, json_t *cfg)
-{
-	const char *off = getenv("KOSA8_OFFLINE");
-	return d->offline || (off && *off && strcmp(off, "0")) || json_is_true(json_object_get(cfg, "offline"));
-}
-
 /* ---- the hub ---- */
 
 struct buf {
@@ -544,7 +538,7 @@ int model_pull(struct daemon *d, json_t *body, void (*progress)(void *, json_t *
 	size_t el = strlen(endpoint);
 	while (el && endpoint[el - 1] == '/')
 		endpoint[--el] = 0;
-	bool off = offline(d, cfg);
+	bool off = sb_offline(d, cfg);
 	json_decref(cfg);
 	if (off)
 		return k8_err_set(err, -ENETUNREACH, "KOSA8_OFFLINE is set: not fetching %s from %s; "

@@ -1189,11 +1189,22 @@ json_t *sb_daemon_config(struct daemon *d)
 	return cfg;
 }
 
+bool sb_offline(struct daemon *d, json_t *cfg)
+{
+	const char *off = getenv("KOSA8_OFFLINE");
+	json_t *own = cfg ? NULL : sb_daemon_config(d);
+	bool r = d->offline || (off && *off && strcmp(off, "0")) ||
+		 json_is_true(json_object_get(cfg ? cfg : own, "offline"));
+
+	json_decref(own);
+	return r;
+}
+
 int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, json_t *),
 		  void *pctx, json_t **out, struct k8_err *err)
 {
 	struct pull_progress pp = { progress, pctx };
-	const char *off = getenv("KOSA8_OFFLINE"), *dc = getenv("DOCKER_CONFIG");
+	const char *dc = getenv("DOCKER_CONFIG");
 	const char *home = getenv("HOME");
 	cleanup_free char *auth = xasprintf("%s/auth.json", d->home);
 	cleanup_free char *docker = dc && *dc ? xasprintf("%s/config.json", dc) :
@@ -1202,8 +1213,7 @@ int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, js
 	char **insecure = sb_setting_list("KOSA8_INSECURE_REGISTRIES", cfg, "insecure_registries");
 	char **mirrors = sb_setting_list("KOSA8_REGISTRY_MIRRORS", cfg, "registry_mirrors");
 	struct pull_opts o = {
-		.offline = d->offline || (off && *off && strcmp(off, "0")) ||
-			   json_is_true(json_object_get(cfg, "offline")),
+		.offline = sb_offline(d, cfg),
 		.auth_file = auth,
 		.docker_config = docker,
 		.insecure = (const char *const *)insecure,
