@@ -104,10 +104,10 @@ def main():
         res["reply2"] = chat(messages)
         res["egress"] = json.loads(k("sandbox", "egress", "interp", "--json").stdout)
         res["mark_before_rewind"] = k("sandbox", "exec", "interp", cid, "sh", "-c",
-                                      "test -e /root/k8-mark; echo $?").stdout.strip()
+                                      "test -e /k8-mark; echo $?").stdout.strip()
         k("rewind", "interp", "--to", "before-code", "-y", timeout=600)
         res["mark_after_rewind"] = k("sandbox", "exec", "interp", cid, "sh", "-c",
-                                     "test -e /root/k8-mark; echo $?").stdout.strip()
+                                     "test -e /k8-mark; echo $?").stdout.strip()
         res["net_after"] = net_state()
         res["ok"] = True
     except Exception as e:  # the test reads the steps to say what broke
