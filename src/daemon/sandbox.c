@@ -1317,6 +1317,11 @@ int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 	int r;
 
 	r = image_resolve(d->images, image, &info, err);
+	if (r == -ENOENT && sb_offline(d, NULL)) {   /* the store's hint would say `image pull` */
+		err->code = 0;
+		return k8_err_set(err, -ENETUNREACH, "KOSA8_OFFLINE is set: not fetching %s; load "
+				  "it with kosa8 image load or kosa8 bundle import", image);
+	}
 	if (r)
 		return r;
 	pthread_mutex_lock(&sb->lock);

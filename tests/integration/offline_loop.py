@@ -90,6 +90,11 @@ def main():
           "--egress", "deny", timeout=300)
         k("sandbox", "pull", "interp", "python:3.12-slim", timeout=900)
         cid = k("sandbox", "start", "interp", "python:3.12-slim", "sleep", "100000").stdout.strip()
+        # An image that is not in the store: refused at once, by name, for the sandbox too.
+        res["sandbox_pull_remote"] = k("sandbox", "pull", "interp", "python:3.13-slim",
+                                       check=False, timeout=60).__dict__
+        res["sandbox_run_remote"] = k("sandbox", "run", "interp", "python:3.13-slim", "true",
+                                      check=False, timeout=60).__dict__
         k("checkpoint", "interp", "--label", "before-code", timeout=600)
 
         messages = [{"role": "user", "content": "What is six times seven? Use run_code."}]

@@ -115,6 +115,9 @@ def test_guide_loop_in_a_namespace_without_network(bundle):
                                       "stderr": r["image_pull"]["stderr"]}), "kosa8 image load")
     assert offline_msg(type("P", (), {"returncode": r["model_pull"]["returncode"],
                                       "stderr": r["model_pull"]["stderr"]}), "model import")
+    for what in ("sandbox_pull_remote", "sandbox_run_remote"):
+        q = r[what]
+        assert q["returncode"] != 0 and "KOSA8_OFFLINE is set: not fetching" in q["stderr"], (what, q)
     # The guest image came from the bundle, into the home.
     assert r["status_after"]["guest"]["dir"].startswith(home), r["status_after"]["guest"]
     assert [m["name"] for m in r["models"]] == ["tool"]
