@@ -24,9 +24,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
-#include <unistd.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model/chatreq.h"
 #include "model/jail.h"
@@ -893,6 +893,8 @@ int server_main(int argc, char **argv)
 			      .gid = MODEL_JAIL_UID };
 	if (user && (no_jail || mjail_parse_user(user, &jail)))
 		return fail("--user %s: expected UID:GID, both above 0 (and not with --no-jail)", user);
+	if (user)
+		jail.jail = true;       /* asked for: a user that cannot switch fails, not runs as is */
 	struct sockaddr_storage ss = { 0 };
 	struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
 	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
