@@ -129,15 +129,15 @@ clean:
 
 # kosa8-model (issue 13): the local model engine, its own process (it parses model files).
 MODEL_SRC     := $(filter-out src/model/main.c,$(wildcard src/model/*.c))
-MODEL_LIB_OBJ := $(call obj,$(MODEL_SRC) src/common/util.c)
+MODEL_LIB_OBJ := $(call obj,$(MODEL_SRC) src/common/util.c src/common/jail.c)
 PROGS += $(B)/bin/kosa8-model
 progs: $(B)/bin/kosa8-model
 $(B)/bin/kosa8-model: $(call obj,src/model/main.c) $(MODEL_LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread -lseccomp
 $(B)/tests/test_model_%: tests/unit/test_model_%.c $(MODEL_LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread
+	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread -lseccomp
 # kosa8-broker: the egress broker (issue 14), one process per sandbox. docs/broker.md
 BROKER_SRC := $(filter-out src/broker/main.c,$(wildcard src/broker/*.c))
 LIBS_BROKER := -lssl -lcrypto -ljansson -lseccomp

@@ -385,7 +385,8 @@ static int show_status(const json_t *st, void *ctx)
 		       "on (QEMU: own uid, no capabilities, seccomp, empty root)" :
 		       "OFF (QEMU runs as root)");
 	if (json_is_true(json_object_get(st, "offline")))
-		printf("  registries: offline (nothing is fetched; local images only)\n");
+		printf("  network:    offline (nothing is fetched: image and model pulls are "
+		       "refused; load, import or bundle import instead)\n");
 	cg = json_object_get(st, "cgroup");
 	if (cg) {
 		json_t *ver = json_object_get(cg, "version");

@@ -397,8 +397,7 @@ static json_t *status_json(struct daemon *d)
 		close(kfd);
 		close(ifd);
 	}
-	const char *off = getenv("KOSA8_OFFLINE");
-	bool offline = d->offline || (off && *off && strcmp(off, "0"));
+	bool offline = daemon_offline(d, NULL);
 	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s}}",
 			 "version", "0.1.0", "pid", (int)getpid(), "home", d->home, "accel", d->accel,
 			 "accel_reason", d->accel_reason, "uptime_s",

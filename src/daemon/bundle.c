@@ -14,22 +14,19 @@
  * A refused bundle leaves nothing behind but the staging directory, which is removed.
  */
 #include "daemon/bundle.h"
+#include "daemon/bundle_read.h"
 #include "daemon/daemon.h"
 #include "daemon/model.h"
 #include "image/image.h"
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <ctype.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-
-#define MANIFEST_MAX (1u << 20)
-#define MAX_PARTS 100000
 
 typedef void (*progress_fn)(void *, json_t *);
 
@@ -116,7 +113,7 @@ static int read_json_file(const char *path, json_t **out, struct k8_err *err)
 {
 	cleanup_free char *t = NULL;
 	size_t n;
-	int r = read_file(path, MANIFEST_MAX, &t, &n);
+	int r = read_file(path, BUNDLE_MANIFEST_MAX, &t, &n);
 	if (r)
 		return k8_err_set(err, r, "%s: %s", path, strerror(-r));
 	*out = json_loadb(t, n, 0, NULL);
@@ -359,32 +356,6 @@ out:
 
 /* ---- import ---- */
 
-/* A member path we accept: one of the three trees, plain characters, no "..". */
-static bool member_ok(const char *p)
-{
-	size_t l = strlen(p);
-	if (l == 0 || l >= 300 || strstr(p, "..") || strstr(p, "//") || p[l - 1] == '/' ||
-	    (strncmp(p, "guest/", 6) && strncmp(p, "images/", 7) && strncmp(p, "models/", 7)))
-		return false;
-	for (size_t i = 0; i < l; i++)
-		if (!isalnum((unsigned char)p[i]) && !strchr("._-/", p[i]))
-			return false;
-	if (!strncmp(p, "guest/", 6) && strchr(p + 6, '/'))
-		return false;
-	return true;
-}
-
-static int mkparents(const char *root, const char *rel)
-{
-	char buf[4400];
-	snprintf(buf, sizeof(buf), "%s/%s", root, rel);
-	char *s = strrchr(buf, '/');
-	if (!s)
-		return 0;
-	*s = 0;
-	return mkdir_p(buf, 0700);
-}
-
 int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pctx, json_t **out,
 		  struct k8_err *err)
 {
@@ -394,10 +365,10 @@ int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pc
 	char stage[4200];
 	snprintf(stage, sizeof(stage), "%s/tmp/bundle-%d-%ld", d->home, (int)getpid(), (long)time(NULL));
 	struct archive *a = archive_read_new();
+	struct bundle_read br = { 0 };
+	json_t *manifest, *seen, *loaded = NULL;
+	int r = 0, nparts;
 	archive_read_support_format_tar(a);
-	json_t *manifest = NULL, *parts = NULL, *seen = json_object(), *loaded = NULL;
-	int r = 0, nparts = 0;
-	struct archive_entry *e;
 	rm_rf(stage);
 	if ((r = mkdir_p(stage, 0700))) {
 		r = k8_err_set(err, r, "%s: %s", stage, strerror(-r));
@@ -407,120 +378,11 @@ int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pc
 		r = k8_err_set(err, -EINVAL, "%s: %s", path, archive_error_string(a));
 		goto out;
 	}
-	for (;;) {
-		int ar = archive_read_next_header(a, &e);
-		if (ar == ARCHIVE_EOF)
-			break;
-		if (ar != ARCHIVE_OK) {
-			r = k8_err_set(err, -EBADMSG, "%s is not a whole kosa8 bundle: %s", path,
-				       archive_error_string(a));
-			goto out;
-		}
-		const char *name = archive_entry_pathname(e);
-		la_int64_t size = archive_entry_size(e);
-		if (!name || archive_entry_filetype(e) != AE_IFREG || size < 0) {
-			r = k8_err_set(err, -EBADMSG, "%s: a member that is not a plain file", path);
-			goto out;
-		}
-		if (!manifest) {
-			if (strcmp(name, "manifest.json") || size > (la_int64_t)MANIFEST_MAX) {
-				r = k8_err_set(err, -EBADMSG, "%s is not a kosa8 bundle (manifest.json "
-					       "must come first)", path);
-				goto out;
-			}
-			char *t = xmalloc((size_t)size + 1);
-			la_ssize_t got = archive_read_data(a, t, (size_t)size);
-			manifest = got == size ? json_loadb(t, (size_t)size, 0, NULL) : NULL;
-			free(t);
-			parts = json_object();
-			json_t *pl = json_object_get(manifest, "parts");
-			if (!json_is_integer(json_object_get(manifest, "kosa8_bundle")) ||
-			    json_integer_value(json_object_get(manifest, "kosa8_bundle")) != 1 ||
-			    !json_is_array(pl) || json_array_size(pl) > MAX_PARTS) {
-				r = k8_err_set(err, -EBADMSG, "%s: manifest.json is not a version 1 bundle "
-					       "manifest", path);
-				goto out;
-			}
-			size_t i;
-			json_t *p;
-			json_array_foreach(pl, i, p) {
-				const char *pp = json_string_value(json_object_get(p, "path"));
-				const char *sh = json_string_value(json_object_get(p, "sha256"));
-				json_t *sz = json_object_get(p, "size");
-				if (!pp || !member_ok(pp) || !sh || strlen(sh) != 64 || !json_is_integer(sz) ||
-				    json_integer_value(sz) < 0 || json_object_get(parts, pp)) {
-					r = k8_err_set(err, -EBADMSG, "%s: manifest.json part %zu is not valid",
-						       path, i);
-					goto out;
-				}
-				json_object_set(parts, pp, p);
-			}
-			nparts = (int)json_object_size(parts);
-			continue;
-		}
-		json_t *p = json_object_get(parts, name);
-		if (!p || json_object_get(seen, name)) {
-			r = k8_err_set(err, -EBADMSG, "%s: member %.200s is %s", path, name,
-				       p ? "there twice" : "not in its manifest");
-			goto out;
-		}
-		if (size != json_integer_value(json_object_get(p, "size"))) {
-			r = k8_err_set(err, -EBADMSG, "%s: %s is %lld bytes; the manifest says %lld", path,
-				       name, (long long)size,
-				       (long long)json_integer_value(json_object_get(p, "size")));
-			goto out;
-		}
-		if ((r = mkparents(stage, name))) {
-			r = k8_err_set(err, r, "staging %s: %s", name, strerror(-r));
-			goto out;
-		}
-		cleanup_free char *dst = xasprintf("%s/%s", stage, name);
-		cleanup_close int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (fd < 0) {
-			r = k8_err_set(err, -errno, "%s: %s", dst, strerror(errno));
-			goto out;
-		}
-		EVP_MD_CTX *md = EVP_MD_CTX_new();
-		EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-		char b[1 << 16];
-		la_ssize_t k;
-		int64_t done = 0;
-		while ((k = archive_read_data(a, b, sizeof(b))) > 0) {
-			EVP_DigestUpdate(md, b, (size_t)k);
-			if (write_full(fd, b, (size_t)k) < 0) {
-				r = k8_err_set(err, -EIO, "%s: %s", dst, strerror(errno));
-				break;
-			}
-			done += k;
-		}
-		unsigned char dg[32];
-		char hex[65];
-		EVP_DigestFinal_ex(md, dg, NULL);
-		EVP_MD_CTX_free(md);
-		hexs(dg, hex);
-		if (r)
-			goto out;
-		if (k < 0 || done != size) {
-			r = k8_err_set(err, -EBADMSG, "%s is cut short in %s", path, name);
-			goto out;
-		}
-		if (strcmp(hex, json_string_value(json_object_get(p, "sha256")))) {
-			r = k8_err_set(err, -EBADMSG, "%s: %s has SHA-256 %s; the manifest says %s. "
-				       "Nothing was installed", path, name, hex,
-				       json_string_value(json_object_get(p, "sha256")));
-			goto out;
-		}
-		json_object_set_new(seen, name, json_true());
-		if (progress)
-			progress(pctx, json_pack("{s:s,s:s,s:I,s:I}", "phase", "verify", "what", name,
-						 "done", (json_int_t)json_object_size(seen), "total",
-						 (json_int_t)nparts));
-	}
-	if (!manifest || (int)json_object_size(seen) != nparts) {
-		r = k8_err_set(err, -EBADMSG, "%s ends before all of its %d parts (%zu came); nothing "
-			       "was installed", path, nparts, json_object_size(seen));
+	if ((r = bundle_read(a, path, stage, progress, pctx, &br, err)))
 		goto out;
-	}
+	manifest = br.manifest;
+	seen = br.seen;
+	nparts = br.nparts;
 	/* Everything verified: install. Images first (the store's loader checks them again),
 	 * then models, then the guest image. */
 	json_t *refs = json_object_get(manifest, "images");
@@ -556,6 +418,19 @@ int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pc
 		cleanup_free char *gdst = xasprintf("%s/guest", d->home);
 		cleanup_free char *gold = xasprintf("%s/guest.old", d->home);
 		cleanup_free char *gsrc = xasprintf("%s/guest", stage);
+		/* World-readable like a built guest image: the jailed QEMU (its own uid) reopens
+		 * the kernel and initramfs through /proc/self/fd, which checks the file's mode.
+		 * Nothing in them is secret; $KOSA8_HOME itself stays 0700. */
+		const char *k;
+		json_t *v;
+		json_object_foreach(seen, k, v)
+			if (!strncmp(k, "guest/", 6)) {
+				cleanup_free char *f = xasprintf("%s/%s", stage, k);
+				if (chmod(f, 0644) < 0) {
+					r = k8_err_set(err, -errno, "%s: %s", f, strerror(errno));
+					goto out;
+				}
+			}
 		rm_rf(gold);
 		if (rename(gdst, gold) && errno != ENOENT) {
 			r = k8_err_set(err, -errno, "%s: %s", gdst, strerror(errno));
@@ -578,9 +453,7 @@ int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pc
 out:
 	archive_read_free(a);
 	rm_rf(stage);
-	json_decref(manifest);
-	json_decref(parts);
-	json_decref(seen);
+	bundle_read_free(&br);
 	json_decref(loaded);
 	return r;
 }

@@ -56,6 +56,18 @@ json_t *daemon_config(struct daemon *d)
 	return cfg;
 }
 
+/* Offline: the flag, the environment or config.json (daemon.h). */
+bool daemon_offline(struct daemon *d, json_t *cfg)
+{
+	const char *off = getenv("KOSA8_OFFLINE");
+	json_t *own = cfg ? NULL : daemon_config(d);
+	bool r = d->offline || (off && *off && strcmp(off, "0")) ||
+		 json_is_true(json_object_get(cfg ? cfg : own, "offline"));
+
+	json_decref(own);
+	return r;
+}
+
 /* Never fails the caller: an audit failure is logged loudly. Steals `details`. */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details)
 {

@@ -68,6 +68,9 @@ char **daemon_setting_list(const char *env, json_t *cfg, const char *key);
 void daemon_setting_list_free(char **list);
 /* $KOSA8_HOME/config.json, read afresh each call; {} when absent or unreadable. */
 json_t *daemon_config(struct daemon *d);
+/* Offline: --offline, KOSA8_OFFLINE (not "0") or config.json "offline": true, read at each
+ * call (cfg: the config already read, or NULL). Nothing may open a network connection. */
+bool daemon_offline(struct daemon *d, json_t *cfg);
 
 /* daemon.c: the audit helper; never fails the caller (an audit failure is logged) */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);

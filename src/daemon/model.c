@@ -116,12 +116,6 @@ static int meta_write(struct daemon *d, const char *name, json_t *meta, struct k
 	return 0;
 }
 
-static bool offline(struct daemon *d, json_t *cfg)
-{
-	const char *off = getenv("KOSA8_OFFLINE");
-	return d->offline || (off && *off && strcmp(off, "0")) || json_is_true(json_object_get(cfg, "offline"));
-}
-
 /* ---- the hub ---- */
 
 struct buf {
@@ -546,7 +540,7 @@ int model_pull(struct daemon *d, json_t *body, void (*progress)(void *, json_t *
 	size_t el = strlen(endpoint);
 	while (el && endpoint[el - 1] == '/')
 		endpoint[--el] = 0;
-	bool off = offline(d, cfg);
+	bool off = daemon_offline(d, cfg);
 	json_decref(cfg);
 	if (off)
 		return k8_err_set(err, -ENETUNREACH, "KOSA8_OFFLINE is set: not fetching %s from %s; "
@@ -840,7 +834,14 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 	cleanup_free char *exe = sidecar_exe("kosa8-model");
 	cleanup_free char *logdir = xasprintf("%s/logs", d->home);
 	cleanup_free char *log = xasprintf("%s/model-%s.log", logdir, name);
-	char sport[16], sth[16], sctx[16];
+	char sport[16], sth[16], sctx[16], uid[32] = "";
+	/* kosa8-model jails itself (src/model/jail.h) as MODEL_JAIL_UID, or config.json's
+	 * "model_uid"; "jail": false turns that off as it does QEMU's. */
+	json_t *cfg = daemon_config(d);
+	json_int_t muid = json_integer_value(json_object_get(cfg, "model_uid"));
+	json_decref(cfg);
+	if (muid > 0 && muid < 0xffffffffLL)
+		snprintf(uid, sizeof(uid), "%lld:%lld", (long long)muid, (long long)muid);
 	snprintf(sport, sizeof(sport), "%d", (int)port);
 	snprintf(sth, sizeof(sth), "%d", threads ? (int)threads : 2);
 	snprintf(sctx, sizeof(sctx), "%d", ctx ? (int)ctx : 4096);
@@ -857,7 +858,8 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 			dup2(nul, 0);
 		setsid();
 		execl(exe, "kosa8-model", "serve", blob, "--port", sport, "--host", host, "--name",
-		      name, "--threads", sth, "--ctx", sctx, (char *)NULL);
+		      name, "--threads", sth, "--ctx", sctx,
+		      d->jail_off ? "--no-jail" : uid[0] ? "--user" : (char *)NULL, uid, (char *)NULL);
 		_exit(127);
 	}
 	if (pid < 0) {

@@ -1143,13 +1143,11 @@ static void pull_progress_cb(void *ctx, const char *phase, const char *what, uin
 					"done", (json_int_t)done, "total", (json_int_t)total));
 }
 
-/* A NULL-terminated list: the comma-separated environment variable `env` first, then
- * the strings of array `key` in $KOSA8_HOME/config.json (docs/images.md, "Pulling"). */
 int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, json_t *),
 		  void *pctx, json_t **out, struct k8_err *err)
 {
 	struct pull_progress pp = { progress, pctx };
-	const char *off = getenv("KOSA8_OFFLINE"), *dc = getenv("DOCKER_CONFIG");
+	const char *dc = getenv("DOCKER_CONFIG");
 	const char *home = getenv("HOME");
 	cleanup_free char *auth = xasprintf("%s/auth.json", d->home);
 	cleanup_free char *docker = dc && *dc ? xasprintf("%s/config.json", dc) :
@@ -1158,8 +1156,7 @@ int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, js
 	char **insecure = daemon_setting_list("KOSA8_INSECURE_REGISTRIES", cfg, "insecure_registries");
 	char **mirrors = daemon_setting_list("KOSA8_REGISTRY_MIRRORS", cfg, "registry_mirrors");
 	struct pull_opts o = {
-		.offline = d->offline || (off && *off && strcmp(off, "0")) ||
-			   json_is_true(json_object_get(cfg, "offline")),
+		.offline = daemon_offline(d, cfg),
 		.auth_file = auth,
 		.docker_config = docker,
 		.insecure = (const char *const *)insecure,
@@ -1263,6 +1260,11 @@ int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 	int r;
 
 	r = image_resolve(d->images, image, &info, err);
+	if (r == -ENOENT && daemon_offline(d, NULL)) {   /* the store's hint would say `image pull` */
+		err->code = 0;
+		return k8_err_set(err, -ENETUNREACH, "KOSA8_OFFLINE is set: not fetching %s; load "
+				  "it with kosa8 image load or kosa8 bundle import", image);
+	}
 	if (r)
 		return r;
 	pthread_mutex_lock(&sb->lock);

@@ -26,8 +26,10 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model/chatreq.h"
+#include "model/jail.h"
 #include "model/model.h"
 #include "model/sample.h"
 #include "model/server.h"
@@ -846,10 +848,32 @@ K8_PRINTF(1, 2) static int fail(const char *fmt, ...)
 	return 1;
 }
 
+#define SERVE_USAGE "usage: kosa8-model serve FILE [--port P] [--host H] [--threads N] " \
+	"[--ctx N] [--name NAME] [--user UID:GID | --no-jail]"
+
+/* The listening socket, bound before the jail takes bind() away. fd or -errno. */
+static int listen_on(const struct sockaddr_storage *ss)
+{
+	socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	int one = 1, fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ss->ss_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, (const struct sockaddr *)ss, len) < 0 || listen(fd, 128) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
 int server_main(int argc, char **argv)
 {
-	const char *path = NULL, *host = "127.0.0.1", *name = NULL;
+	const char *path = NULL, *host = "127.0.0.1", *name = NULL, *user = NULL;
 	int port = 7434, threads = 2, ctx = 4096;
+	bool no_jail = false;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--port") && v) port = atoi(argv[++i]);
@@ -858,12 +882,19 @@ int server_main(int argc, char **argv)
 		else if (!strcmp(a, "--ctx") && v) ctx = atoi(argv[++i]);
 		else if (!strcmp(a, "--name") && v) name = argv[++i];
 		else if (a[0] != '-' && !path) path = a;
-		else return fail("usage: kosa8-model serve FILE [--port P] [--host H] [--threads N] "
-				 "[--ctx N] [--name NAME]");
+		else if (!strcmp(a, "--user") && v) user = argv[++i];
+		else if (!strcmp(a, "--no-jail")) no_jail = true;
+		else return fail("%s", SERVE_USAGE);
 	}
 	if (!path || port < 0 || port > 65535 || threads < 1 || threads > 256 || ctx < 16 || ctx > (1 << 20))
-		return fail("usage: kosa8-model serve FILE [--port P] [--host H] [--threads N] "
-			    "[--ctx N] [--name NAME]");
+		return fail("%s", SERVE_USAGE);
+	/* Root jails itself (jail.h); anyone else gets the seccomp filter only. */
+	struct mjail jail = { .jail = geteuid() == 0 && !no_jail, .uid = MODEL_JAIL_UID,
+			      .gid = MODEL_JAIL_UID };
+	if (user && (no_jail || mjail_parse_user(user, &jail)))
+		return fail("--user %s: expected UID:GID, both above 0 (and not with --no-jail)", user);
+	if (user)
+		jail.jail = true;       /* asked for: a user that cannot switch fails, not runs as is */
 	struct sockaddr_storage ss = { 0 };
 	struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
 	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
@@ -884,8 +915,6 @@ int server_main(int argc, char **argv)
 		return fail("%s", err.msg);
 	if (ctx > s.m.hp.n_ctx_train && s.m.hp.n_ctx_train > 0)
 		ctx = s.m.hp.n_ctx_train;
-	if (model_ctx_new(&s.c, &s.m, ctx, threads, &err))
-		return fail("%s", err.msg);
 	s.have_tmpl = chat_detect(&s.ct, &s.m.g, &s.t, &s.tmpl_err) == 0;
 	if (!s.have_tmpl)
 		fprintf(stderr, "kosa8-model serve: chat endpoints disabled: %s\n", s.tmpl_err.msg);
@@ -906,8 +935,19 @@ int server_main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	int lfd = listen_on(&ss);
+	if (lfd < 0)
+		return fail("cannot listen on %s port %d: %s", host, port, strerror(-lfd));
+	/* Read before the jail what would be read lazily from files it hides: jansson's hash
+	 * seed (/dev/urandom) and the time zone. Then no thread may exist yet. */
+	json_object_seed(0);
+	tzset();
+	if (mjail_enter(&jail, &err))
+		return fail("jail: %s", err.msg);
+	if (model_ctx_new(&s.c, &s.m, ctx, threads, &err))
+		return fail("%s", err.msg);
 	struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handle, &s,
-		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+		MHD_OPTION_LISTEN_SOCKET, lfd,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNS,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
 		MHD_OPTION_NOTIFY_COMPLETED, completed, &s,
@@ -915,9 +955,9 @@ int server_main(int argc, char **argv)
 	if (!d)
 		return fail("cannot listen on %s port %d", host, port);
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-	fprintf(stderr, "kosa8-model serve: %s on http://%s:%u (template %s, ctx %d, %d threads)\n",
+	fprintf(stderr, "kosa8-model serve: %s on http://%s:%u (template %s, ctx %d, %d threads, %s)\n",
 		s.id, host, di ? di->port : (unsigned)port, s.have_tmpl ? s.ct.name : "none", ctx,
-		pool_threads(s.c.pool));
+		pool_threads(s.c.pool), jail.jail ? "jailed" : "not jailed: seccomp only");
 	while (!stop_flag)
 		pause();
 	MHD_stop_daemon(d);

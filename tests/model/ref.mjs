@@ -3,7 +3,8 @@
 // bench. Prints one JSON object.
 //   node ref.mjs tokenize FILE           (stdin: JSON list of texts; both plain and special)
 //   node ref.mjs run FILE TOKENS N       (greedy, N steps; log-probabilities per step)
-//   node ref.mjs bench FILE TOKENS N     (prompt and generation speed, 2 threads)
+//   node ref.mjs bench FILE TOKENS N     (prompt and generation speed, K8_THREADS threads;
+//                                         each generated token is one controlledEvaluate)
 // NODE_PATH or the module resolution from build/node-ref finds node-llama-cpp.
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
@@ -12,6 +13,7 @@ const require = createRequire(process.env.K8_NODE_REF + "/package.json");
 const { getLlama, LlamaLogLevel } = await import(require.resolve("node-llama-cpp"));
 
 const [cmd, file, toks, nArg] = process.argv.slice(2);
+const rssBase = Math.round(process.memoryUsage().rss / 1024);   // node itself, before llama.cpp
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
 const model = await llama.loadModel({ modelPath: file, gpuLayers: 0 });
 const out = {};
@@ -62,6 +64,7 @@ if (cmd === "tokenize") {
     }
     out.gen_tok_s = (n - 1) / ((performance.now() - t2) / 1000);
     out.rss_kb = Math.round(process.memoryUsage().rss / 1024);
+    out.rss_base_kb = rssBase;
   }
   await ctx.dispose();
 }

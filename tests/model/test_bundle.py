@@ -148,5 +148,8 @@ def test_altered_and_truncated_bundles_install_nothing(bundle):
         assert any(i["digest"] == man for i in h.json("image", "ls"))
         st = h.json("daemon", "status")
         assert st["guest"]["dir"] == os.path.join(h.path, "guest") and st["guest"]["verified"]
+        # readable by the jailed QEMU's uid, which reopens them through /proc/self/fd
+        for f in ("vmlinux", "initramfs.cpio"):
+            assert os.stat(os.path.join(h.path, "guest", f)).st_mode & 0o777 == 0o644, f
     finally:
         h.close()

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# make_seeds.py - write the seed inputs of fuzz_unpack and fuzz_proto (small files kept in
+# make_seeds.py - write the seed inputs of fuzz_unpack, fuzz_proto, fuzz_load and fuzz_bundle (small files kept in
 # the repo beside this script; run it again after changing it: python3 make_seeds.py).
 # Seeds get libFuzzer past format detection: without them fuzz_unpack never reached the tar
 # reader. Each one is an input a real image or agent could send.
@@ -156,7 +156,34 @@ def load_seeds():
           archive([("manifest.json", dman), (dcfg_hex + ".json", cfg), ("l1/layer.tar", layer)]))
 
 
+def bundle_seeds():
+    """kosa8 bundles (src/daemon/bundle_read.c): a whole one, and one refused per rule."""
+    import hashlib
+    kernel, man = b"\x7fELF kernel" * 20, b'{"kernel": "vmlinux"}'
+    model = b"GGUF\x03\x00\x00\x00" + b"\x00" * 40
+    msha = hashlib.sha256(model).hexdigest()
+
+    def part(path, data, kind):
+        return {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+                "kind": kind}
+    members = [("guest/vmlinux", kernel), ("guest/manifest.json", man),
+               ("models/sha256-" + msha, model)]
+    parts = [part(p, d, p.split("/")[0]) for p, d in members]
+
+    def manifest(ps):
+        return ("manifest.json", json.dumps({"kosa8_bundle": 1, "created": 1000000000,
+                                             "parts": ps, "models": [], "images": []}).encode())
+    write("fuzz_bundle", "whole.k8b", archive([manifest(parts)] + members))
+    write("fuzz_bundle", "bad_digest.k8b",
+          archive([manifest(parts)] + members[:2] + [(members[2][0], model[:-1] + b"x")]))
+    write("fuzz_bundle", "cut_short.k8b", archive([manifest(parts)] + members[:2]))
+    write("fuzz_bundle", "twice.k8b", archive([manifest(parts)] + members + members[:1]))
+    write("fuzz_bundle", "escape.k8b",
+          archive([manifest(parts + [part("models/../../etc/x", b"x", "model")])] + members))
+
+
 if __name__ == "__main__":
     unpack_seeds()
     proto_seeds()
     load_seeds()
+    bundle_seeds()
