@@ -205,6 +205,7 @@ struct sb_mount {
 
 struct sandbox {
 	struct sandbox *next;
+	struct daemon *d;               /* the daemon that owns it (event callbacks reach it) */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int busy;                       /* lifecycle operation in progress (boot, rm) */
@@ -327,8 +328,6 @@ struct daemon {
 	bool jail_off;                   /* QEMU unjailed: config "jail": false, or not root */
 	char jail_why[256];              /* the warning, when jail_off */
 };
-
-extern struct daemon *g_daemon_for_signals;
 
 /* model.c: the model store ($KOSA8_HOME/models) and kosa8-model servers (docs/model.md) */
 int model_pull(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,

@@ -150,10 +150,10 @@ static int policy_file_write(struct sandbox *sb, struct k8_err *err)
 static void net_event(void *ctx, json_t *ev)
 {
 	struct sandbox *sb = ctx;
-	struct daemon *d = g_daemon_for_signals;
+	struct daemon *d = sb->d;
 	const char *name = json_string_value(json_object_get(ev, "event"));
 
-	if (!name || !d)
+	if (!name)
 		return;
 	if (!strcmp(name, "down")) {
 		if (sb->net.closing)

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <time.h>
 
-struct daemon *g_daemon_for_signals;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void daemon_log(const char *fmt, ...)

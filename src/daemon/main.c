@@ -180,7 +180,6 @@ int main(int argc, char **argv)
 
 	pthread_mutex_init(&d->lock, NULL);
 	d->started_mono = now_mono_ns();
-	g_daemon_for_signals = d;
 	if (pipe2(d->stop_pipe, O_CLOEXEC) < 0)
 		return 1;
 

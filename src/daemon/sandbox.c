@@ -144,6 +144,7 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	unsigned char rnd[8];
 
+	sb->d = d;
 	pthread_mutex_init(&sb->lock, NULL);
 	pthread_mutex_init(&sb->audit_mu, NULL);
 	pthread_cond_init(&sb->cond, NULL);
@@ -177,11 +178,6 @@ static void sb_free(struct sandbox *sb)
 
 /* ---- events from the guest ---- */
 
-struct ev_ctx {
-	struct daemon *d;
-	struct sandbox *sb;
-};
-
 /* Container ids are 12 hex digits (exec.c); the guest may name others, which are not
  * passed on. */
 static bool ev_container_valid(const char *c)
@@ -192,7 +188,6 @@ static bool ev_container_valid(const char *c)
 static void sb_on_event(void *ctx, json_t *ev)
 {
 	struct sandbox *sb = ctx;
-	extern struct daemon *g_daemon_for_signals;
 	const char *name = json_string_value(json_object_get(ev, "event"));
 
 	if (!name)
@@ -204,7 +199,7 @@ static void sb_on_event(void *ctx, json_t *ev)
 		if (c)
 			json_object_set_new(det, "container",
 					    json_string(ev_container_valid(c) ? c : "(invalid)"));
-		daemon_audit_guest(g_daemon_for_signals, sb, "sandbox.limit", det, 1);
+		daemon_audit_guest(sb->d, sb, "sandbox.limit", det, 1);
 	}
 }
 
