@@ -238,7 +238,7 @@ struct sandbox {
 	struct sidecar net;
 	/* records the guest can cause (egress refusals, limit hits): daemon_audit_guest */
 	pthread_mutex_t audit_mu;
-	struct audit_budget audit_budget;
+	struct rate_bucket audit_budget;
 	/* shared folders (mounts.c) */
 	struct sb_mount mounts[K8_MAX_MOUNTS];
 	int nmounts;
@@ -324,7 +324,7 @@ struct daemon {
 	bool offline;                   /* --offline: never fetch (KOSA8_OFFLINE likewise) */
 	bool stop_vms;
 	struct jail_range jail;          /* config jail_uids: uids for QEMU and sidecars */
-	struct audit_rate guest_audit;  /* config.json "audit": the budget of guest records */
+	struct rate_limit guest_audit;  /* config.json "audit": the budget of guest records */
 	bool jail_off;                   /* QEMU unjailed: config "jail": false, or not root */
 	char jail_why[256];              /* the warning, when jail_off */
 };
