@@ -27,6 +27,14 @@ int k8_err_set(struct k8_err *err, int code, const char *fmt, ...)
 	return code;
 }
 
+void k8_err_clear(struct k8_err *err)
+{
+	if (err) {
+		err->code = 0;
+		err->msg[0] = '\0';
+	}
+}
+
 int k8_err_wrap(struct k8_err *err, const char *fmt, ...)
 {
 	char prefix[512], old[sizeof(err->msg)];

@@ -26,6 +26,9 @@ struct k8_err {
 
 /* Record an error (first one wins) and return `code` so callers can `return k8_err_set(...)`. */
 int k8_err_set(struct k8_err *err, int code, const char *fmt, ...) K8_PRINTF(3, 4);
+/* Forget a recorded error (NULL is fine): for a failure the caller has handled, or before
+ * replacing a message with a better one (k8_err_set keeps the first). */
+void k8_err_clear(struct k8_err *err);
 /* Prefix an existing message with context: "loading image: <old message>". */
 int k8_err_wrap(struct k8_err *err, const char *fmt, ...) K8_PRINTF(2, 3);
 

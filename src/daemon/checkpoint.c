@@ -307,8 +307,7 @@ static int scratch_node(struct qmp *q, char *out, size_t n, struct k8_err *err)
 			json_object_get(json_object_get(it, "inserted"), "node-name"));
 		if (qdev && strstr(qdev, "scratchdev") && node) {
 			snprintf(out, n, "%s", node);
-			err->code = 0;
-			err->msg[0] = '\0';
+			k8_err_clear(err);
 			r = 0;
 			break;
 		}
@@ -394,8 +393,7 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		json_t *resp = NULL;
 		link_request(&sb->link, json_pack("{s:s}", "op", "sync"), 30000, &resp, NULL, err);
 		json_decref(resp);
-		err->code = 0;
-		err->msg[0] = '\0';
+		k8_err_clear(err);
 	}
 	if ((r = qmp_exec(&sb->qmp, "stop", NULL, NULL, 10000, err)))
 		goto out;

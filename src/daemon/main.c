@@ -213,10 +213,10 @@ int main(int argc, char **argv)
 	}
 	cgroup_probe(&d->cg);
 	daemon_log("host limits: %s", d->cg.note);
-	memset(&err, 0, sizeof(err));
+	k8_err_clear(&err);
 	if (guest_find_home(&d->guest, d->home, &err) < 0)
 		daemon_log("WARNING: %s", err.msg);
-	memset(&err, 0, sizeof(err));
+	k8_err_clear(&err);
 	if (accel_choose(d, &err) < 0) {
 		fprintf(stderr, "kosa8d: %s\n", err.msg);
 		return 1;

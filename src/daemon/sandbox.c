@@ -337,7 +337,7 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 		char msg[1024];
 		usleep(100000);
 		if (vm_qemu_said(sb->dir, false, msg, sizeof(msg))) {
-			err->code = 0;   /* QEMU's own words */
+			k8_err_clear(err);   /* QEMU's own words */
 			k8_err_set(err, -EIO, "QEMU did not start: %s", msg);
 		}
 		goto fail;
@@ -499,8 +499,7 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 		}
 	}
 	json_decref(blk);
-	err->code = 0;
-	err->msg[0] = '\0';
+	k8_err_clear(err);
 }
 
 /* Reconnect to a VM that outlived the previous daemon. */
@@ -1238,7 +1237,7 @@ int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
 					  &info, &pe);
 		json_decref(pulled);
 		if (r) {
-			err->code = 0;
+			k8_err_clear(err);
 			return k8_err_set(err, r, "%s", pe.msg);
 		}
 	} else if (r) {
