@@ -197,6 +197,16 @@ static json_t *meta_load(struct sandbox *sb, const char *label)
 	return m;
 }
 
+/* Write meta.json into a checkpoint's directory `dir`: the one writer (meta_load is the
+ * one reader). 0 or -errno. */
+static int meta_save(const char *dir, json_t *meta)
+{
+	cleanup_free char *p = xasprintf("%s/meta.json", dir);
+	cleanup_free char *t = json_dumps(meta, JSON_INDENT(2));
+
+	return t ? write_file_atomic(p, t, strlen(t), 0600) : -ENOMEM;
+}
+
 int ckpt_list(struct daemon *d, struct sandbox *sb, json_t **out, struct k8_err *err)
 {
 	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
@@ -316,157 +326,222 @@ static int scratch_node(struct qmp *q, char *out, size_t n, struct k8_err *err)
 	return r;
 }
 
-int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
-		struct k8_err *err)
-{
-	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
-	cleanup_free char *tmpdir = NULL, *final = NULL, *state = NULL;
-	char layer[64], node[64], newnode[64], created[40];
-	json_t *list = NULL, *ret = NULL, *imgs, *meta;
-	struct statvfs vfs;
-	const char *frozen;
-	uint64_t t0 = now_mono_ns(), t_saved;
-	struct stat st;
-	int fd = -1, lfd = -1, r;
-	bool stopped = false;
-	const char *removed = NULL;
-	cleanup_free char *lp = NULL;   /* the new layer, until QEMU writes to it */
-	char removed_buf[64] = "";
+/* ---- making a checkpoint ----
+ *
+ * ckpt_create() runs the steps below in order, on one job. Until ckpt_swap_layer() has
+ * put the new layer on top nothing is committed, and ckpt_job_end() removes what the
+ * steps made; from then on QEMU writes to the new layer, so the checkpoint is recorded
+ * whatever happens to the `cont` after it. */
 
-	if (!label_valid(label))
-		return k8_err_set(err, -EINVAL, "invalid checkpoint label '%.80s': use 1-63 letters, "
-				  "digits, '-', '_' or '.'", label ? label : "");
-	if ((r = sb_ensure_running(d, sb, err)))
-		return r;
-	sb_busy_enter(sb);
-	final = ckpt_dir(sb, label);
-	{
-		cleanup_free char *m = xasprintf("%s/meta.json", final);
-		if (access(m, F_OK) == 0) {
-			r = k8_err_set(err, -EEXIST, "sandbox '%s' already has a checkpoint '%s'; "
-				       "remove it first (kosa8 checkpoint rm %s %s) or pick another "
-				       "label", sb->name, label, sb->name, label);
-			goto out;
-		}
-	}
+struct ckpt_job {
+	struct sandbox *sb;
+	const char *label;
+	char *final;                    /* checkpoints/<label> */
+	char *tmpdir;                   /* checkpoints/.tmp-<label>, renamed to final last */
+	int state_fd;                   /* the migration stream's file, in tmpdir */
+	char layer[64];                 /* the new top layer's file name */
+	char *layer_path;               /* its path, until QEMU writes to it (then NULL) */
+	int layer_fd;
+	bool user_paused;               /* `sandbox pause` had stopped the vCPUs: left so */
+	bool stopped;                   /* we stopped the vCPUs and owe them a `cont` */
+	uint64_t t_stop, t_cont;        /* monotonic: before `stop` .. after `cont` answered */
+	off_t size;                     /* of the state file */
+	char created[40];
+};
+
+/* The label is free and the disk has room for the memory image. */
+static int ckpt_check_room(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
+	cleanup_free char *m = xasprintf("%s/meta.json", j->final);
+	struct statvfs vfs;
+
+	if (access(m, F_OK) == 0)
+		return k8_err_set(err, -EEXIST, "sandbox '%s' already has a checkpoint '%s'; "
+				  "remove it first (kosa8 checkpoint rm %s %s) or pick another "
+				  "label", sb->name, j->label, sb->name, j->label);
 	mkdir_p(cdir, 0700);
 	if (statvfs(cdir, &vfs) == 0 &&
-	    (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)sb->memory_mib + 256) << 20) {
-		r = k8_err_set(err, -ENOSPC, "not enough free disk space under %s for a checkpoint "
-			       "of a %d MiB sandbox (%llu MiB free); free some space first", cdir,
-			       sb->memory_mib,
-			       (unsigned long long)(((uint64_t)vfs.f_bavail * vfs.f_frsize) >> 20));
-		goto out;
-	}
-	rm_rf(final); /* an interrupted attempt without meta.json */
-	tmpdir = xasprintf("%s/.tmp-%s", cdir, label);
-	rm_rf(tmpdir);
-	if ((r = mkdir_p(tmpdir, 0700))) {
-		k8_err_set(err, r, "mkdir %s: %s", tmpdir, strerror(-r));
-		goto out;
-	}
-	state = xasprintf("%s/state", tmpdir);
-	fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		r = k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
-		goto out;
-	}
-	/* The next top layer, made now while the guest still runs: its header names the
-	 * current top (by this sandbox's path) and has the sandbox's disk size. */
-	new_layer_name(layer, sizeof(layer));
-	lp = xasprintf("%s/%s", sb->dir, layer);
-	{
-		cleanup_free char *bp = xasprintf("%s/%s", sb->dir, top_of(sb));
-		cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
-		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-				       "-u", "-b", bp, lp, size, NULL };
-		if ((r = vm_run_cmd(argv, err)))
-			goto out;
-		lfd = open(lp, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-		if (lfd < 0) {
-			r = k8_err_set(err, -errno, "open %s: %s", lp, strerror(errno));
-			goto out;
-		}
-	}
-	/* Let the guest's file systems reach the disk: the frozen layer is then clean. */
-	{
-		json_t *resp = NULL;
-		link_request(&sb->link, json_pack("{s:s}", "op", "sync"), 30000, &resp, NULL, err);
-		json_decref(resp);
-		k8_err_clear(err);
-	}
-	if ((r = qmp_exec(&sb->qmp, "stop", NULL, NULL, 10000, err)))
-		goto out;
-	stopped = true;
-	/* The file server's tables, as the guest's FUSE knows them at this instant. */
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)sb->memory_mib + 256) << 20)
+		return k8_err_set(err, -ENOSPC, "not enough free disk space under %s for a "
+				  "checkpoint of a %d MiB sandbox (%llu MiB free); free some space "
+				  "first", cdir, sb->memory_mib,
+				  (unsigned long long)(((uint64_t)vfs.f_bavail * vfs.f_frsize) >> 20));
+	return 0;
+}
+
+/* Made while the guest still runs: the state file in a fresh temporary directory, and
+ * the next top layer, whose header names the current top (by this sandbox's path) and
+ * has the sandbox's disk size. */
+static int ckpt_make_files(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	cleanup_free char *state = NULL;
+	cleanup_free char *bp = xasprintf("%s/%s", sb->dir, top_of(sb));
+	cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
+	int r;
+
+	rm_rf(j->final); /* an interrupted attempt without meta.json */
+	j->tmpdir = xasprintf("%s/checkpoints/.tmp-%s", sb->dir, j->label);
+	rm_rf(j->tmpdir);
+	if ((r = mkdir_p(j->tmpdir, 0700)))
+		return k8_err_set(err, r, "mkdir %s: %s", j->tmpdir, strerror(-r));
+	state = xasprintf("%s/state", j->tmpdir);
+	j->state_fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (j->state_fd < 0)
+		return k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
+	new_layer_name(j->layer, sizeof(j->layer));
+	j->layer_path = xasprintf("%s/%s", sb->dir, j->layer);
+	const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+			       "-u", "-b", bp, j->layer_path, size, NULL };
+	if ((r = vm_run_cmd(argv, err)))
+		return r;
+	j->layer_fd = open(j->layer_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (j->layer_fd < 0)
+		return k8_err_set(err, -errno, "open %s: %s", j->layer_path, strerror(errno));
+	return 0;
+}
+
+/* Let the guest's file systems reach the disk, so the frozen layer is clean. Best effort:
+ * a guest that does not answer is checkpointed as it is. */
+static void ckpt_guest_sync(struct sandbox *sb)
+{
+	json_auto_t *resp = NULL;
+	struct k8_err ignored = { 0 };
+
+	link_request(&sb->link, json_pack("{s:s}", "op", "sync"), 30000, &resp, NULL, &ignored);
+}
+
+static int ckpt_stop_vcpus(struct ckpt_job *j, struct k8_err *err)
+{
+	int r;
+
+	j->t_stop = j->t_cont = now_mono_ns();
+	if (j->user_paused)
+		return 0;
+	if ((r = qmp_exec(&j->sb->qmp, "stop", NULL, NULL, 10000, err)))
+		return r;
+	j->stopped = true;
+	return 0;
+}
+
+/* Memory and devices into the state file (QEMU's migration to an fd), and the file
+ * server's tables as the guest's FUSE knows them at this instant. vCPUs stopped. */
+static int ckpt_save_state(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	int r;
+
 	if (sb->nmounts) {
-		cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", tmpdir);
+		cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", j->tmpdir);
 		if ((r = fs_save(sb, nodes, err)))
-			goto out;
+			return r;
 	}
-	if ((r = qmp_exec_fd(&sb->qmp, "getfd", json_pack("{s:s}", "fdname", "ckpt"), fd, NULL,
-			     10000, err)))
-		goto out;
+	if ((r = qmp_exec_fd(&sb->qmp, "getfd", json_pack("{s:s}", "fdname", "ckpt"),
+			     j->state_fd, NULL, 10000, err)))
+		return r;
 	/* Migration is throttled to 128 MiB/s by default (it was made for networks); a
 	 * checkpoint goes to a local file with the vCPUs stopped, so no cap. */
 	if ((r = qmp_exec(&sb->qmp, "migrate-set-parameters",
 			  json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40), NULL, 10000, err)))
-		goto out;
+		return r;
 	if ((r = qmp_exec(&sb->qmp, "migrate", json_pack("{s:s}", "uri", "fd:ckpt"), NULL, 10000,
-			  err)) ||
-	    (r = wait_migration(&sb->qmp, err)))
-		goto out;
-	t_saved = now_mono_ns();
-	if ((r = scratch_node(&sb->qmp, node, sizeof(node), err)))
-		goto out;
+			  err)))
+		return r;
+	return wait_migration(&sb->qmp, err);
+}
+
+/* Freeze the disk: the new layer, passed as an fd set, goes on top of the current one
+ * (blockdev-snapshot), and the old top is the checkpoint's from then on. vCPUs stopped. */
+static int ckpt_swap_layer(struct ckpt_job *j, struct k8_err *err)
+{
+	struct qmp *q = &j->sb->qmp;
+	char node[64], newnode[64], fdset[32];
+	json_auto_t *added = NULL;
+	json_int_t set;
+	int r;
+
+	if ((r = scratch_node(q, node, sizeof(node), err)))
+		return r;
 	/* The node is named after its file ("layer-<hex>"): a daemon adopting this VM
 	 * learns the real top layer from it (query-block shows only /dev/fdset/N). */
-	snprintf(newnode, sizeof(newnode), "%.*s", (int)(strlen(layer) - strlen(".qcow2")), layer);
-	{
-		json_t *added = NULL;
-		char fdset[32];
-		json_int_t set;
-		cleanup_close int rofd = open(lp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		/* Its set holds a read-only fd too, for when the next checkpoint freezes it
-		 * (QEMU then reopens it read-only from the set). */
-		r = qmp_exec_fd(&sb->qmp, "add-fd", NULL, lfd, &added, 10000, err);
-		set = json_integer_value(json_object_get(added, "fdset-id"));
-		json_decref(added);
-		snprintf(fdset, sizeof(fdset), "/dev/fdset/%lld", (long long)set);
-		if (!r && rofd < 0)
-			r = k8_err_set(err, -errno, "open %s: %s", lp, strerror(errno));
-		if (!r)
-			r = qmp_exec_fd(&sb->qmp, "add-fd", json_pack("{s:I}", "fdset-id", set), rofd,
-					NULL, 10000, err);
-		if (!r)
-			r = qmp_exec(&sb->qmp, "blockdev-add",
-				     json_pack("{s:s,s:s,s:s,s:{s:s,s:s,s:s},s:n}", "driver", "qcow2",
-					       "node-name", newnode, "discard", "unmap", "file",
-					       "driver", "file", "filename", fdset, "discard",
-					       "unmap", "backing"),
-				     NULL, 10000, err);
-		if (!r) {
-			r = qmp_exec(&sb->qmp, "blockdev-snapshot",
-				     json_pack("{s:s,s:s}", "node", node, "overlay", newnode), NULL,
-				     30000, err);
-			if (r)
-				qmp_exec(&sb->qmp, "blockdev-del", json_pack("{s:s}", "node-name",
-									    newnode), NULL, 10000, NULL);
-		}
-		if (r)
-			goto out;
-		free(lp);
-		lp = NULL;
+	snprintf(newnode, sizeof(newnode), "%.*s", (int)(strlen(j->layer) - strlen(".qcow2")),
+		 j->layer);
+	cleanup_close int rofd = open(j->layer_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* Its set holds a read-only fd too, for when the next checkpoint freezes it (QEMU
+	 * then reopens it read-only from the set). */
+	if ((r = qmp_exec_fd(q, "add-fd", NULL, j->layer_fd, &added, 10000, err)))
+		return r;
+	set = json_integer_value(json_object_get(added, "fdset-id"));
+	snprintf(fdset, sizeof(fdset), "/dev/fdset/%lld", (long long)set);
+	if (rofd < 0)
+		return k8_err_set(err, -errno, "open %s: %s", j->layer_path, strerror(errno));
+	if ((r = qmp_exec_fd(q, "add-fd", json_pack("{s:I}", "fdset-id", set), rofd, NULL,
+			     10000, err)))
+		return r;
+	if ((r = qmp_exec(q, "blockdev-add",
+			  json_pack("{s:s,s:s,s:s,s:{s:s,s:s,s:s},s:n}", "driver", "qcow2",
+				    "node-name", newnode, "discard", "unmap", "file", "driver",
+				    "file", "filename", fdset, "discard", "unmap", "backing"),
+			  NULL, 10000, err)))
+		return r;
+	if ((r = qmp_exec(q, "blockdev-snapshot",
+			  json_pack("{s:s,s:s}", "node", node, "overlay", newnode), NULL, 30000,
+			  err))) {
+		qmp_exec(q, "blockdev-del", json_pack("{s:s}", "node-name", newnode), NULL, 10000,
+			 NULL);
+		return r;
 	}
-	qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, err);
-	stopped = false;
+	free(j->layer_path);            /* QEMU writes to it now: it stays */
+	j->layer_path = NULL;
+	return 0;
+}
 
-	/* The VM runs again; make the checkpoint durable, then visible. */
-	frozen = top_of(sb);
-	ckpt_layer_set(sb, layer, frozen);
-	fsync(fd);
-	fstat(fd, &st);
-	imgs = json_array();
+/* Let the vCPUs we stopped run again. A failed `cont` is tried once more after 100 ms;
+ * if that fails too the vCPUs stay stopped, the sandbox is marked paused and the error
+ * says so and what to do (docs/api.md). */
+static int ckpt_cont(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	struct k8_err first = { 0 };
+	int r;
+
+	if (!j->stopped)
+		return 0;
+	j->stopped = false;
+	r = qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, &first);
+	if (r) {
+		usleep(100000);
+		r = qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, NULL);
+	}
+	j->t_cont = now_mono_ns();
+	if (!r)
+		return 0;
+	pthread_mutex_lock(&sb->lock);
+	sb->paused = true;
+	pthread_mutex_unlock(&sb->lock);
+	daemon_log("sandbox %s: QEMU refused to continue after a checkpoint: %s", sb->name,
+		   first.msg);
+	return k8_err_set(err, r, "the VM did not continue after the checkpoint (QEMU: %s): "
+			  "sandbox '%s' is paused; `kosa8 sandbox resume %s` runs it again, or "
+			  "stop and start it", first.msg, sb->name, sb->name);
+}
+
+/* Make the checkpoint durable, then visible: the new layer's parent recorded, the state
+ * file synced, meta.json written, the directory renamed to its label; then the new
+ * layer is the sandbox's top. */
+static int ckpt_commit(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	const char *frozen = top_of(sb);
+	json_t *imgs = json_array();
+	struct stat st;
+	int r;
+
+	ckpt_layer_set(sb, j->layer, frozen);
+	fsync(j->state_fd);
+	j->size = fstat(j->state_fd, &st) == 0 ? st.st_size : 0;
 	for (int i = 0; i < sb->nimages; i++)
 		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
 						      "digest", sb->images[i].digest, "disk",
@@ -476,62 +551,111 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		struct tm tm;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		gmtime_r(&ts.tv_sec, &tm);
-		strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		strftime(j->created, sizeof(j->created), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	}
-	meta = json_pack("{s:i,s:s,s:s,s:I,s:s,s:I,s:i,s:i,s:o}", "version", 1, "label", label,
-			 "created", created, "created_ns", (json_int_t)now_real_ns(), "layer", frozen,
-			 "size", (json_int_t)st.st_size, "memory_mib", sb->memory_mib, "cpus",
-			 sb->cpus, "images", imgs);
-	{
-		char *t = json_dumps(meta, JSON_INDENT(2));
-		cleanup_free char *mp = xasprintf("%s/meta.json", tmpdir);
-		r = write_file_atomic(mp, t, strlen(t), 0600);
-		free(t);
-	}
-	json_decref(meta);
-	if (!r && rename(tmpdir, final) < 0)
+	json_auto_t *meta = json_pack("{s:i,s:s,s:s,s:I,s:s,s:I,s:i,s:i,s:o}", "version", 1,
+				      "label", j->label, "created", j->created, "created_ns",
+				      (json_int_t)now_real_ns(), "layer", frozen, "size",
+				      (json_int_t)j->size, "memory_mib", sb->memory_mib, "cpus",
+				      sb->cpus, "images", imgs);
+	r = meta_save(j->tmpdir, meta);
+	if (!r && rename(j->tmpdir, j->final) < 0)
 		r = -errno;
-	if (r) {
-		k8_err_set(err, r, "saving checkpoint metadata: %s", strerror(-r));
-		goto out;
-	}
+	if (r)
+		return k8_err_set(err, r, "saving checkpoint metadata: %s", strerror(-r));
+	free(j->tmpdir);                /* it is the checkpoint now */
+	j->tmpdir = NULL;
 	pthread_mutex_lock(&sb->lock);
-	snprintf(sb->disk, sizeof(sb->disk), "%s", layer);
+	snprintf(sb->disk, sizeof(sb->disk), "%s", j->layer);
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
+	return 0;
+}
 
-	/* Ten kept: the eleventh removes the oldest. */
-	ckpt_list(d, sb, &list, err);
-	if (json_array_size(list) > K8_MAX_CHECKPOINTS) {
-		const char *old = json_string_value(json_object_get(json_array_get(list, 0), "label"));
-		snprintf(removed_buf, sizeof(removed_buf), "%s", old ? old : "");
-		if (old && strcmp(old, label) && remove_locked(sb, removed_buf, err) == 0)
-			removed = removed_buf;
+/* Ten kept: the eleventh removes the oldest. Its label into removed[], "" if none. */
+static void ckpt_rotate(struct ckpt_job *j, char *removed, size_t n)
+{
+	json_auto_t *list = NULL;
+	struct k8_err ignored = { 0 };
+
+	removed[0] = '\0';
+	ckpt_list(NULL, j->sb, &list, &ignored);
+	if (json_array_size(list) <= K8_MAX_CHECKPOINTS)
+		return;
+	const char *old = json_string_value(json_object_get(json_array_get(list, 0), "label"));
+	if (old && strcmp(old, j->label) && strlen(old) < n) {
+		snprintf(removed, n, "%s", old);
+		if (remove_locked(j->sb, removed, &ignored))
+			removed[0] = '\0';
 	}
-	json_decref(list);
-	*out = json_pack("{s:s,s:s,s:I,s:I,s:I}", "label", label, "created", created, "size",
-			 (json_int_t)st.st_size, "ms", (json_int_t)((now_mono_ns() - t0) / 1000000),
-			 "pause_ms", (json_int_t)((now_mono_ns() - t0) / 1000000));
-	(void)t_saved;
-	if (removed)
-		json_object_set_new(*out, "removed", json_string(removed));
+}
+
+/* Undo what was not committed; a failure leaves the vCPUs running as they were. */
+static void ckpt_job_end(struct ckpt_job *j, int r, struct k8_err *err)
+{
+	struct k8_err ce = { 0 };
+
+	if (j->stopped && ckpt_cont(j, &ce)) {
+		char first[sizeof(err->msg)];
+		snprintf(first, sizeof(first), "%s", err->msg);
+		k8_err_clear(err);
+		k8_err_set(err, r, "%s; and %s", first, ce.msg);
+	}
+	if (j->layer_fd >= 0)
+		close(j->layer_fd);
+	if (j->layer_path)
+		unlink(j->layer_path);
+	if (j->state_fd >= 0)
+		close(j->state_fd);
+	if (j->tmpdir && r)
+		rm_rf(j->tmpdir);
+	free(j->layer_path);
+	free(j->tmpdir);
+	free(j->final);
+}
+
+int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
+		struct k8_err *err)
+{
+	struct ckpt_job j = { .sb = sb, .label = label, .state_fd = -1, .layer_fd = -1 };
+	char removed[64];
+	uint64_t t0 = now_mono_ns();
+	int r, cont_r;
+
+	if (!label_valid(label))
+		return k8_err_set(err, -EINVAL, "invalid checkpoint label '%.80s': use 1-63 letters, "
+				  "digits, '-', '_' or '.'", label ? label : "");
+	if ((r = sb_ensure_running(d, sb, err)))
+		return r;
+	sb_busy_enter(sb);
+	j.final = ckpt_dir(sb, label);
+	pthread_mutex_lock(&sb->lock);
+	j.user_paused = sb->paused;
+	pthread_mutex_unlock(&sb->lock);
+	if ((r = ckpt_check_room(&j, err)) || (r = ckpt_make_files(&j, err)))
+		goto out;
+	if (!j.user_paused)             /* a paused guest cannot answer */
+		ckpt_guest_sync(sb);
+	if ((r = ckpt_stop_vcpus(&j, err)) || (r = ckpt_save_state(&j, err)) ||
+	    (r = ckpt_swap_layer(&j, err)))
+		goto out;
+	cont_r = ckpt_cont(&j, err);
+	if ((r = ckpt_commit(&j, err)))
+		goto out;
+	ckpt_rotate(&j, removed, sizeof(removed));
 	daemon_audit(d, "checkpoint.create", sb->name,
-		     json_pack("{s:s,s:I,s:s?}", "label", label, "size", (json_int_t)st.st_size,
-			       "removed_oldest", removed));
-	r = 0;
+		     json_pack("{s:s,s:I,s:s?}", "label", label, "size", (json_int_t)j.size,
+			       "removed_oldest", removed[0] ? removed : NULL));
+	if ((r = cont_r))
+		goto out;
+	*out = json_pack("{s:s,s:s,s:I,s:I,s:I}", "label", label, "created", j.created, "size",
+			 (json_int_t)j.size, "ms", (json_int_t)((now_mono_ns() - t0) / 1000000),
+			 "pause_ms", (json_int_t)((j.t_cont - j.t_stop) / 1000000));
+	if (removed[0])
+		json_object_set_new(*out, "removed", json_string(removed));
 out:
-	if (stopped)
-		qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, NULL);
-	if (lfd >= 0)
-		close(lfd);
-	if (lp)
-		unlink(lp);
-	if (fd >= 0)
-		close(fd);
-	if (tmpdir && r)
-		rm_rf(tmpdir);
+	ckpt_job_end(&j, r, err);
 	sb_busy_leave(sb);
-	json_decref(ret);
 	return r;
 }
 
