@@ -20,6 +20,7 @@
  * current top nor any checkpoint reaches it through the parent links.
  */
 #include "daemon/daemon.h"
+#include "daemon/layers.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -47,115 +48,12 @@ static bool label_valid(const char *l)
 
 static const char *top_of(struct sandbox *sb)
 {
-	return sb->disk[0] ? sb->disk : "scratch.qcow2";
-}
-
-/* ---- layers.json: child -> parent ---- */
-
-static json_t *layers_load(struct sandbox *sb)
-{
-	cleanup_free char *p = xasprintf("%s/layers.json", sb->dir);
-	cleanup_free char *t = NULL;
-	json_t *v = NULL;
-
-	if (read_file(p, 1 << 20, &t, NULL) == 0)
-		v = json_loads(t, 0, NULL);
-	if (!json_is_object(v)) {
-		json_decref(v);
-		v = json_pack("{s:n}", "scratch.qcow2");
-	}
-	return v;
-}
-
-static void layers_save(struct sandbox *sb, json_t *v)
-{
-	cleanup_free char *p = xasprintf("%s/layers.json", sb->dir);
-	char *t = json_dumps(v, JSON_INDENT(1) | JSON_SORT_KEYS);
-	write_file_atomic(p, t, strlen(t), 0600);
-	free(t);
-}
-
-void ckpt_layer_set(struct sandbox *sb, const char *child, const char *parent)
-{
-	json_t *layers = layers_load(sb);
-
-	json_object_set_new(layers, child, json_string(parent));
-	layers_save(sb, layers);
-	json_decref(layers);
-}
-
-static void mark_chain(json_t *layers, json_t *keep, const char *l)
-{
-	for (int depth = 0; l && depth < 4096 && !json_object_get(keep, l); depth++) {
-		json_object_set_new(keep, l, json_true());
-		l = json_string_value(json_object_get(layers, l));
-	}
-}
-
-/* Delete layers nothing reaches any more. */
-static void layers_gc(struct sandbox *sb)
-{
-	json_t *layers = layers_load(sb), *keep = json_object(), *v;
-	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
-	const char *k;
-	void *tmp;
-	DIR *dd;
-	struct dirent *de;
-
-	mark_chain(layers, keep, top_of(sb));
-	dd = opendir(cdir);
-	while (dd && (de = readdir(dd))) {
-		cleanup_free char *mp = xasprintf("%s/%s/meta.json", cdir, de->d_name);
-		cleanup_free char *t = NULL;
-		json_t *m;
-		if (de->d_name[0] == '.' || read_file(mp, 1 << 20, &t, NULL))
-			continue;
-		m = json_loads(t, 0, NULL);
-		mark_chain(layers, keep, json_string_value(json_object_get(m, "layer")));
-		json_decref(m);
-	}
-	if (dd)
-		closedir(dd);
-	json_object_foreach_safe(layers, tmp, k, v) {
-		if (json_object_get(keep, k) || !strcmp(k, "scratch.qcow2"))
-			continue;
-		cleanup_free char *f = xasprintf("%s/%s", sb->dir, k);
-		unlink(f);
-		json_object_del(layers, k);
-	}
-	layers_save(sb, layers);
-	json_decref(layers);
-	json_decref(keep);
+	return layers_top(sb->disk);
 }
 
 static void new_layer_name(char *out, size_t n)
 {
 	snprintf(out, n, "layer-%llx.qcow2", (unsigned long long)now_real_ns());
-}
-
-int ckpt_chain(struct sandbox *sb, const char *layer, char ***out)
-{
-	json_t *layers = layers_load(sb);
-	const char *l = json_string_value(json_object_get(layers, layer ? layer : top_of(sb)));
-	char **v = NULL;
-	int n = 0;
-
-	for (; l && !strchr(l, '/') && n < 4096; l = json_string_value(json_object_get(layers, l))) {
-		v = realloc(v, (size_t)(n + 1) * sizeof(*v));
-		if (!v)
-			abort();
-		v[n++] = xasprintf("%s/%s", sb->dir, l);
-	}
-	json_decref(layers);
-	*out = v;
-	return n;
-}
-
-void ckpt_chain_free(char **chain, int n)
-{
-	for (int i = 0; i < n; i++)
-		free(chain[i]);
-	free(chain);
 }
 
 /* A new empty top layer over `base` (a file name in sb's dir). A fork's layers name the
@@ -207,6 +105,34 @@ static int meta_save(const char *dir, json_t *meta)
 	return t ? write_file_atomic(p, t, strlen(t), 0600) : -ENOMEM;
 }
 
+/* Delete the layers that neither the current top nor any checkpoint reaches. */
+static void ckpt_gc_layers(struct sandbox *sb)
+{
+	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
+	cleanup_free const char **roots = NULL;
+	json_auto_t *names = json_array();
+	DIR *dd = opendir(cdir);
+	struct dirent *de;
+	size_t i, n;
+	json_t *v;
+
+	json_array_append_new(names, json_string(top_of(sb)));
+	while (dd && (de = readdir(dd))) {
+		json_auto_t *m = NULL;
+		if (de->d_name[0] == '.' || !(m = meta_load(sb, de->d_name)))
+			continue;
+		if (json_is_string(json_object_get(m, "layer")))
+			json_array_append(names, json_object_get(m, "layer"));
+	}
+	if (dd)
+		closedir(dd);
+	n = json_array_size(names);
+	roots = xcalloc(n, sizeof(*roots));
+	json_array_foreach(names, i, v)
+		roots[i] = json_string_value(v);
+	layers_gc(sb->dir, roots, (int)n);
+}
+
 int ckpt_list(struct daemon *d, struct sandbox *sb, json_t **out, struct k8_err *err)
 {
 	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
@@ -255,7 +181,7 @@ static int remove_locked(struct sandbox *sb, const char *label, struct k8_err *e
 				  "`kosa8 checkpoint ls %s`", sb->name, label, sb->name);
 	unlink(meta);  /* first: from here on it is not listed */
 	rm_rf(dir);
-	layers_gc(sb);
+	ckpt_gc_layers(sb);
 	return 0;
 }
 
@@ -539,7 +465,7 @@ static int ckpt_commit(struct ckpt_job *j, struct k8_err *err)
 	struct stat st;
 	int r;
 
-	ckpt_layer_set(sb, j->layer, frozen);
+	layers_set(sb->dir, j->layer, frozen);
 	fsync(j->state_fd);
 	j->size = fstat(j->state_fd, &st) == 0 ? st.st_size : 0;
 	for (int i = 0; i < sb->nimages; i++)
@@ -682,10 +608,10 @@ static int restore_spawn(struct daemon *d, struct sandbox *sb, struct sandbox *f
 	spec.nimages = sb->nimages;
 	spec.scratch = top;
 	spec.incoming_fd = sfd;
-	spec.nchain = ckpt_chain(sb, layer, &chain);
+	spec.nchain = layers_chain(sb->dir, layer, &chain);
 	spec.chain = (const char *const *)chain;
 	r = vm_spawn(&spec, pid, err);
-	ckpt_chain_free(chain, spec.nchain);
+	layers_chain_free(chain, spec.nchain);
 	return r;
 }
 
@@ -750,7 +676,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	top = xasprintf("%s/%s", sb->dir, layer);
 	if ((r = make_top(sb, frozen, top, err)))
 		goto fail;
-	ckpt_layer_set(sb, layer, frozen);
+	layers_set(sb->dir, layer, frozen);
 
 	pthread_mutex_lock(&sb->lock);
 	memcpy(sb->images, saved, sizeof(saved));
@@ -770,7 +696,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb->error[0] = '\0';
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
-	layers_gc(sb);
+	ckpt_gc_layers(sb);
 	*out = json_pack("{s:s,s:I}", "label", label, "ms",
 			 (json_int_t)((now_mono_ns() - t0) / 1000000));
 	daemon_audit(d, "checkpoint.rewind", sb->name,
@@ -831,11 +757,11 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 {
 	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
-	json_t *meta = NULL, *imgs, *it, *srcl = NULL, *layers = NULL;
-	const char *frozen, *l;
+	json_t *meta = NULL, *imgs, *it;
+	const char *frozen;
 	struct sandbox *sb = NULL;
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
-	int r, depth;
+	int r;
 	uint64_t t0 = now_mono_ns();
 	bool src_busy = false;
 	pid_t pid = 0;
@@ -914,32 +840,14 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 		cleanup_free char *own = xasprintf("%s/scratch.qcow2", sb->dir);
 		unlink(own);
 	}
-	srcl = layers_load(src);
-	layers = json_object();
-	for (l = frozen, depth = 0; l; depth++) {
-		const char *parent = json_string_value(json_object_get(srcl, l));
-		cleanup_free char *from = xasprintf("%s/%s", src->dir, l);
-		cleanup_free char *to = xasprintf("%s/%s", sb->dir, l);
-		if (strchr(l, '/') || depth >= 4096 || json_object_get(layers, l)) {
-			r = k8_err_set(err, -EINVAL, "the layers of sandbox '%s' are damaged "
-				       "(layers.json)", src->name);
-			goto fail;
-		}
-		if (link(from, to) < 0) {
-			r = k8_err_set(err, -errno, "link %s to %s: %s%s", from, to, strerror(errno),
-				       errno == EXDEV ? " (sandboxes must be on one file system)" : "");
-			goto fail;
-		}
-		json_object_set_new(layers, l, parent ? json_string(parent) : json_null());
-		l = parent;
-	}
+	if ((r = layers_link(src->dir, sb->dir, frozen, err)))
+		goto fail;
 	sb_busy_leave(src);
 	src_busy = false;
 
 	new_layer_name(layer, sizeof(layer));
 	top = xasprintf("%s/%s", sb->dir, layer);
-	json_object_set_new(layers, layer, json_string(frozen));
-	layers_save(sb, layers);
+	layers_set(sb->dir, layer, frozen);
 	if ((r = make_top(sb, frozen, top, err)))
 		goto fail;
 	snprintf(sb->disk, sizeof(sb->disk), "%s", layer);
@@ -975,7 +883,5 @@ fail:
 	sb_unreserve(d, sb);
 out:
 	json_decref(meta);
-	json_decref(srcl);
-	json_decref(layers);
 	return r;
 }

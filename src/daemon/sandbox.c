@@ -9,6 +9,7 @@
  */
 #include "daemon/daemon.h"
 #include "daemon/audit.h"
+#include "daemon/layers.h"
 #include "image/image.h"
 
 #include <dirent.h>
@@ -441,10 +442,10 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	spec.scratch = scratch;
 	/* QEMU gets its whole backing chain from layers.json (it opens no path itself;
 	 * and a fork's layers are hard links whose headers name the source's files). */
-	spec.nchain = ckpt_chain(sb, NULL, &chain);
+	spec.nchain = layers_chain(sb->dir, layers_top(sb->disk), &chain);
 	spec.chain = (const char *const *)chain;
 	r = vm_spawn(&spec, &pid, err);
-	ckpt_chain_free(chain, spec.nchain);
+	layers_chain_free(chain, spec.nchain);
 	close(kfd);
 	close(ifd);
 	if (r)
@@ -489,9 +490,9 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 			if (!qdev || !strstr(qdev, "scratchdev") || !base)
 				continue;
 			base++;
-			const char *cur = sb->disk[0] ? sb->disk : "scratch.qcow2";
+			const char *cur = layers_top(sb->disk);
 			if (strcmp(base, cur) && strlen(base) < sizeof(sb->disk) && !strchr(base, '/')) {
-				ckpt_layer_set(sb, base, cur);
+				layers_set(sb->dir, base, cur);
 				daemon_log("sandbox %s: its disk top is %s (a checkpoint was cut short)",
 					   sb->name, base);
 				snprintf(sb->disk, sizeof(sb->disk), "%s", base);
