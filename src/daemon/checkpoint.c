@@ -461,17 +461,13 @@ static int ckpt_commit(struct ckpt_job *j, struct k8_err *err)
 {
 	struct sandbox *sb = j->sb;
 	const char *frozen = top_of(sb);
-	json_t *imgs = json_array();
+	json_t *imgs = sb_images_json(sb->images, sb->nimages);
 	struct stat st;
 	int r;
 
 	layers_set(sb->dir, j->layer, frozen);
 	fsync(j->state_fd);
 	j->size = fstat(j->state_fd, &st) == 0 ? st.st_size : 0;
-	for (int i = 0; i < sb->nimages; i++)
-		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
-						      "digest", sb->images[i].digest, "disk",
-						      sb->images[i].disk, "slot", sb->images[i].slot));
 	{
 		struct timespec ts;
 		struct tm tm;
@@ -620,14 +616,13 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 {
 	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
-	json_t *meta = NULL, *imgs, *it;
+	json_t *meta = NULL;
 	const char *frozen;
 	struct sb_image saved[K8_MAX_SLOTS];
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
 	int nsaved = 0, r;
 	uint64_t t0 = now_mono_ns();
 	pid_t pid = 0;
-	size_t i;
 
 	if (!label_valid(label) || !(meta = meta_load(sb, label)))
 		return k8_err_set(err, -ENOENT, "sandbox '%s' has no checkpoint '%.80s'; list them "
@@ -642,21 +637,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		json_decref(meta);
 		return r;
 	}
-	imgs = json_object_get(meta, "images");
-	json_array_foreach(imgs, i, it) {
-		const char *ref, *dg, *disk;
-		int slot;
-		if (nsaved >= K8_MAX_SLOTS ||
-		    json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
-				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
-			continue;
-		memset(&saved[nsaved], 0, sizeof(saved[0]));
-		snprintf(saved[nsaved].ref, sizeof(saved[0].ref), "%s", ref);
-		snprintf(saved[nsaved].digest, sizeof(saved[0].digest), "%s", dg);
-		snprintf(saved[nsaved].disk, sizeof(saved[0].disk), "%s", disk);
-		saved[nsaved].slot = slot;
-		nsaved++;
-	}
+	nsaved = sb_images_from_json(json_object_get(meta, "images"), saved);
 
 	sb_busy_enter(sb);
 	state = xasprintf("%s/checkpoints/%s/state", sb->dir, label);
@@ -757,7 +738,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 {
 	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
-	json_t *meta = NULL, *imgs, *it;
+	json_t *meta = NULL;
 	const char *frozen;
 	struct sandbox *sb = NULL;
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
@@ -765,7 +746,6 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	uint64_t t0 = now_mono_ns();
 	bool src_busy = false;
 	pid_t pid = 0;
-	size_t i;
 
 	if (!label || !label_valid(label))
 		return k8_err_set(err, -EINVAL, "which checkpoint? give --from LABEL (list them with "
@@ -809,20 +789,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	pthread_mutex_unlock(&src->lock);
 	if ((r = mounts_recheck(d, sb->mounts, sb->nmounts, err)))
 		goto fail;
-	imgs = json_object_get(meta, "images");
-	json_array_foreach(imgs, i, it) {
-		const char *ref, *dg, *disk;
-		int slot;
-		if (sb->nimages >= K8_MAX_SLOTS ||
-		    json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
-				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
-			continue;
-		struct sb_image *img = &sb->images[sb->nimages++];
-		snprintf(img->ref, sizeof(img->ref), "%s", ref);
-		snprintf(img->digest, sizeof(img->digest), "%s", dg);
-		snprintf(img->disk, sizeof(img->disk), "%s", disk);
-		img->slot = slot;
-	}
+	sb->nimages = sb_images_from_json(json_object_get(meta, "images"), sb->images);
 	state = xasprintf("%s/checkpoints/%s/state", src->dir, label);
 	sfd = open(state, O_RDONLY | O_CLOEXEC);
 	if (sfd < 0) {

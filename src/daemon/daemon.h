@@ -368,6 +368,10 @@ int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 void sb_busy_enter(struct sandbox *sb);
 void sb_busy_leave(struct sandbox *sb);
 int sb_save(struct sandbox *sb);
+/* The images of a sandbox as kept in sandbox.json and a checkpoint's meta.json: the one
+ * writer and the one reader (entries that do not check out are skipped). */
+json_t *sb_images_json(const struct sb_image *imgs, int n);
+int sb_images_from_json(json_t *arr, struct sb_image out[K8_MAX_SLOTS]);
 /* Stop QEMU and the sandbox's sidecars (kosa8-net, kosa8-fs). Caller holds sb->lock. */
 void sb_kill_vm(struct daemon *d, struct sandbox *sb);
 /* Stop QEMU only (a rewind keeps the sidecars: counts, pins and file handles stay). */

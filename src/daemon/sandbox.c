@@ -96,14 +96,44 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 
 /* ---- the record on disk ---- */
 
+json_t *sb_images_json(const struct sb_image *imgs, int n)
+{
+	json_t *arr = json_array();
+
+	for (int i = 0; i < n; i++)
+		json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:i}", "ref", imgs[i].ref,
+						     "digest", imgs[i].digest, "disk", imgs[i].disk,
+						     "slot", imgs[i].slot));
+	return arr;
+}
+
+int sb_images_from_json(json_t *arr, struct sb_image out[K8_MAX_SLOTS])
+{
+	json_t *it;
+	size_t i;
+	int n = 0;
+
+	json_array_foreach(arr, i, it) {
+		const char *ref, *dg, *disk;
+		int slot;
+		if (n >= K8_MAX_SLOTS)
+			break;
+		if (json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
+				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
+			continue;
+		memset(&out[n], 0, sizeof(out[n]));
+		snprintf(out[n].ref, sizeof(out[n].ref), "%s", ref);
+		snprintf(out[n].digest, sizeof(out[n].digest), "%s", dg);
+		snprintf(out[n].disk, sizeof(out[n].disk), "%s", disk);
+		out[n].slot = slot;
+		n++;
+	}
+	return n;
+}
+
 static json_t *sb_record(struct sandbox *sb)
 {
-	json_t *imgs = json_array();
-
-	for (int i = 0; i < sb->nimages; i++)
-		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
-						      "digest", sb->images[i].digest, "disk",
-						      sb->images[i].disk, "slot", sb->images[i].slot));
+	json_t *imgs = sb_images_json(sb->images, sb->nimages);
 	json_t *rec = json_pack("{s:i,s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:I,s:s,s:o,s:s,s:b}",
 				"version", 1, "name", sb->name, "id", sb->id, "cpus", sb->cpus,
 				"memory_mib", sb->memory_mib, "disk_gb", sb->disk_gb, "created",
@@ -701,11 +731,10 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 {
 	cleanup_free char *path = xasprintf("%s/sandboxes/%s/sandbox.json", d->home, name);
 	cleanup_free char *text = NULL;
-	json_t *rec, *imgs, *it;
+	json_t *rec;
 	struct sandbox *sb;
 	const char *id, *created, *accel, *state;
 	json_int_t pid = 0, start = 0;
-	size_t i;
 
 	if (read_file(path, 1 << 20, &text, NULL))
 		return -ENOENT;
@@ -782,22 +811,7 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 	}
 	sb->pid = (pid_t)pid;
 	sb->pid_start = (unsigned long long)start;
-	imgs = json_object_get(rec, "images");
-	json_array_foreach(imgs, i, it) {
-		struct sb_image *img;
-		const char *ref, *dg, *disk;
-		int slot;
-		if (sb->nimages >= K8_MAX_SLOTS)
-			break;
-		if (json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
-				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
-			continue;
-		img = &sb->images[sb->nimages++];
-		snprintf(img->ref, sizeof(img->ref), "%s", ref);
-		snprintf(img->digest, sizeof(img->digest), "%s", dg);
-		snprintf(img->disk, sizeof(img->disk), "%s", disk);
-		img->slot = slot;
-	}
+	sb->nimages = sb_images_from_json(json_object_get(rec, "images"), sb->images);
 	json_decref(rec);
 	*out = sb;
 	return 0;
