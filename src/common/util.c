@@ -273,6 +273,32 @@ uint64_t now_real_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+char *k8_time_fmt(char out[K8_TIME_LEN], int64_t sec, int ms)
+{
+	time_t t = (time_t)sec;
+	struct tm tm;
+	size_t n;
+
+	if (!gmtime_r(&t, &tm)) {
+		t = 0;
+		gmtime_r(&t, &tm);
+	}
+	n = strftime(out, K8_TIME_LEN, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (ms >= 0)
+		snprintf(out + n, K8_TIME_LEN - n, ".%03dZ", ms % 1000);
+	else
+		snprintf(out + n, K8_TIME_LEN - n, "Z");
+	return out;
+}
+
+char *k8_time_now(char out[K8_TIME_LEN], int with_ms)
+{
+	uint64_t ns = now_real_ns();
+
+	return k8_time_fmt(out, (int64_t)(ns / 1000000000ull),
+			   with_ms ? (int)(ns / 1000000ull % 1000ull) : -1);
+}
+
 /* Length of the UTF-8 sequence at s that is safe to show as is (a printable character
  * from U+00A0 up, not a bidi control or a line separator), or 0. */
 static size_t utf8_printable(const unsigned char *s)

@@ -126,17 +126,11 @@ static int audit_lock(int fd, short type, off_t off, bool wait)
 	}
 }
 
+/* The record's "time": hashed into the chain, so byte for byte the format of k8_time_fmt
+ * with milliseconds. */
 static void audit_time(char out[32])
 {
-	uint64_t ns = now_real_ns();
-	time_t secs = (time_t)(ns / 1000000000ull);
-	struct tm tm;
-
-	size_t n;
-
-	gmtime_r(&secs, &tm);
-	n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(out + n, 32 - n, ".%03uZ", (unsigned)(ns / 1000000ull % 1000ull));
+	k8_time_now(out, 1);
 }
 
 static bool action_valid(const char *a)

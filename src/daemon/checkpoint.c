@@ -272,7 +272,7 @@ struct ckpt_job {
 	bool stopped;                   /* we stopped the vCPUs and owe them a `cont` */
 	uint64_t t_stop, t_cont;        /* monotonic: before `stop` .. after `cont` answered */
 	off_t size;                     /* of the state file */
-	char created[40];
+	char created[K8_TIME_LEN];
 };
 
 /* The label is free and the disk has room for the memory image. */
@@ -468,13 +468,7 @@ static int ckpt_commit(struct ckpt_job *j, struct k8_err *err)
 	layers_set(sb->dir, j->layer, frozen);
 	fsync(j->state_fd);
 	j->size = fstat(j->state_fd, &st) == 0 ? st.st_size : 0;
-	{
-		struct timespec ts;
-		struct tm tm;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		gmtime_r(&ts.tv_sec, &tm);
-		strftime(j->created, sizeof(j->created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	}
+	k8_time_now(j->created, 0);
 	json_auto_t *meta = json_pack("{s:i,s:s,s:s,s:I,s:s,s:I,s:i,s:i,s:o}", "version", 1,
 				      "label", j->label, "created", j->created, "created_ns",
 				      (json_int_t)now_real_ns(), "layer", frozen, "size",

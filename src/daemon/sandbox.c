@@ -49,16 +49,6 @@ bool sb_name_valid(const char *n)
 	return true;
 }
 
-static void iso_now(char *out, size_t n)
-{
-	struct timespec ts;
-	struct tm tm;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 void sb_sock_path(struct daemon *d, struct sandbox *sb, const char *what, char *out, size_t n)
 {
 	snprintf(out, n, "%s/run/%s.%s", d->home, sb->id, what);
@@ -913,7 +903,7 @@ struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *er
 	sb->state = SB_BOOTING;
 	sb->busy = 1;
 	sb->users = 1;
-	iso_now(sb->created, sizeof(sb->created));
+	k8_time_now(sb->created, 0);
 	snprintf(sb->accel, sizeof(sb->accel), "%s", d->accel);
 	sb->next = d->sandboxes;
 	d->sandboxes = sb;
@@ -1364,9 +1354,7 @@ json_t *sb_containers_json(struct sandbox *sb, json_t *list)
 		json_t *o;
 		const char *img;
 		json_int_t ns;
-		char ts[40];
-		time_t sec;
-		struct tm tm;
+		char ts[K8_TIME_LEN];
 
 		if (!json_is_object(c))
 			continue;
@@ -1383,9 +1371,7 @@ json_t *sb_containers_json(struct sandbox *sb, json_t *list)
 		pthread_mutex_unlock(&sb->lock);
 		ns = json_integer_value(json_object_get(c, "started_ns"));
 		if (ns > 0) {
-			sec = (time_t)(ns / 1000000000);
-			gmtime_r(&sec, &tm);
-			strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			k8_time_fmt(ts, ns / 1000000000, -1);
 			json_object_set_new(o, "started", json_string(ts));
 		}
 		json_array_append_new(out, o);
