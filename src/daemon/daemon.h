@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/guest.h"
 #include "common/proto.h"
 #include "common/util.h"
 #include "daemon/jail.h"
@@ -25,7 +26,7 @@ struct image_store;
 struct audit;
 struct MHD_Daemon;
 
-#define K8_MAX_SLOTS 4          /* image slots per VM: microvm has 8 virtio-mmio transports */
+#define K8_MAX_SLOTS GUEST_IMAGE_SLOTS   /* image slots per VM (common/guest.h) */
 #define K8_NAME_MAX 63
 
 /* ---- host limits (cgroup.c) ---- */

@@ -31,6 +31,7 @@
 
 #include <slirp/libslirp.h>
 
+#include "common/guest.h"
 #include "common/util.h"
 #include "net/neigh.h"
 #include "net/net.h"
@@ -412,8 +413,8 @@ static bool engine_seq_after(uint32_t a, uint32_t b)
 static bool engine_in_net(const struct net *n, const struct net_addr *a)
 {
 	if (a->family == AF_INET)
-		return net_addr_in(a, &n->net4, 24);
-	return net_addr_in(a, &n->net6, 64);
+		return net_addr_in(a, &n->net4, GUEST_PREFIX4);
+	return net_addr_in(a, &n->net6, GUEST_PREFIX6);
 }
 
 /* A frame from slirp to the guest. */
@@ -529,13 +530,13 @@ static const SlirpCb engine_cb = {
 int engine_init(struct net *n, char *err, size_t errlen)
 {
 	struct engine *e = &n->eng;
-	net_addr_parse("10.0.2.0", &n->net4);
-	net_addr_parse("10.0.2.2", &n->gw4);
-	net_addr_parse("10.0.2.3", &n->dns4);
-	net_addr_parse("10.0.2.15", &n->guest4);
-	net_addr_parse("fd00::", &n->net6);
-	net_addr_parse("fd00::2", &n->gw6);
-	net_addr_parse("fd00::3", &n->dns6);
+	net_addr_parse(GUEST_NET4, &n->net4);
+	net_addr_parse(GUEST_GW4, &n->gw4);
+	net_addr_parse(GUEST_DNS4, &n->dns4);
+	net_addr_parse(GUEST_IP4, &n->guest4);
+	net_addr_parse(GUEST_NET6, &n->net6);
+	net_addr_parse(GUEST_GW6, &n->gw6);
+	net_addr_parse(GUEST_DNS6, &n->dns6);
 
 	e->cap = n->max_flows;
 	e->flows = calloc((size_t)e->cap, sizeof(*e->flows));
@@ -560,7 +561,7 @@ int engine_init(struct net *n, char *err, size_t errlen)
 		.disable_dhcp = true,           /* the agent configures the guest statically */
 	};
 	memcpy(&cfg.vnetwork, n->net4.a, 4);
-	inet_pton(AF_INET, "255.255.255.0", &cfg.vnetmask);
+	inet_pton(AF_INET, "255.255.255.0", &cfg.vnetmask);   /* GUEST_PREFIX4 */
 	memcpy(&cfg.vhost, n->gw4.a, 4);
 	memcpy(&cfg.vnameserver, n->dns4.a, 4);
 	memcpy(&cfg.vdhcp_start, n->guest4.a, 4);
@@ -631,7 +632,7 @@ static bool engine_is_multicast(const struct net *n, const struct net_addr *a)
 		return true;
 	if (a->a[0] == 255 && a->a[1] == 255 && a->a[2] == 255 && a->a[3] == 255)
 		return true;
-	return net_addr_in(a, &n->net4, 24) && a->a[3] == 255;
+	return net_addr_in(a, &n->net4, GUEST_PREFIX4) && a->a[3] == 255;
 }
 
 /* The verdict for a new flow, the flow cap included. */

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <string.h>
 
+#include "common/guest.h"
 #include "net/bytes.h"
 #include "net/neigh.h"
 
@@ -89,7 +90,7 @@ static void neigh_arp(const struct neigh_env *e, const struct pkt *p, struct nei
 	/* sender: the frame's own unicast MAC, an address of the virtual network that is
 	 * not slirp's (or 0.0.0.0, an address probe) */
 	if (memcmp(a + 8, p->src_mac, 6) || !neigh_mac_ok(a + 8) ||
-	    (have_sip && (!net_addr_in(&sip, &e->net4, 24) || sip.a[3] == 0 ||
+	    (have_sip && (!net_addr_in(&sip, &e->net4, GUEST_PREFIX4) || sip.a[3] == 0 ||
 			  sip.a[3] == 255 || net_addr_eq(&sip, &e->gw4) ||
 			  net_addr_eq(&sip, &e->dns4))) ||
 	    (op != 1 && op != 2))
@@ -121,7 +122,7 @@ static bool neigh_guest6(const struct neigh_env *e, const uint8_t ip[16])
 	memcpy(a.a, ip, 16);
 	if (ip[0] == 0xfe && (ip[1] & 0xc0) == 0x80)
 		return true;
-	return net_addr_in(&a, &e->net6, 64) && !net_addr_eq(&a, &e->gw6) &&
+	return net_addr_in(&a, &e->net6, GUEST_PREFIX6) && !net_addr_eq(&a, &e->gw6) &&
 	       !net_addr_eq(&a, &e->dns6);
 }
 
