@@ -388,7 +388,7 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 void sb_sock_path(struct daemon *d, struct sandbox *sb, const char *what, char *out, size_t n);
 /* Daemon settings: the environment variable (comma-separated) wins over config.json's
  * key (an array of strings). NULL-terminated list, or NULL. */
-char **sb_setting_list(const char *env, json_t *cfg, const char *key);
+char **sb_setting_list(const char *env, json_t *cfg, const char *key);   /* config.c */
 void sb_setting_list_free(char **list);
 json_t *sb_daemon_config(struct daemon *d);
 int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
