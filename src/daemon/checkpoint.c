@@ -610,7 +610,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 {
 	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
-	json_t *meta = NULL;
+	json_auto_t *meta = NULL;
 	const char *frozen;
 	struct sb_image saved[K8_MAX_SLOTS];
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
@@ -623,14 +623,10 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 				  "with `kosa8 checkpoint ls %s`", sb->name, label ? label : "",
 				  sb->name);
 	frozen = json_string_value(json_object_get(meta, "layer"));
-	if (!frozen || strchr(frozen, '/')) {
-		json_decref(meta);
+	if (!frozen || strchr(frozen, '/'))
 		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
-	}
-	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err))) {
-		json_decref(meta);
+	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
 		return r;
-	}
 	nsaved = sb_images_from_json(json_object_get(meta, "images"), saved);
 
 	sb_busy_enter(sb);
@@ -687,7 +683,6 @@ fail:
 	daemon_audit(d, "checkpoint.rewind.failed", sb->name,
 		     json_pack("{s:s,s:s}", "label", label, "error", err->msg));
 out:
-	json_decref(meta);
 	sb_busy_leave(sb);
 	return r;
 }
@@ -732,7 +727,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 {
 	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
-	json_t *meta = NULL;
+	json_auto_t *meta = NULL;
 	const char *frozen;
 	struct sandbox *sb = NULL;
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
@@ -843,6 +838,5 @@ fail:
 		     json_pack("{s:s,s:s,s:s}", "from", src->name, "label", label, "error", err->msg));
 	sb_unreserve(d, sb);
 out:
-	json_decref(meta);
 	return r;
 }
