@@ -26,7 +26,6 @@ layer() {
 ALLOWED="
 egress.c>sandbox.h
 mounts.c>sandbox.h
-sandbox.c>checkpoint.h
 "
 
 bad=0

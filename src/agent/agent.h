@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/guest.h"
 #include "common/proto.h"
 #include "common/util.h"
 
@@ -44,7 +45,7 @@
 #define AGENT_IMAGES_DIR "/images"
 #define AGENT_CG_ROOT "/sys/fs/cgroup"
 #define AGENT_CG_DIR "/sys/fs/cgroup/kosa8"
-#define AGENT_SLOTS 8
+#define AGENT_SLOTS GUEST_MMIO_TRANSPORTS   /* slot indexes accepted (common/guest.h) */
 
 /* Limits on what one request may carry (defence in depth: the host is trusted, but a
  * bug there must not become a crash here). */

@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define NET_MAC "52:54:00:12:34:56"  /* what kosa8d gives the NIC */
+#define NET_MAC GUEST_MAC            /* what kosa8d gives the NIC (common/guest.h) */
 #define NET_IF_WAIT_MS 2000
 
 /* ---- validation ---- */

@@ -3,37 +3,50 @@
 #include "proto.h"
 #include "util.h"
 
+#include <endian.h>
 #include <string.h>
 #include <sys/uio.h>
 
+/* The header's fields are little-endian (docs/protocol.md), at any alignment. */
+static void put16(unsigned char *p, uint16_t v)
+{
+	v = htole16(v);
+	memcpy(p, &v, sizeof(v));
+}
+
 static void put32(unsigned char *p, uint32_t v)
 {
-	p[0] = (unsigned char)v;
-	p[1] = (unsigned char)(v >> 8);
-	p[2] = (unsigned char)(v >> 16);
-	p[3] = (unsigned char)(v >> 24);
+	v = htole32(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+static uint16_t get16(const unsigned char *p)
+{
+	uint16_t v;
+	memcpy(&v, p, sizeof(v));
+	return le16toh(v);
 }
 
 static uint32_t get32(const unsigned char *p)
 {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	uint32_t v;
+	memcpy(&v, p, sizeof(v));
+	return le32toh(v);
 }
 
 void proto_hdr_encode(const struct proto_hdr *h, unsigned char out[PROTO_HDR_LEN])
 {
 	put32(out, h->len);
-	out[4] = (unsigned char)h->type;
-	out[5] = (unsigned char)(h->type >> 8);
-	out[6] = (unsigned char)h->flags;
-	out[7] = (unsigned char)(h->flags >> 8);
+	put16(out + 4, h->type);
+	put16(out + 6, h->flags);
 	put32(out + 8, h->id);
 }
 
 void proto_hdr_decode(const unsigned char in[PROTO_HDR_LEN], struct proto_hdr *h)
 {
 	h->len = get32(in);
-	h->type = (uint16_t)(in[4] | in[5] << 8);
-	h->flags = (uint16_t)(in[6] | in[7] << 8);
+	h->type = get16(in + 4);
+	h->flags = get16(in + 6);
 	h->id = get32(in + 8);
 }
 

@@ -27,6 +27,14 @@ int k8_err_set(struct k8_err *err, int code, const char *fmt, ...)
 	return code;
 }
 
+void k8_err_clear(struct k8_err *err)
+{
+	if (err) {
+		err->code = 0;
+		err->msg[0] = '\0';
+	}
+}
+
 int k8_err_wrap(struct k8_err *err, const char *fmt, ...)
 {
 	char prefix[512], old[sizeof(err->msg)];
@@ -263,6 +271,32 @@ uint64_t now_real_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+char *k8_time_fmt(char out[K8_TIME_LEN], int64_t sec, int ms)
+{
+	time_t t = (time_t)sec;
+	struct tm tm;
+	size_t n;
+
+	if (!gmtime_r(&t, &tm)) {
+		t = 0;
+		gmtime_r(&t, &tm);
+	}
+	n = strftime(out, K8_TIME_LEN, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (ms >= 0)
+		snprintf(out + n, K8_TIME_LEN - n, ".%03dZ", ms % 1000);
+	else
+		snprintf(out + n, K8_TIME_LEN - n, "Z");
+	return out;
+}
+
+char *k8_time_now(char out[K8_TIME_LEN], int with_ms)
+{
+	uint64_t ns = now_real_ns();
+
+	return k8_time_fmt(out, (int64_t)(ns / 1000000000ull),
+			   with_ms ? (int)(ns / 1000000ull % 1000ull) : -1);
 }
 
 /* Length of the UTF-8 sequence at s that is safe to show as is (a printable character

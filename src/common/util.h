@@ -26,6 +26,9 @@ struct k8_err {
 
 /* Record an error (first one wins) and return `code` so callers can `return k8_err_set(...)`. */
 int k8_err_set(struct k8_err *err, int code, const char *fmt, ...) K8_PRINTF(3, 4);
+/* Forget a recorded error (NULL is fine): for a failure the caller has handled, or before
+ * replacing a message with a better one (k8_err_set keeps the first). */
+void k8_err_clear(struct k8_err *err);
 /* Prefix an existing message with context: "loading image: <old message>". */
 int k8_err_wrap(struct k8_err *err, const char *fmt, ...) K8_PRINTF(2, 3);
 
@@ -73,6 +76,15 @@ int rm_rf(const char *path);
 /* Monotonic and wall clocks. */
 uint64_t now_mono_ns(void);
 uint64_t now_real_ns(void);
+
+/* Timestamps, one format everywhere (logs, audit records, API fields): RFC 3339 in UTC,
+ * "2026-12-01T14:18:04Z", or with milliseconds "2026-12-01T14:18:04.123Z" when
+ * ms >= 0 (0-999). The audit log hashes these bytes: the format must not change. A time
+ * gmtime cannot represent gives the epoch. Returns out. */
+#define K8_TIME_LEN 32
+char *k8_time_fmt(char out[K8_TIME_LEN], int64_t sec, int ms);
+/* The wall clock now, with or without milliseconds. */
+char *k8_time_now(char out[K8_TIME_LEN], int with_ms);
 
 /* Hex SHA-256 of a buffer into out[65]. */
 void sha256_hex(const void *data, size_t n, char out[65]);

@@ -87,7 +87,7 @@ static int probe_boot(struct daemon *d, uint64_t *ms, struct k8_err *err)
 		/* QEMU's own words say most: e.g. "failed to set MSR 0x10a". */
 		char msg[1024];
 		if (vm_qemu_said(dir, true, msg, sizeof(msg))) {
-			err->code = 0;
+			k8_err_clear(err);
 			k8_err_set(err, -EIO, "%s", msg);
 		}
 	}

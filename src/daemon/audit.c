@@ -126,17 +126,11 @@ static int audit_lock(int fd, short type, off_t off, bool wait)
 	}
 }
 
+/* The record's "time": hashed into the chain, so byte for byte the format of k8_time_fmt
+ * with milliseconds. */
 static void audit_time(char out[32])
 {
-	uint64_t ns = now_real_ns();
-	time_t secs = (time_t)(ns / 1000000000ull);
-	struct tm tm;
-
-	size_t n;
-
-	gmtime_r(&secs, &tm);
-	n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(out + n, 32 - n, ".%03uZ", (unsigned)(ns / 1000000ull % 1000ull));
+	k8_time_now(out, 1);
 }
 
 static bool action_valid(const char *a)
@@ -1574,52 +1568,4 @@ int audit_verify(const char *dir, json_t **report, struct k8_err *err)
 			    "and audit.head names the last one");
 	segs_free(&sg);
 	return 0;
-}
-
-/* ---- the budget of guest-caused records ---- */
-
-bool audit_budget_take(struct audit_budget *b, const struct audit_rate *r, uint64_t now_ns,
-		       uint64_t weight, uint64_t *fold)
-{
-	uint64_t cap = (uint64_t)(r->burst ? r->burst : 1) * 1000000u;
-	bool ok;
-
-	*fold = 0;
-	if (weight == 0)
-		weight = 1;
-	if (!b->started) {
-		b->started = true;
-		b->tokens_u = cap;
-		b->last_ns = now_ns;
-		b->fold_ns = now_ns;
-	}
-	if (r->per_minute == 0)
-		return true;
-	if (now_ns > b->last_ns) {
-		/* millionths of a token per ns: per_minute * 1e6 / 60e9; in 128 bits, no overflow */
-		unsigned __int128 add = (unsigned __int128)(now_ns - b->last_ns) * r->per_minute /
-					60000u;
-		b->tokens_u = add >= cap - b->tokens_u ? cap : b->tokens_u + (uint64_t)add;
-		b->last_ns = now_ns;
-	}
-	ok = b->tokens_u >= 1000000u;
-	if (ok)
-		b->tokens_u -= 1000000u;
-	else
-		b->suppressed = b->suppressed + weight < b->suppressed ? UINT64_MAX
-								      : b->suppressed + weight;
-	if (b->suppressed && now_ns - b->fold_ns >= (uint64_t)r->fold_s * 1000000000u) {
-		*fold = b->suppressed;
-		b->suppressed = 0;
-		b->fold_ns = now_ns;
-	}
-	return ok;
-}
-
-uint64_t audit_budget_drain(struct audit_budget *b)
-{
-	uint64_t n = b->suppressed;
-
-	b->suppressed = 0;
-	return n;
 }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/rate.h"
 #include "common/util.h"
 
 #define AUDIT_LOG_NAME "audit.log"
@@ -87,31 +88,9 @@ int audit_verify(const char *dir, json_t **report, struct k8_err *err);
 /* ---- the budget of records a sandbox can cause (docs/audit.md, "Flooding") ----
  *
  * Records whose trigger a sandbox controls (refused connections, limit hits) go through
- * one token bucket per sandbox: `burst` records at once, refilled at `per_minute`. What
- * is over budget is counted, and the count is written as one folded record at most every
- * `fold_s` seconds, and when the sandbox stops. Mechanism only: the caller owns the
- * struct, serializes calls on it and writes the records. */
-struct audit_rate {
-	uint32_t per_minute;    /* refill; 0 = no limit */
-	uint32_t burst;         /* bucket size (at least 1) */
-	uint32_t fold_s;        /* at most one folded record per this many seconds */
-};
+ * one token bucket per sandbox (common/rate.h): `burst` records at once, refilled at
+ * `per_minute`; what is over budget is counted and written as one folded record at most
+ * every `fold_s` seconds, and when the sandbox stops (daemon_audit_guest, log.c). */
 #define AUDIT_RATE_DEFAULT { .per_minute = 120, .burst = 40, .fold_s = 10 }
-
-struct audit_budget {
-	bool started;
-	uint64_t last_ns;       /* monotonic time the tokens were computed at */
-	uint64_t tokens_u;      /* tokens, in millionths */
-	uint64_t suppressed;    /* events counted, not written, since the last fold */
-	uint64_t fold_ns;       /* monotonic time of the last folded record */
-};
-
-/* One event of `weight` occurrences (>= 1) at monotonic `now_ns`. Returns true when its
- * record may be written. *fold is the count the caller writes first as one folded record
- * (0: none; the count is then reset). */
-bool audit_budget_take(struct audit_budget *b, const struct audit_rate *r, uint64_t now_ns,
-		       uint64_t weight, uint64_t *fold);
-/* The count not yet written (reset to 0): for the folded record when a sandbox stops. */
-uint64_t audit_budget_drain(struct audit_budget *b);
 
 #endif

@@ -20,6 +20,7 @@
  * current top nor any checkpoint reaches it through the parent links.
  */
 #include "daemon/checkpoint.h"
+#include "daemon/layers.h"
 #include "daemon/sandbox.h"
 
 #include <dirent.h>
@@ -48,115 +49,12 @@ static bool label_valid(const char *l)
 
 static const char *top_of(struct sandbox *sb)
 {
-	return sb->disk[0] ? sb->disk : "scratch.qcow2";
-}
-
-/* ---- layers.json: child -> parent ---- */
-
-static json_t *layers_load(struct sandbox *sb)
-{
-	cleanup_free char *p = xasprintf("%s/layers.json", sb->dir);
-	cleanup_free char *t = NULL;
-	json_t *v = NULL;
-
-	if (read_file(p, 1 << 20, &t, NULL) == 0)
-		v = json_loads(t, 0, NULL);
-	if (!json_is_object(v)) {
-		json_decref(v);
-		v = json_pack("{s:n}", "scratch.qcow2");
-	}
-	return v;
-}
-
-static void layers_save(struct sandbox *sb, json_t *v)
-{
-	cleanup_free char *p = xasprintf("%s/layers.json", sb->dir);
-	char *t = json_dumps(v, JSON_INDENT(1) | JSON_SORT_KEYS);
-	write_file_atomic(p, t, strlen(t), 0600);
-	free(t);
-}
-
-void ckpt_layer_set(struct sandbox *sb, const char *child, const char *parent)
-{
-	json_t *layers = layers_load(sb);
-
-	json_object_set_new(layers, child, json_string(parent));
-	layers_save(sb, layers);
-	json_decref(layers);
-}
-
-static void mark_chain(json_t *layers, json_t *keep, const char *l)
-{
-	for (int depth = 0; l && depth < 4096 && !json_object_get(keep, l); depth++) {
-		json_object_set_new(keep, l, json_true());
-		l = json_string_value(json_object_get(layers, l));
-	}
-}
-
-/* Delete layers nothing reaches any more. */
-static void layers_gc(struct sandbox *sb)
-{
-	json_t *layers = layers_load(sb), *keep = json_object(), *v;
-	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
-	const char *k;
-	void *tmp;
-	DIR *dd;
-	struct dirent *de;
-
-	mark_chain(layers, keep, top_of(sb));
-	dd = opendir(cdir);
-	while (dd && (de = readdir(dd))) {
-		cleanup_free char *mp = xasprintf("%s/%s/meta.json", cdir, de->d_name);
-		cleanup_free char *t = NULL;
-		json_t *m;
-		if (de->d_name[0] == '.' || read_file(mp, 1 << 20, &t, NULL))
-			continue;
-		m = json_loads(t, 0, NULL);
-		mark_chain(layers, keep, json_string_value(json_object_get(m, "layer")));
-		json_decref(m);
-	}
-	if (dd)
-		closedir(dd);
-	json_object_foreach_safe(layers, tmp, k, v) {
-		if (json_object_get(keep, k) || !strcmp(k, "scratch.qcow2"))
-			continue;
-		cleanup_free char *f = xasprintf("%s/%s", sb->dir, k);
-		unlink(f);
-		json_object_del(layers, k);
-	}
-	layers_save(sb, layers);
-	json_decref(layers);
-	json_decref(keep);
+	return layers_top(sb->disk);
 }
 
 static void new_layer_name(char *out, size_t n)
 {
 	snprintf(out, n, "layer-%llx.qcow2", (unsigned long long)now_real_ns());
-}
-
-int ckpt_chain(struct sandbox *sb, const char *layer, char ***out)
-{
-	json_t *layers = layers_load(sb);
-	const char *l = json_string_value(json_object_get(layers, layer ? layer : top_of(sb)));
-	char **v = NULL;
-	int n = 0;
-
-	for (; l && !strchr(l, '/') && n < 4096; l = json_string_value(json_object_get(layers, l))) {
-		v = realloc(v, (size_t)(n + 1) * sizeof(*v));
-		if (!v)
-			abort();
-		v[n++] = xasprintf("%s/%s", sb->dir, l);
-	}
-	json_decref(layers);
-	*out = v;
-	return n;
-}
-
-void ckpt_chain_free(char **chain, int n)
-{
-	for (int i = 0; i < n; i++)
-		free(chain[i]);
-	free(chain);
 }
 
 /* A new empty top layer over `base` (a file name in sb's dir). A fork's layers name the
@@ -196,6 +94,44 @@ static json_t *meta_load(struct sandbox *sb, const char *label)
 		return NULL;
 	}
 	return m;
+}
+
+/* Write meta.json into a checkpoint's directory `dir`: the one writer (meta_load is the
+ * one reader). 0 or -errno. */
+static int meta_save(const char *dir, json_t *meta)
+{
+	cleanup_free char *p = xasprintf("%s/meta.json", dir);
+	cleanup_free char *t = json_dumps(meta, JSON_INDENT(2));
+
+	return t ? write_file_atomic(p, t, strlen(t), 0600) : -ENOMEM;
+}
+
+/* Delete the layers that neither the current top nor any checkpoint reaches. */
+static void ckpt_gc_layers(struct sandbox *sb)
+{
+	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
+	cleanup_free const char **roots = NULL;
+	json_auto_t *names = json_array();
+	DIR *dd = opendir(cdir);
+	struct dirent *de;
+	size_t i, n;
+	json_t *v;
+
+	json_array_append_new(names, json_string(top_of(sb)));
+	while (dd && (de = readdir(dd))) {
+		json_auto_t *m = NULL;
+		if (de->d_name[0] == '.' || !(m = meta_load(sb, de->d_name)))
+			continue;
+		if (json_is_string(json_object_get(m, "layer")))
+			json_array_append(names, json_object_get(m, "layer"));
+	}
+	if (dd)
+		closedir(dd);
+	n = json_array_size(names);
+	roots = xcalloc(n, sizeof(*roots));
+	json_array_foreach(names, i, v)
+		roots[i] = json_string_value(v);
+	layers_gc(sb->dir, roots, (int)n);
 }
 
 int ckpt_list(struct daemon *d, struct sandbox *sb, json_t **out, struct k8_err *err)
@@ -246,7 +182,7 @@ static int remove_locked(struct sandbox *sb, const char *label, struct k8_err *e
 				  "`kosa8 checkpoint ls %s`", sb->name, label, sb->name);
 	unlink(meta);  /* first: from here on it is not listed */
 	rm_rf(dir);
-	layers_gc(sb);
+	ckpt_gc_layers(sb);
 	return 0;
 }
 
@@ -308,8 +244,7 @@ static int scratch_node(struct qmp *q, char *out, size_t n, struct k8_err *err)
 			json_object_get(json_object_get(it, "inserted"), "node-name"));
 		if (qdev && strstr(qdev, "scratchdev") && node) {
 			snprintf(out, n, "%s", node);
-			err->code = 0;
-			err->msg[0] = '\0';
+			k8_err_clear(err);
 			r = 0;
 			break;
 		}
@@ -318,22 +253,291 @@ static int scratch_node(struct qmp *q, char *out, size_t n, struct k8_err *err)
 	return r;
 }
 
+/* ---- making a checkpoint ----
+ *
+ * ckpt_create() runs the steps below in order, on one job. Until ckpt_swap_layer() has
+ * put the new layer on top nothing is committed, and ckpt_job_end() removes what the
+ * steps made; from then on QEMU writes to the new layer, so the checkpoint is recorded
+ * whatever happens to the `cont` after it. */
+
+struct ckpt_job {
+	struct sandbox *sb;
+	const char *label;
+	char *final;                    /* checkpoints/<label> */
+	char *tmpdir;                   /* checkpoints/.tmp-<label>, renamed to final last */
+	int state_fd;                   /* the migration stream's file, in tmpdir */
+	char layer[64];                 /* the new top layer's file name */
+	char *layer_path;               /* its path, until QEMU writes to it (then NULL) */
+	int layer_fd;
+	bool user_paused;               /* `sandbox pause` had stopped the vCPUs: left so */
+	bool stopped;                   /* we stopped the vCPUs and owe them a `cont` */
+	uint64_t t_stop, t_cont;        /* monotonic: before `stop` .. after `cont` answered */
+	off_t size;                     /* of the state file */
+	char created[K8_TIME_LEN];
+};
+
+/* The label is free and the disk has room for the memory image. */
+static int ckpt_check_room(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
+	cleanup_free char *m = xasprintf("%s/meta.json", j->final);
+	struct statvfs vfs;
+
+	if (access(m, F_OK) == 0)
+		return k8_err_set(err, -EEXIST, "sandbox '%s' already has a checkpoint '%s'; "
+				  "remove it first (kosa8 checkpoint rm %s %s) or pick another "
+				  "label", sb->name, j->label, sb->name, j->label);
+	mkdir_p(cdir, 0700);
+	if (statvfs(cdir, &vfs) == 0 &&
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)sb->memory_mib + 256) << 20)
+		return k8_err_set(err, -ENOSPC, "not enough free disk space under %s for a "
+				  "checkpoint of a %d MiB sandbox (%llu MiB free); free some space "
+				  "first", cdir, sb->memory_mib,
+				  (unsigned long long)(((uint64_t)vfs.f_bavail * vfs.f_frsize) >> 20));
+	return 0;
+}
+
+/* Made while the guest still runs: the state file in a fresh temporary directory, and
+ * the next top layer, whose header names the current top (by this sandbox's path) and
+ * has the sandbox's disk size. */
+static int ckpt_make_files(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	cleanup_free char *state = NULL;
+	cleanup_free char *bp = xasprintf("%s/%s", sb->dir, top_of(sb));
+	cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
+	int r;
+
+	rm_rf(j->final); /* an interrupted attempt without meta.json */
+	j->tmpdir = xasprintf("%s/checkpoints/.tmp-%s", sb->dir, j->label);
+	rm_rf(j->tmpdir);
+	if ((r = mkdir_p(j->tmpdir, 0700)))
+		return k8_err_set(err, r, "mkdir %s: %s", j->tmpdir, strerror(-r));
+	state = xasprintf("%s/state", j->tmpdir);
+	j->state_fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (j->state_fd < 0)
+		return k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
+	new_layer_name(j->layer, sizeof(j->layer));
+	j->layer_path = xasprintf("%s/%s", sb->dir, j->layer);
+	const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+			       "-u", "-b", bp, j->layer_path, size, NULL };
+	if ((r = vm_run_cmd(argv, err)))
+		return r;
+	j->layer_fd = open(j->layer_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (j->layer_fd < 0)
+		return k8_err_set(err, -errno, "open %s: %s", j->layer_path, strerror(errno));
+	return 0;
+}
+
+/* Let the guest's file systems reach the disk, so the frozen layer is clean. Best effort:
+ * a guest that does not answer is checkpointed as it is. */
+static void ckpt_guest_sync(struct sandbox *sb)
+{
+	json_auto_t *resp = NULL;
+	struct k8_err ignored = { 0 };
+
+	link_request(&sb->link, json_pack("{s:s}", "op", "sync"), 30000, &resp, NULL, &ignored);
+}
+
+static int ckpt_stop_vcpus(struct ckpt_job *j, struct k8_err *err)
+{
+	int r;
+
+	j->t_stop = j->t_cont = now_mono_ns();
+	if (j->user_paused)
+		return 0;
+	if ((r = qmp_exec(&j->sb->qmp, "stop", NULL, NULL, 10000, err)))
+		return r;
+	j->stopped = true;
+	return 0;
+}
+
+/* Memory and devices into the state file (QEMU's migration to an fd), and the file
+ * server's tables as the guest's FUSE knows them at this instant. vCPUs stopped. */
+static int ckpt_save_state(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	int r;
+
+	if (sb->nmounts) {
+		cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", j->tmpdir);
+		if ((r = fs_save(sb, nodes, err)))
+			return r;
+	}
+	if ((r = qmp_exec_fd(&sb->qmp, "getfd", json_pack("{s:s}", "fdname", "ckpt"),
+			     j->state_fd, NULL, 10000, err)))
+		return r;
+	/* Migration is throttled to 128 MiB/s by default (it was made for networks); a
+	 * checkpoint goes to a local file with the vCPUs stopped, so no cap. */
+	if ((r = qmp_exec(&sb->qmp, "migrate-set-parameters",
+			  json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40), NULL, 10000, err)))
+		return r;
+	if ((r = qmp_exec(&sb->qmp, "migrate", json_pack("{s:s}", "uri", "fd:ckpt"), NULL, 10000,
+			  err)))
+		return r;
+	return wait_migration(&sb->qmp, err);
+}
+
+/* Freeze the disk: the new layer, passed as an fd set, goes on top of the current one
+ * (blockdev-snapshot), and the old top is the checkpoint's from then on. vCPUs stopped. */
+static int ckpt_swap_layer(struct ckpt_job *j, struct k8_err *err)
+{
+	struct qmp *q = &j->sb->qmp;
+	char node[64], newnode[64], fdset[32];
+	json_auto_t *added = NULL;
+	json_int_t set;
+	int r;
+
+	if ((r = scratch_node(q, node, sizeof(node), err)))
+		return r;
+	/* The node is named after its file ("layer-<hex>"): a daemon adopting this VM
+	 * learns the real top layer from it (query-block shows only /dev/fdset/N). */
+	snprintf(newnode, sizeof(newnode), "%.*s", (int)(strlen(j->layer) - strlen(".qcow2")),
+		 j->layer);
+	cleanup_close int rofd = open(j->layer_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* Its set holds a read-only fd too, for when the next checkpoint freezes it (QEMU
+	 * then reopens it read-only from the set). */
+	if ((r = qmp_exec_fd(q, "add-fd", NULL, j->layer_fd, &added, 10000, err)))
+		return r;
+	set = json_integer_value(json_object_get(added, "fdset-id"));
+	snprintf(fdset, sizeof(fdset), "/dev/fdset/%lld", (long long)set);
+	if (rofd < 0)
+		return k8_err_set(err, -errno, "open %s: %s", j->layer_path, strerror(errno));
+	if ((r = qmp_exec_fd(q, "add-fd", json_pack("{s:I}", "fdset-id", set), rofd, NULL,
+			     10000, err)))
+		return r;
+	if ((r = qmp_exec(q, "blockdev-add",
+			  json_pack("{s:s,s:s,s:s,s:{s:s,s:s,s:s},s:n}", "driver", "qcow2",
+				    "node-name", newnode, "discard", "unmap", "file", "driver",
+				    "file", "filename", fdset, "discard", "unmap", "backing"),
+			  NULL, 10000, err)))
+		return r;
+	if ((r = qmp_exec(q, "blockdev-snapshot",
+			  json_pack("{s:s,s:s}", "node", node, "overlay", newnode), NULL, 30000,
+			  err))) {
+		qmp_exec(q, "blockdev-del", json_pack("{s:s}", "node-name", newnode), NULL, 10000,
+			 NULL);
+		return r;
+	}
+	free(j->layer_path);            /* QEMU writes to it now: it stays */
+	j->layer_path = NULL;
+	return 0;
+}
+
+/* Let the vCPUs we stopped run again. A failed `cont` is tried once more after 100 ms;
+ * if that fails too the vCPUs stay stopped, the sandbox is marked paused and the error
+ * says so and what to do (docs/api.md). */
+static int ckpt_cont(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	struct k8_err first = { 0 };
+	int r;
+
+	if (!j->stopped)
+		return 0;
+	j->stopped = false;
+	r = qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, &first);
+	if (r) {
+		usleep(100000);
+		r = qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, NULL);
+	}
+	j->t_cont = now_mono_ns();
+	if (!r)
+		return 0;
+	pthread_mutex_lock(&sb->lock);
+	sb->paused = true;
+	pthread_mutex_unlock(&sb->lock);
+	daemon_log("sandbox %s: QEMU refused to continue after a checkpoint: %s", sb->name,
+		   first.msg);
+	return k8_err_set(err, r, "the VM did not continue after the checkpoint (QEMU: %s): "
+			  "sandbox '%s' is paused; `kosa8 sandbox resume %s` runs it again, or "
+			  "stop and start it", first.msg, sb->name, sb->name);
+}
+
+/* Make the checkpoint durable, then visible: the new layer's parent recorded, the state
+ * file synced, meta.json written, the directory renamed to its label; then the new
+ * layer is the sandbox's top. */
+static int ckpt_commit(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	const char *frozen = top_of(sb);
+	json_t *imgs = sb_images_json(sb->images, sb->nimages);
+	struct stat st;
+	int r;
+
+	layers_set(sb->dir, j->layer, frozen);
+	fsync(j->state_fd);
+	j->size = fstat(j->state_fd, &st) == 0 ? st.st_size : 0;
+	k8_time_now(j->created, 0);
+	json_auto_t *meta = json_pack("{s:i,s:s,s:s,s:I,s:s,s:I,s:i,s:i,s:o}", "version", 1,
+				      "label", j->label, "created", j->created, "created_ns",
+				      (json_int_t)now_real_ns(), "layer", frozen, "size",
+				      (json_int_t)j->size, "memory_mib", sb->memory_mib, "cpus",
+				      sb->cpus, "images", imgs);
+	r = meta_save(j->tmpdir, meta);
+	if (!r && rename(j->tmpdir, j->final) < 0)
+		r = -errno;
+	if (r)
+		return k8_err_set(err, r, "saving checkpoint metadata: %s", strerror(-r));
+	free(j->tmpdir);                /* it is the checkpoint now */
+	j->tmpdir = NULL;
+	pthread_mutex_lock(&sb->lock);
+	snprintf(sb->disk, sizeof(sb->disk), "%s", j->layer);
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+	return 0;
+}
+
+/* Ten kept: the eleventh removes the oldest. Its label into removed[], "" if none. */
+static void ckpt_rotate(struct ckpt_job *j, char *removed, size_t n)
+{
+	json_auto_t *list = NULL;
+	struct k8_err ignored = { 0 };
+
+	removed[0] = '\0';
+	ckpt_list(NULL, j->sb, &list, &ignored);
+	if (json_array_size(list) <= K8_MAX_CHECKPOINTS)
+		return;
+	const char *old = json_string_value(json_object_get(json_array_get(list, 0), "label"));
+	if (old && strcmp(old, j->label) && strlen(old) < n) {
+		snprintf(removed, n, "%s", old);
+		if (remove_locked(j->sb, removed, &ignored))
+			removed[0] = '\0';
+	}
+}
+
+/* Undo what was not committed; a failure leaves the vCPUs running as they were. */
+static void ckpt_job_end(struct ckpt_job *j, int r, struct k8_err *err)
+{
+	struct k8_err ce = { 0 };
+
+	if (j->stopped && ckpt_cont(j, &ce)) {
+		char first[sizeof(err->msg)];
+		snprintf(first, sizeof(first), "%s", err->msg);
+		k8_err_clear(err);
+		k8_err_set(err, r, "%s; and %s", first, ce.msg);
+	}
+	if (j->layer_fd >= 0)
+		close(j->layer_fd);
+	if (j->layer_path)
+		unlink(j->layer_path);
+	if (j->state_fd >= 0)
+		close(j->state_fd);
+	if (j->tmpdir && r)
+		rm_rf(j->tmpdir);
+	free(j->layer_path);
+	free(j->tmpdir);
+	free(j->final);
+}
+
 int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err)
 {
-	cleanup_free char *cdir = xasprintf("%s/checkpoints", sb->dir);
-	cleanup_free char *tmpdir = NULL, *final = NULL, *state = NULL;
-	char layer[64], node[64], newnode[64], created[40];
-	json_t *list = NULL, *ret = NULL, *imgs, *meta;
-	struct statvfs vfs;
-	const char *frozen;
-	uint64_t t0 = now_mono_ns(), t_saved;
-	struct stat st;
-	int fd = -1, lfd = -1, r;
-	bool stopped = false;
-	const char *removed = NULL;
-	cleanup_free char *lp = NULL;   /* the new layer, until QEMU writes to it */
-	char removed_buf[64] = "";
+	struct ckpt_job j = { .sb = sb, .label = label, .state_fd = -1, .layer_fd = -1 };
+	char removed[64];
+	uint64_t t0 = now_mono_ns();
+	int r, cont_r;
 
 	if (!label_valid(label))
 		return k8_err_set(err, -EINVAL, "invalid checkpoint label '%.80s': use 1-63 letters, "
@@ -341,200 +545,34 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	if ((r = sb_ensure_running(d, sb, err)))
 		return r;
 	sb_busy_enter(sb);
-	final = ckpt_dir(sb, label);
-	{
-		cleanup_free char *m = xasprintf("%s/meta.json", final);
-		if (access(m, F_OK) == 0) {
-			r = k8_err_set(err, -EEXIST, "sandbox '%s' already has a checkpoint '%s'; "
-				       "remove it first (kosa8 checkpoint rm %s %s) or pick another "
-				       "label", sb->name, label, sb->name, label);
-			goto out;
-		}
-	}
-	mkdir_p(cdir, 0700);
-	if (statvfs(cdir, &vfs) == 0 &&
-	    (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)sb->memory_mib + 256) << 20) {
-		r = k8_err_set(err, -ENOSPC, "not enough free disk space under %s for a checkpoint "
-			       "of a %d MiB sandbox (%llu MiB free); free some space first", cdir,
-			       sb->memory_mib,
-			       (unsigned long long)(((uint64_t)vfs.f_bavail * vfs.f_frsize) >> 20));
-		goto out;
-	}
-	rm_rf(final); /* an interrupted attempt without meta.json */
-	tmpdir = xasprintf("%s/.tmp-%s", cdir, label);
-	rm_rf(tmpdir);
-	if ((r = mkdir_p(tmpdir, 0700))) {
-		k8_err_set(err, r, "mkdir %s: %s", tmpdir, strerror(-r));
-		goto out;
-	}
-	state = xasprintf("%s/state", tmpdir);
-	fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		r = k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
-		goto out;
-	}
-	/* The next top layer, made now while the guest still runs: its header names the
-	 * current top (by this sandbox's path) and has the sandbox's disk size. */
-	new_layer_name(layer, sizeof(layer));
-	lp = xasprintf("%s/%s", sb->dir, layer);
-	{
-		cleanup_free char *bp = xasprintf("%s/%s", sb->dir, top_of(sb));
-		cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
-		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-				       "-u", "-b", bp, lp, size, NULL };
-		if ((r = vm_run_cmd(argv, err)))
-			goto out;
-		lfd = open(lp, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-		if (lfd < 0) {
-			r = k8_err_set(err, -errno, "open %s: %s", lp, strerror(errno));
-			goto out;
-		}
-	}
-	/* Let the guest's file systems reach the disk: the frozen layer is then clean. */
-	{
-		json_t *resp = NULL;
-		link_request(&sb->link, json_pack("{s:s}", "op", "sync"), 30000, &resp, NULL, err);
-		json_decref(resp);
-		err->code = 0;
-		err->msg[0] = '\0';
-	}
-	if ((r = qmp_exec(&sb->qmp, "stop", NULL, NULL, 10000, err)))
-		goto out;
-	stopped = true;
-	/* The file server's tables, as the guest's FUSE knows them at this instant. */
-	if (sb->nmounts) {
-		cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", tmpdir);
-		if ((r = fs_save(sb, nodes, err)))
-			goto out;
-	}
-	if ((r = qmp_exec_fd(&sb->qmp, "getfd", json_pack("{s:s}", "fdname", "ckpt"), fd, NULL,
-			     10000, err)))
-		goto out;
-	/* Migration is throttled to 128 MiB/s by default (it was made for networks); a
-	 * checkpoint goes to a local file with the vCPUs stopped, so no cap. */
-	if ((r = qmp_exec(&sb->qmp, "migrate-set-parameters",
-			  json_pack("{s:I}", "max-bandwidth", (json_int_t)1 << 40), NULL, 10000, err)))
-		goto out;
-	if ((r = qmp_exec(&sb->qmp, "migrate", json_pack("{s:s}", "uri", "fd:ckpt"), NULL, 10000,
-			  err)) ||
-	    (r = wait_migration(&sb->qmp, err)))
-		goto out;
-	t_saved = now_mono_ns();
-	if ((r = scratch_node(&sb->qmp, node, sizeof(node), err)))
-		goto out;
-	/* The node is named after its file ("layer-<hex>"): a daemon adopting this VM
-	 * learns the real top layer from it (query-block shows only /dev/fdset/N). */
-	snprintf(newnode, sizeof(newnode), "%.*s", (int)(strlen(layer) - strlen(".qcow2")), layer);
-	{
-		json_t *added = NULL;
-		char fdset[32];
-		json_int_t set;
-		cleanup_close int rofd = open(lp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		/* Its set holds a read-only fd too, for when the next checkpoint freezes it
-		 * (QEMU then reopens it read-only from the set). */
-		r = qmp_exec_fd(&sb->qmp, "add-fd", NULL, lfd, &added, 10000, err);
-		set = json_integer_value(json_object_get(added, "fdset-id"));
-		json_decref(added);
-		snprintf(fdset, sizeof(fdset), "/dev/fdset/%lld", (long long)set);
-		if (!r && rofd < 0)
-			r = k8_err_set(err, -errno, "open %s: %s", lp, strerror(errno));
-		if (!r)
-			r = qmp_exec_fd(&sb->qmp, "add-fd", json_pack("{s:I}", "fdset-id", set), rofd,
-					NULL, 10000, err);
-		if (!r)
-			r = qmp_exec(&sb->qmp, "blockdev-add",
-				     json_pack("{s:s,s:s,s:s,s:{s:s,s:s,s:s},s:n}", "driver", "qcow2",
-					       "node-name", newnode, "discard", "unmap", "file",
-					       "driver", "file", "filename", fdset, "discard",
-					       "unmap", "backing"),
-				     NULL, 10000, err);
-		if (!r) {
-			r = qmp_exec(&sb->qmp, "blockdev-snapshot",
-				     json_pack("{s:s,s:s}", "node", node, "overlay", newnode), NULL,
-				     30000, err);
-			if (r)
-				qmp_exec(&sb->qmp, "blockdev-del", json_pack("{s:s}", "node-name",
-									    newnode), NULL, 10000, NULL);
-		}
-		if (r)
-			goto out;
-		free(lp);
-		lp = NULL;
-	}
-	qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, err);
-	stopped = false;
-
-	/* The VM runs again; make the checkpoint durable, then visible. */
-	frozen = top_of(sb);
-	ckpt_layer_set(sb, layer, frozen);
-	fsync(fd);
-	fstat(fd, &st);
-	imgs = json_array();
-	for (int i = 0; i < sb->nimages; i++)
-		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
-						      "digest", sb->images[i].digest, "disk",
-						      sb->images[i].disk, "slot", sb->images[i].slot));
-	{
-		struct timespec ts;
-		struct tm tm;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		gmtime_r(&ts.tv_sec, &tm);
-		strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	}
-	meta = json_pack("{s:i,s:s,s:s,s:I,s:s,s:I,s:i,s:i,s:o}", "version", 1, "label", label,
-			 "created", created, "created_ns", (json_int_t)now_real_ns(), "layer", frozen,
-			 "size", (json_int_t)st.st_size, "memory_mib", sb->memory_mib, "cpus",
-			 sb->cpus, "images", imgs);
-	{
-		char *t = json_dumps(meta, JSON_INDENT(2));
-		cleanup_free char *mp = xasprintf("%s/meta.json", tmpdir);
-		r = write_file_atomic(mp, t, strlen(t), 0600);
-		free(t);
-	}
-	json_decref(meta);
-	if (!r && rename(tmpdir, final) < 0)
-		r = -errno;
-	if (r) {
-		k8_err_set(err, r, "saving checkpoint metadata: %s", strerror(-r));
-		goto out;
-	}
+	j.final = ckpt_dir(sb, label);
 	pthread_mutex_lock(&sb->lock);
-	snprintf(sb->disk, sizeof(sb->disk), "%s", layer);
-	sb_save(sb);
+	j.user_paused = sb->paused;
 	pthread_mutex_unlock(&sb->lock);
-
-	/* Ten kept: the eleventh removes the oldest. */
-	ckpt_list(d, sb, &list, err);
-	if (json_array_size(list) > K8_MAX_CHECKPOINTS) {
-		const char *old = json_string_value(json_object_get(json_array_get(list, 0), "label"));
-		snprintf(removed_buf, sizeof(removed_buf), "%s", old ? old : "");
-		if (old && strcmp(old, label) && remove_locked(sb, removed_buf, err) == 0)
-			removed = removed_buf;
-	}
-	json_decref(list);
-	*out = json_pack("{s:s,s:s,s:I,s:I,s:I}", "label", label, "created", created, "size",
-			 (json_int_t)st.st_size, "ms", (json_int_t)((now_mono_ns() - t0) / 1000000),
-			 "pause_ms", (json_int_t)((now_mono_ns() - t0) / 1000000));
-	(void)t_saved;
-	if (removed)
-		json_object_set_new(*out, "removed", json_string(removed));
+	if ((r = ckpt_check_room(&j, err)) || (r = ckpt_make_files(&j, err)))
+		goto out;
+	if (!j.user_paused)             /* a paused guest cannot answer */
+		ckpt_guest_sync(sb);
+	if ((r = ckpt_stop_vcpus(&j, err)) || (r = ckpt_save_state(&j, err)) ||
+	    (r = ckpt_swap_layer(&j, err)))
+		goto out;
+	cont_r = ckpt_cont(&j, err);
+	if ((r = ckpt_commit(&j, err)))
+		goto out;
+	ckpt_rotate(&j, removed, sizeof(removed));
 	daemon_audit(d, "checkpoint.create", sb->name,
-		     json_pack("{s:s,s:I,s:s?}", "label", label, "size", (json_int_t)st.st_size,
-			       "removed_oldest", removed));
-	r = 0;
+		     json_pack("{s:s,s:I,s:s?}", "label", label, "size", (json_int_t)j.size,
+			       "removed_oldest", removed[0] ? removed : NULL));
+	if ((r = cont_r))
+		goto out;
+	*out = json_pack("{s:s,s:s,s:I,s:I,s:I}", "label", label, "created", j.created, "size",
+			 (json_int_t)j.size, "ms", (json_int_t)((now_mono_ns() - t0) / 1000000),
+			 "pause_ms", (json_int_t)((j.t_cont - j.t_stop) / 1000000));
+	if (removed[0])
+		json_object_set_new(*out, "removed", json_string(removed));
 out:
-	if (stopped)
-		qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, NULL);
-	if (lfd >= 0)
-		close(lfd);
-	if (lp)
-		unlink(lp);
-	if (fd >= 0)
-		close(fd);
-	if (tmpdir && r)
-		rm_rf(tmpdir);
+	ckpt_job_end(&j, r, err);
 	sb_busy_leave(sb);
-	json_decref(ret);
 	return r;
 }
 
@@ -561,10 +599,10 @@ static int restore_spawn(struct daemon *d, struct sandbox *sb, struct sandbox *f
 	spec.nimages = sb->nimages;
 	spec.scratch = top;
 	spec.incoming_fd = sfd;
-	spec.nchain = ckpt_chain(sb, layer, &chain);
+	spec.nchain = layers_chain(sb->dir, layer, &chain);
 	spec.chain = (const char *const *)chain;
 	r = vm_spawn(&spec, pid, err);
-	ckpt_chain_free(chain, spec.nchain);
+	layers_chain_free(chain, spec.nchain);
 	return r;
 }
 
@@ -573,43 +611,24 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 {
 	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
-	json_t *meta = NULL, *imgs, *it;
+	json_auto_t *meta = NULL;
 	const char *frozen;
 	struct vm_image saved[K8_MAX_SLOTS];
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
 	int nsaved = 0, r;
 	uint64_t t0 = now_mono_ns();
 	pid_t pid = 0;
-	size_t i;
 
 	if (!label_valid(label) || !(meta = meta_load(sb, label)))
 		return k8_err_set(err, -ENOENT, "sandbox '%s' has no checkpoint '%.80s'; list them "
 				  "with `kosa8 checkpoint ls %s`", sb->name, label ? label : "",
 				  sb->name);
 	frozen = json_string_value(json_object_get(meta, "layer"));
-	if (!frozen || strchr(frozen, '/')) {
-		json_decref(meta);
+	if (!frozen || strchr(frozen, '/'))
 		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
-	}
-	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err))) {
-		json_decref(meta);
+	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
 		return r;
-	}
-	imgs = json_object_get(meta, "images");
-	json_array_foreach(imgs, i, it) {
-		const char *ref, *dg, *disk;
-		int slot;
-		if (nsaved >= K8_MAX_SLOTS ||
-		    json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
-				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
-			continue;
-		memset(&saved[nsaved], 0, sizeof(saved[0]));
-		snprintf(saved[nsaved].ref, sizeof(saved[0].ref), "%s", ref);
-		snprintf(saved[nsaved].digest, sizeof(saved[0].digest), "%s", dg);
-		snprintf(saved[nsaved].disk, sizeof(saved[0].disk), "%s", disk);
-		saved[nsaved].slot = slot;
-		nsaved++;
-	}
+	nsaved = sb_images_from_json(json_object_get(meta, "images"), saved);
 
 	sb_busy_enter(sb);
 	state = xasprintf("%s/checkpoints/%s/state", sb->dir, label);
@@ -629,7 +648,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	top = xasprintf("%s/%s", sb->dir, layer);
 	if ((r = make_top(sb, frozen, top, err)))
 		goto fail;
-	ckpt_layer_set(sb, layer, frozen);
+	layers_set(sb->dir, layer, frozen);
 
 	pthread_mutex_lock(&sb->lock);
 	memcpy(sb->images, saved, sizeof(saved));
@@ -649,7 +668,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb->error[0] = '\0';
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
-	layers_gc(sb);
+	ckpt_gc_layers(sb);
 	*out = json_pack("{s:s,s:I}", "label", label, "ms",
 			 (json_int_t)((now_mono_ns() - t0) / 1000000));
 	daemon_audit(d, "checkpoint.rewind", sb->name,
@@ -665,7 +684,6 @@ fail:
 	daemon_audit(d, "checkpoint.rewind.failed", sb->name,
 		     json_pack("{s:s,s:s}", "label", label, "error", err->msg));
 out:
-	json_decref(meta);
 	sb_busy_leave(sb);
 	return r;
 }
@@ -710,15 +728,14 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 {
 	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
-	json_t *meta = NULL, *imgs, *it, *srcl = NULL, *layers = NULL;
-	const char *frozen, *l;
+	json_auto_t *meta = NULL;
+	const char *frozen;
 	struct sandbox *sb = NULL;
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
-	int r, depth;
+	int r;
 	uint64_t t0 = now_mono_ns();
 	bool src_busy = false;
 	pid_t pid = 0;
-	size_t i;
 
 	if (!label || !label_valid(label))
 		return k8_err_set(err, -EINVAL, "which checkpoint? give --from LABEL (list them with "
@@ -762,20 +779,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	pthread_mutex_unlock(&src->lock);
 	if ((r = mounts_recheck(d, sb->mounts, sb->nmounts, err)))
 		goto fail;
-	imgs = json_object_get(meta, "images");
-	json_array_foreach(imgs, i, it) {
-		const char *ref, *dg, *disk;
-		int slot;
-		if (sb->nimages >= K8_MAX_SLOTS ||
-		    json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
-				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
-			continue;
-		struct vm_image *img = &sb->images[sb->nimages++];
-		snprintf(img->ref, sizeof(img->ref), "%s", ref);
-		snprintf(img->digest, sizeof(img->digest), "%s", dg);
-		snprintf(img->disk, sizeof(img->disk), "%s", disk);
-		img->slot = slot;
-	}
+	sb->nimages = sb_images_from_json(json_object_get(meta, "images"), sb->images);
 	state = xasprintf("%s/checkpoints/%s/state", src->dir, label);
 	sfd = open(state, O_RDONLY | O_CLOEXEC);
 	if (sfd < 0) {
@@ -793,32 +797,14 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 		cleanup_free char *own = xasprintf("%s/scratch.qcow2", sb->dir);
 		unlink(own);
 	}
-	srcl = layers_load(src);
-	layers = json_object();
-	for (l = frozen, depth = 0; l; depth++) {
-		const char *parent = json_string_value(json_object_get(srcl, l));
-		cleanup_free char *from = xasprintf("%s/%s", src->dir, l);
-		cleanup_free char *to = xasprintf("%s/%s", sb->dir, l);
-		if (strchr(l, '/') || depth >= 4096 || json_object_get(layers, l)) {
-			r = k8_err_set(err, -EINVAL, "the layers of sandbox '%s' are damaged "
-				       "(layers.json)", src->name);
-			goto fail;
-		}
-		if (link(from, to) < 0) {
-			r = k8_err_set(err, -errno, "link %s to %s: %s%s", from, to, strerror(errno),
-				       errno == EXDEV ? " (sandboxes must be on one file system)" : "");
-			goto fail;
-		}
-		json_object_set_new(layers, l, parent ? json_string(parent) : json_null());
-		l = parent;
-	}
+	if ((r = layers_link(src->dir, sb->dir, frozen, err)))
+		goto fail;
 	sb_busy_leave(src);
 	src_busy = false;
 
 	new_layer_name(layer, sizeof(layer));
 	top = xasprintf("%s/%s", sb->dir, layer);
-	json_object_set_new(layers, layer, json_string(frozen));
-	layers_save(sb, layers);
+	layers_set(sb->dir, layer, frozen);
 	if ((r = make_top(sb, frozen, top, err)))
 		goto fail;
 	snprintf(sb->disk, sizeof(sb->disk), "%s", layer);
@@ -853,8 +839,5 @@ fail:
 		     json_pack("{s:s,s:s,s:s}", "from", src->name, "label", label, "error", err->msg));
 	sb_unreserve(d, sb);
 out:
-	json_decref(meta);
-	json_decref(srcl);
-	json_decref(layers);
 	return r;
 }

@@ -21,15 +21,9 @@ int ckpt_remove(struct daemon *d, struct sandbox *sb, const char *label, struct 
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err);
 int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *err);
-/* Record in layers.json that disk layer `child` sits on `parent` (file names in sb->dir). */
-void ckpt_layer_set(struct sandbox *sb, const char *child, const char *parent);
 /* A new sandbox `name` started from checkpoint `label` of `src`: its disk layers are hard
  * links to the checkpoint's, so it costs only what it writes. */
 int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,
 	      json_t **out, struct k8_err *err);
-/* The backing chain under `layer` (NULL: the current top) as absolute paths, its parent
- * first, from layers.json; returns how many (0: none, *out NULL). */
-int ckpt_chain(struct sandbox *sb, const char *layer, char ***out);
-void ckpt_chain_free(char **chain, int n);
 
 #endif

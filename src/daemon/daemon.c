@@ -83,7 +83,7 @@ void daemon_audit(struct daemon *d, const char *action, const char *sandbox, jso
  * logged and the default kept. */
 void daemon_audit_settings(struct daemon *d)
 {
-	static const struct audit_rate def = AUDIT_RATE_DEFAULT;
+	static const struct rate_limit def = AUDIT_RATE_DEFAULT;
 	json_t *cfg = daemon_config(d), *o = json_object_get(cfg, "audit"), *v;
 	static const struct {
 		const char *key;

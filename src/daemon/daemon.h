@@ -54,12 +54,10 @@ struct daemon {
 	bool offline;                   /* --offline: never fetch (KOSA8_OFFLINE likewise) */
 	bool stop_vms;
 	struct jail_range jail;          /* config jail_uids: uids for QEMU and sidecars */
-	struct audit_rate guest_audit;  /* config.json "audit": the budget of guest records */
+	struct rate_limit guest_audit;  /* config.json "audit": the budget of guest records */
 	bool jail_off;                   /* QEMU unjailed: config "jail": false, or not root */
 	char jail_why[256];              /* the warning, when jail_off */
 };
-
-extern struct daemon *g_daemon_for_signals;
 
 /* daemon.c: settings */
 /* Daemon settings: the environment variable (comma-separated) wins over config.json's

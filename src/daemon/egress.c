@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/guest.h"
 #include "daemon/egress.h"
 #include "daemon/sandbox.h"
 #include "net/policy.h"
@@ -25,9 +26,9 @@
 
 json_t *net_guest_config(void)
 {
-	return json_pack("{s:s,s:i,s:s,s:[s],s:s,s:i,s:s}", "ip", "10.0.2.15", "prefix", 24,
-			 "gateway", "10.0.2.2", "dns", "10.0.2.3", "ip6", "fd00::15", "prefix6",
-			 64, "gateway6", "fd00::2");
+	return json_pack("{s:s,s:i,s:s,s:[s],s:s,s:i,s:s}", "ip", GUEST_IP4, "prefix",
+			 GUEST_PREFIX4, "gateway", GUEST_GW4, "dns", GUEST_DNS4, "ip6", GUEST_IP6,
+			 "prefix6", GUEST_PREFIX6, "gateway6", GUEST_GW6);
 }
 
 /* Normalise one rule with the policy parser; the message says what is accepted. */
@@ -151,10 +152,10 @@ static int policy_file_write(struct sandbox *sb, struct k8_err *err)
 static void net_event(void *ctx, json_t *ev)
 {
 	struct sandbox *sb = ctx;
-	struct daemon *d = g_daemon_for_signals;
+	struct daemon *d = sb->d;
 	const char *name = json_string_value(json_object_get(ev, "event"));
 
-	if (!name || !d)
+	if (!name)
 		return;
 	if (!strcmp(name, "down")) {
 		if (sb->net.closing)

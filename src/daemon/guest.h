@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* guest.h - the guest image: kernel and initramfs, found and verified (guest.c). Mechanism. */
-#ifndef K8_GUEST_H
-#define K8_GUEST_H
+#ifndef K8_DAEMON_GUEST_H
+#define K8_DAEMON_GUEST_H
 
 #include "common/util.h"
 

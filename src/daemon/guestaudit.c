@@ -25,7 +25,7 @@ void daemon_audit_guest(struct daemon *d, struct sandbox *sb, const char *action
 		return;
 	}
 	pthread_mutex_lock(&sb->audit_mu);
-	ok = audit_budget_take(&sb->audit_budget, &d->guest_audit, now_mono_ns(), weight, &fold);
+	ok = rate_take(&sb->audit_budget, &d->guest_audit, now_mono_ns(), weight, &fold);
 	/* Written under the sandbox's lock, so the folded count and the record stay in order. */
 	if (fold)
 		audit_fold(d, sb, fold);
@@ -42,7 +42,7 @@ void daemon_audit_guest_flush(struct daemon *d, struct sandbox *sb)
 	if (!d || !sb)
 		return;
 	pthread_mutex_lock(&sb->audit_mu);
-	n = audit_budget_drain(&sb->audit_budget);
+	n = rate_drain(&sb->audit_budget);
 	if (n)
 		audit_fold(d, sb, n);
 	pthread_mutex_unlock(&sb->audit_mu);

@@ -184,7 +184,6 @@ int main(int argc, char **argv)
 
 	pthread_mutex_init(&d->lock, NULL);
 	d->started_mono = now_mono_ns();
-	g_daemon_for_signals = d;
 	if (pipe2(d->stop_pipe, O_CLOEXEC) < 0)
 		return 1;
 
@@ -218,10 +217,10 @@ int main(int argc, char **argv)
 	}
 	cgroup_probe(&d->cg);
 	daemon_log("host limits: %s", d->cg.note);
-	memset(&err, 0, sizeof(err));
+	k8_err_clear(&err);
 	if (guest_find_home(&d->guest, d->home, &err) < 0)
 		daemon_log("WARNING: %s", err.msg);
-	memset(&err, 0, sizeof(err));
+	k8_err_clear(&err);
 	if (accel_choose(d, &err) < 0) {
 		fprintf(stderr, "kosa8d: %s\n", err.msg);
 		return 1;

@@ -368,12 +368,17 @@ json_t *mounts_json(const struct sandbox *sb, bool for_guest)
  * Backoff: the first restart after a quiet minute waits 100 ms, each quick death after
  * it doubles the wait, up to 30 s, so a guest that kills kosa8-fs at will cannot make
  * the daemon spin. */
+struct fs_restart_arg {
+	struct daemon *d;
+	char name[K8_NAME_MAX + 1];     /* looked up again: the sandbox may be gone by then */
+};
+
 static void *fs_restart(void *arg)
 {
-	char *name = arg;
-	struct daemon *d = g_daemon_for_signals;
+	struct fs_restart_arg *a = arg;
+	struct daemon *d = a->d;
 	struct k8_err err = { 0 };
-	struct sandbox *sb = sb_get(d, name, &err);
+	struct sandbox *sb = sb_get(d, a->name, &err);
 
 	if (sb) {
 		uint64_t now = now_mono_ns(), wait_ms;
@@ -400,7 +405,7 @@ static void *fs_restart(void *arg)
 		sb_busy_leave(sb);
 		sb_put(d, sb);
 	}
-	free(name);
+	free(a);
 	return NULL;
 }
 
@@ -410,17 +415,22 @@ static void fs_event(void *ctx, json_t *ev)
 	const char *name = json_string_value(json_object_get(ev, "event"));
 	pthread_t t;
 
-	if (!name || !g_daemon_for_signals)
+	if (!name)
 		return;
 	if (!strcmp(name, "down") && !sb->fs.closing) {
 		daemon_log("sandbox %s: kosa8-fs is gone (%s); starting it again", sb->name,
 			   json_string_value(json_object_get(ev, "why")));
 		/* a guest that can crash kosa8-fs can repeat it: within its audit budget */
-		daemon_audit_guest(g_daemon_for_signals, sb, "sandbox.fs.down",
+		daemon_audit_guest(sb->d, sb, "sandbox.fs.down",
 				   json_pack("{s:s?}", "why",
 					     json_string_value(json_object_get(ev, "why"))), 1);
-		if (pthread_create(&t, NULL, fs_restart, xstrdup(sb->name)) == 0)
+		struct fs_restart_arg *a = xcalloc(1, sizeof(*a));
+		a->d = sb->d;
+		snprintf(a->name, sizeof(a->name), "%s", sb->name);
+		if (pthread_create(&t, NULL, fs_restart, a) == 0)
 			pthread_detach(t);
+		else
+			free(a);
 	}
 }
 

@@ -10,10 +10,10 @@
 #include "common/proto.h"
 #include "daemon/sandbox.h"
 #include "daemon/accel.h"
-#include "daemon/checkpoint.h"
 #include "daemon/egress.h"
 #include "daemon/mounts.h"
 #include "daemon/audit.h"
+#include "daemon/layers.h"
 #include "image/image.h"
 
 #include <dirent.h>
@@ -53,16 +53,6 @@ bool sb_name_valid(const char *n)
 	return true;
 }
 
-static void iso_now(char *out, size_t n)
-{
-	struct timespec ts;
-	struct tm tm;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 void sb_sock_path(struct daemon *d, struct sandbox *sb, const char *what, char *out, size_t n)
 {
 	snprintf(out, n, "%s/run/%s.%s", d->home, sb->id, what);
@@ -100,14 +90,44 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 
 /* ---- the record on disk ---- */
 
+json_t *sb_images_json(const struct vm_image *imgs, int n)
+{
+	json_t *arr = json_array();
+
+	for (int i = 0; i < n; i++)
+		json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:i}", "ref", imgs[i].ref,
+						     "digest", imgs[i].digest, "disk", imgs[i].disk,
+						     "slot", imgs[i].slot));
+	return arr;
+}
+
+int sb_images_from_json(json_t *arr, struct vm_image out[K8_MAX_SLOTS])
+{
+	json_t *it;
+	size_t i;
+	int n = 0;
+
+	json_array_foreach(arr, i, it) {
+		const char *ref, *dg, *disk;
+		int slot;
+		if (n >= K8_MAX_SLOTS)
+			break;
+		if (json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
+				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
+			continue;
+		memset(&out[n], 0, sizeof(out[n]));
+		snprintf(out[n].ref, sizeof(out[n].ref), "%s", ref);
+		snprintf(out[n].digest, sizeof(out[n].digest), "%s", dg);
+		snprintf(out[n].disk, sizeof(out[n].disk), "%s", disk);
+		out[n].slot = slot;
+		n++;
+	}
+	return n;
+}
+
 static json_t *sb_record(struct sandbox *sb)
 {
-	json_t *imgs = json_array();
-
-	for (int i = 0; i < sb->nimages; i++)
-		json_array_append_new(imgs, json_pack("{s:s,s:s,s:s,s:i}", "ref", sb->images[i].ref,
-						      "digest", sb->images[i].digest, "disk",
-						      sb->images[i].disk, "slot", sb->images[i].slot));
+	json_t *imgs = sb_images_json(sb->images, sb->nimages);
 	json_t *rec = json_pack("{s:i,s:s,s:s,s:i,s:i,s:i,s:s,s:s,s:I,s:I,s:s,s:o,s:s,s:b}",
 				"version", 1, "name", sb->name, "id", sb->id, "cpus", sb->cpus,
 				"memory_mib", sb->memory_mib, "disk_gb", sb->disk_gb, "created",
@@ -149,6 +169,7 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 	struct sandbox *sb = xcalloc(1, sizeof(*sb));
 	unsigned char rnd[8];
 
+	sb->d = d;
 	pthread_mutex_init(&sb->lock, NULL);
 	pthread_mutex_init(&sb->audit_mu, NULL);
 	pthread_cond_init(&sb->cond, NULL);
@@ -182,11 +203,6 @@ static void sb_free(struct sandbox *sb)
 
 /* ---- events from the guest ---- */
 
-struct ev_ctx {
-	struct daemon *d;
-	struct sandbox *sb;
-};
-
 /* Container ids are 12 hex digits (exec.c); the guest may name others, which are not
  * passed on. */
 static bool ev_container_valid(const char *c)
@@ -197,7 +213,6 @@ static bool ev_container_valid(const char *c)
 static void sb_on_event(void *ctx, json_t *ev)
 {
 	struct sandbox *sb = ctx;
-	extern struct daemon *g_daemon_for_signals;
 	const char *name = json_string_value(json_object_get(ev, "event"));
 
 	if (!name)
@@ -209,7 +224,7 @@ static void sb_on_event(void *ctx, json_t *ev)
 		if (c)
 			json_object_set_new(det, "container",
 					    json_string(ev_container_valid(c) ? c : "(invalid)"));
-		daemon_audit_guest(g_daemon_for_signals, sb, "sandbox.limit", det, 1);
+		daemon_audit_guest(sb->d, sb, "sandbox.limit", det, 1);
 	}
 }
 
@@ -347,7 +362,7 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 		char msg[1024];
 		usleep(100000);
 		if (vm_qemu_said(sb->dir, false, msg, sizeof(msg))) {
-			err->code = 0;   /* QEMU's own words */
+			k8_err_clear(err);   /* QEMU's own words */
 			k8_err_set(err, -EIO, "QEMU did not start: %s", msg);
 		}
 		goto fail;
@@ -451,10 +466,10 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	spec.scratch = scratch;
 	/* QEMU gets its whole backing chain from layers.json (it opens no path itself;
 	 * and a fork's layers are hard links whose headers name the source's files). */
-	spec.nchain = ckpt_chain(sb, NULL, &chain);
+	spec.nchain = layers_chain(sb->dir, layers_top(sb->disk), &chain);
 	spec.chain = (const char *const *)chain;
 	r = vm_spawn(&spec, &pid, err);
-	ckpt_chain_free(chain, spec.nchain);
+	layers_chain_free(chain, spec.nchain);
 	close(kfd);
 	close(ifd);
 	if (r)
@@ -499,9 +514,9 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 			if (!qdev || !strstr(qdev, "scratchdev") || !base)
 				continue;
 			base++;
-			const char *cur = sb->disk[0] ? sb->disk : "scratch.qcow2";
+			const char *cur = layers_top(sb->disk);
 			if (strcmp(base, cur) && strlen(base) < sizeof(sb->disk) && !strchr(base, '/')) {
-				ckpt_layer_set(sb, base, cur);
+				layers_set(sb->dir, base, cur);
 				daemon_log("sandbox %s: its disk top is %s (a checkpoint was cut short)",
 					   sb->name, base);
 				snprintf(sb->disk, sizeof(sb->disk), "%s", base);
@@ -509,8 +524,7 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 		}
 	}
 	json_decref(blk);
-	err->code = 0;
-	err->msg[0] = '\0';
+	k8_err_clear(err);
 }
 
 /* Reconnect to a VM that outlived the previous daemon. */
@@ -711,11 +725,10 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 {
 	cleanup_free char *path = xasprintf("%s/sandboxes/%s/sandbox.json", d->home, name);
 	cleanup_free char *text = NULL;
-	json_t *rec, *imgs, *it;
+	json_t *rec;
 	struct sandbox *sb;
 	const char *id, *created, *accel, *state;
 	json_int_t pid = 0, start = 0;
-	size_t i;
 
 	if (read_file(path, 1 << 20, &text, NULL))
 		return -ENOENT;
@@ -792,22 +805,7 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 	}
 	sb->pid = (pid_t)pid;
 	sb->pid_start = (unsigned long long)start;
-	imgs = json_object_get(rec, "images");
-	json_array_foreach(imgs, i, it) {
-		struct vm_image *img;
-		const char *ref, *dg, *disk;
-		int slot;
-		if (sb->nimages >= K8_MAX_SLOTS)
-			break;
-		if (json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
-				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
-			continue;
-		img = &sb->images[sb->nimages++];
-		snprintf(img->ref, sizeof(img->ref), "%s", ref);
-		snprintf(img->digest, sizeof(img->digest), "%s", dg);
-		snprintf(img->disk, sizeof(img->disk), "%s", disk);
-		img->slot = slot;
-	}
+	sb->nimages = sb_images_from_json(json_object_get(rec, "images"), sb->images);
 	json_decref(rec);
 	*out = sb;
 	return 0;
@@ -909,7 +907,7 @@ struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *er
 	sb->state = SB_BOOTING;
 	sb->busy = 1;
 	sb->users = 1;
-	iso_now(sb->created, sizeof(sb->created));
+	k8_time_now(sb->created, 0);
 	snprintf(sb->accel, sizeof(sb->accel), "%s", d->accel);
 	sb->next = d->sandboxes;
 	d->sandboxes = sb;
@@ -1196,7 +1194,7 @@ int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
 					  &info, &pe);
 		json_decref(pulled);
 		if (r) {
-			err->code = 0;
+			k8_err_clear(err);
 			return k8_err_set(err, r, "%s", pe.msg);
 		}
 	} else if (r) {
@@ -1313,9 +1311,7 @@ json_t *sb_containers_json(struct sandbox *sb, json_t *list)
 		json_t *o;
 		const char *img;
 		json_int_t ns;
-		char ts[40];
-		time_t sec;
-		struct tm tm;
+		char ts[K8_TIME_LEN];
 
 		if (!json_is_object(c))
 			continue;
@@ -1332,9 +1328,7 @@ json_t *sb_containers_json(struct sandbox *sb, json_t *list)
 		pthread_mutex_unlock(&sb->lock);
 		ns = json_integer_value(json_object_get(c, "started_ns"));
 		if (ns > 0) {
-			sec = (time_t)(ns / 1000000000);
-			gmtime_r(&sec, &tm);
-			strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			k8_time_fmt(ts, ns / 1000000000, -1);
 			json_object_set_new(o, "started", json_string(ts));
 		}
 		json_array_append_new(out, o);

@@ -23,6 +23,7 @@ enum sb_state { SB_STOPPED, SB_BOOTING, SB_RUNNING, SB_FAILED, SB_REMOVING };
 
 struct sandbox {
 	struct sandbox *next;
+	struct daemon *d;               /* the daemon that owns it (event callbacks reach it) */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int busy;                       /* lifecycle operation in progress (boot, rm) */
@@ -55,7 +56,7 @@ struct sandbox {
 	struct sidecar net;
 	/* records the guest can cause (egress refusals, limit hits): daemon_audit_guest */
 	pthread_mutex_t audit_mu;
-	struct audit_budget audit_budget;
+	struct rate_bucket audit_budget;
 	/* shared folders (mounts.c) */
 	struct sb_mount mounts[K8_MAX_MOUNTS];
 	int nmounts;
@@ -85,6 +86,10 @@ int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 void sb_busy_enter(struct sandbox *sb);
 void sb_busy_leave(struct sandbox *sb);
 int sb_save(struct sandbox *sb);
+/* The images of a sandbox as kept in sandbox.json and a checkpoint's meta.json: the one
+ * writer and the one reader (entries that do not check out are skipped). */
+json_t *sb_images_json(const struct vm_image *imgs, int n);
+int sb_images_from_json(json_t *arr, struct vm_image out[K8_MAX_SLOTS]);
 /* Stop QEMU and the sandbox's sidecars (kosa8-net, kosa8-fs). Caller holds sb->lock. */
 void sb_kill_vm(struct daemon *d, struct sandbox *sb);
 /* Stop QEMU only (a rewind keeps the sidecars: counts, pins and file handles stay). */

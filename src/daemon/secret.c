@@ -164,9 +164,7 @@ int secret_list(const char *home, json_t **out, struct k8_err *err)
 							    AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISREG(st.st_mode))
 			continue;       /* temp files of an atomic write, anything foreign */
-		struct tm tm;
-		gmtime_r(&st.st_mtime, &tm);
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		k8_time_fmt(when, (int64_t)st.st_mtime, -1);
 		items[n++] = json_pack("{s:s,s:s}", "name", e->d_name, "updated", when);
 	}
 	if (dh)

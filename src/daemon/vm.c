@@ -411,7 +411,7 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		ADD("-netdev");
 		ADD("stream,id=net0,server=off,addr.type=fd,addr.str=%d", fdm_add(m, fd, true));
 		ADD("-device");
-		ADD("virtio-net-device,netdev=net0,mac=52:54:00:12:34:56");
+		ADD("virtio-net-device,netdev=net0,mac=" GUEST_MAC);
 	}
 	/* Disks: each file is an fd set; the backing chain is always explicit (QEMU
 	 * would otherwise open the paths in the qcow2 headers), root first. */

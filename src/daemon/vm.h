@@ -7,11 +7,12 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "common/guest.h"
 #include "common/util.h"
 #include "daemon/cgroup.h"
 #include "daemon/qmp.h"
 
-#define K8_MAX_SLOTS 4          /* image slots per VM: microvm has 8 virtio-mmio transports */
+#define K8_MAX_SLOTS GUEST_IMAGE_SLOTS   /* image slots per VM (common/guest.h) */
 
 /* An image disk attached to a slot of the VM (the sandbox keeps the list). */
 struct vm_image {

@@ -12,6 +12,7 @@
 #ifndef K8_FS_H
 #define K8_FS_H
 
+#include "common/rate.h"
 #include "fs/proto.h"
 
 #include <stdbool.h>
@@ -92,7 +93,7 @@ struct fs_ctx {
 	size_t path_bytes;           /* sum of the nodes' path strings (K8FS_MAX_PATH_BYTES) */
 	size_t max_nodes;            /* what RLIMIT_NOFILE allows (0: K8FS_MAX_NODES) */
 	size_t max_handles;          /* likewise (0: K8FS_MAX_HANDLES) */
-	uint64_t limit_logged_ns;
+	struct rate_bucket limit_log;    /* the "limit reached" line: one per 10 s */
 	void (*log)(const char *fmt, ...);   /* the process's log line (NULL: silent) */
 	/* host disk reserve: writes fail with ENOSPC before the host file system of a share
 	 * has less than max(reserve_bytes, reserve_pct % of its size) free (0, 0: none) */

@@ -63,13 +63,10 @@ static void fs_log(const char *fmt, ...) K8_PRINTF(1, 2);
 static void fs_log(const char *fmt, ...)
 {
 	int saved = errno;
-	char ts[32];
-	time_t t = time(NULL);
-	struct tm tm;
+	char ts[K8_TIME_LEN];
 	va_list ap;
 
-	gmtime_r(&t, &tm);
-	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	k8_time_now(ts, 0);
 	fprintf(stderr, "%s kosa8-fs[%s]: ", ts, fs_id);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);

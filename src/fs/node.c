@@ -555,11 +555,11 @@ static void tables_clear(struct fs_ctx *c)
 
 void fs_limit_hit(struct fs_ctx *c, const char *what)
 {
-	uint64_t now = now_mono_ns();
+	static const struct rate_limit every_10s = { .per_minute = 6, .burst = 1 };
+	uint64_t fold;
 
 	c->st.limit_hits++;
-	if (c->log && now - c->limit_logged_ns > 10000000000ull) {
-		c->limit_logged_ns = now;
+	if (c->log && rate_take(&c->limit_log, &every_10s, now_mono_ns(), 1, &fold)) {
 		c->log("limit reached: too many %s held for the guest (%llu times so far); "
 		       "its requests get ENFILE/ENOMEM until it forgets some", what,
 		       (unsigned long long)c->st.limit_hits);

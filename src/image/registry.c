@@ -575,7 +575,7 @@ static size_t reg_write_cb(char *data, size_t size, size_t n, void *arg)
 	r = blobw_write(x->w, data, len, &x->ferr);
 	if (r) {
 		if (r == -EFBIG) {
-			x->ferr.code = 0;
+			k8_err_clear(&x->ferr);
 			k8_err_set(&x->ferr, -EFBIG, "%s is larger than its descriptor says (%llu "
 				   "bytes); refused", x->what, (unsigned long long)x->max_blob);
 		}

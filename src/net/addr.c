@@ -2,6 +2,7 @@
 /* addr.c - IPv4/IPv6 addresses for the policy engine: parsing, printing, prefix tests and
  * the list of internal ranges a looked-up name must not lead to unless listed. */
 #include "net/addr.h"
+#include "net/bytes.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -106,7 +107,7 @@ void net_addr_mask(struct net_addr *a, int prefix)
 
 static bool v4_internal(const uint8_t *b)
 {
-	uint32_t x = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+	uint32_t x = net_rd32(b);
 	static const struct { uint32_t net; int prefix; } r[] = {
 		{ 0x00000000, 8 },      /* 0/8 "this network", incl. 0.0.0.0 */
 		{ 0x0a000000, 8 },      /* 10/8 */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "net/bytes.h"
 #include "net/net.h"
 
 #define DNSSRV_TCP_BUF (2 + 65535)
@@ -131,8 +132,7 @@ static void dnssrv_reply(struct net *n, struct dnssrv_ctx *x, const uint8_t *msg
 	if (!c->used || c->gen != x->gen || c->fin_sent)
 		return;
 	uint8_t buf[DNSSRV_REPLY_MAX + 2];
-	buf[0] = (uint8_t)(len >> 8);
-	buf[1] = (uint8_t)len;
+	net_wr16(buf, (uint16_t)len);
 	memcpy(buf + 2, msg, len);
 	for (size_t off = 0; off < len + 2; off += DNSSRV_TCP_SEG) {
 		size_t l = len + 2 - off < DNSSRV_TCP_SEG ? len + 2 - off : DNSSRV_TCP_SEG;
@@ -364,7 +364,7 @@ void dnssrv_tcp(struct net *n, const struct pkt *p)
 		dnssrv_tcp_send(n, c, TH_ACK, NULL, 0, NULL, 0);
 	/* Whole messages in the buffer: answer each. */
 	while (c->blen >= 2) {
-		size_t ml = (size_t)c->buf[0] << 8 | c->buf[1];
+		size_t ml = net_rd16(c->buf);
 		if (c->blen < 2 + ml)
 			break;
 		struct dnssrv_ctx tmpl = { .conn = ci, .gen = c->gen };

@@ -31,7 +31,9 @@
 
 #include <slirp/libslirp.h>
 
+#include "common/guest.h"
 #include "common/util.h"
+#include "net/bytes.h"
 #include "net/neigh.h"
 #include "net/net.h"
 
@@ -64,8 +66,8 @@ void engine_send_guest(struct net *n, const uint8_t *frame, size_t len)
 {
 	if (n->frames_fd < 0 || len == 0 || len > PKT_MAX_FRAME)
 		return;
-	uint8_t hdr[4] = { (uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
-			   (uint8_t)len };
+	uint8_t hdr[4];
+	net_wr32(hdr, (uint32_t)len);
 	if (n->fout.len + 4 + len > n->fout.max) {
 		n->stats.dropped++;
 		return;
@@ -101,7 +103,7 @@ size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const u
 	if (v6) {
 		out[12] = 0x86, out[13] = 0xdd;
 		ip[0] = 0x60;
-		ip[4] = (uint8_t)(tcplen >> 8), ip[5] = (uint8_t)tcplen;
+		net_wr16(ip + 4, (uint16_t)tcplen);
 		ip[6] = IPPROTO_TCP, ip[7] = 64;
 		memcpy(ip + 8, src->a, 16);
 		memcpy(ip + 24, dst->a, 16);
@@ -109,35 +111,31 @@ size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const u
 	} else {
 		out[12] = 0x08, out[13] = 0x00;
 		ip[0] = 0x45;
-		ip[2] = (uint8_t)((20 + tcplen) >> 8), ip[3] = (uint8_t)(20 + tcplen);
+		net_wr16(ip + 2, (uint16_t)(20 + tcplen));
 		ip[6] = 0x40;                   /* DF */
 		ip[8] = 64, ip[9] = IPPROTO_TCP;
 		memcpy(ip + 12, src->a, 4);
 		memcpy(ip + 16, dst->a, 4);
-		uint16_t c = pkt_csum_fold(pkt_csum_add(0, ip, 20));
-		ip[10] = (uint8_t)(c >> 8), ip[11] = (uint8_t)c;
+		net_wr16(ip + 10, pkt_csum_fold(pkt_csum_add(0, ip, 20)));
 		sum = pkt_csum_add(sum, ip + 12, 8);
 	}
 	uint8_t ph[4] = { 0, 0, 0, IPPROTO_TCP };
-	uint8_t pl[4] = { (uint8_t)(tcplen >> 24), (uint8_t)(tcplen >> 16), (uint8_t)(tcplen >> 8),
-			  (uint8_t)tcplen };
+	uint8_t pl[4];
+	net_wr32(pl, (uint32_t)tcplen);
 	sum = pkt_csum_add(sum, ph, 4);
 	sum = pkt_csum_add(sum, pl, 4);
-	t[0] = (uint8_t)(sport >> 8), t[1] = (uint8_t)sport;
-	t[2] = (uint8_t)(dport >> 8), t[3] = (uint8_t)dport;
-	t[4] = (uint8_t)(seq >> 24), t[5] = (uint8_t)(seq >> 16), t[6] = (uint8_t)(seq >> 8),
-	t[7] = (uint8_t)seq;
-	t[8] = (uint8_t)(ack >> 24), t[9] = (uint8_t)(ack >> 16), t[10] = (uint8_t)(ack >> 8),
-	t[11] = (uint8_t)ack;
+	net_wr16(t, sport);
+	net_wr16(t + 2, dport);
+	net_wr32(t + 4, seq);
+	net_wr32(t + 8, ack);
 	t[12] = (uint8_t)(((20 + optlen) / 4) << 4);
 	t[13] = flags;
-	t[14] = (uint8_t)(win >> 8), t[15] = (uint8_t)win;
+	net_wr16(t + 14, win);
 	if (optlen)
 		memcpy(t + 20, opt, optlen);
 	if (dlen)
 		memcpy(t + 20 + optlen, data, dlen);
-	uint16_t c = pkt_csum_fold(pkt_csum_add(sum, t, tcplen));
-	t[16] = (uint8_t)(c >> 8), t[17] = (uint8_t)c;
+	net_wr16(t + 16, pkt_csum_fold(pkt_csum_add(sum, t, tcplen)));
 	return total;
 }
 
@@ -199,14 +197,12 @@ static void engine_gro_flush(struct net *n)
 	if (e->gro.nseg > 1) {
 		uint8_t *ip = b + 14, *t = b + e->gro.l4;
 		size_t tcplen = 20 + e->gro.plen, tot = 20 + tcplen;
-		ip[2] = (uint8_t)(tot >> 8), ip[3] = (uint8_t)tot;
+		net_wr16(ip + 2, (uint16_t)tot);
 		ip[10] = ip[11] = 0;
-		uint16_t c = pkt_csum_fold(pkt_csum_add(0, ip, 20));
-		ip[10] = (uint8_t)(c >> 8), ip[11] = (uint8_t)c;
+		net_wr16(ip + 10, pkt_csum_fold(pkt_csum_add(0, ip, 20)));
 		t[16] = t[17] = 0;
 		uint32_t s = pkt_csum_add(pkt_csum_add(0, ip + 12, 8), t, 20);
-		c = pkt_csum_fold(s + IPPROTO_TCP + (uint32_t)tcplen + e->gro.psum);
-		t[16] = (uint8_t)(c >> 8), t[17] = (uint8_t)c;
+		net_wr16(t + 16, pkt_csum_fold(s + IPPROTO_TCP + (uint32_t)tcplen + e->gro.psum));
 		n->stats.tcp_merged += (uint64_t)e->gro.nseg - 1;
 	}
 	slirp_input(engine_slirp(n), b, (int)len);
@@ -412,8 +408,8 @@ static bool engine_seq_after(uint32_t a, uint32_t b)
 static bool engine_in_net(const struct net *n, const struct net_addr *a)
 {
 	if (a->family == AF_INET)
-		return net_addr_in(a, &n->net4, 24);
-	return net_addr_in(a, &n->net6, 64);
+		return net_addr_in(a, &n->net4, GUEST_PREFIX4);
+	return net_addr_in(a, &n->net6, GUEST_PREFIX6);
 }
 
 /* A frame from slirp to the guest. */
@@ -529,13 +525,13 @@ static const SlirpCb engine_cb = {
 int engine_init(struct net *n, char *err, size_t errlen)
 {
 	struct engine *e = &n->eng;
-	net_addr_parse("10.0.2.0", &n->net4);
-	net_addr_parse("10.0.2.2", &n->gw4);
-	net_addr_parse("10.0.2.3", &n->dns4);
-	net_addr_parse("10.0.2.15", &n->guest4);
-	net_addr_parse("fd00::", &n->net6);
-	net_addr_parse("fd00::2", &n->gw6);
-	net_addr_parse("fd00::3", &n->dns6);
+	net_addr_parse(GUEST_NET4, &n->net4);
+	net_addr_parse(GUEST_GW4, &n->gw4);
+	net_addr_parse(GUEST_DNS4, &n->dns4);
+	net_addr_parse(GUEST_IP4, &n->guest4);
+	net_addr_parse(GUEST_NET6, &n->net6);
+	net_addr_parse(GUEST_GW6, &n->gw6);
+	net_addr_parse(GUEST_DNS6, &n->dns6);
 
 	e->cap = n->max_flows;
 	e->flows = calloc((size_t)e->cap, sizeof(*e->flows));
@@ -560,7 +556,7 @@ int engine_init(struct net *n, char *err, size_t errlen)
 		.disable_dhcp = true,           /* the agent configures the guest statically */
 	};
 	memcpy(&cfg.vnetwork, n->net4.a, 4);
-	inet_pton(AF_INET, "255.255.255.0", &cfg.vnetmask);
+	inet_pton(AF_INET, "255.255.255.0", &cfg.vnetmask);   /* GUEST_PREFIX4 */
 	memcpy(&cfg.vhost, n->gw4.a, 4);
 	memcpy(&cfg.vnameserver, n->dns4.a, 4);
 	memcpy(&cfg.vdhcp_start, n->guest4.a, 4);
@@ -631,7 +627,7 @@ static bool engine_is_multicast(const struct net *n, const struct net_addr *a)
 		return true;
 	if (a->a[0] == 255 && a->a[1] == 255 && a->a[2] == 255 && a->a[3] == 255)
 		return true;
-	return net_addr_in(a, &n->net4, 24) && a->a[3] == 255;
+	return net_addr_in(a, &n->net4, GUEST_PREFIX4) && a->a[3] == 255;
 }
 
 /* The verdict for a new flow, the flow cap included. */
@@ -786,7 +782,7 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 			n->stats.malformed++;
 			return;
 		}
-		engine_dgram(n, &p, (uint16_t)(id[0] << 8 | id[1]), 0);
+		engine_dgram(n, &p, net_rd16(id), 0);
 		return;
 	}
 	engine_dgram(n, &p, p.sport, p.dport);

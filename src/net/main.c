@@ -29,6 +29,7 @@
 
 #include "common/jail.h"
 #include "common/util.h"
+#include "net/bytes.h"
 #include "net/net.h"
 
 #define FRAMES_OUT_MAX (8 << 20)
@@ -206,7 +207,7 @@ static void net_frames_input(struct net *n)
 		size_t off = 0;
 		while (n->finlen - off >= 4) {
 			const uint8_t *h = n->fin + off;
-			size_t fl = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
+			size_t fl = net_rd32(h);
 			if (fl == 0 || fl > PKT_MAX_FRAME) {
 				net_log(n, "frames: bad frame length %zu; dropping the connection", fl);
 				net_frames_close(n);

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <string.h>
 
+#include "common/guest.h"
 #include "net/bytes.h"
 #include "net/neigh.h"
 
@@ -65,7 +66,7 @@ static size_t neigh_arp_build(uint8_t f[NEIGH_ARP_LEN], uint16_t op, const uint8
 	f[15] = 1;                              /* Ethernet */
 	f[16] = 0x08, f[17] = 0x00;             /* IPv4 */
 	f[18] = 6, f[19] = 4;
-	f[20] = (uint8_t)(op >> 8), f[21] = (uint8_t)op;
+	net_wr16(f + 20, op);
 	memcpy(f + 22, sha, 6);
 	memcpy(f + 28, sip, 4);
 	memcpy(f + 32, tha, 6);
@@ -89,7 +90,7 @@ static void neigh_arp(const struct neigh_env *e, const struct pkt *p, struct nei
 	/* sender: the frame's own unicast MAC, an address of the virtual network that is
 	 * not slirp's (or 0.0.0.0, an address probe) */
 	if (memcmp(a + 8, p->src_mac, 6) || !neigh_mac_ok(a + 8) ||
-	    (have_sip && (!net_addr_in(&sip, &e->net4, 24) || sip.a[3] == 0 ||
+	    (have_sip && (!net_addr_in(&sip, &e->net4, GUEST_PREFIX4) || sip.a[3] == 0 ||
 			  sip.a[3] == 255 || net_addr_eq(&sip, &e->gw4) ||
 			  net_addr_eq(&sip, &e->dns4))) ||
 	    (op != 1 && op != 2))
@@ -121,7 +122,7 @@ static bool neigh_guest6(const struct neigh_env *e, const uint8_t ip[16])
 	memcpy(a.a, ip, 16);
 	if (ip[0] == 0xfe && (ip[1] & 0xc0) == 0x80)
 		return true;
-	return net_addr_in(&a, &e->net6, 64) && !net_addr_eq(&a, &e->gw6) &&
+	return net_addr_in(&a, &e->net6, GUEST_PREFIX6) && !net_addr_eq(&a, &e->gw6) &&
 	       !net_addr_eq(&a, &e->dns6);
 }
 
@@ -181,8 +182,7 @@ static void neigh_nd(const struct neigh_env *e, const struct pkt *p, struct neig
 	    p->icmp_code != 0 || p->ttl != 255 || mlen < 24 ||
 	    !(m = pkt_get(p, p->l4_off, mlen)) || !neigh_mac_ok(p->src_mac) || m[8] == 0xff)
 		return;
-	ph[0] = (uint8_t)(mlen >> 24), ph[1] = (uint8_t)(mlen >> 16);
-	ph[2] = (uint8_t)(mlen >> 8), ph[3] = (uint8_t)mlen;
+	net_wr32(ph, (uint32_t)mlen);
 	ph[4] = ph[5] = ph[6] = 0, ph[7] = IPPROTO_ICMPV6;
 	sum = pkt_csum_add(pkt_csum_add(pkt_csum_add(0, ip + 8, 32), ph, 8), m, mlen);
 	if (pkt_csum_fold(sum) != 0) {

@@ -8,15 +8,13 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/util.h"
 #include "net/net.h"
 
 void net_log(const struct net *n, const char *fmt, ...)
 {
-	char t[32];
-	time_t now = time(NULL);
-	struct tm tm;
-	gmtime_r(&now, &tm);
-	strftime(t, sizeof(t), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	char t[K8_TIME_LEN];
+	k8_time_now(t, 0);
 	va_list ap;
 	va_start(ap, fmt);
 	fprintf(stderr, "%s kosa8-net[%s]: ", t, n && n->id ? n->id : "?");

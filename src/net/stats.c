@@ -29,11 +29,8 @@ static uint64_t stats_sec(void)
 
 static void stats_emit(struct net *n, struct stats_dest *e)
 {
-	char tbuf[32];
-	time_t t = (time_t)e->ev_sec;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(tbuf, sizeof(tbuf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	char tbuf[K8_TIME_LEN];
+	k8_time_fmt(tbuf, (int64_t)e->ev_sec, -1);
 	json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s}", "event", "deny", "dest", e->dest,
 			       "proto", e->ev_proto, "count", (json_int_t)e->ev_count,
 			       "reason", e->ev_reason, "time", tbuf);

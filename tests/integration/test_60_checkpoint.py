@@ -47,6 +47,10 @@ def test_rewind_restores_processes_and_disk(home, cksb, loaded):
     assert p.returncode == 0, p.stderr
     info = json.loads(p.stdout)
     assert info["label"] == "clean" and info["size"] > 0
+    # pause_ms is the stop..cont interval: inside the call, and not nothing (memory was saved)
+    assert 0 < info["pause_ms"] <= info["ms"], info
+    print("checkpoint latency: %d ms in the daemon, vCPUs stopped %d ms"
+          % (info["ms"], info["pause_ms"]))
     home("sandbox", "exec", cksb, cid, "sh", "-c", "echo dirty > /dirty", check=True)
     p = home("rewind", cksb, "--to", "clean", "-y", "--json")
     assert p.returncode == 0, p.stderr

@@ -1087,58 +1087,6 @@ static void test_segments(void)
 	}
 }
 
-/* ---- the budget of guest-caused records ---- */
-
-static void test_budget(void)
-{
-	struct audit_rate r = { .per_minute = 60, .burst = 5, .fold_s = 10 };
-	struct audit_budget b = { 0 };
-	const uint64_t S = 1000000000ull;
-	uint64_t fold, written = 0, folded = 0, now = 100 * S;
-
-	/* a burst of 1000 at once: 5 written, the rest counted */
-	for (int i = 0; i < 1000; i++) {
-		written += audit_budget_take(&b, &r, now, 1, &fold);
-		folded += fold;
-	}
-	CHECK_EQ_INT(written, 5);
-	CHECK_EQ_INT(folded, 0);
-	CHECK_EQ_INT(b.suppressed, 995);
-	/* 10 s later: 10 tokens back, and the count is folded once */
-	now += 10 * S;
-	CHECK(audit_budget_take(&b, &r, now, 1, &fold));
-	CHECK_EQ_INT(fold, 995);
-	/* a flood for a minute at 1000/s: at most 60 written + the burst left, 6 folds */
-	written = folded = 0;
-	unsigned nfold = 0;
-	for (int t = 0; t < 60000; t++) {
-		now += S / 1000;
-		written += audit_budget_take(&b, &r, now, 1, &fold);
-		if (fold) {
-			nfold++;
-			folded += fold;
-		}
-	}
-	CHECK(written <= 60 + 5);
-	CHECK(nfold <= 6);
-	CHECK_EQ_INT(written + folded + audit_budget_drain(&b), 60000);
-	CHECK_EQ_INT(audit_budget_drain(&b), 0);
-	/* a weight counts as that many */
-	now += 3600 * S;
-	folded = 0;
-	for (int i = 0; i < 6; i++) {
-		audit_budget_take(&b, &r, now, 1, &fold);
-		folded += fold;         /* the first over budget after a quiet time: folded at once */
-	}
-	CHECK(!audit_budget_take(&b, &r, now, 1000, &fold));
-	CHECK_EQ_INT(folded + fold + audit_budget_drain(&b), 1001);
-	/* per_minute 0: no limit */
-	struct audit_rate off = { .per_minute = 0, .burst = 1, .fold_s = 1 };
-	struct audit_budget b2 = { 0 };
-	for (int i = 0; i < 100; i++)
-		CHECK(audit_budget_take(&b2, &off, now, 1, &fold));
-}
-
 /* Group commit: concurrent appends share fdatasyncs, and every record still lands in
  * order with an intact chain. */
 static void test_group_commit(void)
@@ -1186,7 +1134,6 @@ int main(void)
 	test_query();
 	test_caps();
 	test_segments();
-	test_budget();
 	if (!t_fail)
 		rm_rf(base);
 	else
