@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "common/outq.h"
+#include "common/sidecar.h"
 #include "net/addr.h"
 #include "net/dns.h"
 #include "net/pkt.h"
@@ -230,16 +231,9 @@ void hostaddr_input(struct net *n);
 int hostaddr_apply(struct net *n, struct policy *p, const uint8_t *buf, size_t len);
 void hostaddr_close(struct net *n);
 
-/* ---- ctl.c: the daemon's control socket, JSON lines ---- */
-struct ctl {
-	int lfd, fd;
-	char *in;
-	size_t inlen;
-	struct outq out;
-};
-int ctl_accept(struct net *n);
-void ctl_input(struct net *n);
-void ctl_close(struct net *n);
+/* ---- ctl.c: the daemon's requests on the control socket (src/common/sidecar.c serves
+ * the JSON lines) ---- */
+json_t *ctl_handle(void *net, json_t *req, int *fd, struct k8_err *err);
 /* Push one event object (consumed); dropped when no daemon is connected. */
 void ctl_event(struct net *n, json_t *ev);
 
@@ -254,7 +248,7 @@ struct net {
 	uint8_t *fin;                   /* frames read buffer */
 	size_t finlen;
 	struct outq fout;
-	struct ctl ctl;
+	struct sc_ctl ctl;
 	struct resolver res;
 	struct stats stats;
 	struct engine eng;
