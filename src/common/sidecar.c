@@ -275,9 +275,12 @@ static int sc_ctl_request(struct sc_ctl *c, struct sc_ctl_client *cl, const char
 	json_t *id = json_object_get(req, "id");
 	struct k8_err err = { 0 };
 
+	/* jansson's message may quote the line: not where the lines hold secrets */
+	bool quote = !req && !c->conf.wipe;
+
 	if (!json_is_object(req))
-		k8_err_set(&err, -EINVAL, "not a JSON object%s%s", req ? "" : ": ",
-			   req ? "" : jerr.text);
+		k8_err_set(&err, -EINVAL, "not a JSON object%s%s", quote ? ": " : "",
+			   quote ? jerr.text : "");
 	else if (!json_is_string(json_object_get(req, "op")))
 		k8_err_set(&err, -EINVAL, "missing \"op\"");
 	else
@@ -291,6 +294,8 @@ static int sc_ctl_request(struct sc_ctl *c, struct sc_ctl_client *cl, const char
 	if (reply && id)
 		json_object_set(reply, "id", id);
 	json_decref(req);
+	if (c->conf.wipe)
+		explicit_bzero(&jerr, sizeof(jerr));
 	return sc_ctl_send(cl, reply);
 }
 

@@ -175,14 +175,17 @@ static void test_ctl_replies(void)
 	check_err(r, "it failed: on purpose");
 	/* bad JSON, not an object, no op, duplicate keys, unknown op: answered, not fatal */
 	handled = 0;
-	say(sp[1], "{\"id\":9,\"op\":\n");
-	check_err(reply(&c, sp[1]), "not a JSON object: ");
+	/* (wipe: jansson's message, which may quote the line, is left out) */
+	say(sp[1], "{\"id\":9,\"op\":\"secret-value\n");
+	r = reply(&c, sp[1]);
+	CHECK_STR(json_string_value(json_object_get(r, "error")), "not a JSON object");
+	json_decref(r);
 	say(sp[1], "[1,2]\n");
 	check_err(reply(&c, sp[1]), "not a JSON object");
 	say(sp[1], "{\"id\":10}\n");
 	check_err(reply(&c, sp[1]), "missing \"op\"");
 	say(sp[1], "{\"id\":11,\"op\":\"ping\",\"op\":\"fail\"}\n");
-	check_err(reply(&c, sp[1]), "not a JSON object: ");
+	check_err(reply(&c, sp[1]), "not a JSON object");
 	say(sp[1], "{\"id\":12,\"op\":\"nope\"}\n");
 	check_err(reply(&c, sp[1]), "unknown op");
 	CHECK_EQ_INT(handled, 1);                      /* only the last reached the handler */
@@ -219,6 +222,9 @@ static void test_ctl_fds(void)
 	json_t *r;
 
 	new_server(&c, sp, 1, false);
+	/* without wipe, a parse error says where */
+	say(sp[1], "{\"id\":1,\"op\":\n");
+	check_err(reply(&c, sp[1]), "not a JSON object: ");
 	/* an fd along a line reaches that line's handler, which keeps it */
 	CHECK_EQ_INT(pipe(pp), 0);
 	say_fd(sp[1], "{\"id\":1,\"op\":\"take\"}\n", pp[1]);
