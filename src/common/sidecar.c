@@ -341,6 +341,7 @@ static ssize_t sc_ctl_recv(struct sc_ctl *c, struct sc_ctl_client *cl)
 static int sc_ctl_input(struct sc_ctl *c, struct sc_ctl_client *cl)
 {
 	for (int k = 0; k < 16; k++) {
+		size_t room = c->conf.line_max - cl->inlen;
 		ssize_t n = sc_ctl_recv(c, cl);
 		size_t start = 0;
 
@@ -384,6 +385,8 @@ static int sc_ctl_input(struct sc_ctl *c, struct sc_ctl_client *cl)
 			sc_ctl_drop(c, cl);
 			return -1;
 		}
+		if ((size_t)n < room)
+			return 0;        /* drained: poll says when there is more */
 	}
 	return 0;
 }
