@@ -29,7 +29,10 @@ LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
 LIBS_NET    := -lslirp -lseccomp -ljansson
 LIBS_FS     := -lseccomp -ljansson
 
-COMMON_SRC := $(wildcard src/common/*.c)
+# The sidecars' seccomp helpers need libseccomp: only kosa8-net, kosa8-fs, kosa8-broker
+# and the unit tests link them.
+COMMON_SRC := $(filter-out src/common/sidecar_seccomp.c,$(wildcard src/common/*.c))
+SIDECAR_SRC := src/common/sidecar_seccomp.c
 IMAGE_SRC  := $(wildcard src/image/*.c)
 DAEMON_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
@@ -77,11 +80,11 @@ $(B)/bin/kosa8d: $(call obj,src/daemon/main.c) $(HOST_LIB_OBJ) $(NET_POLICY_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON)
 
-$(B)/bin/kosa8-net: $(call obj,src/net/main.c $(NET_SRC) $(COMMON_SRC))
+$(B)/bin/kosa8-net: $(call obj,src/net/main.c $(NET_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_NET) -lcrypto
 
-$(B)/bin/kosa8-fs: $(call obj,src/fs/main.c $(FS_SRC) $(COMMON_SRC))
+$(B)/bin/kosa8-fs: $(call obj,src/fs/main.c $(FS_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_FS) -lcrypto
 
@@ -93,7 +96,7 @@ $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/prot
 guest: $(B)/bin/kosa8-agent
 	B=$(B) ./scripts/guest.sh
 
-$(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC) $(FS_SRC))
+$(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC) $(FS_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON) $(LIBS_NET)
 
@@ -145,7 +148,7 @@ ifneq ($(wildcard src/broker/main.c),)
 PROGS += $(B)/bin/kosa8-broker
 progs: $(B)/bin/kosa8-broker
 endif
-$(B)/bin/kosa8-broker: $(call obj,src/broker/main.c $(BROKER_SRC) $(COMMON_SRC))
+$(B)/bin/kosa8-broker: $(call obj,src/broker/main.c $(BROKER_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_BROKER)
 # Its unit tests link only what they test.

@@ -24,22 +24,18 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 
 #include <openssl/crypto.h>
 #include <seccomp.h>
 
 #include "broker/broker.h"
+#include "common/sidecar.h"
 
 #define QUEUE_CAP 256
 #define CTL_LINE_MAX (64 << 10)
 #define SECRETS_MAX (1 << 20)
-
-static volatile sig_atomic_t broker_stop;
 
 struct pool {
 	struct broker *b;
@@ -49,23 +45,6 @@ struct pool {
 	int head, len, idle;
 };
 
-static void broker_on_signal(int sig)
-{
-	broker_stop = 1;
-}
-
-static void K8_PRINTF(1, 2) broker_die(const char *fmt, ...)
-{
-	char msg[1200];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	dprintf(STDOUT_FILENO, "error: %s\n", msg);
-	fprintf(stderr, "kosa8-broker: %s\n", msg);
-	exit(1);
-}
-
 /* jansson's memory is wiped before it is freed: secret values pass through it. */
 static void broker_zfree(void *p)
 {
@@ -73,34 +52,6 @@ static void broker_zfree(void *p)
 		OPENSSL_cleanse(p, malloc_usable_size(p));
 		free(p);
 	}
-}
-
-static int broker_listen_unix(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			close(fd);
-			return -EEXIST;         /* never remove anything but a stale socket */
-		}
-		unlink(path);
-	}
-	mode_t old = umask(0177);
-	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	umask(old);
-	if (rc < 0 || chmod(path, 0600) < 0 || listen(fd, 128) < 0) {
-		rc = -errno;
-		close(fd);
-		return rc;
-	}
-	return fd;
 }
 
 /* "IP:PORT" or "[IPv6]:PORT" into a socket address; port 0 when `need_port` is false and
@@ -174,84 +125,56 @@ static int broker_listen_tcp(const char *spec)
 	return fd;
 }
 
-/* The allow-list of the accept loop, the workers, OpenSSL and the resolver. Anything else
- * fails with EPERM; calls only an attacker would make kill the process. Files may be
- * opened read-only (getaddrinfo reads /etc/hosts and /etc/resolv.conf), nothing written. */
+/* The sidecars' base filter (src/common/sidecar_seccomp.c) plus what the workers,
+ * OpenSSL and the resolver need. Anything else fails with EPERM; calls only an attacker
+ * would make kill the process (here prctl too). Files may be opened read-only
+ * (getaddrinfo reads /etc/hosts and /etc/resolv.conf), nothing written. */
 static int broker_seccomp(void)
 {
-	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
+	static const int allow[] = {
+		SCMP_SYS(sendmmsg), SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(getsockname),
+		SCMP_SYS(getpeername), SCMP_SYS(newfstatat), SCMP_SYS(clock_nanosleep),
+		SCMP_SYS(nanosleep), SCMP_SYS(sched_yield), SCMP_SYS(getuid), SCMP_SYS(geteuid),
+		SCMP_SYS(getgid), SCMP_SYS(getegid), SCMP_SYS(uname), SCMP_SYS(dup2),
+		SCMP_SYS(dup3),
+	};
+	/* New sockets: IP only (upstream TCP, the resolver's UDP). */
+	static const int families[] = { AF_INET, AF_INET6 };
+	scmp_filter_ctx ctx = sc_seccomp_new();
+	int rc;
+
 	if (!ctx)
 		return -ENOMEM;
-	static const int allow[] = {
-		SCMP_SYS(read), SCMP_SYS(write), SCMP_SYS(readv), SCMP_SYS(writev),
-		SCMP_SYS(recvfrom), SCMP_SYS(sendto), SCMP_SYS(recvmsg), SCMP_SYS(sendmsg),
-		SCMP_SYS(sendmmsg), SCMP_SYS(ppoll), SCMP_SYS(poll), SCMP_SYS(close),
-		SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(setsockopt), SCMP_SYS(getsockopt),
-		SCMP_SYS(getsockname), SCMP_SYS(getpeername), SCMP_SYS(shutdown),
-		SCMP_SYS(accept4), SCMP_SYS(fcntl), SCMP_SYS(clock_gettime),
-		SCMP_SYS(gettimeofday), SCMP_SYS(time), SCMP_SYS(getrandom), SCMP_SYS(brk),
-		SCMP_SYS(munmap), SCMP_SYS(mremap), SCMP_SYS(madvise), SCMP_SYS(rt_sigreturn),
-		SCMP_SYS(rt_sigprocmask), SCMP_SYS(exit), SCMP_SYS(exit_group), SCMP_SYS(futex),
-		SCMP_SYS(getpid), SCMP_SYS(gettid), SCMP_SYS(tgkill), SCMP_SYS(fstat),
-		SCMP_SYS(newfstatat), SCMP_SYS(restart_syscall), SCMP_SYS(lseek),
-		SCMP_SYS(clock_nanosleep), SCMP_SYS(nanosleep), SCMP_SYS(sched_yield),
-		SCMP_SYS(getuid), SCMP_SYS(geteuid), SCMP_SYS(getgid), SCMP_SYS(getegid),
-		SCMP_SYS(uname), SCMP_SYS(dup2), SCMP_SYS(dup3),
-	};
-	static const int kill[] = {
-		SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(ptrace), SCMP_SYS(process_vm_readv),
-		SCMP_SYS(process_vm_writev), SCMP_SYS(bpf), SCMP_SYS(init_module),
-		SCMP_SYS(finit_module), SCMP_SYS(kexec_load), SCMP_SYS(mount), SCMP_SYS(unshare),
-		SCMP_SYS(setns), SCMP_SYS(keyctl), SCMP_SYS(add_key), SCMP_SYS(request_key),
-		SCMP_SYS(userfaultfd), SCMP_SYS(perf_event_open), SCMP_SYS(open_by_handle_at),
-		SCMP_SYS(setuid), SCMP_SYS(setgid), SCMP_SYS(setresuid), SCMP_SYS(setresgid),
-		SCMP_SYS(prctl),
-	};
 	/* The worker threads exist already: the filter goes on every one of them. */
-	int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);
-	for (size_t i = 0; i < ARRAY_SIZE(allow) && rc == 0; i++)
-		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allow[i], 0);
-	for (size_t i = 0; i < ARRAY_SIZE(kill) && rc == 0; i++)
-		rc = seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, kill[i], 0);
-	/* New sockets: IP only (upstream TCP, the resolver's UDP). */
+	rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);
 	if (rc == 0)
-		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-				      SCMP_A0(SCMP_CMP_EQ, AF_INET));
+		rc = sc_seccomp_add(ctx, SCMP_ACT_ALLOW, allow, ARRAY_SIZE(allow));
 	if (rc == 0)
-		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-				      SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+		rc = sc_seccomp_add(ctx, SCMP_ACT_KILL_PROCESS, (const int[]){ SCMP_SYS(prctl) }, 1);
+	if (rc == 0)
+		rc = sc_seccomp_socket(ctx, families, ARRAY_SIZE(families));
 	/* Files: read-only opens. */
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
 				      SCMP_A2(SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC, O_RDONLY));
-	/* Memory, never executable. */
-	if (rc == 0)
-		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
-				      SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
-	if (rc == 0)
-		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mprotect), 1,
-				      SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
-	if (rc == 0)
-		rc = seccomp_load(ctx);
-	seccomp_release(ctx);
-	return rc;
+	if (rc < 0) {
+		seccomp_release(ctx);
+		return rc;
+	}
+	return sc_seccomp_load(ctx);
 }
 
 static void broker_drop_privileges(const char *spec)
 {
-	unsigned long uid, gid;
-	char *e;
-	uid = strtoul(spec, &e, 10);
-	if (e == spec || *e != ':')
-		broker_die("--user %s: expected UID:GID", spec);
-	const char *g = e + 1;
-	gid = strtoul(g, &e, 10);
-	if (e == g || *e)
-		broker_die("--user %s: expected UID:GID", spec);
-	if (setgroups(0, NULL) < 0 || setgid((gid_t)gid) < 0 || setuid((uid_t)uid) < 0)
-		broker_die("dropping privileges to %s: %s", spec, strerror(errno));
+	uid_t uid;
+	gid_t gid;
+
+	if (sc_parse_ids(spec, &uid, &gid) < 0)
+		sc_die("--user %s: expected UID:GID", spec);
+	if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+		sc_die("dropping privileges to %s: %s", spec, strerror(errno));
 	if (setuid(0) == 0 && uid != 0)
-		broker_die("dropping privileges to %s: could regain root", spec);
+		sc_die("dropping privileges to %s: could regain root", spec);
 }
 
 /* The secrets from the daemon: one JSON object on a pipe, read to its end. */
@@ -260,18 +183,18 @@ static void broker_read_secrets(struct broker *b, int fd)
 	char *buf = malloc(SECRETS_MAX + 1);
 	size_t len = 0;
 	if (!buf)
-		broker_die("out of memory");
+		sc_die("out of memory");
 	for (;;) {
 		ssize_t r = read(fd, buf + len, SECRETS_MAX - len);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			broker_die("--secrets-fd %d: %s", fd, strerror(errno));
+			sc_die("--secrets-fd %d: %s", fd, strerror(errno));
 		if (r == 0)
 			break;
 		len += (size_t)r;
 		if (len == SECRETS_MAX)
-			broker_die("--secrets-fd %d: more than %d bytes", fd, SECRETS_MAX);
+			sc_die("--secrets-fd %d: more than %d bytes", fd, SECRETS_MAX);
 	}
 	close(fd);
 	json_error_t jerr;
@@ -280,9 +203,9 @@ static void broker_read_secrets(struct broker *b, int fd)
 	free(buf);
 	struct k8_err err = { 0 };
 	if (!obj)
-		broker_die("--secrets-fd %d: not JSON (line %d)", fd, jerr.line); /* no text: it may quote a value */
+		sc_die("--secrets-fd %d: not JSON (line %d)", fd, jerr.line); /* no text: it may quote a value */
 	if (broker_secrets_load(b, obj, &err) < 0)
-		broker_die("--secrets-fd %d: %s", fd, err.msg);
+		sc_die("--secrets-fd %d: %s", fd, err.msg);
 	json_decref(obj);
 }
 
@@ -319,81 +242,35 @@ static void broker_dispatch(struct pool *p, int fd)
 	pthread_mutex_unlock(&p->lock);
 }
 
-/* One control request; the answer as a JSON object. */
-static json_t *broker_control(struct broker *b, json_t *req)
+/* One control request (src/common/sidecar.c serves the lines). */
+static json_t *broker_control(void *ctx, json_t *req, int *fd, struct k8_err *err)
 {
+	struct broker *b = ctx;
 	const char *op = json_string_value(json_object_get(req, "op"));
-	struct k8_err err = { 0 };
-	if (!op)
-		return json_pack("{s:b,s:s}", "ok", 0, "error", "expected {\"op\": ...}");
+
 	if (!strcmp(op, "ping"))
-		return json_pack("{s:b}", "ok", 1);
+		return json_object();
 	if (!strcmp(op, "stats"))
-		return json_pack("{s:b,s:o}", "ok", 1, "stats", broker_stats_json(b));
+		return json_pack("{s:o}", "stats", broker_stats_json(b));
 	if (!strcmp(op, "secret")) {
 		const char *name = json_string_value(json_object_get(req, "name"));
 		json_t *v = json_object_get(req, "value");
-		if (!name || !json_is_string(v))
-			return json_pack("{s:b,s:s}", "ok", 0, "error", "expected name and value");
-		if (broker_secret_set(b, name, json_string_value(v), json_string_length(v), &err) < 0)
-			return json_pack("{s:b,s:s}", "ok", 0, "error", err.msg);
-		fprintf(stderr, "kosa8-broker: secret '%s' set\n", name);
-		return json_pack("{s:b}", "ok", 1);
-	}
-	return json_pack("{s:b,s:s}", "ok", 0, "error", "unknown op");
-}
-
-struct ctl {
-	int lfd, fd;
-	char *in;
-	size_t len;
-};
-
-static void ctl_close(struct ctl *c)
-{
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
-	OPENSSL_cleanse(c->in, c->len);
-	c->len = 0;
-}
-
-static void ctl_input(struct broker *b, struct ctl *c)
-{
-	ssize_t r = read(c->fd, c->in + c->len, CTL_LINE_MAX - c->len);
-	if (r <= 0) {
-		ctl_close(c);
-		return;
-	}
-	c->len += (size_t)r;
-	char *nl;
-	while ((nl = memchr(c->in, '\n', c->len))) {
-		size_t n = (size_t)(nl - c->in);
-		json_t *req = json_loadb(c->in, n, 0, NULL);
-		json_t *ans = req ? broker_control(b, req) :
-			json_pack("{s:b,s:s}", "ok", 0, "error", "not JSON");
-		json_decref(req);
-		OPENSSL_cleanse(c->in, n + 1);
-		memmove(c->in, nl + 1, c->len - n - 1);
-		c->len -= n + 1;
-		char *s = json_dumps(ans, JSON_COMPACT);
-		json_decref(ans);
-		int rc = s ? write_full(c->fd, s, strlen(s)) : -ENOMEM;
-		if (rc == 0)
-			rc = write_full(c->fd, "\n", 1);
-		free(s);
-		if (rc < 0) {
-			ctl_close(c);
-			return;
+		if (!name || !json_is_string(v)) {
+			k8_err_set(err, -EINVAL, "expected name and value");
+			return NULL;
 		}
+		if (broker_secret_set(b, name, json_string_value(v), json_string_length(v), err) < 0)
+			return NULL;
+		sc_log("secret '%s' set", name);
+		return json_object();
 	}
-	if (c->len == CTL_LINE_MAX)
-		ctl_close(c);           /* a line longer than any request */
+	k8_err_set(err, -EINVAL, "unknown op");
+	return NULL;
 }
 
 static void broker_usage(void)
 {
-	broker_die("usage: kosa8-broker --rules FILE --listen PATH [--listen-tcp IP:PORT] "
+	sc_die("usage: kosa8-broker --rules FILE --listen PATH [--listen-tcp IP:PORT] "
 		   "[--control PATH] [--secrets-fd N] [--ca-file FILE] [--resolve HOST:ADDR[:PORT]]... "
 		   "[--max-body BYTES] [--connect-timeout MS] [--idle-timeout MS] [--workers N] "
 		   "[--user UID:GID] [--verbose]");
@@ -404,7 +281,7 @@ static long broker_num(const char *opt, const char *s, long lo, long hi)
 	char *e;
 	long v = strtol(s, &e, 10);
 	if (e == s || *e || v < lo || v > hi)
-		broker_die("--%s %s: expected a number from %ld to %ld", opt, s, lo, hi);
+		sc_die("--%s %s: expected a number from %ld to %ld", opt, s, lo, hi);
 	return v;
 }
 
@@ -433,6 +310,7 @@ int main(int argc, char **argv)
 	struct k8_err err = { 0 };
 	int c;
 
+	sc_init("kosa8-broker", NULL);
 	json_set_alloc_funcs(malloc, broker_zfree);
 	pthread_mutex_init(&b.lock, NULL);
 	b.max_body = 32 << 20;
@@ -457,12 +335,12 @@ int main(int argc, char **argv)
 			struct broker_resolve *r = &b.resolve[b.nresolve];
 			if (b.nresolve >= BROKER_MAX_RESOLVE || !colon ||
 			    (size_t)(colon - optarg) >= sizeof(r->host) || colon == optarg)
-				broker_die("--resolve %s: expected HOST:ADDR[:PORT] (at most %d)", optarg,
+				sc_die("--resolve %s: expected HOST:ADDR[:PORT] (at most %d)", optarg,
 					   BROKER_MAX_RESOLVE);
 			memcpy(r->host, optarg, (size_t)(colon - optarg));
 			r->host[colon - optarg] = '\0';
 			if (broker_parse_addr(colon + 1, &r->addr, &r->alen, 443) < 0)
-				broker_die("--resolve %s: expected HOST:ADDR[:PORT]", optarg);
+				sc_die("--resolve %s: expected HOST:ADDR[:PORT]", optarg);
 			b.nresolve++;
 			break;
 		}
@@ -473,44 +351,44 @@ int main(int argc, char **argv)
 	if (!rules || (!listen_path && !listen_tcp) || optind != argc)
 		broker_usage();
 
-	signal(SIGPIPE, SIG_IGN);
-	struct sigaction sa = { .sa_handler = broker_on_signal };
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
+	/* Blocked before the workers start, so they inherit the mask: only the loop's
+	 * ppoll takes SIGTERM. */
+	sigset_t orig;
+	sc_signals(&orig);
 
 	cleanup_free char *text = NULL;
 	size_t len;
 	json_error_t jerr;
 	int rc = read_file(rules, 1 << 20, &text, &len);
 	if (rc < 0)
-		broker_die("--rules %s: %s", rules, strerror(-rc));
+		sc_die("--rules %s: %s", rules, strerror(-rc));
 	json_t *obj = json_loadb(text, len, 0, &jerr);
 	if (!obj || !json_is_object(obj))
-		broker_die("--rules %s: not a JSON object (line %d)", rules, jerr.line);
+		sc_die("--rules %s: not a JSON object (line %d)", rules, jerr.line);
 	if (broker_load_rules(&b, obj, &err) < 0)
-		broker_die("--rules %s: %s", rules, err.msg);
+		sc_die("--rules %s: %s", rules, err.msg);
 	json_decref(obj);
 	if (secrets_fd >= 0)
 		broker_read_secrets(&b, secrets_fd);
 	b.ssl = upstream_ctx(ca_file, &err);
 	if (!b.ssl)
-		broker_die("%s", err.msg);
+		sc_die("%s", err.msg);
 	/* Load what the resolver would load lazily (NSS modules) while that is still allowed. */
 	struct addrinfo *ai = NULL;
 	if (getaddrinfo("localhost", "443", NULL, &ai) == 0)
 		freeaddrinfo(ai);
 
-	int lfd = -1, tfd = -1;
-	struct ctl ctl = { .lfd = -1, .fd = -1 };
-	if (listen_path && (lfd = broker_listen_unix(listen_path)) < 0)
-		broker_die("--listen %s: %s", listen_path, strerror(-lfd));
+	int lfd = -1, tfd = -1, clfd = -1;
+	if (listen_path && (lfd = sc_listen(listen_path, 128, false)) < 0)
+		sc_die("--listen %s: %s", listen_path, strerror(-lfd));
 	if (listen_tcp && (tfd = broker_listen_tcp(listen_tcp)) < 0)
-		broker_die("--listen-tcp %s: %s", listen_tcp, strerror(-tfd));
-	if (control && (ctl.lfd = broker_listen_unix(control)) < 0)
-		broker_die("--control %s: %s", control, strerror(-ctl.lfd));
-	ctl.in = malloc(CTL_LINE_MAX);
-	if (!ctl.in)
-		broker_die("out of memory");
+		sc_die("--listen-tcp %s: %s", listen_tcp, strerror(-tfd));
+	if (control && (clfd = sc_listen(control, 128, true)) < 0)
+		sc_die("--control %s: %s", control, strerror(-clfd));
+	/* One client (the newest wins); its lines may hold secret values: wiped. */
+	static struct sc_ctl ctl;
+	sc_ctl_init(&ctl, clfd, &(struct sc_ctl_conf){ .line_max = CTL_LINE_MAX,
+		.max_clients = 1, .wipe = true, .handle = broker_control, .ctx = &b });
 
 	static struct pool pool;
 	pool.b = &b;
@@ -522,7 +400,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < workers; i++) {
 		pthread_t t;
 		if (pthread_create(&t, &attr, broker_worker, &pool) != 0)
-			broker_die("starting worker threads: %s", strerror(errno));
+			sc_die("starting worker threads: %s", strerror(errno));
 		pthread_detach(t);
 	}
 
@@ -536,34 +414,30 @@ int main(int argc, char **argv)
 			break;
 		usleep(1000);
 	}
-	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	if (devnull < 0)
-		broker_die("/dev/null: %s", strerror(errno));
 	/* Confined before "ready": whoever sees it finds the process as it will stay. Root
 	 * never serves requests: without --user it becomes nobody. */
 	if (!user && geteuid() == 0) {
 		user = "65534:65534";
-		fprintf(stderr, "kosa8-broker: started as root without --user: running as %s\n", user);
+		sc_log("started as root without --user: running as %s", user);
 	}
 	if (user)
 		broker_drop_privileges(user);
 	rc = 0;
 	if (prctl(PR_SET_DUMPABLE, 0) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 	    (rc = broker_seccomp()) < 0)
-		broker_die("seccomp: %s", strerror(rc < 0 ? -rc : errno));
-	fprintf(stderr, "kosa8-broker: ready: %d rule(s), %d secret(s), %d workers, max body %llu\n",
-		b.nrules, b.nsecrets, workers, (unsigned long long)b.max_body);
-	if (write_full(STDOUT_FILENO, "ready\n", 6) < 0)
-		broker_die("stdout: %s", strerror(errno));
-	dup2(devnull, STDOUT_FILENO);   /* closes the pipe: the starter sees EOF */
-	close(devnull);
+		sc_die("seccomp: %s", strerror(rc < 0 ? -rc : errno));
+	sc_log("ready: %d rule(s), %d secret(s), %d workers, max body %llu",
+	       b.nrules, b.nsecrets, workers, (unsigned long long)b.max_body);
+	if ((rc = sc_ready()) < 0)
+		sc_die("stdout: %s", strerror(-rc));
 
-	while (!broker_stop) {
-		struct pollfd p[4] = {
+	while (!sc_stopping()) {
+		struct pollfd p[2 + 1 + SC_CTL_MAX_CLIENTS] = {
 			{ .fd = lfd, .events = POLLIN }, { .fd = tfd, .events = POLLIN },
-			{ .fd = ctl.lfd, .events = POLLIN }, { .fd = ctl.fd, .events = POLLIN },
 		};
-		if (poll(p, 4, 1000) < 0)
+		struct timespec ts = { .tv_sec = 1 };
+		sc_ctl_poll_fill(&ctl, p + 2);
+		if (ppoll(p, (nfds_t)(2 + sc_ctl_nfds(&ctl)), &ts, &orig) < 0)
 			continue;
 		for (int i = 0; i < 2; i++) {
 			if (!(p[i].revents & POLLIN))
@@ -572,17 +446,10 @@ int main(int argc, char **argv)
 			if (fd >= 0)
 				broker_dispatch(&pool, fd);
 		}
-		if (p[2].revents & POLLIN) {
-			int fd = accept4(ctl.lfd, NULL, NULL, SOCK_CLOEXEC);
-			if (fd >= 0) {
-				ctl_close(&ctl);        /* the newest control client wins */
-				ctl.fd = fd;
-			}
-		}
-		if (ctl.fd >= 0 && (p[3].revents & (POLLIN | POLLHUP | POLLERR)))
-			ctl_input(&b, &ctl);
+		sc_ctl_poll_done(&ctl, p + 2);
 	}
-	fprintf(stderr, "kosa8-broker: stopping\n");
+	sc_log("stopping");
+	sc_ctl_free(&ctl);
 	/* The sockets' files are the starter's to remove (no unlink after the filter). */
 	/* Workers may be mid-request; the process exit ends them. Wipe the secrets first. */
 	pthread_mutex_lock(&b.lock);

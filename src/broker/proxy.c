@@ -17,6 +17,7 @@
  * not hand it back (a reflecting server): a response head holding it is refused, a body
  * read holding it is cut off before it. Nothing here logs a header value. */
 #include "broker/broker.h"
+#include "common/sidecar.h"
 
 #include <poll.h>
 #include <stdio.h>
@@ -56,7 +57,7 @@ static void proxy_log(struct conn *c, int status, const char *why)
 {
 	struct broker *b = c->b;
 	const char *host = c->rule < b->nrules ? b->rules[c->rule].host : "(no rule)";
-	fprintf(stderr, "kosa8-broker: %s %s -> %d%s%s (up %llu, down %llu bytes)\n", host,
+	sc_log("%s %s -> %d%s%s (up %llu, down %llu bytes)", host,
 		c->method[0] ? c->method : "-", status, why ? ": " : "", why ? why : "", (unsigned long long)c->up_bytes,
 		(unsigned long long)c->down_bytes);
 }

@@ -18,6 +18,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 #include <sys/types.h>
 
 #define K8FS_MAX_WRITE      (1024 * 1024)     /* max_write and max_read we offer */
@@ -183,9 +185,9 @@ int fs_op(struct fs_req *r);   /* 0, -errno, or K8FS_NOREPLY; fills r->olen */
 #define K8FS_NOREPLY 1
 bool fs_op_modifies(uint32_t opcode);
 
-/* ---- ctl.c: the control socket ---- */
-/* Handle one JSON request line; returns a malloc'd JSON line (with \n). *fd (or -1) is
- * an fd that came with the line: the op that uses it takes it (sets *fd = -1). */
-char *fs_ctl_handle(struct fs_ctx *c, const char *line, size_t len, int *fd);
+/* ---- ctl.c: the control socket's requests (an sc_ctl_fn, src/common/sidecar.h) ---- */
+/* Handle one request for `ctx` (a struct fs_ctx). *fd (or -1) is an fd that came with
+ * the line: the op that uses it takes it (sets *fd = -1). */
+json_t *fs_ctl_handle(void *ctx, json_t *req, int *fd, struct k8_err *err);
 
 #endif

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* net.h - kosa8-net's shared context: the frame path (engine.c), the guest's resolver
  * (dnssrv.c), the upstream DNS client (resolve.c), counters and deny events (stats.c),
- * the control socket (ctl.c) and byte queues (outq.c). One `struct net` per process,
- * passed explicitly; main.c owns it and runs the poll loop.
+ * the control socket (ctl.c; byte queues: src/common/outq.c). One `struct net` per
+ * process, passed explicitly; main.c owns it and runs the poll loop.
  *
  * docs/network.md, "kosa8-net: process, control protocol, limits", is the user's view. */
 #ifndef K8_NET_NET_H
@@ -16,22 +16,12 @@
 
 #include <jansson.h>
 
+#include "common/outq.h"
+#include "common/sidecar.h"
 #include "net/addr.h"
 #include "net/dns.h"
 #include "net/pkt.h"
 #include "net/policy.h"
-
-/* ---- outq.c: a bounded byte queue in front of a non-blocking fd ---- */
-struct outq {
-	uint8_t *buf;
-	size_t head, len, cap, max;     /* bytes [head, head+len) are pending; max: hard cap */
-};
-/* Append n bytes; -ENOBUFS when the queue would exceed its cap (nothing appended). */
-int outq_push(struct outq *q, const void *data, size_t n);
-/* Write what the fd takes now. 0, or a negative errno for a broken fd. */
-int outq_flush(struct outq *q, int fd);
-void outq_reset(struct outq *q);
-void outq_free(struct outq *q);
 
 /* ---- stats.c: per-destination counters (bounded, least recently used evicted) and
  * deny events aggregated per destination and second ---- */
@@ -241,16 +231,9 @@ void hostaddr_input(struct net *n);
 int hostaddr_apply(struct net *n, struct policy *p, const uint8_t *buf, size_t len);
 void hostaddr_close(struct net *n);
 
-/* ---- ctl.c: the daemon's control socket, JSON lines ---- */
-struct ctl {
-	int lfd, fd;
-	char *in;
-	size_t inlen;
-	struct outq out;
-};
-int ctl_accept(struct net *n);
-void ctl_input(struct net *n);
-void ctl_close(struct net *n);
+/* ---- ctl.c: the daemon's requests on the control socket (src/common/sidecar.c serves
+ * the JSON lines) ---- */
+json_t *ctl_handle(void *net, json_t *req, int *fd, struct k8_err *err);
 /* Push one event object (consumed); dropped when no daemon is connected. */
 void ctl_event(struct net *n, json_t *ev);
 
@@ -265,7 +248,7 @@ struct net {
 	uint8_t *fin;                   /* frames read buffer */
 	size_t finlen;
 	struct outq fout;
-	struct ctl ctl;
+	struct sc_ctl ctl;
 	struct resolver res;
 	struct stats stats;
 	struct engine eng;

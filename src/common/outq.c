@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* outq.c - a bounded byte queue in front of a non-blocking socket (frames to QEMU,
- * lines to the daemon): what the peer does not take now waits here, up to a cap. */
+/* outq.c - a bounded byte queue in front of a non-blocking fd (outq.h). */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "common/util.h"
-#include "net/net.h"
+#include "common/outq.h"
 
 int outq_push(struct outq *q, const void *data, size_t n)
 {
