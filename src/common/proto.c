@@ -75,6 +75,17 @@ const char *proto_type_name(uint16_t type)
 	return names[type];
 }
 
+int proto_pick(unsigned our_min, unsigned our_max, unsigned their_min, unsigned their_max)
+{
+	unsigned lo = our_min > their_min ? our_min : their_min;
+	unsigned hi = our_max < their_max ? our_max : their_max;
+
+	if (our_min < 1 || their_min < 1 || our_min > our_max || their_min > their_max ||
+	    our_max > PROTO_VERSION_LIMIT || their_max > PROTO_VERSION_LIMIT || lo > hi)
+		return -EPROTONOSUPPORT;
+	return (int)hi;
+}
+
 void proto_reader_init(struct proto_reader *r)
 {
 	memset(r, 0, sizeof(*r));
