@@ -43,8 +43,9 @@ enum proto_type {
 	PROTO_STDIN = 4,   /* host -> agent, id = stream; F_EOF closes the process's stdin */
 	PROTO_STDOUT = 5,  /* agent -> host, id = stream; F_EOF: the process closed stdout */
 	PROTO_STDERR = 6,  /* agent -> host, id = stream */
-	PROTO_CREDIT = 7,  /* either way, id = stream: u32 more bytes may be sent (host -> agent
-	                    * for output, agent -> host for stdin) */
+	PROTO_CREDIT = 7,  /* either way, id = stream: u32 more bytes may be sent; from the
+	                    * receiver of the stream's bytes: the host for output, the agent
+	                    * for stdin */
 	PROTO_EXIT = 8,    /* agent -> host, id = stream: {"code":N,"signal":S,"oom":bool} */
 	PROTO_EVENT = 9,   /* agent -> host, id 0: {"event":"...",...} (limit hits, notices) */
 	PROTO_PING = 10,   /* either way; answered by PONG with the same id and payload */

@@ -118,7 +118,7 @@ def test_agent_out_of_range_is_refused_at_boot_and_rewind(home3):
     start(h)
     state = h.json("sandbox", "inspect", "fut")["state"]
     p = h("rewind", "fut", "--to", "v3", "-y", timeout=300)
-    assert p.returncode != 0
+    assert p.returncode == 5, p.stderr           # conflict
     assert "taken with agent protocol 3; this kosa8 speaks 1..2" in p.stderr, p.stderr
     assert "take a new checkpoint" in p.stderr.lower()
     assert h.json("sandbox", "inspect", "fut")["state"] == state
