@@ -76,6 +76,11 @@ const char *proto_type_name(uint16_t type);
  * and [their_min, their_max]. Returns it, or -EPROTONOSUPPORT when the ranges do not
  * meet or one is empty or out of 1..PROTO_VERSION_LIMIT. */
 int proto_pick(unsigned our_min, unsigned our_max, unsigned their_min, unsigned their_max);
+/* The range an agent's HELLO (a parsed JSON object, hostile) names: "proto_min" ..
+ * "proto_max", or "proto".."proto" when it has neither (version 1's HELLO). 0, or
+ * -EPROTO when it names no version, only one bound, or a range without "proto" in it. */
+struct json_t;
+int proto_hello_range(const struct json_t *hello, unsigned *min, unsigned *max);
 
 /* Incremental frame reader over a byte stream. Feed what read() returned; take frames
  * out one by one. Memory is bounded by PROTO_HDR_LEN + PROTO_MAX_PAYLOAD. */

@@ -107,35 +107,6 @@ static json_t *exit_info_clean(const json_t *v)
 	return o;
 }
 
-static int hello_int(const json_t *o, const char *key, unsigned *out)
-{
-	json_t *v = json_object_get(o, key);
-
-	if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-	    json_integer_value(v) > PROTO_VERSION_LIMIT)
-		return -EPROTO;
-	*out = (unsigned)json_integer_value(v);
-	return 0;
-}
-
-int link_hello_range(const json_t *hello, unsigned *min, unsigned *max)
-{
-	unsigned cur, lo, hi;
-
-	if (hello_int(hello, "proto", &cur))
-		return -EPROTO;
-	if (!json_object_get(hello, "proto_min") && !json_object_get(hello, "proto_max")) {
-		*min = *max = cur;      /* version 1's HELLO */
-		return 0;
-	}
-	if (hello_int(hello, "proto_min", &lo) || hello_int(hello, "proto_max", &hi) ||
-	    lo > hi || cur < lo || cur > hi)
-		return -EPROTO;
-	*min = lo;
-	*max = hi;
-	return 0;
-}
-
 void link_proto_range(unsigned *min, unsigned *max)
 {
 	*min = K8D_PROTO_MIN;
@@ -155,7 +126,7 @@ static void hello_again(struct agentlink *l)
 
 	pthread_mutex_lock(&l->lock);
 	v = l->proto;
-	holds = link_hello_range(l->hello_info, &lo, &hi) == 0 && lo <= v && v <= hi;
+	holds = proto_hello_range(l->hello_info, &lo, &hi) == 0 && lo <= v && v <= hi;
 	if (holds && v >= 2) {
 		do
 			id = l->next_id++;
@@ -454,7 +425,7 @@ int link_negotiate(struct agentlink *l, struct k8_err *err)
 	pthread_mutex_lock(&l->lock);
 	hello = json_incref(l->hello_info);
 	pthread_mutex_unlock(&l->lock);
-	r = link_hello_range(hello, &lo, &hi);
+	r = proto_hello_range(hello, &lo, &hi);
 	json_decref(hello);
 	if (r)
 		return k8_err_set(err, -EPROTONOSUPPORT,

@@ -119,9 +119,6 @@ int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err);
 int link_negotiate(struct agentlink *l, struct k8_err *err);
 /* The versions this kosa8d speaks. */
 void link_proto_range(unsigned *min, unsigned *max);
-/* The range a HELLO names: "proto_min".."proto_max", or just "proto" (version 1's
- * HELLO). 0, or -EPROTO when the HELLO names none or a malformed one. */
-int link_hello_range(const json_t *hello, unsigned *min, unsigned *max);
 /* Send a REQ and wait for its RESP. *resp gets the whole RESP object (caller decrefs).
  * An "ok":false answer becomes an error with the agent's message and errno. If `stream`
  * is non-NULL a stream with the REQ's id is opened first (so no output is lost) and

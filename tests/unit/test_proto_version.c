@@ -35,7 +35,7 @@ static int range_of(const char *text, unsigned *lo, unsigned *hi)
 	int r;
 
 	*lo = *hi = 0;
-	r = link_hello_range(h, lo, hi);
+	r = proto_hello_range(h, lo, hi);
 	json_decref(h);
 	return r;
 }
@@ -67,7 +67,7 @@ static void test_hello_range(void)
 			fprintf(stderr, "accepted: %s\n", bad[i]);
 		CHECK_EQ_INT(r, -EPROTO);
 	}
-	CHECK_EQ_INT(link_hello_range(NULL, &lo, &hi), -EPROTO);
+	CHECK_EQ_INT(proto_hello_range(NULL, &lo, &hi), -EPROTO);
 }
 
 /* ---- link_negotiate against a fake agent ---- */
