@@ -27,7 +27,7 @@
  * says which one it chose. Each side speaks a range; a version never changes meaning. */
 #define PROTO_VERSION_MIN 1
 #define PROTO_VERSION_MAX 2
-#define PROTO_VERSION PROTO_VERSION_MAX    /* the newest, what a HELLO's "proto" says */
+#define PROTO_VERSION PROTO_VERSION_MAX    /* the newest */
 #define PROTO_VERSION_LIMIT 65535          /* a larger version number is malformed */
 #define PROTO_HDR_LEN 12
 #define PROTO_MAX_PAYLOAD (256u * 1024u)   /* hard cap for any frame */
@@ -36,8 +36,8 @@
 #define PROTO_WINDOW (256u * 1024u)        /* output bytes in flight per stream before CREDIT */
 
 enum proto_type {
-	PROTO_HELLO = 1,   /* agent -> host, id 0: {"proto":N,"proto_min":A,"proto_max":B,
-	                    * "agent":"...","kernel":"...",...}; host -> agent: {"proto":N} */
+	PROTO_HELLO = 1,   /* agent -> host, id 0: {"proto":A,"proto_min":A,"proto_max":B,
+	                    * "agent":"...","kernel":"...",...}; host -> agent: {"proto":1} */
 	PROTO_REQ = 2,     /* host -> agent: {"op":"...",...}; id chosen by the host */
 	PROTO_RESP = 3,    /* agent -> host, same id: {"ok":true,...} or {"error":"...","errno":N} */
 	PROTO_STDIN = 4,   /* host -> agent, id = stream; F_EOF closes the process's stdin */

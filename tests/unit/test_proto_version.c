@@ -57,6 +57,8 @@ static void test_hello_range(void)
 
 	CHECK_EQ_INT(range_of("{\"proto\":1,\"agent\":\"0.1.0\"}", &lo, &hi), 0);
 	CHECK(lo == 1 && hi == 1);
+	CHECK_EQ_INT(range_of("{\"proto\":1,\"proto_min\":1,\"proto_max\":2}", &lo, &hi), 0);
+	CHECK(lo == 1 && hi == 2);
 	CHECK_EQ_INT(range_of("{\"proto\":2,\"proto_min\":1,\"proto_max\":2}", &lo, &hi), 0);
 	CHECK(lo == 1 && hi == 2);
 	CHECK_EQ_INT(range_of("{\"proto\":3,\"proto_min\":3,\"proto_max\":3}", &lo, &hi), 0);
@@ -193,7 +195,7 @@ static void test_negotiate(void)
 	CHECK_STR(f.first_op, "stat");
 
 	/* 1..2: told 2, first of all requests. */
-	CHECK_EQ_INT(negotiate("{\"proto\":2,\"proto_min\":1,\"proto_max\":2}", A_ACCEPT, &f, &v,
+	CHECK_EQ_INT(negotiate("{\"proto\":1,\"proto_min\":1,\"proto_max\":2}", A_ACCEPT, &f, &v,
 			       msg, sizeof(msg)), 0);
 	CHECK_EQ_INT(v, 2);
 	CHECK_EQ_INT(f.proto_reqs, 1);
