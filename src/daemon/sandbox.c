@@ -504,9 +504,10 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 			const char *nn = json_string_value(json_object_get(ins, "node-name"));
 			const char *base = file ? strrchr(file, '/') : NULL;
 			char named[64];
-			/* Disks are fd sets (/dev/fdset/N): a checkpoint names its layer's
-			 * node after the file ("layer-<hex>"). */
-			if (file && !strncmp(file, "/dev/fdset/", 11)) {
+			/* Disks are fd sets (/dev/fdset/N, or "json:{...,"filename":
+			 * "/dev/fdset/N"}}" for a layer added with "backing": null): a
+			 * checkpoint names its layer's node after the file ("layer-<hex>"). */
+			if (file && (!strncmp(file, "/dev/fdset/", 11) || !strncmp(file, "json:", 5))) {
 				if (!nn || strncmp(nn, "layer-", 6) || strlen(nn) > 40)
 					continue;
 				snprintf(named, sizeof(named), "/%s.qcow2", nn);

@@ -9,11 +9,12 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 
 import pytest
 
-from conftest import BIN, TOP, Home, make_sandbox, new_home, run
+from conftest import BIN, TOP, Home, daemon_pid, make_sandbox, new_home, run, wait_for
 from test_60_checkpoint import HOLDER, ask
 
 GUEST1 = os.path.join(TOP, "build", "proto", "guest1")
@@ -102,10 +103,21 @@ def test_agent_out_of_range_is_refused_at_boot_and_rewind(home3):
     with open(mp) as f:
         meta = json.load(f)
     assert (meta["agent_proto_min"], meta["agent_proto_max"]) == (3, 3)
-    h.stop()
+    vm = h.json("sandbox", "inspect", "fut")["pid"]
+
+    # Adoption: that kosa8d dies, its VM runs on, and this kosa8d cannot speak to it.
+    pid = daemon_pid(h.path)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10), "kill -9 did not end it"
+    start(h, KOSA8_GUEST_DIR=GUEST3)
+    info = h.json("sandbox", "inspect", "fut")
+    assert info["state"] == "failed", info
+    assert "speaks protocol 3; this kosa8d speaks 1..2" in info["error"], info["error"]
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % vm), 10), "the VM still runs"
+    top = h.json("sandbox", "inspect", "fut")["disk_top"]   # adoption read it from QEMU
+    assert top == "scratch.qcow2" or (top.startswith("layer-") and top.endswith(".qcow2")), top
 
     # Boot: this kosa8d with a guest image whose agent it cannot speak to.
-    start(h, KOSA8_GUEST_DIR=GUEST3)
     p = h("sandbox", "create", "x", "--cpus", "1", "--memory", "256", "--disk", "1",
           timeout=300)
     assert p.returncode != 0
