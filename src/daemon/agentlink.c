@@ -113,10 +113,10 @@ void link_proto_range(unsigned *min, unsigned *max)
 	*max = K8D_PROTO_MAX;
 }
 
-/* A HELLO after the version was chosen: the agent started a new session (it saw the
- * port close and open), in which nothing is chosen yet. Choose the same version again,
- * without waiting for the answer (this is the reader thread); an agent whose range no
- * longer holds that version is not the one we spoke to. */
+/* A HELLO after the version was chosen (none chosen yet: nothing to do): the agent
+ * started a new session (it saw the port close and open), in which nothing is chosen.
+ * Choose the same version again, without waiting for the answer (this is the reader
+ * thread); an agent whose range no longer holds that version is not the one we spoke to. */
 static void hello_again(struct agentlink *l)
 {
 	unsigned lo = 0, hi = 0, v;
@@ -126,6 +126,10 @@ static void hello_again(struct agentlink *l)
 
 	pthread_mutex_lock(&l->lock);
 	v = l->proto;
+	if (!v) {
+		pthread_mutex_unlock(&l->lock);
+		return;
+	}
 	holds = proto_hello_range(l->hello_info, &lo, &hi) == 0 && lo <= v && v <= hi;
 	if (holds && v >= 2) {
 		do
@@ -159,8 +163,7 @@ static void dispatch(struct agentlink *l, const struct proto_hdr *h, const unsig
 		l->hello = true;
 		pthread_cond_broadcast(&l->cond);
 		pthread_mutex_unlock(&l->lock);
-		if (l->proto)
-			hello_again(l);
+		hello_again(l);
 		return;
 	case PROTO_RESP:
 		v = parse_json(p, h->len);

@@ -80,9 +80,11 @@ static int meta_agent_check(const json_t *meta, const struct sandbox *sb, const 
 		snprintf(theirs, sizeof(theirs), "%u..%u", lo, hi);
 	return k8_err_set(err, -EPROTONOSUPPORT,
 			  "checkpoint '%s' of sandbox '%s' was taken with agent protocol %s; this "
-			  "kosa8 speaks %u..%u and cannot talk to the agent in it. The sandbox is "
-			  "unchanged. Take a new checkpoint with this kosa8 instead (`kosa8 sandbox "
-			  "rm %s`, create it again, `kosa8 checkpoint %s --label LABEL`)",
+			  "kosa8 speaks %u..%u and cannot talk to the agent in it, so what ran in "
+			  "it cannot be brought back. The sandbox is unchanged. Take a new "
+			  "checkpoint with this kosa8 instead (`kosa8 checkpoint %s --label LABEL`; "
+			  "a sandbox that is not running boots this kosa8's guest image first), or "
+			  "start over with `kosa8 sandbox rm %s` and create",
 			  label, sb->name, theirs, our_lo, our_hi, sb->name, sb->name);
 }
 
