@@ -3,6 +3,7 @@
 #   make            everything           make test       unit + integration tests
 #   make unit       C unit tests         make san        ASan+UBSan build, unit tests
 #   make bench      benchmarks           make fuzz       libFuzzer targets, briefly
+#   make proto-variants  guests and a kosa8d of other protocol versions (test_61 builds them)
 #   WERROR=1        warnings are errors (CI sets it)
 B       ?= build
 CC      ?= cc
