@@ -5,6 +5,7 @@
 #   make bench      benchmarks           make fuzz       libFuzzer targets, briefly
 #   make check-layers  the daemon's modules depend one way (docs/design.md)
 #   make bench-density how many idle sandboxes the host holds (long)
+#   make proto-variants  guests and a kosa8d of other protocol versions (test_61 builds them)
 #   WERROR=1        warnings are errors (CI sets it)
 B       ?= build
 CC      ?= cc
@@ -55,7 +56,7 @@ ifneq ($(wildcard src/fs/main.c),)
 PROGS += $(B)/bin/kosa8-fs
 endif
 
-.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static check-layers bench-density
+.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static check-layers bench-density proto-variants
 all: progs guest
 
 progs: $(PROGS)
@@ -96,6 +97,35 @@ $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/prot
 guest: $(B)/bin/kosa8-agent
 	B=$(B) ./scripts/guest.sh
 
+# Test builds for the protocol version handshake (docs/protocol.md, "Versions";
+# tests/integration/test_61_agent_proto.py), not part of `all`: guests whose agent speaks
+# only version 1 (as every agent did before the handshake) or only version 3 (an agent
+# of the future), in $(B)/proto/guestN, and a kosa8d that also speaks 3, to take
+# checkpoints of that agent. Only the files that read AGENT_PROTO_* / K8D_PROTO_* are
+# compiled again.
+PROTO_AGENT_SRC := src/agent/chan.c src/agent/req.c src/agent/main.c
+PROTO_AGENT_BASE := $(call aobj,$(filter-out $(PROTO_AGENT_SRC),$(AGENT_SRC)) src/common/util.c src/common/proto.c)
+define proto_guest
+$(B)/proto/agent$(1)-obj/%.o: %.c $(wildcard src/*/*.h)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(AGENT_CFLAGS) -DAGENT_PROTO_MIN=$(1) -DAGENT_PROTO_MAX=$(1) -c -o $$@ $$<
+$(B)/proto/agent$(1)/kosa8-agent: $(PROTO_AGENT_BASE) $(patsubst %.c,$(B)/proto/agent$(1)-obj/%.o,$(PROTO_AGENT_SRC))
+	@mkdir -p $$(dir $$@)
+	$$(CC) -static -o $$@ $$^ -l:libjansson.a -l:libseccomp.a
+$(B)/proto/guest$(1)/manifest.json: $(B)/proto/agent$(1)/kosa8-agent
+	B=$(B) AGENT=$(B)/proto/agent$(1)/kosa8-agent OUT=$(B)/proto/guest$(1) ./scripts/guest.sh >/dev/null
+endef
+$(eval $(call proto_guest,1))
+$(eval $(call proto_guest,3))
+$(B)/proto/obj/agentlink-3.o: src/daemon/agentlink.c $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(HARDEN) -DK8D_PROTO_MAX=3 -c -o $@ $<
+# Next to the real kosa8d: it finds its sidecars there.
+$(B)/bin/kosa8d-proto3: $(call obj,src/daemon/main.c) $(filter-out $(call obj,src/daemon/agentlink.c),$(HOST_LIB_OBJ)) $(B)/proto/obj/agentlink-3.o $(NET_POLICY_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON)
+proto-variants: progs $(B)/proto/guest1/manifest.json $(B)/proto/guest3/manifest.json $(B)/bin/kosa8d-proto3
+
 $(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC) $(FS_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON) $(LIBS_NET)
@@ -128,7 +158,7 @@ fuzz:
 	./tests/fuzz/run.sh
 
 clean:
-	rm -rf $(B)/bin $(B)/obj $(B)/agent-obj $(B)/tests $(B)/guest build-san
+	rm -rf $(B)/bin $(B)/obj $(B)/agent-obj $(B)/tests $(B)/guest $(B)/proto build-san
 
 # kosa8-model (issue 13): the local model engine, its own process (it parses model files).
 MODEL_SRC     := $(filter-out src/model/main.c,$(wildcard src/model/*.c))

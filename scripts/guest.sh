@@ -12,8 +12,9 @@ set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 B=${B:-build}
 case $B in /*) ;; *) B=$top/$B ;; esac
-out=$B/guest
-agent=$B/bin/kosa8-agent
+# OUT and AGENT build another guest from another agent (make proto-variants).
+out=${OUT:-$B/guest}
+agent=${AGENT:-$B/bin/kosa8-agent}
 [ -x "$agent" ] || { echo "guest.sh: $agent missing: run make $B/bin/kosa8-agent" >&2; exit 1; }
 python=$(command -v python3 || true)
 [ -x /usr/bin/python3 ] && python=/usr/bin/python3

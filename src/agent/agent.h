@@ -31,6 +31,17 @@
 
 #define AGENT_VERSION "0.1.0"
 
+/* The protocol versions this agent speaks (docs/protocol.md, "Versions"). A build may
+ * narrow them (`make proto-variants`: guests whose agent speaks another version, for
+ * the tests of the handshake); an agent whose maximum is 1 behaves exactly as the
+ * agents built before the handshake existed. */
+#ifndef AGENT_PROTO_MIN
+#define AGENT_PROTO_MIN PROTO_VERSION_MIN
+#endif
+#ifndef AGENT_PROTO_MAX
+#define AGENT_PROTO_MAX PROTO_VERSION_MAX
+#endif
+
 /* Output is read from pipes in pieces that, with the 12-byte header, fit one 32 KiB
  * virtio-serial write (the guest driver splits larger writes). */
 #define AGENT_OUT_CHUNK (32768u - PROTO_HDR_LEN)
@@ -208,6 +219,7 @@ struct agent {
 	int self_pidns;        /* /proc/self/ns/pid: restored after forking into another */
 	struct watch sig;
 	struct chan chan;
+	int proto;             /* version the host chose for this session; 0: none yet (1) */
 	struct proc *procs, *dead_procs;
 	struct ctr *ctrs, *dead_ctrs;
 	struct cg_pending *cg_pending;

@@ -243,13 +243,23 @@ int chan_event_json(struct agent *a, json_t *obj)
 	return chan_send_json(a, PROTO_EVENT, 0, obj);
 }
 
+/* Every HELLO starts a host session, whose version the host has not chosen yet. Its
+ * "proto" is the version the session starts in, our lowest: 1 for every agent that
+ * speaks 1, which is what a host of version 1 (which never chooses) expects. */
 static void chan_hello(struct agent *a)
 {
-	chan_send_json(a, PROTO_HELLO, 0,
-		       json_pack("{s:i,s:s,s:s,s:I,s:I,s:i}", "proto", PROTO_VERSION, "agent",
-				 AGENT_VERSION, "kernel", a->kernel, "boot_ms", (json_int_t)a->boot_ms,
-				 "uptime_ms", (json_int_t)agent_boottime_ms(), "containers",
-				 ctr_count(a)));
+	json_t *h = json_pack("{s:i,s:s,s:s,s:I,s:I,s:i}", "proto", AGENT_PROTO_MIN, "agent",
+			      AGENT_VERSION, "kernel", a->kernel, "boot_ms", (json_int_t)a->boot_ms,
+			      "uptime_ms", (json_int_t)agent_boottime_ms(), "containers",
+			      ctr_count(a));
+
+	a->proto = 0;
+#if AGENT_PROTO_MAX >= 2
+	/* Version 1's HELLO named one version; from 2 on it names the range. */
+	json_object_set_new(h, "proto_min", json_integer(AGENT_PROTO_MIN));
+	json_object_set_new(h, "proto_max", json_integer(AGENT_PROTO_MAX));
+#endif
+	chan_send_json(a, PROTO_HELLO, 0, h);
 }
 
 /* A host HELLO starts a new host session on a connection we may not have seen open

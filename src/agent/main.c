@@ -337,7 +337,8 @@ int main(int argc, char **argv)
 	static struct agent agent;
 
 	if (argc > 1 && !strcmp(argv[1], "--version")) {
-		printf("kosa8-agent %s (protocol %d)\n", AGENT_VERSION, PROTO_VERSION);
+		printf("kosa8-agent %s (protocol %d..%d)\n", AGENT_VERSION, AGENT_PROTO_MIN,
+		       AGENT_PROTO_MAX);
 		return 0;
 	}
 	if (getpid() != 1) {

@@ -607,10 +607,36 @@ void req_drop_waiters(struct agent *a)
 	a->defers = NULL;
 }
 
+#if AGENT_PROTO_MAX >= 2
+/* {"op":"proto","version":N}: the host's choice for this session (version 2's
+ * handshake). A version outside our range is refused; the host reports our answer. */
+static int req_proto(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	json_t *v = json_object_get(req, "version");
+	json_int_t n;
+
+	if (!json_is_integer(v))
+		return k8_err_set(err, -EINVAL, "field 'version' must be an integer");
+	n = json_integer_value(v);
+	if (n < AGENT_PROTO_MIN || n > AGENT_PROTO_MAX)
+		return k8_err_set(err, -EPROTONOSUPPORT,
+				  "this agent speaks protocol %d..%d, not %lld", AGENT_PROTO_MIN,
+				  AGENT_PROTO_MAX, (long long)n);
+	if (a->proto != (int)n)
+		agent_log("the host speaks protocol %d", (int)n);
+	a->proto = (int)n;
+	chan_resp_ok(a, id, json_pack("{s:i}", "proto", a->proto));
+	return 0;
+}
+#endif
+
 static const struct {
 	const char *op;
 	int (*fn)(struct agent *a, uint32_t id, json_t *req, struct k8_err *err);
 } req_ops[] = {
+#if AGENT_PROTO_MAX >= 2
+	{ "proto", req_proto },
+#endif
 	{ "init", req_init },   { "image.mount", req_image_mount },
 	{ "run", req_run },     { "exec", req_exec },
 	{ "ps", req_ps },       { "stop", req_stop },
@@ -628,6 +654,15 @@ static void req_dispatch(struct agent *a, uint32_t id, json_t *req)
 
 	if (req_str(req, "op", 64, 1, &op, &err) < 0)
 		goto fail;
+#if AGENT_PROTO_MIN > 1
+	/* A host that chose no version speaks 1, which this agent does not. */
+	if (!a->proto && strcmp(op, "proto")) {
+		k8_err_set(&err, -EPROTONOSUPPORT,
+			   "this agent speaks protocol %d..%d and the host chose none: the guest "
+			   "image is newer than kosa8d", AGENT_PROTO_MIN, AGENT_PROTO_MAX);
+		goto fail;
+	}
+#endif
 	for (i = 0; i < ARRAY_SIZE(req_ops); i++) {
 		if (strcmp(op, req_ops[i].op))
 			continue;

@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include <endian.h>
+#include <jansson.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -86,6 +87,46 @@ const char *proto_type_name(uint16_t type)
 	if (type >= PROTO_TYPE_MAX || !names[type])
 		return "?";
 	return names[type];
+}
+
+int proto_pick(unsigned our_min, unsigned our_max, unsigned their_min, unsigned their_max)
+{
+	unsigned lo = our_min > their_min ? our_min : their_min;
+	unsigned hi = our_max < their_max ? our_max : their_max;
+
+	if (our_min < 1 || their_min < 1 || our_min > our_max || their_min > their_max ||
+	    our_max > PROTO_VERSION_LIMIT || their_max > PROTO_VERSION_LIMIT || lo > hi)
+		return -EPROTONOSUPPORT;
+	return (int)hi;
+}
+
+static int hello_int(const json_t *o, const char *key, unsigned *out)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+	    json_integer_value(v) > PROTO_VERSION_LIMIT)
+		return -EPROTO;
+	*out = (unsigned)json_integer_value(v);
+	return 0;
+}
+
+int proto_hello_range(const json_t *hello, unsigned *min, unsigned *max)
+{
+	unsigned cur, lo, hi;
+
+	if (hello_int(hello, "proto", &cur))
+		return -EPROTO;
+	if (!json_object_get(hello, "proto_min") && !json_object_get(hello, "proto_max")) {
+		*min = *max = cur;      /* version 1's HELLO */
+		return 0;
+	}
+	if (hello_int(hello, "proto_min", &lo) || hello_int(hello, "proto_max", &hi) ||
+	    lo > hi || cur < lo || cur > hi)
+		return -EPROTO;
+	*min = lo;
+	*max = hi;
+	return 0;
 }
 
 void proto_reader_init(struct proto_reader *r)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* proto.h - the host <-> guest-agent wire protocol (version 1), also used on the
+/* proto.h - the host <-> guest-agent wire protocol (versions 1 and 2), also used on the
  * daemon's upgraded exec streams. Full description: docs/protocol.md.
  *
  * A channel is a byte stream of frames. Each frame is a 12-byte little-endian header
@@ -21,7 +21,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PROTO_VERSION 1
+/* Protocol versions (docs/protocol.md, "Versions"). 1: the frames and ops below.
+ * 2: version 1 plus the handshake: the agent's HELLO names the range it speaks
+ * ("proto_min", "proto_max") and the host's first REQ, {"op":"proto","version":N},
+ * says which one it chose. Each side speaks a range; a version never changes meaning. */
+#define PROTO_VERSION_MIN 1
+#define PROTO_VERSION_MAX 2
+#define PROTO_VERSION PROTO_VERSION_MAX    /* the newest */
+#define PROTO_VERSION_LIMIT 65535          /* a larger version number is malformed */
 #define PROTO_HDR_LEN 12
 #define PROTO_MAX_PAYLOAD (256u * 1024u)   /* hard cap for any frame */
 #define PROTO_MAX_JSON (64u * 1024u)       /* cap for a control (JSON) frame */
@@ -29,14 +36,16 @@
 #define PROTO_WINDOW (256u * 1024u)        /* output bytes in flight per stream before CREDIT */
 
 enum proto_type {
-	PROTO_HELLO = 1,   /* agent -> host, id 0: {"proto":1,"agent":"...","kernel":"..."} */
+	PROTO_HELLO = 1,   /* agent -> host, id 0: {"proto":A,"proto_min":A,"proto_max":B,
+	                    * "agent":"...","kernel":"...",...}; host -> agent: {"proto":1} */
 	PROTO_REQ = 2,     /* host -> agent: {"op":"...",...}; id chosen by the host */
 	PROTO_RESP = 3,    /* agent -> host, same id: {"ok":true,...} or {"error":"...","errno":N} */
 	PROTO_STDIN = 4,   /* host -> agent, id = stream; F_EOF closes the process's stdin */
 	PROTO_STDOUT = 5,  /* agent -> host, id = stream; F_EOF: the process closed stdout */
 	PROTO_STDERR = 6,  /* agent -> host, id = stream */
-	PROTO_CREDIT = 7,  /* either way, id = stream: u32 more bytes may be sent (host -> agent
-	                    * for output, agent -> host for stdin) */
+	PROTO_CREDIT = 7,  /* either way, id = stream: u32 more bytes may be sent; from the
+	                    * receiver of the stream's bytes: the host for output, the agent
+	                    * for stdin */
 	PROTO_EXIT = 8,    /* agent -> host, id = stream: {"code":N,"signal":S,"oom":bool} */
 	PROTO_EVENT = 9,   /* agent -> host, id 0: {"event":"...",...} (limit hits, notices) */
 	PROTO_PING = 10,   /* either way; answered by PONG with the same id and payload */
@@ -62,6 +71,16 @@ void proto_hdr_decode(const unsigned char in[PROTO_HDR_LEN], struct proto_hdr *h
  * only known flags. -EPROTO otherwise (the channel cannot be resynchronised). */
 int proto_hdr_check(const struct proto_hdr *h);
 const char *proto_type_name(uint16_t type);
+
+/* The version two sides speak together: the highest version in both [our_min, our_max]
+ * and [their_min, their_max]. Returns it, or -EPROTONOSUPPORT when the ranges do not
+ * meet or one is empty or out of 1..PROTO_VERSION_LIMIT. */
+int proto_pick(unsigned our_min, unsigned our_max, unsigned their_min, unsigned their_max);
+/* The range an agent's HELLO (a parsed JSON object, hostile) names: "proto_min" ..
+ * "proto_max", or "proto".."proto" when it has neither (version 1's HELLO). 0, or
+ * -EPROTO when it names no version, only one bound, or a range without "proto" in it. */
+struct json_t;
+int proto_hello_range(const struct json_t *hello, unsigned *min, unsigned *max);
 
 /* Incremental frame reader over a byte stream. Feed what read() returned; take frames
  * out one by one. Memory is bounded by PROTO_HDR_LEN + PROTO_MAX_PAYLOAD. */

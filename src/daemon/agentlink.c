@@ -11,6 +11,11 @@
  * the guest sends can make the daemon allocate more than one window per open stream.
  * Writers (API threads) serialize on `wlock` and have a send timeout, so a guest that
  * stops reading its port stalls only requests to that sandbox.
+ *
+ * Versions. The agent's HELLO names the protocol versions it speaks; link_negotiate()
+ * picks the highest one this daemon speaks too and, from version 2 on, tells the agent
+ * with a first REQ {"op":"proto"}. An agent restored from a checkpoint is the agent of
+ * that day: it is spoken to in its own version, or refused (docs/protocol.md).
  */
 #include "common/proto.h"
 #include "daemon/agentlink.h"
@@ -21,6 +26,16 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+
+/* The versions this kosa8d speaks. A test build may widen them (`make proto-variants`
+ * builds a kosa8d that also speaks 3, to take checkpoints of an agent of the future). */
+#ifndef K8D_PROTO_MIN
+#define K8D_PROTO_MIN PROTO_VERSION_MIN
+#endif
+#ifndef K8D_PROTO_MAX
+#define K8D_PROTO_MAX PROTO_VERSION_MAX
+#endif
+#define PROTO_REQ_TIMEOUT_MS 10000
 
 struct pending {
 	struct pending *next;
@@ -93,6 +108,48 @@ static json_t *exit_info_clean(const json_t *v)
 	return o;
 }
 
+void link_proto_range(unsigned *min, unsigned *max)
+{
+	*min = K8D_PROTO_MIN;
+	*max = K8D_PROTO_MAX;
+}
+
+/* A HELLO after the version was chosen (none chosen yet: nothing to do): the agent
+ * started a new session (it saw the port close and open), in which nothing is chosen.
+ * Choose the same version again, without waiting for the answer (this is the reader
+ * thread); an agent whose range no longer holds that version is not the one we spoke to. */
+static void hello_again(struct agentlink *l)
+{
+	unsigned lo = 0, hi = 0, v;
+	uint32_t id = 0;
+	bool holds;
+	char req[64];
+
+	pthread_mutex_lock(&l->lock);
+	v = l->proto;
+	if (!v) {
+		pthread_mutex_unlock(&l->lock);
+		return;
+	}
+	holds = proto_hello_range(l->hello_info, &lo, &hi) == 0 && lo <= v && v <= hi;
+	if (holds && v >= 2) {
+		do
+			id = l->next_id++;
+		while (id == 0);
+		l->proto_resend_id = id;
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (!holds) {
+		link_mark_broken(l, "the guest agent said HELLO again without the protocol "
+				    "version chosen for it");
+		return;
+	}
+	if (id) {
+		snprintf(req, sizeof(req), "{\"op\":\"proto\",\"version\":%u}", v);
+		link_send(l, PROTO_REQ, 0, id, req, strlen(req));
+	}
+}
+
 static void dispatch(struct agentlink *l, const struct proto_hdr *h, const unsigned char *p)
 {
 	json_t *v = NULL;
@@ -107,10 +164,21 @@ static void dispatch(struct agentlink *l, const struct proto_hdr *h, const unsig
 		l->hello = true;
 		pthread_cond_broadcast(&l->cond);
 		pthread_mutex_unlock(&l->lock);
+		hello_again(l);
 		return;
 	case PROTO_RESP:
 		v = parse_json(p, h->len);
 		pthread_mutex_lock(&l->lock);
+		if (l->proto_resend_id && h->id == l->proto_resend_id) {
+			/* The answer to hello_again()'s choice: nothing waits for it. */
+			l->proto_resend_id = 0;
+			pthread_mutex_unlock(&l->lock);
+			if (!json_is_true(json_object_get(v, "ok")))
+				link_mark_broken(l, "the guest agent refused the protocol version "
+						    "it had accepted");
+			json_decref(v);
+			return;
+		}
 		for (struct pending *pd = l->pending; pd; pd = pd->next) {
 			if (pd->id == h->id && !pd->done) {
 				pd->done = true;
@@ -251,6 +319,8 @@ int link_connect(struct agentlink *l, const char *path, void (*on_event)(void *,
 	l->fd = -1;
 	l->hello = l->broken = false;
 	l->hello_info = NULL;
+	l->proto = l->proto_min = l->proto_max = 0;
+	l->proto_resend_id = 0;
 	l->pending = NULL;
 	l->streams = NULL;
 	l->on_event = on_event;
@@ -339,6 +409,59 @@ int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err)
 		r = k8_err_set(err, -ECONNRESET, "%s", l->broken_why);
 	pthread_mutex_unlock(&l->lock);
 	return r;
+}
+
+static void range_text(char *out, size_t n, unsigned lo, unsigned hi)
+{
+	if (lo == hi)
+		snprintf(out, n, "%u", lo);
+	else
+		snprintf(out, n, "%u..%u", lo, hi);
+}
+
+int link_negotiate(struct agentlink *l, struct k8_err *err)
+{
+	unsigned lo = 0, hi = 0;
+	json_t *hello, *resp = NULL;
+	char theirs[32];
+	int v, r;
+
+	pthread_mutex_lock(&l->lock);
+	hello = json_incref(l->hello_info);
+	pthread_mutex_unlock(&l->lock);
+	r = proto_hello_range(hello, &lo, &hi);
+	json_decref(hello);
+	if (r)
+		return k8_err_set(err, -EPROTONOSUPPORT,
+				  "the guest agent's HELLO names no valid protocol version; this "
+				  "kosa8d speaks protocol %u..%u", K8D_PROTO_MIN, K8D_PROTO_MAX);
+	range_text(theirs, sizeof(theirs), lo, hi);
+	v = proto_pick(K8D_PROTO_MIN, K8D_PROTO_MAX, lo, hi);
+	if (v < 0)
+		return k8_err_set(err, -EPROTONOSUPPORT,
+				  "the guest agent speaks protocol %s; this kosa8d speaks %u..%u",
+				  theirs, K8D_PROTO_MIN, K8D_PROTO_MAX);
+	if (v >= 2) {
+		/* Version 1 has no such request: its agent knows it by default. */
+		r = link_request(l, json_pack("{s:s,s:i}", "op", "proto", "version", v),
+				 PROTO_REQ_TIMEOUT_MS, &resp, NULL, err);
+		if (!r && json_integer_value(json_object_get(resp, "proto")) != v)
+			r = k8_err_set(err, -EPROTONOSUPPORT, "it answered another version");
+		json_decref(resp);
+		if (r == -ETIMEDOUT || r == -ECONNRESET || r == -ENOTCONN)
+			return r;
+		if (r) {
+			k8_err_wrap(err, "the guest agent (protocol %s) refused protocol %d", theirs, v);
+			err->code = -EPROTONOSUPPORT;
+			return -EPROTONOSUPPORT;
+		}
+	}
+	pthread_mutex_lock(&l->lock);
+	l->proto = (unsigned)v;
+	l->proto_min = lo;
+	l->proto_max = hi;
+	pthread_mutex_unlock(&l->lock);
+	return 0;
 }
 
 int link_send(struct agentlink *l, uint16_t type, uint16_t flags, uint32_t id,

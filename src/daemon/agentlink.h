@@ -29,6 +29,9 @@ struct agentlink {
 	struct pending *pending;        /* outstanding REQs waiting for RESP */
 	struct stream *streams;         /* open exec streams */
 	uint64_t dropped_frames;        /* frames for unknown ids, counted not trusted */
+	unsigned proto;                 /* version chosen at HELLO (link_negotiate); 0: none */
+	unsigned proto_min, proto_max;  /* the range the agent's HELLO named */
+	uint32_t proto_resend_id;       /* REQ id of a repeated version choice, 0: none */
 	void (*on_event)(void *ctx, json_t *ev);
 	void *ctx;
 };
@@ -57,6 +60,13 @@ int link_connect(struct agentlink *l, const char *path, void (*on_event)(void *,
 		 void *ctx, struct k8_err *err);
 void link_close(struct agentlink *l);
 int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err);
+/* After link_wait_hello: choose the protocol version from the agent's HELLO and, from
+ * version 2 on, tell the agent (docs/protocol.md, "Versions"). -EPROTONOSUPPORT with a
+ * message naming both ranges when there is none in common or the agent refused it; the
+ * caller adds what to do. */
+int link_negotiate(struct agentlink *l, struct k8_err *err);
+/* The versions this kosa8d speaks. */
+void link_proto_range(unsigned *min, unsigned *max);
 /* Send a REQ and wait for its RESP. *resp gets the whole RESP object (caller decrefs).
  * An "ok":false answer becomes an error with the agent's message and errno. If `stream`
  * is non-NULL a stream with the REQ's id is opened first (so no output is lost) and

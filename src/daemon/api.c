@@ -49,6 +49,7 @@ static const char *err_code_name(int code, unsigned *http)
 		return "not_found";
 	case -EEXIST: case -EBUSY: case -ENOSPC:
 	case -ESTALE:           /* a shared folder is no longer the one pinned (mounts.c) */
+	case -EPROTONOSUPPORT:  /* an agent (guest image, checkpoint) of another protocol */
 		*http = 409;
 		return "conflict";
 	case -ETIMEDOUT: case -ECONNRESET: case -ENOTCONN: case -EPIPE:

@@ -19,6 +19,7 @@
  * layer file's parent), and the layer files. A layer is deleted when neither the
  * current top nor any checkpoint reaches it through the parent links.
  */
+#include "common/proto.h"
 #include "daemon/checkpoint.h"
 #include "daemon/layers.h"
 #include "daemon/sandbox.h"
@@ -50,6 +51,44 @@ static bool label_valid(const char *l)
 static const char *top_of(struct sandbox *sb)
 {
 	return layers_top(sb->disk);
+}
+
+/* Can this kosa8d speak to the agent a checkpoint holds in its memory? meta.json names
+ * the range that agent spoke ("agent_proto_min".."agent_proto_max"); a checkpoint
+ * without them was taken before the handshake existed, by an agent of version 1.
+ * -EPROTONOSUPPORT with what to do when not (checked before anything is touched). */
+static int meta_agent_check(const json_t *meta, const struct sandbox *sb, const char *label,
+			    struct k8_err *err)
+{
+	json_t *a = json_object_get(meta, "agent_proto_min");
+	json_t *b = json_object_get(meta, "agent_proto_max");
+	unsigned lo = 1, hi = 1, our_lo, our_hi;
+	char theirs[32];
+
+	if (a || b) {
+		json_int_t x = json_integer_value(a), y = json_integer_value(b);
+		if (!json_is_integer(a) || !json_is_integer(b) || x < 1 || y < x ||
+		    y > PROTO_VERSION_LIMIT)
+			return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json "
+					  "(agent_proto_min/max)", label);
+		lo = (unsigned)x;
+		hi = (unsigned)y;
+	}
+	link_proto_range(&our_lo, &our_hi);
+	if (proto_pick(our_lo, our_hi, lo, hi) > 0)
+		return 0;
+	if (lo == hi)
+		snprintf(theirs, sizeof(theirs), "%u", lo);
+	else
+		snprintf(theirs, sizeof(theirs), "%u..%u", lo, hi);
+	return k8_err_set(err, -EPROTONOSUPPORT,
+			  "checkpoint '%s' of sandbox '%s' was taken with agent protocol %s; this "
+			  "kosa8 speaks %u..%u and cannot talk to the agent in it, so what ran in "
+			  "it cannot be brought back. The sandbox is unchanged. Take a new "
+			  "checkpoint with this kosa8 instead (`kosa8 checkpoint %s --label LABEL`; "
+			  "a sandbox that is not running boots this kosa8's guest image first), or "
+			  "start over with `kosa8 sandbox rm %s` and create",
+			  label, sb->name, theirs, our_lo, our_hi, sb->name, sb->name);
 }
 
 static void new_layer_name(char *out, size_t n)
@@ -475,6 +514,14 @@ static int ckpt_commit(struct ckpt_job *j, struct k8_err *err)
 				      (json_int_t)now_real_ns(), "layer", frozen, "size",
 				      (json_int_t)j->size, "memory_mib", sb->memory_mib, "cpus",
 				      sb->cpus, "images", imgs);
+	/* The agent in this memory, for the rewinds of a later kosa8 (meta_agent_check). */
+	pthread_mutex_lock(&sb->link.lock);
+	if (sb->link.proto)
+		json_object_update_new(meta, json_pack("{s:i,s:i,s:i}", "agent_proto",
+						       (int)sb->link.proto, "agent_proto_min",
+						       (int)sb->link.proto_min, "agent_proto_max",
+						       (int)sb->link.proto_max));
+	pthread_mutex_unlock(&sb->link.lock);
 	r = meta_save(j->tmpdir, meta);
 	if (!r && rename(j->tmpdir, j->final) < 0)
 		r = -errno;
@@ -626,6 +673,11 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	frozen = json_string_value(json_object_get(meta, "layer"));
 	if (!frozen || strchr(frozen, '/'))
 		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
+	if ((r = meta_agent_check(meta, sb, label, err))) {
+		daemon_audit(d, "checkpoint.rewind.refused", sb->name,
+			     json_pack("{s:s,s:s}", "label", label, "error", err->msg));
+		return r;
+	}
 	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
 		return r;
 	nsaved = sb_images_from_json(json_object_get(meta, "images"), saved);
@@ -660,6 +712,10 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		goto fail;
 	/* QEMU starts the guest by itself once the state is in. */
 	r = sb_connect_vm(d, sb, pid, true, err);
+	if (r == -EPROTONOSUPPORT)   /* the agent in memory is not the one meta.json named */
+		k8_err_wrap(err, "checkpoint '%s' holds an agent this kosa8 cannot talk to; the "
+			    "sandbox is stopped and boots its disk as it was before the rewind "
+			    "when next used", label);
 	if (r)
 		goto fail;
 	pthread_mutex_lock(&sb->lock);
@@ -764,6 +820,8 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 		r = k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
 		goto fail;
 	}
+	if ((r = meta_agent_check(meta, src, label, err)))
+		goto fail;
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: src->cpus;
 	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: src->memory_mib;
 	sb->disk_gb = src->disk_gb;

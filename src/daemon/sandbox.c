@@ -21,6 +21,7 @@
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -339,13 +340,27 @@ static int sb_init_guest(struct daemon *d, struct sandbox *sb, bool restored,
 	return sb_mount_images(sb, err);
 }
 
+/* Add to the end of err's message (a k8_err_wrap the other way round). */
+static void sb_err_append(struct k8_err *err, const char *fmt, ...) K8_PRINTF(2, 3);
+static void sb_err_append(struct k8_err *err, const char *fmt, ...)
+{
+	size_t n = strlen(err->msg);
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err->msg + n, sizeof(err->msg) - n, fmt, ap);
+	va_end(ap);
+}
+
 /* After QEMU was spawned (a fresh boot, or restored from a checkpoint): reach its
- * monitor, put it in its cgroup, reach the agent and initialise the guest. On failure
- * the VM is killed and err holds the reason with the guest console's tail. */
+ * monitor, put it in its cgroup, reach the agent, agree on the protocol version and
+ * initialise the guest. On failure the VM is killed and err holds the reason with the
+ * guest console's tail; an agent of another protocol gives -EPROTONOSUPPORT (and no
+ * console: the guest is fine, it is not ours). */
 int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
 		  struct k8_err *err)
 {
-	char qmp_path[4200], agent_path[4200], tail[1024];
+	char qmp_path[4200], agent_path[4200], tail[1024] = "";
 	int r;
 
 	sb_paths(d, sb, qmp_path, agent_path, sizeof(qmp_path));
@@ -416,6 +431,11 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 		link_send(&sb->link, PROTO_HELLO, 0, 0, hello, sizeof(hello) - 1);
 	}
 	r = link_wait_hello(&sb->link, BOOT_TIMEOUT_MS, err);
+	if (!r)
+		r = link_negotiate(&sb->link, err);
+	if (r == -EPROTONOSUPPORT && !restored)
+		sb_err_append(err, ". The guest image does not match this kosa8d: rebuild it "
+			      "(`make guest`) or reinstall kosa8");
 	if (r)
 		goto fail;
 	if (restored)
@@ -426,7 +446,8 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 		goto fail;
 	return 0;
 fail:
-	console_tail(sb, tail, sizeof(tail));
+	if (r != -EPROTONOSUPPORT)
+		console_tail(sb, tail, sizeof(tail));
 	if (tail[0])
 		k8_err_wrap(err, "guest console: ...%s\n", tail);
 	pthread_mutex_lock(&sb->lock);
@@ -503,9 +524,10 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 			const char *nn = json_string_value(json_object_get(ins, "node-name"));
 			const char *base = file ? strrchr(file, '/') : NULL;
 			char named[64];
-			/* Disks are fd sets (/dev/fdset/N): a checkpoint names its layer's
-			 * node after the file ("layer-<hex>"). */
-			if (file && !strncmp(file, "/dev/fdset/", 11)) {
+			/* Disks are fd sets (/dev/fdset/N, or "json:{...,"filename":
+			 * "/dev/fdset/N"}}" for a layer added with "backing": null): a
+			 * checkpoint names its layer's node after the file ("layer-<hex>"). */
+			if (file && (!strncmp(file, "/dev/fdset/", 11) || !strncmp(file, "json:", 5))) {
 				if (!nn || strncmp(nn, "layer-", 6) || strlen(nn) > 40)
 					continue;
 				snprintf(named, sizeof(named), "/%s.qcow2", nn);
@@ -543,6 +565,9 @@ static int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (r)
 		return r;
 	r = link_wait_hello(&sb->link, ADOPT_TIMEOUT_MS, err);
+	if (!r && (r = link_negotiate(&sb->link, err)) == -EPROTONOSUPPORT)
+		sb_err_append(err, ". The VM ran the agent of another kosa8: it is stopped, and "
+			      "boots this kosa8's guest image when next used");
 	if (r)
 		return r;
 	/* The guest kept its mounts; ask it to confirm it answers requests. */
@@ -684,6 +709,8 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 			json_object_set_new(o, "boot_ms", json_integer((json_int_t)sb->boot_ms));
 		json_object_set_new(o, "agent_dropped_frames",
 				    json_integer((json_int_t)sb->link.dropped_frames));
+		if (sb->state == SB_RUNNING && sb->link.proto)  /* docs/protocol.md, Versions */
+			json_object_set_new(o, "agent_proto", json_integer(sb->link.proto));
 		json_object_set_new(o, "forked", json_boolean(sb->forked));
 		json_object_set_new(o, "disk_top", json_string(sb->disk[0] ? sb->disk : "scratch.qcow2"));
 		json_object_set_new(o, "paused", json_boolean(sb->paused));

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_proto.c - libFuzzer target: arbitrary bytes through the frame reader in chunk sizes
  * drawn from the input, each whole frame checked against the bytes it came from, and each
- * JSON frame parsed with json_loadb(JSON_REJECT_DUPLICATES) as kosa8d parses it.
+ * JSON frame parsed with json_loadb(JSON_REJECT_DUPLICATES) as kosa8d parses it, a HELLO's
+ * protocol range read and a version picked from it.
  *
  * Input: 4 bytes that seed the chunking, then the byte stream. Any abort() below is a
  * reader bug (a frame that the header check should have refused, a payload that is not
@@ -45,6 +46,25 @@ static int type_is_json(uint16_t t)
 	       t == PROTO_EVENT;
 }
 
+/* A HELLO's version range, as kosa8d reads it: a range it accepts is well formed, and
+ * the version picked from it lies in both ranges. */
+static void check_hello(const json_t *j)
+{
+	unsigned lo = 0, hi = 0;
+	int v;
+
+	if (proto_hello_range(j, &lo, &hi) != 0)
+		return;
+	if (lo < 1 || lo > hi || hi > PROTO_VERSION_LIMIT)
+		abort();
+	v = proto_pick(PROTO_VERSION_MIN, PROTO_VERSION_MAX, lo, hi);
+	if (v >= 0 && ((unsigned)v < lo || (unsigned)v > hi || v < PROTO_VERSION_MIN ||
+		       v > PROTO_VERSION_MAX))
+		abort();
+	if (v < 0 && v != -EPROTONOSUPPORT)
+		abort();
+}
+
 /* A frame completed when the reader had consumed `pos` bytes of `data`. */
 static void check_frame(const struct proto_hdr *h, const unsigned char *p, const uint8_t *data,
 			size_t pos)
@@ -74,6 +94,8 @@ static void check_frame(const struct proto_hdr *h, const unsigned char *p, const
 			/* what the daemon does next: look a few fields up */
 			(void)json_string_value(json_object_get(j, "op"));
 			(void)json_integer_value(json_object_get(j, "code"));
+			if (h->type == PROTO_HELLO)
+				check_hello(j);
 			json_decref(j);
 		}
 	} else if (h->type == PROTO_CREDIT || h->type == PROTO_SIGNAL) {
