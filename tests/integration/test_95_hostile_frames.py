@@ -1,0 +1,113 @@
+# SPDX-License-Identifier: Apache-2.0
+# test_95_hostile_frames.py - frames root in the guest writes by hand (AF_PACKET, which
+# a container's root has: CAP_NET_RAW): spoofed source addresses, a foreign source MAC,
+# IP fragments and frames of no IP at all. kosa8-net must drop them, count them, and let
+# nothing of them reach a listener, even one the policy allows.
+#
+# The listener is on the host's 127.0.0.1 (the guest's gateway 10.0.2.2), opened for
+# this test only by a live rule on the shared sandbox; a genuine SYN to it is the
+# positive control. Traffic goes nowhere else.
+import pytest
+
+import netkit
+from conftest import wait_or_fail
+
+pytestmark = pytest.mark.hostile
+
+IMAGE = "python:3.12-slim"
+
+# argv: port, then one kind per attempt. Prints one word per attempt: what came back to
+# that attempt's source port (synack, rst, other, nothing).
+RAW = r'''
+import socket, struct, sys, time
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16: s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+def ip4(src, dst, payload, ident, frag):
+    h = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), ident, frag, 64, 6, 0,
+                    socket.inet_aton(src), socket.inet_aton(dst))
+    return h[:10] + struct.pack("!H", csum(h)) + h[12:] + payload
+def syn(src, dst, sport, dport):
+    seg = struct.pack("!HHIIBBHHH", sport, dport, 1000, 0, 5 << 4, 2, 65535, 0, 0)
+    ph = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, len(seg))
+    return seg[:16] + struct.pack("!H", csum(ph + seg)) + seg[18:]
+GUEST, GW = "10.0.2.15", "10.0.2.2"
+ifc = [n for _, n in socket.if_nameindex() if n != "lo"][0]
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))    # ETH_P_ALL
+s.bind((ifc, 0))
+mac = s.getsockname()[4]
+gwmac = bytes.fromhex("52550a000202")
+port = int(sys.argv[1])
+out = []
+for i, kind in enumerate(sys.argv[2:]):
+    sport, src, smac = 42000 + i, GUEST, mac
+    if kind == "spoof-net": src = "10.0.2.99"          # another address of the slirp net
+    if kind == "spoof-far": src = "198.51.100.7"       # an address from elsewhere
+    if kind == "foreign-mac": smac = bytes.fromhex("020000000001")
+    seg = syn(src, GW, sport, port)
+    eth = gwmac + smac + b"\x08\x00"
+    if kind == "fragments":         # the SYN in two fragments: 8 bytes, then 12
+        s.send(eth + ip4(src, GW, seg[:8], 300 + i, 0x2000))
+        s.send(eth + ip4(src, GW, seg[8:], 300 + i, 1))
+    elif kind == "not-ip":          # an EtherType for local experiments, with the SYN in it
+        s.send(gwmac + smac + b"\x88\xb5" + ip4(src, GW, seg, 300 + i, 0x4000))
+    else:
+        s.send(eth + ip4(src, GW, seg, 300 + i, 0x4000))
+    end, got = time.time() + (5 if kind == "genuine" else 2), "nothing"
+    while time.time() < end:
+        s.settimeout(max(0.01, end - time.time()))
+        try:
+            f = s.recv(2048)
+        except socket.timeout:
+            break
+        if len(f) < 54 or f[12:14] != b"\x08\x00" or f[23] != 6 or f[6:12] == smac:
+            continue
+        ihl = (f[14] & 15) * 4
+        sp, dp = struct.unpack("!HH", f[14 + ihl:18 + ihl])
+        if sp != port or dp != sport:
+            continue
+        fl = f[14 + ihl + 13]
+        got = "rst" if fl & 4 else "synack" if fl & 0x12 == 0x12 else "other"
+        break
+    out.append(got)
+print(" ".join(out))
+'''
+
+HOSTILE = ["spoof-net", "spoof-far", "foreign-mac", "fragments", "not-ip"]
+FRAMES = 6              # what HOSTILE puts on the wire: fragments are two frames
+
+
+def dropped(home, sb):
+    info = home.json("sandbox", "egress", sb)
+    assert "dropped" in info and "malformed" in info, info
+    return info["dropped"] + info["malformed"]
+
+
+def test_spoofed_fragmented_and_foreign_frames_never_reach_a_listener(home, sandbox):
+    with netkit.LoopServer() as srv:
+        rule = "127.0.0.1:%d" % srv.port
+        home("sandbox", "egress", sandbox, "--allow", rule, check=True)
+        try:
+            d0 = dropped(home, sandbox)
+            p = home("sandbox", "run", sandbox, IMAGE, "python3", "-c", RAW, str(srv.port),
+                     *HOSTILE, timeout=300)
+            assert p.returncode == 0, p.stdout + p.stderr
+            res = p.stdout.strip().splitlines()[-1].split(" ")
+            d1 = dropped(home, sandbox)
+            # None got an answer from the host side, and the listener saw nothing ...
+            assert res == ["nothing"] * len(HOSTILE), dict(zip(HOSTILE, res))
+            assert srv.conns == [], "a hostile frame reached the listener: %r" % srv.conns
+            # ... because kosa8-net dropped every one of them and counted it.
+            assert d1 - d0 >= FRAMES, (d0, d1)
+            # The control, after them on the same wire: the same SYN from the guest's own
+            # address and MAC passes, and the listener sees exactly that one connection.
+            p = home("sandbox", "run", sandbox, IMAGE, "python3", "-c", RAW, str(srv.port),
+                     "genuine", timeout=300)
+            assert p.returncode == 0, p.stdout + p.stderr
+            assert p.stdout.strip().splitlines()[-1] == "synack", p.stdout + p.stderr
+            wait_or_fail(lambda: srv.conns, "the listener to see the genuine SYN", timeout=10)
+            assert len(srv.conns) == 1, srv.conns
+        finally:
+            home("sandbox", "egress", sandbox, "--remove", rule, check=True)
