@@ -7,6 +7,12 @@
 # The listener is on the host's 127.0.0.1 (the guest's gateway 10.0.2.2), opened for
 # this test only by a live rule on the shared sandbox; a genuine SYN to it is the
 # positive control. Traffic goes nowhere else.
+#
+# The last test is the other way out of a guest: its console. A container's root cannot
+# reach it, and what the guest kernel writes there lands in QEMU's bounded ring buffer.
+import ast
+import json
+
 import pytest
 
 import netkit
@@ -111,3 +117,70 @@ def test_spoofed_fragmented_and_foreign_frames_never_reach_a_listener(home, sand
             assert len(srv.conns) == 1, srv.conns
         finally:
             home("sandbox", "egress", sandbox, "--remove", rule, check=True)
+
+
+# ---- the console ----------------------------------------------------------------------
+
+# Root in a container tries every way to the guest's console: the nodes by name, and
+# nodes it makes itself (CAP_MKNOD) for the serial port, the console and the kernel log,
+# on each writable file system. Prints {path: "ok" or errno name}.
+CONSOLE = r'''
+import errno, os
+res = {}
+def tryw(p):
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_NOCTTY)
+        os.write(fd, b"kosa8 console flood\n" * 64)
+        os.close(fd)
+        res[p] = "ok"
+    except OSError as e:
+        res[p] = errno.errorcode.get(e.errno, str(e.errno))
+for p in ("/dev/console", "/dev/ttyS0", "/dev/kmsg", "/dev/tty0"):
+    tryw(p)
+for d in ("/tmp", "/dev/shm", "/root"):
+    for name, major, minor in (("ttyS0", 4, 64), ("console", 5, 1), ("kmsg", 1, 11)):
+        p = os.path.join(d, "k8-" + name)
+        try:
+            os.mknod(p, 0o600 | 0o020000, os.makedev(major, minor))
+        except OSError as e:
+            res[p] = "mknod " + errno.errorcode.get(e.errno, str(e.errno))
+            continue
+        tryw(p)
+print(repr(res))
+'''
+
+
+def qemu_cmdline(home, sb):
+    with open("%s/sandboxes/%s/sandbox.json" % (home.path, sb)) as f:
+        pid = json.load(f)["pid"]
+    with open("/proc/%d/cmdline" % pid, "rb") as f:
+        return f.read().decode().split("\0")
+
+
+def test_console_is_out_of_reach_and_a_bounded_ring(home, sandbox):
+    p = home("sandbox", "run", sandbox, IMAGE, "python3", "-c", CONSOLE, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = ast.literal_eval(p.stdout.strip().splitlines()[-1])
+    # Nothing a container can open writes to the console: the nodes are not in its /dev,
+    # and the ones it makes sit on nodev file systems.
+    assert "ok" not in res.values(), res
+    for path, r in res.items():
+        assert r in ("ENOENT", "EACCES", "EPERM", "EROFS") or r.startswith("mknod "), (path, r)
+    assert res["/dev/console"] == "ENOENT" and res["/dev/kmsg"] == "ENOENT", res
+    # mknod works (CAP_MKNOD, as in Docker), so the nodev mount is what refuses the open.
+    assert any(r == "EACCES" for p, r in res.items() if "/k8-" in p), res
+    # What does reach the console (the guest kernel, a compromised one included) goes to
+    # QEMU's ring buffer of 64 KiB (src/daemon/vm.c), and nowhere else: no serial port,
+    # chardev or log of QEMU's writes to a file.
+    argv = qemu_cmdline(home, sandbox)
+    pairs = list(zip(argv, argv[1:]))
+    serials = [v for k, v in pairs if k == "-serial"]
+    assert serials == ["chardev:console"], serials
+    chardevs = [v for k, v in pairs if k == "-chardev"]
+    consoles = [c for c in chardevs if "id=console" in c.split(",")]
+    assert len(consoles) == 1 and consoles[0].split(",")[0] == "ringbuf", chardevs
+    assert "size=65536" in consoles[0].split(","), consoles
+    for c in chardevs:
+        assert c.split(",")[0] not in ("file", "pipe", "stdio", "tty", "serial"), c
+        assert "logfile=" not in c, c
+    assert "-D" not in argv and not any(a.startswith("-debugcon") for a in argv), argv
