@@ -12,10 +12,15 @@
 # reach it, and what the guest kernel writes there lands in QEMU's bounded ring buffer.
 import ast
 import json
+import os
+import shutil
+import socket
+import tempfile
 
 import pytest
 
 import netkit
+import test_65_netengine as ne
 from conftest import wait_or_fail
 
 pytestmark = pytest.mark.hostile
@@ -81,6 +86,14 @@ for i, kind in enumerate(sys.argv[2:]):
 print(" ".join(out))
 '''
 
+@pytest.fixture
+def tmp():
+    d = tempfile.mkdtemp(prefix="k8n95-", dir="/tmp")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 HOSTILE = ["spoof-net", "spoof-far", "foreign-mac", "fragments", "not-ip"]
 FRAMES = 6              # what HOSTILE puts on the wire: fragments are two frames
 
@@ -117,6 +130,50 @@ def test_spoofed_fragmented_and_foreign_frames_never_reach_a_listener(home, sand
             assert len(srv.conns) == 1, srv.conns
         finally:
             home("sandbox", "egress", sandbox, "--remove", rule, check=True)
+
+
+def test_kosa8_net_alone_drops_foreign_sources(tmp):
+    """The same frames straight into kosa8-net (test_65's harness plays QEMU), IPv6
+    included: each is dropped and counted before the policy, which would pass it."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(8)
+    port = lst.getsockname()[1]
+    lst6 = socket.socket(socket.AF_INET6)
+    lst6.bind(("::1", port))
+    lst6.listen(8)
+    n = ne.start(tmp, None, {"mode": "allow-list", "rules": ["127.0.0.1:%d" % port,
+                                                             "[::1]:%d" % port]})
+    try:
+        d0 = n.stats()["dropped"]
+        foreign = bytes.fromhex("020000000001")
+        hostile = [
+            ne.eth(ne.tcp("10.0.2.99", ne.GW, 41001, port, 1, 0, ne.TH_SYN)),
+            ne.eth(ne.tcp("192.0.2.7", ne.GW, 41002, port, 1, 0, ne.TH_SYN)),
+            ne.eth(ne.tcp(ne.GUEST, ne.GW, 41003, port, 1, 0, ne.TH_SYN), src=foreign),
+            ne.eth(ne.tcp6_syn("fd00::99", "fd00::2", 41004, port, 1), etype=0x86DD),
+            ne.eth(ne.tcp6_syn(ne.GUEST6, "fd00::2", 41005, port, 1), src=foreign,
+                   etype=0x86DD),
+        ]
+        for f in hostile:
+            n.send(f)
+        assert n.quiet(lambda f: f.proto == 6 and 41001 <= f.dport <= 41005), "answered"
+        assert n.stats()["dropped"] - d0 == len(hostile), n.stats()
+        lst.settimeout(0.2)
+        lst6.settimeout(0.2)
+        for s in (lst, lst6):
+            with pytest.raises(socket.timeout):
+                s.accept()
+        # the control: the guest's own SYN, v4 and v6, passes
+        n.send(ne.eth(ne.tcp(ne.GUEST, ne.GW, 41006, port, 1, 0, ne.TH_SYN)))
+        f = n.expect(lambda f: f.proto == 6 and f.dport == 41006, what="SYN-ACK")
+        assert f.flags & (ne.TH_SYN | ne.TH_ACK) == ne.TH_SYN | ne.TH_ACK, "flags %x" % f.flags
+        lst.settimeout(5)
+        lst.accept()[0].close()
+    finally:
+        n.close()
+        lst.close()
+        lst6.close()
 
 
 # ---- the console ----------------------------------------------------------------------
