@@ -23,7 +23,9 @@
  *    flow can be cut with RSTs both ways that each side accepts.
  *  - IP fragments from the guest are dropped: their ports cannot be checked, and the
  *    guest's MTU (1500) and TCP's DF make them rare.
- *  - Broadcast and multicast (other than neighbour discovery) are dropped silently. */
+ *  - Broadcast and multicast (other than neighbour discovery) are dropped silently, and
+ *    so is a frame whose source is not the guest's (its NIC's MAC and its own address):
+ *    root in the guest can write any frame, and slirp would answer any source. */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -42,6 +44,8 @@
  * in a Linux guest gets EHOSTUNREACH (v4) or EACCES (v6) on its next call. */
 #define ENGINE_UNREACH4 13
 #define ENGINE_UNREACH6 1
+/* The MAC kosa8d gives the guest's NIC (src/daemon/vm.c, src/agent/net.c). */
+static const uint8_t engine_guest_mac[6] = { 0x52, 0x54, 0x00, 0x12, 0x34, 0x56 };  /* GUEST_MAC */
 
 static inline Slirp *engine_slirp(struct net *n)
 {
@@ -532,6 +536,7 @@ int engine_init(struct net *n, char *err, size_t errlen)
 	net_addr_parse(GUEST_NET6, &n->net6);
 	net_addr_parse(GUEST_GW6, &n->gw6);
 	net_addr_parse(GUEST_DNS6, &n->dns6);
+	net_addr_parse(GUEST_IP6, &n->guest6);
 
 	e->cap = n->max_flows;
 	e->flows = calloc((size_t)e->cap, sizeof(*e->flows));
@@ -628,6 +633,19 @@ static bool engine_is_multicast(const struct net *n, const struct net_addr *a)
 	if (a->a[0] == 255 && a->a[1] == 255 && a->a[2] == 255 && a->a[3] == 255)
 		return true;
 	return net_addr_in(a, &n->net4, GUEST_PREFIX4) && a->a[3] == 255;
+}
+
+/* A frame the guest's own stack could have sent: its NIC's MAC, its own address (or
+ * its IPv6 link-local one). Anything else is root in the guest writing frames by hand:
+ * slirp would open host connections for, and answer, an address that is not the guest's. */
+static bool engine_from_guest(const struct net *n, const struct pkt *p)
+{
+	if (memcmp(p->src_mac, engine_guest_mac, 6) != 0)
+		return false;
+	if (p->src.family == AF_INET)
+		return net_addr_eq(&p->src, &n->guest4);
+	return net_addr_eq(&p->src, &n->guest6) ||
+	       (p->src.a[0] == 0xfe && (p->src.a[1] & 0xc0) == 0x80);
 }
 
 /* The verdict for a new flow, the flow cap included. */
@@ -740,6 +758,10 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 	}
 	if (engine_is_multicast(n, &p.dst)) {
 		n->stats.dropped++;
+		return;
+	}
+	if (!engine_from_guest(n, &p)) {
+		n->stats.dropped++;             /* a spoofed source address or MAC */
 		return;
 	}
 	bool is_dns = net_addr_eq(&p.dst, &n->dns4) || net_addr_eq(&p.dst, &n->dns6);

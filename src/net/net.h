@@ -242,7 +242,7 @@ struct net {
 	const char *id;
 	struct policy *policy;
 	int max_flows;
-	struct net_addr gw4, gw6, dns4, dns6, net4, net6, guest4;
+	struct net_addr gw4, gw6, dns4, dns6, net4, net6, guest4, guest6;
 	int frames_lfd, frames_fd;
 	int nl_fd;                      /* hostaddr.c: NETLINK_ROUTE, address changes */
 	uint8_t *fin;                   /* frames read buffer */

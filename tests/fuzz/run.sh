@@ -77,7 +77,7 @@ for t in tests/fuzz/fuzz_*.c; do
 	# stream of several full frames, FUSE writes of 128 KiB, layers and archives with a
 	# few members of some size. libFuzzer's default (the largest seed) is too small there.
 	case "$name" in
-	fuzz_proto) maxlen=600000 ;;
+	fuzz_proto|fuzz_agentlink) maxlen=600000 ;;
 	fuzz_fsreq) maxlen=300000 ;;
 	fuzz_frame) maxlen=70000 ;;
 	fuzz_unpack|fuzz_load|fuzz_bundle) maxlen=200000 ;;

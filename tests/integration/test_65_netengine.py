@@ -325,12 +325,14 @@ class NetProc:
         s.connect(self.frames_path)
         self.fsock = s
         self.frames = queue.Queue()
-        threading.Thread(target=self._read_frames, args=(s, self.frames), daemon=True).start()
+        self.frames_closed = threading.Event()      # kosa8-net closed this connection
+        threading.Thread(target=self._read_frames, args=(s, self.frames, self.frames_closed),
+                         daemon=True).start()
         # slirp learns the guest's MAC from its ARP request.
         self.send(arp_request(GW))
         self.expect(lambda f: f.etype == 0x0806, what="ARP reply from slirp")
 
-    def _read_frames(self, s, q):
+    def _read_frames(self, s, q, closed):
         buf = b""
         while True:
             try:
@@ -338,6 +340,7 @@ class NetProc:
             except OSError:
                 return
             if not d:
+                closed.set()
                 return
             buf += d
             while len(buf) >= 4:
@@ -761,7 +764,13 @@ def test_deny_events_aggregated_per_second(tmp):
         with n.cond:
             n.cond.wait_for(lambda: any(e["dest"] == "198.51.100.9:22" for e in n.events),
                             timeout=4)
-        time.sleep(1.5)
+        # A later refusal, in a later second, is the barrier: events leave in order of
+        # their second, so once its event is here, a second event for :22 would be too.
+        g = Guest(n, "198.51.100.9", 23)
+        g.syn()
+        with n.cond:
+            assert n.cond.wait_for(lambda: any(e["dest"] == "198.51.100.9:23"
+                                               for e in n.events), timeout=4)
         evs = [e for e in n.events if e["dest"] == "198.51.100.9:22"]
         assert len(evs) == 1, evs
         e = evs[0]
@@ -820,7 +829,7 @@ def test_malformed_frames_and_reconnects(tmp, upstream):
 
         # a broken length prefix drops the connection; a new one works
         n.fsock.sendall(struct.pack("!I", 10 << 20))
-        time.sleep(0.3)
+        assert n.frames_closed.wait(5), "kosa8-net kept a connection whose length was 10 MiB"
         n.connect_frames()
         assert n.dns("allowed.test")[0] == 0
         # a second connection replaces the first

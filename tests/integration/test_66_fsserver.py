@@ -10,7 +10,6 @@ import stat
 import struct
 import subprocess
 import tempfile
-import time
 
 import pytest
 
@@ -310,7 +309,9 @@ def test_fsserver_waits_for_port_and_bad_args():
                                     stdout=subprocess.PIPE, stderr=srv.log,
                                     start_new_session=True)
         assert srv.proc.stdout.readline() == b"ready\n"
-        time.sleep(0.35)
+        # Its loop tries the port before it serves the control socket, so this answer
+        # comes after at least one failed try (no socket yet); the connect below needs a
+        # later one.
         assert srv.control({"id": 1, "op": "stats"})["connected"] is False
         srv.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         srv.listener.bind(srv.port)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# make_seeds.py - write the seed inputs of fuzz_unpack, fuzz_proto, fuzz_load and fuzz_bundle (small files kept in
-# the repo beside this script; run it again after changing it: python3 make_seeds.py).
+# make_seeds.py - write the seed inputs of fuzz_unpack, fuzz_proto, fuzz_load, fuzz_bundle
+# and fuzz_agentlink (small files kept in the repo beside this script; run it again after
+# changing it: python3 make_seeds.py).
 # Seeds get libFuzzer past format detection: without them fuzz_unpack never reached the tar
 # reader. Each one is an input a real image or agent could send.
 import gzip
@@ -106,6 +107,38 @@ def proto_seeds():
     write("fuzz_proto", "big_data", struct.pack("<I", 2) + frame(5, 1, b"A" * 40000))
 
 
+def agentlink_seeds():
+    """fuzz_agentlink: the stream a hostile agent writes; requests 1-3 wait, streams 2
+    and 3 are open (fuzz_agentlink.c)."""
+    j = lambda o: json.dumps(o).encode()
+    hello = frame(1, 0, j({"proto": 1, "agent": "0.1", "kernel": "6.1"}))
+    write("fuzz_agentlink", "session", hello +
+          frame(3, 1, j({"ok": True, "containers": []})) +
+          frame(5, 2, b"hello\n") + frame(6, 2, b"oops\n") + frame(5, 2, b"", flags=1) +
+          frame(7, 2, struct.pack("<I", 65536)) +
+          frame(8, 2, j({"code": 0, "signal": 0, "oom": False})) +
+          frame(9, 0, j({"event": "limit", "container": "0123456789ab", "limit": "memory"})) +
+          frame(10, 3, b"ping") + frame(11, 3, b"pong"))
+    # output past the window (cut off), then more for the cut stream and an EXIT after it
+    write("fuzz_agentlink", "overrun", hello +
+          b"".join(frame(5, 3, b"O" * 32768) for _ in range(10)) +
+          frame(6, 3, b"late") + frame(8, 3, j({"code": 3})))
+    # answers nobody asked for, frames the guest may not send, a second HELLO
+    write("fuzz_agentlink", "unknown_ids", hello +
+          frame(3, 99, j({"ok": True})) + frame(3, 1, b"not json") + frame(3, 1, j({"ok": 1})) +
+          frame(5, 77, b"x") + frame(8, 77, j({"code": 1})) + frame(7, 77, struct.pack("<I", 1)) +
+          frame(2, 1, j({"op": "exec"})) + frame(4, 2, b"in") +
+          frame(12, 2, struct.pack("<I", 9)) + frame(1, 0, b"[1,2]"))
+    # EXIT info with keys and values exit_info_clean must drop or cut
+    write("fuzz_agentlink", "exit_junk", hello +
+          frame(8, 2, j({"code": 999, "signal": -4, "oom": "yes", "error": "\x1b[2J" + "e" * 500,
+                         "extra": {"deep": [1, 2, 3]}})) +
+          frame(8, 3, b'{"code":1,"code":2}') + frame(7, 3, struct.pack("<I", 0xffffffff)))
+    # a big PING (the PONG must not stall the reader), then a header that breaks framing
+    write("fuzz_agentlink", "ping_then_bad", hello + frame(10, 5, b"P" * 200000) +
+          struct.pack("<IHHI", 1 << 30, 5, 0, 2))
+
+
 def blob(data):
     import hashlib
     return hashlib.sha256(data).hexdigest(), data
@@ -187,3 +220,4 @@ if __name__ == "__main__":
     proto_seeds()
     load_seeds()
     bundle_seeds()
+    agentlink_seeds()
