@@ -14,6 +14,7 @@
  * A refused bundle leaves nothing behind but the staging directory, which is removed.
  */
 #include "daemon/daemon.h"
+#include "daemon/api.h"
 #include "image/image.h"
 
 #include <archive.h>
@@ -581,4 +582,26 @@ out:
 	json_decref(seen);
 	json_decref(loaded);
 	return r;
+}
+
+/* ---- API: POST /v1/bundle/export and /import, progress streams (api.h). ---- */
+
+static int bundle_export_job(struct api_job *j, json_t **result, struct k8_err *err)
+{
+	return bundle_export(j->d, j->body, api_job_progress, j, result, err);
+}
+
+int bundle_api_export(struct api_call *call)
+{
+	return api_reply_job(call, bundle_export_job, NULL);
+}
+
+static int bundle_import_job(struct api_job *j, json_t **result, struct k8_err *err)
+{
+	return bundle_import(j->d, j->body, api_job_progress, j, result, err);
+}
+
+int bundle_api_import(struct api_call *call)
+{
+	return api_reply_job(call, bundle_import_job, NULL);
 }

@@ -393,6 +393,9 @@ int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **r
 		     struct stream **stream, struct k8_err *err);
 bool sb_name_valid(const char *name);
 json_t *sb_containers_json(struct sandbox *sb, json_t *agent_list);
+/* 0 when no sandbox has the image `digest` attached; else -EBUSY, err naming one that has
+ * (`ref` is how the user named the image). */
+int sb_image_unused(struct daemon *d, const char *digest, const char *ref, struct k8_err *err);
 /* Take / give back a name in the sandbox table (create and fork). sb_reserve returns a
  * BOOTING sandbox whose busy token and one user reference the caller holds; NULL with
  * err set if the name is invalid or taken. sb_unreserve removes its dir and frees it. */

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "daemon/daemon.h"
+#include "daemon/api.h"
 #include "net/policy.h"
 
 #define NET_MAX_FLOWS 256
@@ -410,5 +411,32 @@ out_busy:
 out_free:
 	json_decref(added);
 	json_decref(removed);
+	return r;
+}
+
+/* ---- API: GET and POST /v1/sandboxes/{name}/egress (api.h; the table is in api.c).
+ * The body's rules are checked by egress_from_body with kosa8-net's own parser. ---- */
+
+int egress_api_status(struct api_call *call)
+{
+	struct sandbox *sb = sb_get(call->d, api_param(call, "name"), &call->err);
+	int r;
+
+	if (!sb)
+		return call->err.code;
+	r = egress_status(call->d, sb, &call->out, &call->err);
+	sb_put(call->d, sb);
+	return r;
+}
+
+int egress_api_update(struct api_call *call)
+{
+	struct sandbox *sb = sb_get(call->d, api_param(call, "name"), &call->err);
+	int r;
+
+	if (!sb)
+		return call->err.code;
+	r = egress_update(call->d, sb, call->body, &call->out, &call->err);
+	sb_put(call->d, sb);
 	return r;
 }

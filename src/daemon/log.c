@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* log.c - the daemon's log lines (stderr, i.e. kosa8d.log) and its audit helper. */
 #include "daemon/daemon.h"
+#include "daemon/api.h"
 #include "daemon/audit.h"
 
 #include <stdio.h>
@@ -121,4 +122,29 @@ void daemon_audit_settings(struct daemon *d)
 	d->guest_audit.per_minute = (uint32_t)val[1];
 	d->guest_audit.burst = (uint32_t)val[2];
 	d->guest_audit.fold_s = (uint32_t)val[3];
+}
+
+/* ---- API: GET /v1/audit and /v1/audit/verify (api.h; the reader is audit.c). ---- */
+
+/* The most records one query returns when it asks for a limit (the CLI's --limit bound). */
+#define AUDIT_API_LIMIT_MAX 1000000
+
+int audit_api_query(struct api_call *call)
+{
+	char sbuf[256], abuf[256];
+	const char *sandbox = NULL, *action = NULL;
+	uint64_t since = 0, limit = 0;
+
+	if (api_query_str(call, "sandbox", sbuf, sizeof(sbuf), &sandbox) ||
+	    api_query_str(call, "action", abuf, sizeof(abuf), &action) ||
+	    api_query_u64(call, "since_seq", 0, UINT64_MAX, &since) ||
+	    api_query_u64(call, "limit", 0, AUDIT_API_LIMIT_MAX, &limit))
+		return call->err.code;
+	return audit_query(call->d->home, sandbox, action, since, (size_t)limit, &call->out,
+			   &call->err);
+}
+
+int audit_api_verify(struct api_call *call)
+{
+	return audit_verify(call->d->home, &call->out, &call->err);
 }

@@ -10,7 +10,7 @@
 #   B=build              build directory (objects, binaries, corpora under $B/fuzz)
 #
 # Every target is linked against one archive of all of src/common, src/image, src/net, src/fs,
-# src/broker and src/docker
+# src/broker and src/docker, and the daemon's API matcher (src/daemon/api_route.c, pure)
 # (no main.c), so it pulls in only the objects it uses. Corpora live in
 # $B/fuzz/corpus-<name> and grow from run to run; tests/fuzz/seeds/<name>/, when present,
 # seeds them. Crash inputs land in $B/fuzz/crashes-<name>/; reproduce one with
@@ -32,7 +32,8 @@ mkdir -p "$OUT/obj" || exit 1
 # Library objects, instrumented for coverage but without libFuzzer's main. A file that
 # does not compile is skipped with a warning: a target that needs it then fails to link.
 objs=""
-for src in src/common/*.c src/image/*.c src/net/*.c src/fs/*.c src/model/*.c src/broker/*.c src/docker/*.c; do
+for src in src/common/*.c src/image/*.c src/net/*.c src/fs/*.c src/model/*.c src/broker/*.c src/docker/*.c \
+	   src/daemon/api_route.c; do
 	[ -f "$src" ] || continue
 	case "$src" in */main.c) continue ;; esac
 	obj="$OUT/obj/$(echo "$src" | sed 's|/|_|g; s|\.c$|.o|')"
