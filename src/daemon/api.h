@@ -110,7 +110,7 @@ const char *api_param(const struct api_call *call, const char *name);
  *
  * Each getter returns 0 when the field is fine or absent-and-optional (then *out keeps
  * the caller's default), or -EINVAL with call->err naming the field:
- *   "field 'timeout_s' must be an integer 1..600". */
+ *   "field 'timeout_s' must be an integer 0..3600". */
 enum { API_OPTIONAL = 0, API_REQUIRED = 1 };
 
 /* A string of 0..max bytes (1..max when required); no NUL bytes. */

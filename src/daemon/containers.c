@@ -9,11 +9,11 @@
 /* How long the agent may take to answer a listing and a removal. */
 #define CTR_PS_TIMEOUT_MS 10000
 #define CTR_RM_TIMEOUT_MS 30000
-/* Stop: SIGTERM, then SIGKILL after the grace period the client picks (timeout_s);
- * the agent's answer may come this much later than the grace period. */
+/* Stop: SIGTERM, then SIGKILL after the grace period the client picks (timeout_s, 0..1h:
+ * the CLI's -t range and the agent's); the agent's answer may come this much later. */
 #define CTR_STOP_SIGNAL SIGTERM
 #define CTR_STOP_TIMEOUT_DEFAULT_S 10
-#define CTR_STOP_TIMEOUT_MAX_S 600
+#define CTR_STOP_TIMEOUT_MAX_S 3600
 #define CTR_STOP_SLACK_MS 10000
 
 /* The sandbox the path names, booted if it was stopped; NULL with call->err filled.
@@ -55,7 +55,7 @@ static int ctr_stop(struct api_call *call, bool rm)
 	json_t *resp = NULL;
 	int r;
 
-	if (api_body_int(call, "timeout_s", API_OPTIONAL, 1, CTR_STOP_TIMEOUT_MAX_S, &t))
+	if (api_body_int(call, "timeout_s", API_OPTIONAL, 0, CTR_STOP_TIMEOUT_MAX_S, &t))
 		return call->err.code;
 	sb = ctr_sandbox(call);
 	if (!sb)
