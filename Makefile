@@ -3,6 +3,8 @@
 #   make            everything           make test       unit + integration tests
 #   make unit       C unit tests         make san        ASan+UBSan build, unit tests
 #   make bench      benchmarks           make fuzz       libFuzzer targets, briefly
+#   make check-layers  the daemon's modules depend one way (docs/design.md)
+#   make bench-density how many idle sandboxes the host holds (long)
 #   WERROR=1        warnings are errors (CI sets it)
 B       ?= build
 CC      ?= cc
@@ -50,7 +52,7 @@ ifneq ($(wildcard src/fs/main.c),)
 PROGS += $(B)/bin/kosa8-fs
 endif
 
-.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static
+.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static check-layers bench-density
 all: progs guest
 
 progs: $(PROGS)
@@ -101,16 +103,23 @@ $(B)/tests/test_agent_sec: $(call obj,src/agent/sec.c)
 unit: $(UNIT_BIN)
 	@./tests/run-unit.sh $(UNIT_BIN)
 
+check-layers:
+	@./scripts/check-layers.sh
+
 integration: all
 	cd tests/integration && /usr/bin/python3 -m pytest -v
 
-test: unit integration
+test: check-layers unit integration
 
 san:
 	$(MAKE) B=build-san SAN=1 unit
 
 bench: all
 	./bench/run.sh
+
+# How many idle sandboxes this host holds (issue 15): takes the machine for many minutes.
+bench-density: all
+	cd bench && python3 density.py
 
 fuzz:
 	./tests/fuzz/run.sh

@@ -13,7 +13,7 @@ cd "$top"
 t0=$(date +%s)
 make -s -j2 WERROR=1 all
 echo "== build: $(( $(date +%s) - t0 )) s"
-make -s WERROR=1 unit
+make -s WERROR=1 check-layers unit
 make -s WERROR=1 san
 FUZZ_SECONDS=${FUZZ_SECONDS:-15} ./tests/fuzz/run.sh
 echo "== unit + san + fuzz: $(( $(date +%s) - t0 )) s"

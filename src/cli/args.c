@@ -15,7 +15,7 @@
 static const struct cli_opt *opt_find_long(const struct cli_opt *opts, const char *name,
 					   size_t len)
 {
-	for (; opts->name; opts++)
+	for (; opts && opts->name; opts++)
 		if (strlen(opts->name) == len && !strncmp(opts->name, name, len))
 			return opts;
 	return NULL;
@@ -23,7 +23,7 @@ static const struct cli_opt *opt_find_long(const struct cli_opt *opts, const cha
 
 static const struct cli_opt *opt_find_short(const struct cli_opt *opts, char c)
 {
-	for (; opts->name; opts++)
+	for (; opts && opts->name; opts++)
 		if (opts->short_name && opts->short_name == c)
 			return opts;
 	return NULL;

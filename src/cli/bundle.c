@@ -102,6 +102,12 @@ const struct cli_cmd cli_bundle_cmds[] = {
 	  "of every part) with this daemon's guest image (unless --no-guest), the images and\n"
 	  "the models named. The daemon writes FILE.\n"
 	  "\n"
+	  "Options:\n"
+	  "  --image REF   an image from the store (repeatable)\n"
+	  "  --model NAME  a model from the model store (repeatable)\n"
+	  "  --no-guest    leave the guest image out\n"
+	  "  --json        progress as JSON lines, then the bundle as one JSON line\n"
+	  "\n"
 	  "Example:\n"
 	  "  kosa8 bundle export offline.k8b --image python:3.12-slim \\\n"
 	  "      --model qwen2.5-0.5b-instruct-q4_k_m\n" },
@@ -111,6 +117,12 @@ const struct cli_cmd cli_bundle_cmds[] = {
 	  "Every part is checked against the bundle's manifest (a part missing, extra, twice,\n"
 	  "of another size or SHA-256, or a truncated file is refused) before anything is\n"
 	  "installed: images into the store, models into the model store, the guest image into\n"
-	  "$KOSA8_HOME/guest (used by the daemon from then on). Needs no network.\n" },
+	  "$KOSA8_HOME/guest (used by the daemon from then on). Needs no network.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --json        progress as JSON lines, then what was installed as one JSON line\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 bundle import offline.k8b\n" },
 	{ NULL, NULL, NULL, NULL },
 };

@@ -156,6 +156,10 @@ const struct cli_cmd cli_login_cmd = {
 	"whenever stdin is not a terminal), else asked for without echo. They are not\n"
 	"checked against the registry until the next pull. ~/.docker/config.json is read too.\n"
 	"\n"
+	"Options:\n"
+	"  -u, --username USER   the user name (asked for on a terminal when missing)\n"
+	"  --password-stdin      read the password from standard input\n"
+	"\n"
 	"Example:\n"
 	"  echo \"$TOKEN\" | kosa8 login registry.example.com -u me --password-stdin\n",
 };

@@ -244,14 +244,34 @@ const struct cli_cmd cli_model_cmds[] = {
 	  "Example:\n"
 	  "  kosa8 model pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m\n" },
 	{ "model ls", cmd_ls, "list local models",
-	  "Usage: kosa8 model ls [--json]\n\nList the models in $KOSA8_HOME/models.\n" },
+	  "Usage: kosa8 model ls [--json]\n"
+	  "\n"
+	  "List the models in $KOSA8_HOME/models: NAME, DIGEST, SIZE, SOURCE, CREATED.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --json        the list as one JSON array\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 model ls\n" },
 	{ "model rm", cmd_rm, "remove local models",
-	  "Usage: kosa8 model rm NAME...\n\nRemove models (refused while served: kosa8 model stop).\n" },
+	  "Usage: kosa8 model rm NAME...\n"
+	  "\n"
+	  "Remove models from the store (refused while served: kosa8 model stop NAME).\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 model rm qwen2.5-0.5b-instruct-q4_k_m\n" },
 	{ "model import", cmd_import, "add a local .gguf file",
 	  "Usage: kosa8 model import FILE [--name NAME] [--json]\n"
 	  "\n"
 	  "Copy a GGUF file into the store (the daemon reads FILE; it must be readable by the\n"
-	  "daemon's user). For machines that are never online.\n" },
+	  "daemon's user). For machines that are never online.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --name NAME   store it under another name (default: the file's, lower case)\n"
+	  "  --json        progress as JSON lines, then the model as one JSON line\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 model import ./qwen2.5-0.5b-instruct-q4_k_m.gguf\n" },
 	{ "model serve", cmd_serve, "serve a model on the OpenAI and Anthropic APIs",
 	  "Usage: kosa8 model serve NAME [--port 7434] [--host 127.0.0.1] [--threads 2]\n"
 	  "                         [--ctx 4096] [--json]\n"
@@ -259,10 +279,33 @@ const struct cli_cmd cli_model_cmds[] = {
 	  "kosa8d starts kosa8-model serve for NAME and returns once it answers. Loopback\n"
 	  "only unless --host says otherwise. OpenAI clients: OPENAI_BASE_URL=http://HOST:PORT/v1;\n"
 	  "Anthropic clients: ANTHROPIC_BASE_URL=http://HOST:PORT. Stopped by kosa8 model stop\n"
-	  "or with the daemon.\n" },
+	  "or with the daemon.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --port N      TCP port, 1-65535 (default 7434)\n"
+	  "  --host ADDR   address to listen on (default 127.0.0.1)\n"
+	  "  --threads N   threads for generation, 1-256 (default 2)\n"
+	  "  --ctx N       context length in tokens, 16-1048576 (default 4096)\n"
+	  "  --json        the server as one JSON object\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 model serve qwen2.5-0.5b-instruct-q4_k_m\n" },
 	{ "model ps", cmd_ps, "list running model servers",
-	  "Usage: kosa8 model ps [--json]\n" },
+	  "Usage: kosa8 model ps [--json]\n"
+	  "\n"
+	  "List running model servers: NAME, URL, PID.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --json        the list as one JSON array\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 model ps\n" },
 	{ "model stop", cmd_stop, "stop model servers",
-	  "Usage: kosa8 model stop NAME...\n" },
+	  "Usage: kosa8 model stop NAME...\n"
+	  "\n"
+	  "Stop the servers of the models named (they also stop with the daemon).\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 model stop qwen2.5-0.5b-instruct-q4_k_m\n" },
 	{ NULL, NULL, NULL, NULL },
 };

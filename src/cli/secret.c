@@ -184,8 +184,8 @@ const struct cli_cmd cli_secret_cmds[] = {
 	{ "secret set", cmd_set, "store an API key for the egress broker",
 	  "Usage: kosa8 secret set NAME (--stdin | --from-env VAR) [--json]\n"
 	  "\n"
-	  "Store an API key under NAME on the host ($KOSA8_HOME/secrets/NAME, 0600). A\n"
-	  "sandbox created with --broker PROVIDER=NAME never sees it: its requests carry a\n"
+	  "Store an API key under NAME on the host ($KOSA8_HOME/secrets/NAME, 0600) for the\n"
+	  "egress broker (kosa8-broker, docs/broker.md): a client of the broker holds only a\n"
 	  "placeholder, and the broker on the host puts the key in. Setting an existing NAME\n"
 	  "replaces it (rotation). The value is never taken from the command line, never\n"
 	  "shown and never audited (the audit log records the name).\n"

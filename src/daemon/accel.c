@@ -7,7 +7,11 @@
  * keyed by the host kernel release and the guest kernel's hash, so only the first daemon
  * start pays for it.
  */
+#include "daemon/accel.h"
 #include "daemon/daemon.h"
+#include "daemon/agentlink.h"
+#include "daemon/qmp.h"
+#include "daemon/vm.h"
 
 #include <fcntl.h>
 #include <linux/kvm.h>

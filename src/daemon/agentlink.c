@@ -12,7 +12,8 @@
  * Writers (API threads) serialize on `wlock` and have a send timeout, so a guest that
  * stops reading its port stalls only requests to that sandbox.
  */
-#include "daemon/daemon.h"
+#include "common/proto.h"
+#include "daemon/agentlink.h"
 
 #include <poll.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * shares it, and the unit tests and the fuzz target (tests/fuzz/fuzz_api.c) drive it
  * directly with hostile paths, methods, bodies and query strings.
  */
-#include "daemon/api.h"
+#include "daemon/api_route.h"
 
 #include <inttypes.h>
 #include <stdio.h>

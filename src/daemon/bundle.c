@@ -13,8 +13,10 @@
  * only then installs: images (through the store's own loader), models, the guest image.
  * A refused bundle leaves nothing behind but the staging directory, which is removed.
  */
+#include "daemon/bundle.h"
 #include "daemon/daemon.h"
-#include "daemon/api.h"
+#include "daemon/model.h"
+#include "daemon/api_route.h"
 #include "image/image.h"
 
 #include <archive.h>

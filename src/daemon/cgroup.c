@@ -8,7 +8,8 @@
  * QEMU enters its cgroups itself between fork and exec (cgroup_prepare opens the
  * cgroup.procs files, the child writes "0"), so none of it runs outside them.
  */
-#include "daemon/daemon.h"
+#include "common/util.h"
+#include "daemon/cgroup.h"
 
 #include <fcntl.h>
 #include <stdio.h>

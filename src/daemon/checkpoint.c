@@ -19,8 +19,9 @@
  * layer file's parent), and the layer files. A layer is deleted when neither the
  * current top nor any checkpoint reaches it through the parent links.
  */
-#include "daemon/daemon.h"
-#include "daemon/api.h"
+#include "daemon/checkpoint.h"
+#include "daemon/sandbox.h"
+#include "daemon/api_route.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -575,7 +576,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	char layer[64];
 	json_t *meta = NULL, *imgs, *it;
 	const char *frozen;
-	struct sb_image saved[K8_MAX_SLOTS];
+	struct vm_image saved[K8_MAX_SLOTS];
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
 	int nsaved = 0, r;
 	uint64_t t0 = now_mono_ns();
@@ -770,7 +771,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 		    json_unpack(it, "{s:s,s:s,s:s,s:i}", "ref", &ref, "digest", &dg, "disk", &disk,
 				"slot", &slot) < 0 || slot < 0 || slot >= K8_MAX_SLOTS)
 			continue;
-		struct sb_image *img = &sb->images[sb->nimages++];
+		struct vm_image *img = &sb->images[sb->nimages++];
 		snprintf(img->ref, sizeof(img->ref), "%s", ref);
 		snprintf(img->digest, sizeof(img->digest), "%s", dg);
 		snprintf(img->disk, sizeof(img->disk), "%s", disk);

@@ -17,8 +17,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "daemon/daemon.h"
-#include "daemon/api.h"
+#include "daemon/egress.h"
+#include "daemon/sandbox.h"
+#include "daemon/api_route.h"
 #include "net/policy.h"
 
 #define NET_MAX_FLOWS 256
@@ -231,8 +232,8 @@ int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 		return r;
 	sb_sock_path(d, sb, "net", frames, sizeof(frames));
 	sb_sock_path(d, sb, "netctl", ctl, sizeof(ctl));
-	cfg = sb_daemon_config(d);
-	dns = sb_setting_list("KOSA8_DNS_SERVERS", cfg, "dns_servers");
+	cfg = daemon_config(d);
+	dns = daemon_setting_list("KOSA8_DNS_SERVERS", cfg, "dns_servers");
 	json_decref(cfg);
 	/* the sandbox's own kosa8-net uid (jail.h); nobody only if none was claimed */
 	if (sb->jail_index >= 0)
@@ -268,7 +269,7 @@ int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	}
 	argv[argc] = NULL;
 	r = sidecar_start(&sb->net, argv, log, ctl, net_event, sb, err);
-	sb_setting_list_free(dns);
+	daemon_setting_list_free(dns);
 	if (r)
 		return r;
 	daemon_log("sandbox %s: kosa8-net running (pid %d, egress %s)", sb->name,

@@ -10,8 +10,10 @@
  * or stalled client therefore stalls its own process in the guest and nothing else, and
  * memory per stream stays under one window.
  */
-#include "daemon/daemon.h"
-#include "daemon/api.h"
+#include "common/proto.h"
+#include "daemon/exec.h"
+#include "daemon/sandbox.h"
+#include "daemon/api_route.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -172,7 +174,7 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 {
 	struct exec_ctx *x = xcalloc(1, sizeof(*x));
 	json_t *cfg = NULL, *req = NULL, *resp = NULL;
-	struct sb_image img;
+	struct vm_image img;
 	const char *image = json_string_value(json_object_get(body, "image"));
 	int r;
 

@@ -5,9 +5,10 @@
  * SHA-256. The daemon hashes the exact open file descriptors it then hands to QEMU as
  * /proc/self/fd/N, so a file changed between the check and the boot is never booted.
  */
-#include "daemon/daemon.h"
+#include "daemon/guest.h"
 
 #include <fcntl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <openssl/evp.h>
 #include <string.h>

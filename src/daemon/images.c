@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* images.c - the image routes of the API: list, load, pull and remove what the image
  * store (src/image) holds. Whether a sandbox still uses an image is sandbox.c's to say. */
+#include "daemon/images.h"
 #include "daemon/daemon.h"
-#include "daemon/api.h"
+#include "daemon/sandbox.h"
 #include "image/image.h"
 
 #include <string.h>

@@ -7,6 +7,10 @@
  * them.
  */
 #include "daemon/daemon.h"
+#include "daemon/accel.h"
+#include "daemon/api.h"
+#include "daemon/model.h"
+#include "daemon/sandbox.h"
 #include "daemon/audit.h"
 #include "image/image.h"
 
@@ -195,7 +199,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	{
-		json_t *cfg = sb_daemon_config(d);
+		json_t *cfg = daemon_config(d);
 		const char *spec = json_string_value(json_object_get(cfg, "jail_uids"));
 		int bad = jail_range_parse(spec ? spec : JAIL_DEFAULT_RANGE, &d->jail, &err);
 		/* "jail": false exists to measure what the jail costs (bench/jail.py). */

@@ -12,8 +12,10 @@
  * Servers: `kosa8-model serve BLOB --name NAME` children, ready once /health answers; listed
  * by `ps`, stopped by `stop` or with the daemon.
  */
+#include "daemon/model.h"
 #include "daemon/daemon.h"
-#include "daemon/api.h"
+#include "daemon/sidecar.h"
+#include "daemon/api_route.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -536,7 +538,7 @@ int model_pull(struct daemon *d, json_t *body, void (*progress)(void *, json_t *
 	if (given_name && !name_ok(given_name))
 		return k8_err_set(err, -EINVAL, "--name %s: lower-case letters, digits, '.', '_', '-'",
 				  given_name);
-	json_t *cfg = sb_daemon_config(d);
+	json_t *cfg = daemon_config(d);
 	const char *ep = getenv("KOSA8_HF_ENDPOINT");
 	if (!ep || !*ep)
 		ep = json_string_value(json_object_get(cfg, "hf_endpoint"));

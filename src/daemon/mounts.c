@@ -27,7 +27,8 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
-#include "daemon/daemon.h"
+#include "daemon/mounts.h"
+#include "daemon/sandbox.h"
 
 /* Guest paths no mount may cover: the kernel's, the agent's own, the scratch disk and
  * the image mounts (the agent refuses the same). */
@@ -604,7 +605,7 @@ int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (r)
 		goto out;
 	snprintf(uid, sizeof(uid), "%u", (unsigned)fsuid);
-	cfg = sb_daemon_config(d);
+	cfg = daemon_config(d);
 	reserve = json_string_value(json_object_get(cfg, "fs_reserve"));
 	if (d->fs_reserve)
 		reserve = d->fs_reserve;

@@ -5,7 +5,7 @@
  * bounded (1 MiB) and every read has a deadline, so a QEMU that hangs or babbles cannot
  * hang or grow the daemon.
  */
-#include "daemon/daemon.h"
+#include "daemon/qmp.h"
 
 #include <poll.h>
 #include <string.h>

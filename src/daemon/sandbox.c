@@ -7,8 +7,13 @@
  * QEMU runs in its own session, so a daemon killed with SIGKILL leaves its VMs running;
  * the next daemon finds each VM by pid and start time and reconnects (adoption).
  */
-#include "daemon/daemon.h"
-#include "daemon/api.h"
+#include "common/proto.h"
+#include "daemon/sandbox.h"
+#include "daemon/accel.h"
+#include "daemon/checkpoint.h"
+#include "daemon/egress.h"
+#include "daemon/mounts.h"
+#include "daemon/api_route.h"
 #include "daemon/audit.h"
 #include "image/image.h"
 
@@ -270,7 +275,7 @@ static void console_tail(struct sandbox *sb, char *out, size_t n)
 static int sb_mount_images(struct sandbox *sb, struct k8_err *err)
 {
 	for (int i = 0; i < sb->nimages; i++) {
-		struct sb_image *img = &sb->images[i];
+		struct vm_image *img = &sb->images[i];
 		json_t *resp = NULL;
 		if (img->mounted)
 			continue;
@@ -790,7 +795,7 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 	sb->pid_start = (unsigned long long)start;
 	imgs = json_object_get(rec, "images");
 	json_array_foreach(imgs, i, it) {
-		struct sb_image *img;
+		struct vm_image *img;
 		const char *ref, *dg, *disk;
 		int slot;
 		if (sb->nimages >= K8_MAX_SLOTS)
@@ -1117,7 +1122,7 @@ void sb_stop_all(struct daemon *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
-static struct sb_image *sb_find_image(struct sandbox *sb, const char *digest)
+static struct vm_image *sb_find_image(struct sandbox *sb, const char *digest)
 {
 	for (int i = 0; i < sb->nimages; i++)
 		if (!strcmp(sb->images[i].digest, digest))
@@ -1141,55 +1146,6 @@ static void pull_progress_cb(void *ctx, const char *phase, const char *what, uin
 
 /* A NULL-terminated list: the comma-separated environment variable `env` first, then
  * the strings of array `key` in $KOSA8_HOME/config.json (docs/images.md, "Pulling"). */
-char **sb_setting_list(const char *env, json_t *cfg, const char *key)
-{
-	const char *v = getenv(env);
-	json_t *arr = json_object_get(cfg, key), *it;
-	size_t n = 0, i, cap = (v ? strlen(v) / 2 + 1 : 0) + json_array_size(arr) + 1;
-	char *copy, *save = NULL, *t, **list;
-
-	if ((!v || !*v) && !json_array_size(arr))
-		return NULL;
-	list = xcalloc(cap, sizeof(*list));
-	if (v && *v) {
-		copy = xstrdup(v);
-		for (t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
-			list[n++] = xstrdup(t);
-		free(copy);
-	}
-	json_array_foreach(arr, i, it)
-		if (json_is_string(it) && json_string_length(it) && json_string_length(it) < 512)
-			list[n++] = xstrdup(json_string_value(it));
-	return list;
-}
-
-void sb_setting_list_free(char **list)
-{
-	for (size_t i = 0; list && list[i]; i++)
-		free(list[i]);
-	free(list);
-}
-
-/* $KOSA8_HOME/config.json, read at each pull so an edit needs no restart; {} when
- * absent or unreadable (a malformed file is logged, not fatal). */
-json_t *sb_daemon_config(struct daemon *d)
-{
-	cleanup_free char *p = xasprintf("%s/config.json", d->home);
-	cleanup_free char *t = NULL;
-	json_error_t je;
-	json_t *cfg;
-
-	if (read_file(p, 1 << 20, &t, NULL))
-		return json_object();
-	cfg = json_loads(t, 0, &je);
-	if (!json_is_object(cfg)) {
-		daemon_log("ignoring %s: not a JSON object (%s)", p, je.text);
-		json_decref(cfg);
-		return json_object();
-	}
-	return cfg;
-}
-
 int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, json_t *),
 		  void *pctx, json_t **out, struct k8_err *err)
 {
@@ -1199,9 +1155,9 @@ int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, js
 	cleanup_free char *auth = xasprintf("%s/auth.json", d->home);
 	cleanup_free char *docker = dc && *dc ? xasprintf("%s/config.json", dc) :
 				    home && *home ? xasprintf("%s/.docker/config.json", home) : NULL;
-	json_t *cfg = sb_daemon_config(d);
-	char **insecure = sb_setting_list("KOSA8_INSECURE_REGISTRIES", cfg, "insecure_registries");
-	char **mirrors = sb_setting_list("KOSA8_REGISTRY_MIRRORS", cfg, "registry_mirrors");
+	json_t *cfg = daemon_config(d);
+	char **insecure = daemon_setting_list("KOSA8_INSECURE_REGISTRIES", cfg, "insecure_registries");
+	char **mirrors = daemon_setting_list("KOSA8_REGISTRY_MIRRORS", cfg, "registry_mirrors");
 	struct pull_opts o = {
 		.offline = d->offline || (off && *off && strcmp(off, "0")) ||
 			   json_is_true(json_object_get(cfg, "offline")),
@@ -1218,8 +1174,8 @@ int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, js
 			     json_pack("{s:O,s:O,s:O}", "ref", json_object_get(*out, "ref"),
 				       "digest", json_object_get(*out, "digest"),
 				       "registry", json_object_get(*out, "registry")));
-	sb_setting_list_free(insecure);
-	sb_setting_list_free(mirrors);
+	daemon_setting_list_free(insecure);
+	daemon_setting_list_free(mirrors);
 	json_decref(cfg);
 	return r;
 }
@@ -1230,7 +1186,7 @@ int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
 	struct image_info info = { 0 };
 	struct pull_progress pp = { progress, pctx };
 	cleanup_free char *disk = NULL;
-	struct sb_image *img;
+	struct vm_image *img;
 	int r, slot;
 
 	r = image_resolve(d->images, image, &info, err);
@@ -1301,10 +1257,10 @@ out:
 }
 
 int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
-		     struct sb_image *img, json_t **config, struct k8_err *err)
+		     struct vm_image *img, json_t **config, struct k8_err *err)
 {
 	struct image_info info = { 0 };
-	struct sb_image *found;
+	struct vm_image *found;
 	int r;
 
 	r = image_resolve(d->images, image, &info, err);

@@ -9,7 +9,7 @@
  * same rule as kosa8-broker's broker_secret_name_ok). Values: 1 to 4096 bytes of visible
  * ASCII, because the broker puts them in a header line. */
 #include "daemon/daemon.h"
-#include "daemon/api.h"
+#include "daemon/api_route.h"
 #include "daemon/secret.h"
 
 #include <ctype.h>

@@ -20,7 +20,8 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "daemon/daemon.h"
+#include "daemon/sidecar.h"
+#include "daemon/vm.h"
 
 #define SIDECAR_LINE_MAX (1 << 20)     /* stats of a busy sandbox stay well below */
 

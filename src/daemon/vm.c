@@ -13,7 +13,9 @@
  * drops its cache of the device and mounts it. A VM booted later gets the same graph on
  * its command line. Decision and alternatives: docs/design.md "Images in a running VM".
  */
-#include "daemon/daemon.h"
+#include "daemon/vm.h"
+#include "daemon/log.h"
+#include "daemon/jail.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -441,7 +443,7 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("-device");
 	ADD("virtio-blk-device,id=scratchdev,drive=scratch,serial=scratch");
 	for (int i = 0; i < K8_MAX_SLOTS; i++) {
-		const struct sb_image *img = NULL;
+		const struct vm_image *img = NULL;
 		cleanup_free char *slot = xasprintf("%s/slot%d.qcow2", s->dir, i);
 		for (int j = 0; j < s->nimages; j++)
 			if (s->images[j].slot == i)

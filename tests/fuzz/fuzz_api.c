@@ -10,7 +10,7 @@
  * Any abort() below is a broken invariant: a segment out of bounds, a parameter pointing
  * outside the path, a getter that accepted a value outside its bounds or refused one
  * without naming the field. */
-#include "daemon/api.h"
+#include "daemon/api_route.h"
 
 #include <stdio.h>
 #include <string.h>

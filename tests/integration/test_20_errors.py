@@ -121,3 +121,36 @@ def test_image_in_use_cannot_be_removed(home, sandbox, loaded):
     assert p.returncode == 5, (p.returncode, p.stderr)
     assert "attached to sandbox" in p.stderr and sandbox in p.stderr
     assert any(i["ref"].endswith("python:3.12-slim") for i in home.json("image", "ls"))
+
+
+def _commands():
+    """Every (group, verb) the CLI lists in its groups' help."""
+    h = tempfile.mkdtemp(prefix="k8h-", dir="/tmp")
+    top = run(["--help"], h).stdout
+    groups = sorted(set(re.findall(r"^  ([a-z]+) [a-z|]+", top, re.M)) -
+                    {"rewind", "login", "version"})
+    out = []
+    for g in groups:
+        text = run([g, "--help"], h).stdout
+        body = text.split("Commands:", 1)[1] if "Commands:" in text else ""
+        out += [(g, v) for v in re.findall(r"^  ([a-z]+) ", body.split("\n\n")[0] + "\n", re.M)]
+    return h, out
+
+
+def test_every_command_has_help():
+    """docs/cli.md: every command's --help prints its usage and an example, exit 0;
+    a flag after the command never crashes the CLI (no option table is not an excuse)."""
+    h, cmds = _commands()
+    assert len(cmds) >= 35, cmds
+    for g in ("daemon", "sandbox", "checkpoint", "image", "model", "bundle", "secret", "audit"):
+        assert any(c[0] == g for c in cmds), "group %s missing from kosa8 --help" % g
+    for g, v in cmds + [("rewind", None), ("login", None)]:
+        args = [g, v, "--help"] if v else [g, "--help"]
+        p = run(args, h)
+        assert p.returncode == 0, (args, p.returncode, p.stderr)
+        assert p.stdout.startswith("Usage: kosa8 "), (args, p.stdout[:200])
+        assert re.search(r"\nExamples?:\n", p.stdout), "no example in: kosa8 %s" % " ".join(args)
+        if v:
+            p = run([g, v, "--no-such-flag"], h)
+            assert p.returncode == 2, (args, p.returncode, p.stderr)
+    shutil.rmtree(h, ignore_errors=True)

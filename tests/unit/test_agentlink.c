@@ -2,7 +2,8 @@
 /* test_agentlink.c - the daemon's agent link against a hostile "agent": garbage, floods,
  * window overruns, unparsable answers and silence. The link must fail cleanly, keep its
  * memory bounded and never crash. The fake agent is a thread on a real unix socket. */
-#include "daemon/daemon.h"
+#include "common/proto.h"
+#include "daemon/agentlink.h"
 #include "t.h"
 
 #include <pthread.h>

@@ -2,6 +2,8 @@
 /* test_api_route.c - the API's matcher and field checkers (src/daemon/api_route.c), and
  * kosa8d.sock's route table (api.c) checked for shape. */
 #include "daemon/api.h"
+#include "daemon/api_route.h"
+#include "daemon/images.h"
 #include "t.h"
 
 #include <stdio.h>

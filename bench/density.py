@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0
+# density.py - how many idle sandboxes one host holds (issue 15).
+#
+# Starts sandboxes (512 MiB, 1 vCPU, the python image pulled, idle) one after another
+# until DENSITY_MAX (default 40) run, or the host's MemAvailable would fall under
+# DENSITY_RESERVE_MIB (default 2048), or a create fails. Throughout, a thread times
+# `sandbox ls` five times a second. Reports, as the count grows: create and pull times,
+# what each sandbox costs the host (MemAvailable drop, QEMU's RSS), the p50/p99 of
+# `sandbox ls`; then pauses every sandbox and times resume for a sample.
+# Not part of `make bench` by default (it takes the whole machine for many minutes):
+# `make bench-density` or `python3 bench/density.py`.
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+
+from k8cli import KOSA8, k, out, rss_kib, test_image
+
+MAX = int(os.environ.get("DENSITY_MAX", "40"))
+RESERVE_MIB = int(os.environ.get("DENSITY_RESERVE_MIB", "2048"))
+MEM = int(os.environ.get("DENSITY_MEM_MIB", "512"))
+
+
+def mem_available_mib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def host_note():
+    def rd(p):
+        try:
+            with open(p) as f:
+                return f.read().strip()
+        except OSError:
+            return "n/a"
+    return "KSM run=%s, THP %s" % (rd("/sys/kernel/mm/ksm/run"),
+                                  rd("/sys/kernel/mm/transparent_hugepage/enabled"))
+
+
+class LsTimer(threading.Thread):
+    """Times `kosa8 sandbox ls` every 200 ms until stopped."""
+
+    def __init__(self, home):
+        super().__init__(daemon=True)
+        self.home, self.samples, self.stop = home, [], threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            k(self.home, "sandbox", "ls", check=False)
+            self.samples.append(1000 * (time.monotonic() - t0))
+            self.stop.wait(0.2)
+
+    def window(self, since):
+        s = sorted(self.samples[since:]) or [0.0]
+        return statistics.median(s), s[min(len(s) - 1, int(len(s) * 0.99))], len(self.samples)
+
+
+def main():
+    layout = test_image()
+    home = tempfile.mkdtemp(prefix="k8d-", dir="/tmp")
+    names = []
+    try:
+        k(home, "daemon", "start")
+        k(home, "image", "load", layout, "--tag", "python:3.12-slim")
+        print("host: %d MiB available, %s; limit %d sandboxes of %d MiB, reserve %d MiB"
+              % (mem_available_mib(), host_note(), MAX, MEM, RESERVE_MIB))
+        ls = LsTimer(home)
+        ls.start()
+        base = mem_available_mib()
+        mark = 0
+        print("%5s %9s %8s %10s %10s %8s %8s" % ("n", "create_s", "pull_s", "host_MiB/sb",
+                                                "qemu_rss", "ls_p50", "ls_p99"))
+        while len(names) < MAX:
+            if mem_available_mib() < RESERVE_MIB + MEM:
+                print("stopped: MemAvailable %d MiB is within one sandbox of the reserve"
+                      % mem_available_mib())
+                break
+            name = "d%03d" % len(names)
+            t0 = time.monotonic()
+            p = k(home, "sandbox", "create", name, "--cpus", "1", "--memory", str(MEM),
+                  "--disk", "2", check=False)
+            t1 = time.monotonic()
+            if p.returncode:
+                print("stopped: create %s failed: %s" % (name, p.stderr.strip()[:300]))
+                break
+            names.append(name)
+            k(home, "sandbox", "pull", name, "python:3.12-slim")
+            t2 = time.monotonic()
+            n = len(names)
+            if n in (1, 2, 5) or n % 5 == 0 or n == MAX:
+                time.sleep(2)   # let the guest settle before reading memory
+                rss = 0
+                for nm in names:
+                    pid = json.loads(out(home, "sandbox", "inspect", nm)).get("pid") or 0
+                    if pid:
+                        rss += rss_kib(pid)
+                p50, p99, _ = ls.window(mark)
+                mark = len(ls.samples)
+                print("%5d %9.2f %8.2f %10d %10d %8.0f %8.0f"
+                      % (n, t1 - t0, t2 - t1, (base - mem_available_mib()) // n,
+                         rss // 1024 // n, p50, p99))
+        running = len(names)
+        # Pause every sandbox, then resume a sample and time it.
+        t0 = time.monotonic()
+        for nm in names:
+            k(home, "sandbox", "pause", nm)
+        pause_s = time.monotonic() - t0
+        avail_paused = mem_available_mib()
+        res = []
+        for nm in names[:: max(1, len(names) // 5)]:
+            t0 = time.monotonic()
+            k(home, "sandbox", "resume", nm)
+            res.append(1000 * (time.monotonic() - t0))
+        p50, p99, total = ls.window(0)
+        ls.stop.set()
+        ls.join()
+        print("running idle: %d (%d MiB of host memory for them, %d MiB each)"
+              % (running, base - avail_paused, (base - avail_paused) // max(1, running)))
+        print("paused: %d in %.1f s; host memory while paused: %d MiB used by them; "
+              "resume %.0f ms median (%d sampled)"
+              % (running, pause_s, base - avail_paused, statistics.median(res or [0]), len(res)))
+        print("sandbox ls over the whole run: p50 %.0f ms, p99 %.0f ms (%d calls)"
+              % (p50, p99, total))
+    finally:
+        subprocess.run([KOSA8, "daemon", "stop"], capture_output=True,
+                       env=dict(os.environ, KOSA8_HOME=home))
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+#!/bin/sh
+# check-layers.sh - the daemon's modules depend one way (docs/design.md, "The daemon's
+# modules"): a module may include the header of a module on a lower layer, never a
+# higher one. Run by `make check-layers` and scripts/test.sh; prints each edge that
+# points up and fails if there is one not listed in ALLOWED below.
+set -eu
+cd "$(dirname "$0")/../src/daemon"
+
+# layer of a module (file name without .c/.h)
+layer() {
+	case "$1" in
+	log|cgroup|qmp|agentlink|guest|jail|audit|api_route) echo 0 ;;   # mechanism; api_route: the handler contract, pure
+	vm|sidecar|layers) echo 1 ;;         # processes and disks: QEMU, sidecars, layers
+	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
+	egress|mounts) echo 3 ;;             # a sandbox's parts: its network, its folders
+	sandbox|guestaudit) echo 4 ;;        # a sandbox's record and lifecycle
+	checkpoint|exec|containers|images|model|bundle|secret) echo 5 ;;  # other resources
+	api) echo 6 ;;                       # routes
+	main) echo 7 ;;
+	*) echo "check-layers: module '$1' has no layer; add it here and to docs/design.md" >&2
+	   echo 99 ;;
+	esac
+}
+
+# Upward edges that remain, each with its reason (docs/design.md says the same).
+ALLOWED="
+egress.c>sandbox.h
+mounts.c>sandbox.h
+sandbox.c>checkpoint.h
+"
+
+bad=0
+for f in *.c *.h; do
+	m=${f%.*}
+	lm=$(layer "$m")
+	[ "$lm" = 99 ] && bad=1
+	for h in $(sed -n 's|^#include "daemon/\([a-z_]*\)\.h".*|\1|p' "$f"); do
+		[ "$h" = "$m" ] && continue
+		lh=$(layer "$h")
+		[ "$lh" -le "$lm" ] && continue
+		case "$ALLOWED" in
+		*"
+$f>$h.h
+"*) echo "check-layers: known upward edge $f -> $h.h (layer $lm -> $lh)" ;;
+		*) echo "check-layers: $f (layer $lm) includes daemon/$h.h (layer $lh):" \
+			"dependencies run one way (docs/design.md)" >&2
+		   bad=1 ;;
+		esac
+	done
+done
+exit $bad

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* checkpoint.h - checkpoints: memory, devices and disk of a running sandbox, and back;
+ * rewind, fork, pause (checkpoint.c, docs/checkpoints.md). */
+#ifndef K8_CHECKPOINT_H
+#define K8_CHECKPOINT_H
+
+#include "daemon/api_route.h"
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "common/util.h"
+
+struct daemon;
+struct sandbox;
+
+/* checkpoint.c: memory, devices and disk of a running sandbox, and back */
+#define K8_MAX_CHECKPOINTS 10
+int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
+		struct k8_err *err);
+int ckpt_list(struct daemon *d, struct sandbox *sb, json_t **out, struct k8_err *err);
+int ckpt_remove(struct daemon *d, struct sandbox *sb, const char *label, struct k8_err *err);
+int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
+		struct k8_err *err);
+int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *err);
+/* Record in layers.json that disk layer `child` sits on `parent` (file names in sb->dir). */
+void ckpt_layer_set(struct sandbox *sb, const char *child, const char *parent);
+/* A new sandbox `name` started from checkpoint `label` of `src`: its disk layers are hard
+ * links to the checkpoint's, so it costs only what it writes. */
+int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,
+	      json_t **out, struct k8_err *err);
+/* The backing chain under `layer` (NULL: the current top) as absolute paths, its parent
+ * first, from layers.json; returns how many (0: none, *out NULL). */
+int ckpt_chain(struct sandbox *sb, const char *layer, char ***out);
+void ckpt_chain_free(char **chain, int n);
+
+/* API handlers (api_route.h; the table is in api.c). Pause lives here: a paused VM is
+ * the first half of a checkpoint. */
+int ckpt_api_create(struct api_call *call);
+int ckpt_api_list(struct api_call *call);
+int ckpt_api_rm(struct api_call *call);
+int ckpt_api_rewind(struct api_call *call);
+int ckpt_api_fork(struct api_call *call);
+int ckpt_api_pause(struct api_call *call);
+int ckpt_api_resume(struct api_call *call);
+
+#endif

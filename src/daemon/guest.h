@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* guest.h - the guest image: kernel and initramfs, found and verified (guest.c). Mechanism. */
+#ifndef K8_GUEST_H
+#define K8_GUEST_H
+
+#include "common/util.h"
+
+struct guest_image {
+	char dir[4096];
+	char kernel[4096], initramfs[4096];
+	char kernel_sha[65], initramfs_sha[65];
+	char source[128];
+};
+int guest_find(struct guest_image *g, struct k8_err *err);
+/* As guest_find, but first $KOSA8_HOME/guest (where `kosa8 bundle import` installs one). */
+int guest_find_home(struct guest_image *g, const char *home, struct k8_err *err);
+/* Open and verify both files against the manifest; on success *kfd and *ifd are open fds of
+ * exactly the bytes that were checked (QEMU is given /proc/self/fd/N, so a file swapped
+ * after the check is never booted). */
+int guest_verify_open(const struct guest_image *g, int *kfd, int *ifd, struct k8_err *err);
+
+#endif

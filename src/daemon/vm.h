@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* vm.h - QEMU: spawn a VM, its disks, the helper programs (vm.c). Mechanism: knows no
+ * sandbox; the caller fills a vm_spec. */
+#ifndef K8_VM_H
+#define K8_VM_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "common/util.h"
+#include "daemon/cgroup.h"
+#include "daemon/qmp.h"
+
+#define K8_MAX_SLOTS 4          /* image slots per VM: microvm has 8 virtio-mmio transports */
+
+/* An image disk attached to a slot of the VM (the sandbox keeps the list). */
+struct vm_image {
+	char ref[512];
+	char digest[80];
+	char disk[4096];
+	int slot;
+	bool mounted;                   /* mounted in the guest since the last boot */
+};
+
+struct vm_spec {
+	const char *accel;              /* "kvm" or "tcg" */
+	int cpus, memory_mib;
+	const char *dir;                /* sandbox dir: disks, logs */
+	const char *qmp_path, *agent_path;
+	const char *net_path;           /* kosa8-net's frames socket (QEMU connects) */
+	const char *fs_path;            /* the kosa8.fs port's socket (QEMU listens) */
+	int kernel_fd, initramfs_fd;
+	const struct vm_image *images;  /* attached at boot (backing of their slots) */
+	int nimages;
+	const char *scratch;            /* the writable top layer; NULL: <dir>/scratch.qcow2 */
+	int incoming_fd;                /* >= 0: restore from this migration stream */
+	/* Optional: the scratch layer's backing chain, its parent first, the root last
+	 * (absolute paths). Set, QEMU opens exactly these instead of following the
+	 * paths in the qcow2 headers. */
+	const char *const *chain;
+	int nchain;
+	uid_t jail_uid;                 /* QEMU's uid in its jail (jail.h); 0: unjailed */
+	const struct cgroup_info *cg;   /* with cg_name: QEMU enters this cgroup before exec */
+	const char *cg_name;
+};
+/* Spawn QEMU detached from the daemon (own session), returns its pid. Every file and
+ * socket it uses is opened here and passed as a descriptor (the qmp, agent and fs
+ * sockets are bound here, at their paths, and served by QEMU); with jail_uid it runs
+ * jailed (jail.h). */
+int vm_spawn(const struct vm_spec *spec, pid_t *pid, struct k8_err *err);
+/* Prepare a sandbox's disks: scratch (ext4, qcow2, disk_gb) and K8_MAX_SLOTS slots. */
+int vm_make_disks(const char *home, const char *dir, int disk_gb, struct k8_err *err);
+bool vm_alive(pid_t pid, unsigned long long start);
+unsigned long long vm_proc_start(pid_t pid);
+/* Attach image disk `disk` as the backing of slot `slot` of a running VM. */
+int vm_attach_image(struct qmp *q, int slot, const char *disk, struct k8_err *err);
+/* What QEMU wrote to <dir>/qemu.log after the command line that opens it: the whole
+ * rest, or only its first line; false when it wrote nothing. */
+bool vm_qemu_said(const char *dir, bool first_line, char *out, size_t n);
+/* Run a helper program (no shell); its output's tail goes into err on failure. */
+int vm_run_cmd(const char *const argv[], struct k8_err *err);
+
+#endif
