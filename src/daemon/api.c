@@ -2,12 +2,17 @@
 /* api.c - the daemon's HTTP/1.1 + JSON API on a unix socket (docs/api.md).
  *
  * libmicrohttpd runs one thread per connection, so handlers may block. Request bodies
- * are capped (1 MiB). Long operations answer a chunked NDJSON stream fed through a pipe
- * by a worker thread; run and exec upgrade the connection to a framed stream
- * (exec.c) that the connection's thread serves until the process exits.
+ * are capped (1 MiB). A request is matched against the route table below (api_match,
+ * api_route.c); its handler lives in the module that owns the resource and sees only
+ * the libmicrohttpd-free contract of api.h. Long operations answer a chunked NDJSON
+ * stream fed through a pipe by a worker thread; run and exec upgrade the connection to
+ * a framed stream (exec.c) that the connection's thread serves until the process exits.
  */
 #include "daemon/api.h"
+#include "daemon/api_route.h"
 #include "daemon/daemon.h"
+#include "daemon/containers.h"
+#include "daemon/images.h"
 #include "daemon/sandbox.h"
 #include "daemon/checkpoint.h"
 #include "daemon/egress.h"
@@ -56,6 +61,9 @@ static const char *err_code_name(int code, unsigned *http)
 	case -EHOSTUNREACH: case -ENETUNREACH: case -EPROTO:   /* registries */
 		*http = 503;
 		return "unavailable";
+	case -EBADRQC:          /* a known path asked with another method (api_match) */
+		*http = 405;
+		return "method_not_allowed";
 	default:
 		*http = 500;
 		return "internal";
@@ -70,7 +78,9 @@ static json_t *err_json(const struct k8_err *err)
 			 err->msg[0] ? err->msg : strerror(-err->code), "errno", -err->code);
 }
 
-static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, json_t *v)
+/* Reply `v` (taken) with `status`, and a header when `hname` is not NULL. */
+static enum MHD_Result reply_status(struct MHD_Connection *c, unsigned status, json_t *v,
+				    const char *hname, const char *hval)
 {
 	char *text = json_dumps(v, JSON_COMPACT);
 	struct MHD_Response *resp;
@@ -86,9 +96,16 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, jso
 	text[n] = '\0';
 	resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(resp, "Content-Type", "application/json");
+	if (hname)
+		MHD_add_response_header(resp, hname, hval);
 	r = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return r;
+}
+
+static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, json_t *v)
+{
+	return reply_status(c, status, v, NULL, NULL);
 }
 
 static enum MHD_Result reply_err(struct MHD_Connection *c, struct k8_err *err)
@@ -124,15 +141,10 @@ static enum MHD_Result reply_msg(struct MHD_Connection *c, int code, const char 
 
 /* ---- NDJSON progress streams ---- */
 
-struct job;
-typedef int (*job_fn)(struct job *j, json_t **result, struct k8_err *err);
-
 struct job {
-	struct daemon *d;
+	struct api_job pub;             /* what the worker sees; first, so api_job_progress can cast */
 	int wfd, rfd;
-	json_t *body;
-	char arg[512];
-	job_fn fn;
+	api_job_fn fn;
 	pthread_mutex_t wlock;
 	int refs;                       /* the worker and the HTTP response: last one frees */
 };
@@ -160,9 +172,9 @@ static void job_line(struct job *j, json_t *v)
 	free(t);
 }
 
-static void job_progress(void *ctx, json_t *p)
+void api_job_progress(void *job, json_t *p)
 {
-	job_line(ctx, json_pack("{s:o}", "progress", p));
+	job_line(job, json_pack("{s:o}", "progress", p));
 }
 
 static void *job_thread(void *arg)
@@ -171,7 +183,7 @@ static void *job_thread(void *arg)
 	struct k8_err err = { 0 };
 	json_t *result = NULL;
 
-	if (j->fn(j, &result, &err) == 0)
+	if (j->fn(&j->pub, &result, &err) == 0)
 		job_line(j, json_pack("{s:o}", "result", result ? result : json_object()));
 	else
 		job_line(j, err_json(&err));
@@ -180,7 +192,7 @@ static void *job_thread(void *arg)
 		close(j->wfd);
 	j->wfd = -1;
 	pthread_mutex_unlock(&j->wlock);
-	json_decref(j->body);
+	json_decref(j->pub.body);
 	job_unref(j);
 	return NULL;
 }
@@ -211,7 +223,7 @@ static void job_free(void *cls)
 	job_unref(j);   /* the worker may still run (client left early) */
 }
 
-static enum MHD_Result reply_job(struct MHD_Connection *c, struct daemon *d, job_fn fn,
+static enum MHD_Result reply_job(struct MHD_Connection *c, struct daemon *d, api_job_fn fn,
 				 json_t *body, const char *arg)
 {
 	struct job *j = xcalloc(1, sizeof(*j));
@@ -225,20 +237,20 @@ static enum MHD_Result reply_job(struct MHD_Connection *c, struct daemon *d, job
 		free(j);
 		return reply_msg(c, -errno, "pipe: %s", strerror(errno));
 	}
-	j->d = d;
+	j->pub.d = d;
 	j->rfd = p[0];
 	j->wfd = p[1];
-	j->body = json_incref(body);
+	j->pub.body = json_incref(body);
 	j->fn = fn;
 	j->refs = 2;
-	snprintf(j->arg, sizeof(j->arg), "%s", arg ? arg : "");
+	snprintf(j->pub.arg, sizeof(j->pub.arg), "%s", arg ? arg : "");
 	pthread_mutex_init(&j->wlock, NULL);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&t, &attr, job_thread, j) != 0) {
 		close(p[0]);
 		close(p[1]);
-		json_decref(j->body);
+		json_decref(j->pub.body);
 		free(j);
 		return reply_msg(c, -EAGAIN, "cannot start a worker thread");
 	}
@@ -247,88 +259,6 @@ static enum MHD_Result reply_job(struct MHD_Connection *c, struct daemon *d, job
 	MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
 	r = MHD_queue_response(c, 200, resp);
 	MHD_destroy_response(resp);
-	return r;
-}
-
-/* ---- the jobs ---- */
-
-static void img_progress(void *ctx, const char *phase, const char *what, uint64_t done,
-			 uint64_t total)
-{
-	job_progress(ctx, json_pack("{s:s,s:s,s:I,s:I}", "phase", phase, "what", what ? what : "",
-				    "done", (json_int_t)done, "total", (json_int_t)total));
-}
-
-static int job_image_load(struct job *j, json_t **result, struct k8_err *err)
-{
-	const char *path = json_string_value(json_object_get(j->body, "path"));
-	const char *tag = json_string_value(json_object_get(j->body, "tag"));
-	json_t *loaded = NULL;
-	int r;
-
-	if (!path || path[0] != '/')
-		return k8_err_set(err, -EINVAL, "path must be an absolute path to an OCI layout, an "
-				  "OCI archive or a docker save tarball");
-	r = image_load(j->d->images, path, tag, img_progress, j, &loaded, err);
-	if (r)
-		return r;
-	size_t i;
-	json_t *v;
-	json_array_foreach(loaded, i, v)
-		daemon_audit(j->d, "image.load", NULL,
-			     json_pack("{s:O,s:O,s:s}", "ref", json_object_get(v, "ref"), "digest",
-				       json_object_get(v, "digest"), "source", path));
-	*result = json_pack("{s:o}", "loaded", loaded);
-	return 0;
-}
-
-static int job_image_pull(struct job *j, json_t **result, struct k8_err *err)
-{
-	const char *image = json_string_value(json_object_get(j->body, "image"));
-
-	if (!image || !*image)
-		return k8_err_set(err, -EINVAL, "an image is required, e.g. python:3.12-slim");
-	return sb_image_pull(j->d, image, job_progress, j, result, err);
-}
-
-static int job_model_pull(struct job *j, json_t **result, struct k8_err *err)
-{
-	return model_pull(j->d, j->body, job_progress, j, result, err);
-}
-
-static int job_model_import(struct job *j, json_t **result, struct k8_err *err)
-{
-	return model_import(j->d, j->body, job_progress, j, result, err);
-}
-
-static int job_bundle_export(struct job *j, json_t **result, struct k8_err *err)
-{
-	return bundle_export(j->d, j->body, job_progress, j, result, err);
-}
-
-static int job_bundle_import(struct job *j, json_t **result, struct k8_err *err)
-{
-	return bundle_import(j->d, j->body, job_progress, j, result, err);
-}
-
-static int job_sandbox_create(struct job *j, json_t **result, struct k8_err *err)
-{
-	return sb_create(j->d, j->body, job_progress, j, result, err);
-}
-
-static int job_sandbox_pull(struct job *j, json_t **result, struct k8_err *err)
-{
-	const char *image = json_string_value(json_object_get(j->body, "image"));
-	struct sandbox *sb;
-	int r;
-
-	if (!image)
-		return k8_err_set(err, -EINVAL, "an image is required, e.g. python:3.12-slim");
-	sb = sb_get(j->d, j->arg, err);
-	if (!sb)
-		return -ENOENT;
-	r = sb_pull(j->d, sb, image, job_progress, j, result, err);
-	sb_put(j->d, sb);
 	return r;
 }
 
@@ -358,30 +288,7 @@ static enum MHD_Result reply_upgrade(struct MHD_Connection *c, struct req *rq)
 	return r;
 }
 
-/* ---- routing ---- */
-
-static int split_path(const char *url, char parts[8][512])
-{
-	int n = 0;
-	const char *p = url;
-
-	while (*p == '/')
-		p++;
-	while (*p && n < 8) {
-		const char *e = strchr(p, '/');
-		size_t len = e ? (size_t)(e - p) : strlen(p);
-		if (len >= 512)
-			return -1;
-		memcpy(parts[n], p, len);
-		parts[n][len] = '\0';
-		MHD_http_unescape(parts[n]);
-		n++;
-		p += len;
-		while (*p == '/')
-			p++;
-	}
-	return *p ? -1 : n;
-}
+/* ---- the daemon's own routes ---- */
 
 static json_t *status_json(struct daemon *d)
 {
@@ -422,12 +329,12 @@ static json_t *status_security(struct daemon *d)
 
 /* POST /v1/auth: keep registry credentials in $KOSA8_HOME/auth.json (0600, the Docker
  * config format), read by image pulls. The secret never reaches the audit log. */
-static int auth_store(struct daemon *d, json_t *body, struct k8_err *err)
+static int api_auth(struct api_call *call)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-	const char *reg = json_string_value(json_object_get(body, "registry"));
-	const char *user = json_string_value(json_object_get(body, "username"));
-	const char *pass = json_string_value(json_object_get(body, "password"));
+	struct daemon *d = call->d;
+	struct k8_err *err = &call->err;
+	const char *reg = NULL, *user = NULL, *pass = NULL;
 	cleanup_free char *path = xasprintf("%s/auth.json", d->home);
 	cleanup_free char *text = NULL, *pair = NULL;
 	unsigned char *b64;
@@ -435,9 +342,11 @@ static int auth_store(struct daemon *d, json_t *body, struct k8_err *err)
 	char *out;
 	int r, n;
 
-	if (!reg || !*reg || strlen(reg) > 255 || strpbrk(reg, " \t\r\n\"") ||
-	    !user || !*user || strlen(user) > 255 || strchr(user, ':') || !pass ||
-	    strlen(pass) > 4096)
+	if (api_body_str(call, "registry", API_REQUIRED, 255, &reg) ||
+	    api_body_str(call, "username", API_REQUIRED, 255, &user) ||
+	    api_body_str(call, "password", API_OPTIONAL, 4096, &pass))   /* "" is a password */
+		return call->err.code;
+	if (strpbrk(reg, " \t\r\n\"") || strchr(user, ':') || !pass)
 		return k8_err_set(err, -EINVAL, "registry, username (no ':') and password are "
 				  "required");
 	pair = xasprintf("%s:%s", user, pass);
@@ -473,244 +382,175 @@ static int auth_store(struct daemon *d, json_t *body, struct k8_err *err)
 	return 0;
 }
 
-/* /v1/sandboxes/{name}/checkpoints[/{label}], /rewind, /fork, /pause, /resume, /egress */
-static enum MHD_Result route_checkpoints(struct daemon *d, struct MHD_Connection *c,
-					 const char *method, char p[8][512], int n, json_t *body)
+static int api_status(struct api_call *call)
 {
-	struct k8_err err = { 0 };
-	struct sandbox *sb = sb_get(d, p[2], &err);
-	json_t *out = NULL;
-	int r;
-
-	if (!sb)
-		return reply_err(c, &err);
-	if (n == 4 && !strcmp(p[3], "checkpoints") && !strcmp(method, "POST"))
-		r = ckpt_create(d, sb, json_string_value(json_object_get(body, "label")), &out, &err);
-	else if (n == 4 && !strcmp(p[3], "checkpoints") && !strcmp(method, "GET"))
-		r = ckpt_list(d, sb, &out, &err);
-	else if (n == 5 && !strcmp(p[3], "checkpoints") && !strcmp(method, "DELETE"))
-		r = ckpt_remove(d, sb, p[4], &err);
-	else if (n == 4 && !strcmp(p[3], "rewind") && !strcmp(method, "POST"))
-		r = ckpt_rewind(d, sb, json_string_value(json_object_get(body, "to")), &out, &err);
-	else if (n == 4 && !strcmp(p[3], "fork") && !strcmp(method, "POST"))
-		r = ckpt_fork(d, sb, json_string_value(json_object_get(body, "from")),
-			      json_string_value(json_object_get(body, "name")), &out, &err);
-	else if (n == 4 && (!strcmp(p[3], "pause") || !strcmp(p[3], "resume")) &&
-		 !strcmp(method, "POST"))
-		r = sb_pause(d, sb, !strcmp(p[3], "pause"), &err);
-	else if (n == 4 && !strcmp(p[3], "egress") && !strcmp(method, "GET"))
-		r = egress_status(d, sb, &out, &err);
-	else if (n == 4 && !strcmp(p[3], "egress") && !strcmp(method, "POST"))
-		r = egress_update(d, sb, body, &out, &err);
-	else
-		r = k8_err_set(&err, -ENOENT, "no such endpoint: %s /v1/sandboxes/%s/%s; see docs/api.md",
-			       method, p[2], p[3]);
-	sb_put(d, sb);
-	if (r)
-		return reply_err(c, &err);
-	return reply_json(c, 200, out ? out : json_object());
+	call->out = status_json(call->d);
+	json_object_update_new(call->out, status_security(call->d));
+	return 0;
 }
 
+/* The main loop stops the daemon once this is written: after the reply is queued. */
+static void shutdown_now(struct api_call *call)
+{
+	(void)!write(call->d->stop_pipe[1], "x", 1);
+}
+
+static int api_shutdown(struct api_call *call)
+{
+	bool stop_vms = true;
+
+	if (api_body_bool(call, "stop_vms", API_OPTIONAL, &stop_vms))
+		return call->err.code;
+	call->d->stop_vms = stop_vms;
+	call->after_reply = shutdown_now;
+	return 0;
+}
+
+/* GET /v1/audit?sandbox=&action=&since_seq=&limit= and /v1/audit/verify: the log is the
+ * daemon's own (audit.c reads it); the most one query returns when it asks for a limit
+ * is the CLI's --limit bound. */
+#define API_AUDIT_LIMIT_MAX 1000000
+
+static int api_audit_query(struct api_call *call)
+{
+	char sbuf[256], abuf[256];
+	const char *sandbox = NULL, *action = NULL;
+	uint64_t since = 0, limit = 0;
+
+	if (api_query_str(call, "sandbox", sbuf, sizeof(sbuf), &sandbox) ||
+	    api_query_str(call, "action", abuf, sizeof(abuf), &action) ||
+	    api_query_u64(call, "since_seq", 0, UINT64_MAX, &since) ||
+	    api_query_u64(call, "limit", 0, API_AUDIT_LIMIT_MAX, &limit))
+		return call->err.code;
+	return audit_query(call->d->home, sandbox, action, since, (size_t)limit, &call->out,
+			   &call->err);
+}
+
+static int api_audit_verify(struct api_call *call)
+{
+	return audit_verify(call->d->home, &call->out, &call->err);
+}
+
+/* ---- the route table: every endpoint, in docs/api.md's order ---- */
+
+static const struct api_route routes[] = {
+	{ "GET",    "/v1/status", api_status },
+	{ "POST",   "/v1/shutdown", api_shutdown },
+	{ "GET",    "/v1/images", images_api_list },
+	{ "POST",   "/v1/images/load", images_api_load },
+	{ "POST",   "/v1/images/pull", images_api_pull },
+	{ "DELETE", "/v1/images/{ref}", images_api_rm },
+	{ "GET",    "/v1/models", model_api_list },
+	{ "POST",   "/v1/models/pull", model_api_pull },
+	{ "POST",   "/v1/models/import", model_api_import },
+	{ "DELETE", "/v1/models/{name}", model_api_rm },
+	{ "POST",   "/v1/models/{name}/serve", model_api_serve },
+	{ "GET",    "/v1/model-servers", model_api_servers },
+	{ "DELETE", "/v1/model-servers/{name}", model_api_server_stop },
+	{ "POST",   "/v1/bundle/export", bundle_api_export },
+	{ "POST",   "/v1/bundle/import", bundle_api_import },
+	{ "GET",    "/v1/sandboxes", sb_api_list },
+	{ "POST",   "/v1/sandboxes", sb_api_create },
+	{ "GET",    "/v1/sandboxes/{name}", sb_api_get },
+	{ "DELETE", "/v1/sandboxes/{name}", sb_api_rm },
+	{ "POST",   "/v1/sandboxes/{name}/pull", sb_api_pull },
+	{ "POST",   "/v1/sandboxes/{name}/run", exec_api_run },
+	{ "GET",    "/v1/sandboxes/{name}/containers", ctr_api_list },
+	{ "POST",   "/v1/sandboxes/{name}/containers/{id}/exec", exec_api_exec },
+	{ "POST",   "/v1/sandboxes/{name}/containers/{id}/stop", ctr_api_stop },
+	{ "DELETE", "/v1/sandboxes/{name}/containers/{id}", ctr_api_rm },
+	{ "POST",   "/v1/sandboxes/{name}/checkpoints", ckpt_api_create },
+	{ "GET",    "/v1/sandboxes/{name}/checkpoints", ckpt_api_list },
+	{ "DELETE", "/v1/sandboxes/{name}/checkpoints/{label}", ckpt_api_rm },
+	{ "POST",   "/v1/sandboxes/{name}/rewind", ckpt_api_rewind },
+	{ "POST",   "/v1/sandboxes/{name}/fork", ckpt_api_fork },
+	{ "POST",   "/v1/sandboxes/{name}/pause", ckpt_api_pause },
+	{ "POST",   "/v1/sandboxes/{name}/resume", ckpt_api_resume },
+	{ "GET",    "/v1/sandboxes/{name}/egress", egress_api_status },
+	{ "POST",   "/v1/sandboxes/{name}/egress", egress_api_update },
+	{ "GET",    "/v1/secrets", secret_api_list },
+	{ "POST",   "/v1/secrets/{name}", secret_api_set },
+	{ "DELETE", "/v1/secrets/{name}", secret_api_rm },
+	{ "POST",   "/v1/auth", api_auth },
+	{ "GET",    "/v1/audit", api_audit_query },
+	{ "GET",    "/v1/audit/verify", api_audit_verify },
+};
+
+const struct api_route *api_routes(size_t *n)
+{
+	*n = ARRAY_SIZE(routes);
+	return routes;
+}
+
+static const char *query_lookup(void *ctx, const char *key)
+{
+	return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);
+}
+
+/* Match, parse the body, call the handler and turn what it left in the call into a reply. */
 static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct req *rq,
 			     const char *method, const char *url)
 {
-	char p[8][512];
-	int n = split_path(url, p);
-	struct k8_err err = { 0 };
-	json_t *body = NULL;
-	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST"),
-	     del = !strcmp(method, "DELETE");
+	struct api_call *call = xcalloc(1, sizeof(*call));     /* ~6 KiB: not on the stack */
+	char allow[64];
 	enum MHD_Result r;
+	int rc;
 
-	if (n < 1 || strcmp(p[0], "v1"))
-		return reply_msg(c, -ENOENT, "no such endpoint %s; see docs/api.md", url);
+	call->d = d;
+	call->method = method;
+	call->url = url;
+	call->exit_code = -1;
+	call->query = query_lookup;
+	call->query_ctx = c;
+	rc = api_path_split(url, &call->path, &call->err);
+	if (rc == 0)
+		rc = api_match(routes, ARRAY_SIZE(routes), method, &call->path, &call->match,
+			       allow, sizeof(allow));
+	if (rc == -ENOENT) {
+		r = reply_msg(c, -ENOENT, "no such endpoint: %s %s; see docs/api.md", method, url);
+		goto out;
+	}
+	if (rc == -EBADRQC) {
+		k8_err_set(&call->err, -EBADRQC, "%s is not allowed on %s; it takes %s (see "
+			   "docs/api.md)", method, url, allow);
+		r = reply_status(c, 405, err_json(&call->err), "Allow", allow);
+		goto out;
+	}
+	if (rc < 0) {
+		r = reply_err(c, &call->err);
+		goto out;
+	}
 	if (rq->len) {
 		json_error_t je;
-		body = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &je);
-		if (!body || !json_is_object(body)) {
-			json_decref(body);
-			return reply_msg(c, -EINVAL, "the request body is not a JSON object: %s", je.text);
+		call->body = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &je);
+		if (!json_is_object(call->body)) {
+			r = reply_msg(c, -EINVAL, "the request body is not a JSON object: %s", je.text);
+			goto out;
 		}
 	} else {
-		body = json_object();
+		call->body = json_object();
 	}
 
-	if (n == 2 && !strcmp(p[1], "status") && get) {
-		json_t *st = status_json(d);
-		json_object_update_new(st, status_security(d));
-		r = reply_json(c, 200, st);
-	} else if (n == 2 && !strcmp(p[1], "shutdown") && post) {
-		d->stop_vms = !json_is_false(json_object_get(body, "stop_vms"));
-		r = reply_json(c, 200, json_object());
-		(void)!write(d->stop_pipe[1], "x", 1);
-	} else if (n == 2 && !strcmp(p[1], "images") && get) {
-		json_t *out = NULL;
-		r = image_list(d->images, &out, &err) ? reply_err(c, &err) : reply_json(c, 200, out);
-	} else if (n == 3 && !strcmp(p[1], "images") && !strcmp(p[2], "load") && post) {
-		r = reply_job(c, d, job_image_load, body, NULL);
-	} else if (n == 3 && !strcmp(p[1], "images") && !strcmp(p[2], "pull") && post) {
-		r = reply_job(c, d, job_image_pull, body, NULL);
-	} else if (n == 3 && !strcmp(p[1], "images") && del) {
-		const char *user = NULL;
-		struct image_info info = { 0 };
-		if (image_resolve(d->images, p[2], &info, &err) == 0) {
-			pthread_mutex_lock(&d->lock);
-			for (struct sandbox *sb = d->sandboxes; sb && !user; sb = sb->next)
-				for (int i = 0; i < sb->nimages; i++)
-					if (!strcmp(sb->images[i].digest, info.digest))
-						user = sb->name;
-			if (user)
-				k8_err_set(&err, -EBUSY, "image %s is attached to sandbox '%s'; remove "
-					   "the sandbox first (kosa8 sandbox rm %s)", info.ref, user, user);
-			pthread_mutex_unlock(&d->lock);
-			image_info_clear(&info);
-		}
-		if (user || image_remove(d->images, p[2], &err))
-			r = reply_err(c, &err);
-		else {
-			daemon_audit(d, "image.rm", NULL, json_pack("{s:s}", "ref", p[2]));
-			r = reply_json(c, 200, json_object());
-		}
-	} else if (n == 3 && !strcmp(p[1], "bundle") && post &&
-		   (!strcmp(p[2], "export") || !strcmp(p[2], "import"))) {
-		r = reply_job(c, d, strcmp(p[2], "export") ? job_bundle_import : job_bundle_export,
-			      body, NULL);
-	} else if (n >= 2 && (!strcmp(p[1], "models") || !strcmp(p[1], "model-servers"))) {
-		bool servers = !strcmp(p[1], "model-servers");
-		json_t *res = NULL;
-		if (n == 2 && get)
-			r = reply_json(c, 200, servers ? model_ps_json(d) : model_list_json(d));
-		else if (n == 3 && !servers && post && !strcmp(p[2], "pull"))
-			r = reply_job(c, d, job_model_pull, body, NULL);
-		else if (n == 3 && !servers && post && !strcmp(p[2], "import"))
-			r = reply_job(c, d, job_model_import, body, NULL);
-		else if (n == 3 && del)
-			r = (servers ? model_stop(d, p[2], &err) : model_remove(d, p[2], &err)) ?
-			    reply_err(c, &err) : reply_json(c, 200, json_object());
-		else if (n == 4 && !servers && post && !strcmp(p[3], "serve"))
-			r = model_serve(d, p[2], body, &res, &err) ? reply_err(c, &err) : reply_json(c, 200, res);
-		else
-			r = reply_msg(c, -ENOENT, "no such endpoint %s; see docs/api.md", url);
-	} else if (n == 2 && !strcmp(p[1], "sandboxes") && get) {
-		r = reply_json(c, 200, sb_list_json(d));
-	} else if (n == 2 && !strcmp(p[1], "sandboxes") && post) {
-		r = reply_job(c, d, job_sandbox_create, body, NULL);
-	} else if (n == 3 && !strcmp(p[1], "sandboxes") && (get || del)) {
-		if (del) {
-			const char *w = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "wipe");
-			bool wipe = w && strcmp(w, "0") && strcmp(w, "false");
-			r = sb_remove(d, p[2], wipe, &err) ? reply_err(c, &err)
-							    : reply_json(c, 200, json_object());
-		} else {
-			struct sandbox *sb = sb_get(d, p[2], &err);
-			if (!sb)
-				r = reply_err(c, &err);
-			else {
-				r = reply_json(c, 200, sb_to_json(sb, true));
-				sb_put(d, sb);
-			}
-		}
-	} else if (n == 4 && !strcmp(p[1], "sandboxes") && !strcmp(p[3], "pull") && post) {
-		if (!sb_name_valid(p[2]))
-			r = reply_msg(c, -ENOENT, "sandbox '%s' does not exist", p[2]);
-		else {
-			struct sandbox *sb = sb_get(d, p[2], &err);
-			if (!sb)
-				r = reply_err(c, &err);
-			else {
-				sb_put(d, sb);
-				r = reply_job(c, d, job_sandbox_pull, body, p[2]);
-			}
-		}
-	} else if (n == 4 && !strcmp(p[1], "sandboxes") && !strcmp(p[3], "run") && post) {
-		int code = 125;
-		if (json_is_true(json_object_get(body, "detach"))) {
-			json_t *res = exec_detached(d, p[2], body, &code, &err);
-			r = res ? reply_json(c, 200, res) : reply_exec_err(c, &err, code);
-		} else if (exec_prepare(d, p[2], NULL, body, true, &rq->exec, &code, &err)) {
-			r = reply_exec_err(c, &err, code);
-		} else {
-			r = reply_upgrade(c, rq);
-		}
-	} else if (n == 4 && !strcmp(p[1], "sandboxes") && !strcmp(p[3], "containers") && get) {
-		struct sandbox *sb = sb_get(d, p[2], &err);
-		json_t *resp = NULL;
-		if (!sb)
-			r = reply_err(c, &err);
-		else {
-			if (sb_ensure_running(d, sb, &err) ||
-			    sb_agent_request(sb, json_pack("{s:s}", "op", "ps"), 10000, &resp, NULL, &err))
-				r = reply_err(c, &err);
-			else
-				r = reply_json(c, 200, sb_containers_json(sb, json_object_get(resp,
-											"containers")));
-			json_decref(resp);
-			sb_put(d, sb);
-		}
-	} else if (n == 6 && !strcmp(p[1], "sandboxes") && !strcmp(p[3], "containers") &&
-		   !strcmp(p[5], "exec") && post) {
-		int code = 125;
-		if (exec_prepare(d, p[2], p[4], body, false, &rq->exec, &code, &err))
-			r = reply_exec_err(c, &err, code);
-		else
-			r = reply_upgrade(c, rq);
-	} else if (((n == 6 && !strcmp(p[5], "stop") && post) || (n == 5 && del)) &&
-		   !strcmp(p[1], "sandboxes") && !strcmp(p[3], "containers")) {
-		struct sandbox *sb = sb_get(d, p[2], &err);
-		json_t *resp = NULL;
-		json_int_t t = json_integer_value(json_object_get(body, "timeout_s"));
-		if (t <= 0 || t > 600)
-			t = 10;
-		if (!sb)
-			r = reply_err(c, &err);
-		else {
-			int e = sb_ensure_running(d, sb, &err);
-			if (!e)
-				e = sb_agent_request(sb, json_pack("{s:s,s:s,s:i,s:I}", "op", "stop",
-						     "container", p[4], "signal", 15, "timeout_ms",
-						     t * 1000), (int)(t * 1000) + 10000, &resp, NULL, &err);
-			json_decref(resp);
-			resp = NULL;
-			if (!e && del)
-				e = sb_agent_request(sb, json_pack("{s:s,s:s}", "op", "rm", "container",
-						     p[4]), 30000, &resp, NULL, &err);
-			json_decref(resp);
-			if (!e)
-				daemon_audit(d, del ? "sandbox.container.rm" : "sandbox.container.stop",
-					     sb->name, json_pack("{s:s}", "container", p[4]));
-			r = e ? reply_err(c, &err) : reply_json(c, 200, json_object());
-			sb_put(d, sb);
-		}
-	} else if (n >= 4 && !strcmp(p[1], "sandboxes") &&
-		   (!strcmp(p[3], "checkpoints") || !strcmp(p[3], "rewind") ||
-		    !strcmp(p[3], "pause") || !strcmp(p[3], "resume") || !strcmp(p[3], "fork") ||
-		    !strcmp(p[3], "egress"))) {
-		r = route_checkpoints(d, c, method, p, n, body);
-	} else if ((n == 2 || n == 3) && !strcmp(p[1], "secrets")) {
-		json_t *out = NULL;
-		r = secret_route(d, method, n == 3 ? p[2] : NULL, body, &out, &err)
-			? reply_err(c, &err) : reply_json(c, 200, out);
-	} else if (n == 2 && !strcmp(p[1], "auth") && post) {
-		r = auth_store(d, body, &err) ? reply_err(c, &err) : reply_json(c, 200, json_object());
-	} else if (n == 2 && !strcmp(p[1], "audit") && get) {
-		const char *sbn = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "sandbox");
-		const char *act = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
-		const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since_seq");
-		const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-		json_t *out = NULL;
-		if (audit_query(d->home, sbn && *sbn ? sbn : NULL, act && *act ? act : NULL,
-				since ? strtoull(since, NULL, 10) : 0,
-				lim ? (size_t)strtoull(lim, NULL, 10) : 0, &out, &err))
-			r = reply_err(c, &err);
-		else
-			r = reply_json(c, 200, out);
-	} else if (n == 3 && !strcmp(p[1], "audit") && !strcmp(p[2], "verify") && get) {
-		json_t *out = NULL;
-		r = audit_verify(d->home, &out, &err) ? reply_err(c, &err) : reply_json(c, 200, out);
+	rc = call->match.route->fn(call);
+	if (rc < 0) {
+		if (!call->err.code)
+			k8_err_set(&call->err, rc, "%s", strerror(-rc));
+		json_decref(call->out);
+		r = call->exit_code >= 0 ? reply_exec_err(c, &call->err, call->exit_code)
+					 : reply_err(c, &call->err);
+	} else if (call->job.fn) {
+		r = reply_job(c, d, call->job.fn, call->body, call->job.arg);
+	} else if (call->exec) {
+		rq->exec = call->exec;
+		r = reply_upgrade(c, rq);
 	} else {
-		r = reply_msg(c, -ENOENT, "no such endpoint: %s %s; see docs/api.md", method, url);
+		r = reply_json(c, 200, call->out ? call->out : json_object());
 	}
-	json_decref(body);
+	if (call->after_reply)
+		call->after_reply(call);
+out:
+	json_decref(call->body);
+	free(call);
 	return r;
 }
 
@@ -765,7 +605,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	*con_cls = NULL;
 }
 
-/* Leave the URL as sent: split_path() decodes each segment on its own, so an image
+/* Leave the URL as sent: api_path_split() decodes each segment on its own, so an image
  * reference with an encoded '/' stays one segment. */
 static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
 {

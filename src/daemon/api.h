@@ -10,4 +10,8 @@ struct daemon;
 int api_start(struct daemon *d, int listen_fd, struct k8_err *err);
 void api_stop(struct daemon *d);
 
+/* kosa8d.sock's route table (docs/api.md's order), for the tests that check its shape. */
+struct api_route;
+const struct api_route *api_routes(size_t *n);
+
 #endif

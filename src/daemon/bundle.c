@@ -17,6 +17,7 @@
 #include "daemon/bundle_read.h"
 #include "daemon/daemon.h"
 #include "daemon/model.h"
+#include "daemon/api_route.h"
 #include "image/image.h"
 
 #include <archive.h>
@@ -456,4 +457,26 @@ out:
 	bundle_read_free(&br);
 	json_decref(loaded);
 	return r;
+}
+
+/* ---- API: POST /v1/bundle/export and /import, progress streams (api.h). ---- */
+
+static int bundle_export_job(struct api_job *j, json_t **result, struct k8_err *err)
+{
+	return bundle_export(j->d, j->body, api_job_progress, j, result, err);
+}
+
+int bundle_api_export(struct api_call *call)
+{
+	return api_reply_job(call, bundle_export_job, NULL);
+}
+
+static int bundle_import_job(struct api_job *j, json_t **result, struct k8_err *err)
+{
+	return bundle_import(j->d, j->body, api_job_progress, j, result, err);
+}
+
+int bundle_api_import(struct api_call *call)
+{
+	return api_reply_job(call, bundle_import_job, NULL);
 }

@@ -23,6 +23,7 @@
 #include "daemon/checkpoint.h"
 #include "daemon/layers.h"
 #include "daemon/sandbox.h"
+#include "daemon/api_route.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -899,3 +900,79 @@ fail:
 out:
 	return r;
 }
+
+/* ---- API: checkpoints, rewind, fork, pause and resume (api.h; the table is in api.c).
+ * Pause lives here: a paused VM is the first half of a checkpoint. ---- */
+
+/* Labels and sandbox names are short; the functions below check their grammar. */
+#define CKPT_API_NAME_MAX 255
+
+/* Run `op` on the sandbox the path names, holding a user reference. */
+static int ckpt_api_on(struct api_call *call,
+		       int (*op)(struct api_call *call, struct sandbox *sb))
+{
+	struct sandbox *sb = sb_get(call->d, api_param(call, "name"), &call->err);
+	int r;
+
+	if (!sb)
+		return call->err.code;
+	r = op(call, sb);
+	sb_put(call->d, sb);
+	return r;
+}
+
+static int ckpt_op_create(struct api_call *call, struct sandbox *sb)
+{
+	const char *label = NULL;       /* none: the daemon picks one */
+
+	if (api_body_str(call, "label", API_OPTIONAL, CKPT_API_NAME_MAX, &label))
+		return call->err.code;
+	return ckpt_create(call->d, sb, label, &call->out, &call->err);
+}
+
+static int ckpt_op_list(struct api_call *call, struct sandbox *sb)
+{
+	return ckpt_list(call->d, sb, &call->out, &call->err);
+}
+
+static int ckpt_op_rm(struct api_call *call, struct sandbox *sb)
+{
+	return ckpt_remove(call->d, sb, api_param(call, "label"), &call->err);
+}
+
+static int ckpt_op_rewind(struct api_call *call, struct sandbox *sb)
+{
+	const char *to = NULL;
+
+	if (api_body_str(call, "to", API_OPTIONAL, CKPT_API_NAME_MAX, &to))
+		return call->err.code;
+	return ckpt_rewind(call->d, sb, to, &call->out, &call->err);
+}
+
+static int ckpt_op_fork(struct api_call *call, struct sandbox *sb)
+{
+	const char *from = NULL, *name = NULL;
+
+	if (api_body_str(call, "from", API_OPTIONAL, CKPT_API_NAME_MAX, &from) ||
+	    api_body_str(call, "name", API_OPTIONAL, CKPT_API_NAME_MAX, &name))
+		return call->err.code;
+	return ckpt_fork(call->d, sb, from, name, &call->out, &call->err);
+}
+
+static int ckpt_op_pause(struct api_call *call, struct sandbox *sb)
+{
+	return sb_pause(call->d, sb, true, &call->err);
+}
+
+static int ckpt_op_resume(struct api_call *call, struct sandbox *sb)
+{
+	return sb_pause(call->d, sb, false, &call->err);
+}
+
+int ckpt_api_create(struct api_call *call) { return ckpt_api_on(call, ckpt_op_create); }
+int ckpt_api_list(struct api_call *call) { return ckpt_api_on(call, ckpt_op_list); }
+int ckpt_api_rm(struct api_call *call) { return ckpt_api_on(call, ckpt_op_rm); }
+int ckpt_api_rewind(struct api_call *call) { return ckpt_api_on(call, ckpt_op_rewind); }
+int ckpt_api_fork(struct api_call *call) { return ckpt_api_on(call, ckpt_op_fork); }
+int ckpt_api_pause(struct api_call *call) { return ckpt_api_on(call, ckpt_op_pause); }
+int ckpt_api_resume(struct api_call *call) { return ckpt_api_on(call, ckpt_op_resume); }

@@ -4,6 +4,7 @@
 #ifndef K8_CHECKPOINT_H
 #define K8_CHECKPOINT_H
 
+#include "daemon/api_route.h"
 #include <jansson.h>
 #include <stdbool.h>
 
@@ -25,5 +26,15 @@ int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *er
  * links to the checkpoint's, so it costs only what it writes. */
 int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,
 	      json_t **out, struct k8_err *err);
+
+/* API handlers (api_route.h; the table is in api.c). Pause lives here: a paused VM is
+ * the first half of a checkpoint. */
+int ckpt_api_create(struct api_call *call);
+int ckpt_api_list(struct api_call *call);
+int ckpt_api_rm(struct api_call *call);
+int ckpt_api_rewind(struct api_call *call);
+int ckpt_api_fork(struct api_call *call);
+int ckpt_api_pause(struct api_call *call);
+int ckpt_api_resume(struct api_call *call);
 
 #endif

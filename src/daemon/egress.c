@@ -20,6 +20,7 @@
 #include "common/guest.h"
 #include "daemon/egress.h"
 #include "daemon/sandbox.h"
+#include "daemon/api_route.h"
 #include "net/policy.h"
 
 #define NET_MAX_FLOWS 256
@@ -412,5 +413,32 @@ out_busy:
 out_free:
 	json_decref(added);
 	json_decref(removed);
+	return r;
+}
+
+/* ---- API: GET and POST /v1/sandboxes/{name}/egress (api.h; the table is in api.c).
+ * The body's rules are checked by egress_from_body with kosa8-net's own parser. ---- */
+
+int egress_api_status(struct api_call *call)
+{
+	struct sandbox *sb = sb_get(call->d, api_param(call, "name"), &call->err);
+	int r;
+
+	if (!sb)
+		return call->err.code;
+	r = egress_status(call->d, sb, &call->out, &call->err);
+	sb_put(call->d, sb);
+	return r;
+}
+
+int egress_api_update(struct api_call *call)
+{
+	struct sandbox *sb = sb_get(call->d, api_param(call, "name"), &call->err);
+	int r;
+
+	if (!sb)
+		return call->err.code;
+	r = egress_update(call->d, sb, call->body, &call->out, &call->err);
+	sb_put(call->d, sb);
 	return r;
 }

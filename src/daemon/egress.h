@@ -3,6 +3,7 @@
 #ifndef K8_EGRESS_H
 #define K8_EGRESS_H
 
+#include "daemon/api_route.h"
 #include <jansson.h>
 #include <stddef.h>
 
@@ -24,5 +25,9 @@ int egress_update(struct daemon *d, struct sandbox *sb, json_t *body, json_t **o
 		  struct k8_err *err);
 /* The guest's network settings for the agent's init. */
 json_t *net_guest_config(void);
+
+/* API handlers (api_route.h; the table is in api.c) */
+int egress_api_status(struct api_call *call);
+int egress_api_update(struct api_call *call);
 
 #endif

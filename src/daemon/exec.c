@@ -13,6 +13,7 @@
 #include "common/proto.h"
 #include "daemon/exec.h"
 #include "daemon/sandbox.h"
+#include "daemon/api_route.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -465,4 +466,42 @@ void exec_bridge(struct exec_ctx *x, int sock, const char *extra, size_t extra_l
 	free(pend);
 	free(ibuf);
 	proto_reader_free(&rd);
+}
+
+/* ---- API: POST /v1/sandboxes/{name}/run and .../containers/{id}/exec (api.h; the table
+ * is in api.c). exec_start checks the rest of the body. An error before the process
+ * starts carries the exit code the CLI should end with (125 unless the agent said). ---- */
+
+int exec_api_run(struct api_call *call)
+{
+	const char *name = api_param(call, "name");
+	struct exec_ctx *x = NULL;
+	bool detach = false;
+
+	call->exit_code = 125;
+	if (api_body_bool(call, "detach", API_OPTIONAL, &detach))
+		return call->err.code;
+	if (detach) {
+		call->out = exec_detached(call->d, name, call->body, &call->exit_code, &call->err);
+		if (!call->out)
+			return call->err.code ? call->err.code : -EIO;
+		call->exit_code = -1;
+		return 0;
+	}
+	if (exec_prepare(call->d, name, NULL, call->body, true, &x, &call->exit_code, &call->err))
+		return call->err.code ? call->err.code : -EIO;
+	call->exit_code = -1;
+	return api_reply_upgrade(call, x);
+}
+
+int exec_api_exec(struct api_call *call)
+{
+	struct exec_ctx *x = NULL;
+
+	call->exit_code = 125;
+	if (exec_prepare(call->d, api_param(call, "name"), api_param(call, "id"), call->body,
+			 false, &x, &call->exit_code, &call->err))
+		return call->err.code ? call->err.code : -EIO;
+	call->exit_code = -1;
+	return api_reply_upgrade(call, x);
 }

@@ -3,6 +3,7 @@
 #ifndef K8_EXEC_H
 #define K8_EXEC_H
 
+#include "daemon/api_route.h"
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,5 +22,9 @@ json_t *exec_detached(struct daemon *d, const char *sbname, json_t *body, int *e
 		      struct k8_err *err);
 void exec_bridge(struct exec_ctx *x, int sock, const char *extra, size_t extra_len);
 void exec_free(struct exec_ctx *x);
+
+/* API handlers (api_route.h; the table is in api.c): run and exec */
+int exec_api_run(struct api_call *call);
+int exec_api_exec(struct api_call *call);
 
 #endif

@@ -15,6 +15,7 @@
 #include "daemon/model.h"
 #include "daemon/daemon.h"
 #include "daemon/sidecar.h"
+#include "daemon/api_route.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -984,4 +985,54 @@ int model_remove(struct daemon *d, const char *name, struct k8_err *err)
 	}
 	daemon_audit(d, "model.rm", NULL, json_pack("{s:s,s:s}", "name", name, "sha256", sha));
 	return 0;
+}
+
+/* ---- API: the model routes (api.h; the table is in api.c). model_pull, model_import
+ * and model_serve check their own bodies (docs/model.md). ---- */
+
+int model_api_list(struct api_call *call)
+{
+	call->out = model_list_json(call->d);
+	return 0;
+}
+
+static int model_pull_job(struct api_job *j, json_t **result, struct k8_err *err)
+{
+	return model_pull(j->d, j->body, api_job_progress, j, result, err);
+}
+
+int model_api_pull(struct api_call *call)
+{
+	return api_reply_job(call, model_pull_job, NULL);
+}
+
+static int model_import_job(struct api_job *j, json_t **result, struct k8_err *err)
+{
+	return model_import(j->d, j->body, api_job_progress, j, result, err);
+}
+
+int model_api_import(struct api_call *call)
+{
+	return api_reply_job(call, model_import_job, NULL);
+}
+
+int model_api_rm(struct api_call *call)
+{
+	return model_remove(call->d, api_param(call, "name"), &call->err);
+}
+
+int model_api_serve(struct api_call *call)
+{
+	return model_serve(call->d, api_param(call, "name"), call->body, &call->out, &call->err);
+}
+
+int model_api_servers(struct api_call *call)
+{
+	call->out = model_ps_json(call->d);
+	return 0;
+}
+
+int model_api_server_stop(struct api_call *call)
+{
+	return model_stop(call->d, api_param(call, "name"), &call->err);
 }

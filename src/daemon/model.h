@@ -3,6 +3,7 @@
 #ifndef K8_DAEMON_MODEL_H
 #define K8_DAEMON_MODEL_H
 
+#include "daemon/api_route.h"
 #include <jansson.h>
 
 #include "common/util.h"
@@ -19,5 +20,14 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 json_t *model_ps_json(struct daemon *d);
 int model_stop(struct daemon *d, const char *name, struct k8_err *err);
 void model_stop_all(struct daemon *d);
+
+/* API handlers (api_route.h; the table is in api.c) */
+int model_api_list(struct api_call *call);
+int model_api_pull(struct api_call *call);
+int model_api_import(struct api_call *call);
+int model_api_rm(struct api_call *call);
+int model_api_serve(struct api_call *call);
+int model_api_servers(struct api_call *call);
+int model_api_server_stop(struct api_call *call);
 
 #endif

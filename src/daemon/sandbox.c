@@ -12,6 +12,7 @@
 #include "daemon/accel.h"
 #include "daemon/egress.h"
 #include "daemon/mounts.h"
+#include "daemon/api_route.h"
 #include "daemon/audit.h"
 #include "daemon/layers.h"
 #include "image/image.h"
@@ -1361,4 +1362,91 @@ json_t *sb_containers_json(struct sandbox *sb, json_t *list)
 		json_array_append_new(out, o);
 	}
 	return out;
+}
+
+/* ---- API: the sandbox routes (api.h; the table is in api.c) ---- */
+
+int sb_image_unused(struct daemon *d, const char *digest, const char *ref, struct k8_err *err)
+{
+	const char *user = NULL;
+	int r = 0;
+
+	pthread_mutex_lock(&d->lock);
+	for (struct sandbox *sb = d->sandboxes; sb && !user; sb = sb->next)
+		for (int i = 0; i < sb->nimages; i++)
+			if (!strcmp(sb->images[i].digest, digest))
+				user = sb->name;
+	if (user)
+		r = k8_err_set(err, -EBUSY, "image %s is attached to sandbox '%s'; remove the "
+			       "sandbox first (kosa8 sandbox rm %s)", ref, user, user);
+	pthread_mutex_unlock(&d->lock);
+	return r;
+}
+
+int sb_api_list(struct api_call *call)
+{
+	call->out = sb_list_json(call->d);
+	return 0;
+}
+
+static int sb_create_job(struct api_job *j, json_t **result, struct k8_err *err)
+{
+	return sb_create(j->d, j->body, api_job_progress, j, result, err);
+}
+
+int sb_api_create(struct api_call *call)
+{
+	return api_reply_job(call, sb_create_job, NULL);
+}
+
+int sb_api_get(struct api_call *call)
+{
+	struct sandbox *sb = sb_get(call->d, api_param(call, "name"), &call->err);
+
+	if (!sb)
+		return call->err.code;
+	call->out = sb_to_json(sb, true);
+	sb_put(call->d, sb);
+	return 0;
+}
+
+/* DELETE /v1/sandboxes/{name}?wipe=1 */
+int sb_api_rm(struct api_call *call)
+{
+	bool wipe = false;
+
+	if (api_query_bool(call, "wipe", &wipe))
+		return call->err.code;
+	return sb_remove(call->d, api_param(call, "name"), wipe, &call->err);
+}
+
+static int sb_pull_job(struct api_job *j, json_t **result, struct k8_err *err)
+{
+	const char *image = json_string_value(json_object_get(j->body, "image"));
+	struct sandbox *sb;
+	int r;
+
+	if (!image)
+		return k8_err_set(err, -EINVAL, "an image is required, e.g. python:3.12-slim");
+	sb = sb_get(j->d, j->arg, err);
+	if (!sb)
+		return -ENOENT;
+	r = sb_pull(j->d, sb, image, api_job_progress, j, result, err);
+	sb_put(j->d, sb);
+	return r;
+}
+
+/* A sandbox that does not exist is a plain 404, before the stream starts. */
+int sb_api_pull(struct api_call *call)
+{
+	const char *name = api_param(call, "name");
+	struct sandbox *sb;
+
+	if (!sb_name_valid(name))
+		return k8_err_set(&call->err, -ENOENT, "sandbox '%s' does not exist", name);
+	sb = sb_get(call->d, name, &call->err);
+	if (!sb)
+		return call->err.code;
+	sb_put(call->d, sb);
+	return api_reply_job(call, sb_pull_job, name);
 }

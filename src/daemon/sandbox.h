@@ -4,6 +4,7 @@
 #ifndef K8_SANDBOX_H
 #define K8_SANDBOX_H
 
+#include "daemon/api_route.h"
 #include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -123,5 +124,16 @@ void daemon_audit_guest(struct daemon *d, struct sandbox *sb, const char *action
 			json_t *details, uint64_t weight);
 /* Write the folded record for what is still counted (when the sandbox stops). */
 void daemon_audit_guest_flush(struct daemon *d, struct sandbox *sb);
+
+/* 0 when no sandbox has the image `digest` attached; else -EBUSY, err naming one that has
+ * (`ref` is how the user named the image). images.c asks before it removes one. */
+int sb_image_unused(struct daemon *d, const char *digest, const char *ref, struct k8_err *err);
+
+/* API handlers (api_route.h; the table is in api.c) */
+int sb_api_list(struct api_call *call);
+int sb_api_create(struct api_call *call);
+int sb_api_get(struct api_call *call);
+int sb_api_rm(struct api_call *call);
+int sb_api_pull(struct api_call *call);
 
 #endif

@@ -9,6 +9,7 @@
  * same rule as kosa8-broker's broker_secret_name_ok). Values: 1 to 4096 bytes of visible
  * ASCII, because the broker puts them in a header line. */
 #include "daemon/daemon.h"
+#include "daemon/api_route.h"
 #include "daemon/secret.h"
 
 #include <ctype.h>
@@ -177,37 +178,43 @@ int secret_list(const char *home, json_t **out, struct k8_err *err)
 	return 0;
 }
 
-/* The routes: POST /v1/secrets/NAME {"value"}, DELETE /v1/secrets/NAME, GET /v1/secrets.
- * The value in the request body is wiped from the parsed JSON once stored. */
-int secret_route(struct daemon *d, const char *method, const char *name, json_t *body,
-		 json_t **out, struct k8_err *err)
+/* ---- API: GET /v1/secrets, POST and DELETE /v1/secrets/{name} (api.h; the table is
+ * in api.c). Set and rm are audited, with the name only. ---- */
+
+int secret_api_list(struct api_call *call)
 {
-	if (!strcmp(method, "GET") && !name)
-		return secret_list(d->home, out, err);
-	if (!name)
-		return k8_err_set(err, -ENOENT, "no such endpoint: %s /v1/secrets", method);
-	if (!strcmp(method, "POST")) {
-		json_t *v = json_object_get(body, "value");
-		if (!json_is_string(v))
-			return k8_err_set(err, -EINVAL, "expected {\"value\": \"...\"}");
-		bool replaced = false;
-		int rc = secret_set(d->home, name, json_string_value(v), json_string_length(v),
-				    &replaced, err);
-		OPENSSL_cleanse((char *)json_string_value(v), json_string_length(v));
-		if (rc < 0)
-			return rc;
-		daemon_audit(d, "secret.set", NULL, json_pack("{s:s,s:b}", "name", name,
-							      "replaced", replaced));
-		*out = json_pack("{s:s,s:b}", "name", name, "replaced", replaced);
-		return 0;
-	}
-	if (!strcmp(method, "DELETE")) {
-		int rc = secret_remove(d->home, name, err);
-		if (rc < 0)
-			return rc;
-		daemon_audit(d, "secret.rm", NULL, json_pack("{s:s}", "name", name));
-		*out = json_object();
-		return 0;
-	}
-	return k8_err_set(err, -ENOENT, "no such endpoint: %s /v1/secrets/%s", method, name);
+	return secret_list(call->d->home, &call->out, &call->err);
+}
+
+/* The value in the request body is wiped from the parsed JSON once stored; secret_set
+ * checks its size and bytes. */
+int secret_api_set(struct api_call *call)
+{
+	const char *name = api_param(call, "name");
+	json_t *v = json_object_get(call->body, "value");
+	bool replaced = false;
+	int rc;
+
+	if (!json_is_string(v))
+		return k8_err_set(&call->err, -EINVAL, "expected {\"value\": \"...\"}");
+	rc = secret_set(call->d->home, name, json_string_value(v), json_string_length(v),
+			&replaced, &call->err);
+	OPENSSL_cleanse((char *)json_string_value(v), json_string_length(v));
+	if (rc < 0)
+		return rc;
+	daemon_audit(call->d, "secret.set", NULL, json_pack("{s:s,s:b}", "name", name,
+							     "replaced", replaced));
+	call->out = json_pack("{s:s,s:b}", "name", name, "replaced", replaced);
+	return 0;
+}
+
+int secret_api_rm(struct api_call *call)
+{
+	const char *name = api_param(call, "name");
+	int rc = secret_remove(call->d->home, name, &call->err);
+
+	if (rc < 0)
+		return rc;
+	daemon_audit(call->d, "secret.rm", NULL, json_pack("{s:s}", "name", name));
+	return 0;
 }
