@@ -22,6 +22,7 @@
 #include "common/proto.h"
 #include "daemon/checkpoint.h"
 #include "daemon/layers.h"
+#include "daemon/mounts.h"
 #include "daemon/sandbox.h"
 #include "daemon/api_route.h"
 

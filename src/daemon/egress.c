@@ -19,8 +19,8 @@
 
 #include "common/guest.h"
 #include "daemon/egress.h"
-#include "daemon/sandbox.h"
 #include "daemon/api_route.h"
+#include "daemon/record.h"
 #include "net/policy.h"
 
 #define NET_MAX_FLOWS 256

@@ -3,7 +3,7 @@
  * a sidecar's death), within the sandbox's budget (docs/audit.md). */
 #include "daemon/audit.h"
 #include "daemon/daemon.h"
-#include "daemon/sandbox.h"
+#include "daemon/record.h"
 
 static void audit_fold(struct daemon *d, struct sandbox *sb, uint64_t n)
 {

@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 
 #include "daemon/mounts.h"
-#include "daemon/sandbox.h"
+#include "daemon/record.h"
 
 /* Guest paths no mount may cover: the kernel's, the agent's own, the scratch disk and
  * the image mounts (the agent refuses the same). */
@@ -344,22 +344,6 @@ int mounts_recheck(struct daemon *d, const struct sb_mount *m, int n, struct k8_
 		close(fd);
 	}
 	return 0;
-}
-
-json_t *mounts_json(const struct sandbox *sb, bool for_guest)
-{
-	json_t *a = json_array();
-
-	for (int i = 0; i < sb->nmounts; i++)
-		json_array_append_new(a, for_guest
-			? json_pack("{s:i,s:s,s:b}", "index", i, "guest", sb->mounts[i].guest, "ro",
-				    sb->mounts[i].ro)
-			: json_pack("{s:s,s:s,s:b,s:{s:I,s:I,s:I}}", "host", sb->mounts[i].host,
-				    "guest", sb->mounts[i].guest, "ro", sb->mounts[i].ro, "pin",
-				    "dev", (json_int_t)sb->mounts[i].dev, "ino",
-				    (json_int_t)sb->mounts[i].ino, "btime",
-				    (json_int_t)sb->mounts[i].btime));
-	return a;
 }
 
 /* A kosa8-fs that died is started again from a thread of its own (the reader thread that

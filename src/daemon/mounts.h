@@ -7,21 +7,7 @@
 #include <stdbool.h>
 
 #include "common/util.h"
-
-struct daemon;
-struct sandbox;
-
-#define K8_MAX_MOUNTS 8
-
-struct sb_mount {
-	char host[4096];                /* realpath of an existing directory */
-	char guest[256];                /* absolute, normalised */
-	bool ro;
-	/* the folder pinned at create (mounts.c): its identity, checked at every start */
-	bool pinned;
-	unsigned long long dev, ino;
-	long long btime;                /* birth time (ns), 0 if the file system has none */
-};
+#include "daemon/record.h"
 
 /* mounts.c: shared folders and their kosa8-fs */
 int mounts_from_body(struct daemon *d, json_t *list, struct sb_mount *out, int *n,
@@ -34,7 +20,6 @@ int fs_attach_port(struct daemon *d, struct sandbox *sb, struct k8_err *err);
 /* Default host free-space reserve for writes through shares (docs/shared-folders.md). */
 #define K8FS_DEFAULT_RESERVE "1G,5%"
 void fs_adopt(struct daemon *d, struct sandbox *sb);
-json_t *mounts_json(const struct sandbox *sb, bool for_guest);
 /* kosa8-fs's node and handle tables, saved with a checkpoint and loaded at rewind/fork. */
 int fs_save(struct sandbox *sb, const char *path, struct k8_err *err);
 int fs_load(struct sandbox *sb, const char *path, struct k8_err *err);

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* record.h - a sandbox's record: struct sandbox, the daemon's table of them, the busy
+ * token, sandbox.json (its one writer, sb_save) and the paths of its sockets
+ * (record.c). Below the sandbox's parts (egress, mounts), which read and save it, and
+ * below its lifecycle (sandbox.c). Lock order: daemon.lock, then sandbox.lock. */
+#ifndef K8_RECORD_H
+#define K8_RECORD_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/rate.h"
+#include "common/util.h"
+#include "daemon/agentlink.h"
+#include "daemon/daemon.h"
+#include "daemon/qmp.h"
+#include "daemon/sidecar.h"
+#include "daemon/vm.h"
+
+#define K8_MAX_MOUNTS 8
+
+struct sb_mount {
+	char host[4096];                /* realpath of an existing directory */
+	char guest[256];                /* absolute, normalised */
+	bool ro;
+	/* the folder pinned at create (mounts.c): its identity, checked at every start */
+	bool pinned;
+	unsigned long long dev, ino;
+	long long btime;                /* birth time (ns), 0 if the file system has none */
+};
+
+enum sb_state { SB_STOPPED, SB_BOOTING, SB_RUNNING, SB_FAILED, SB_REMOVING };
+
+struct sandbox {
+	struct sandbox *next;
+	struct daemon *d;               /* the daemon that owns it (event callbacks reach it) */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int busy;                       /* lifecycle operation in progress (boot, rm) */
+	int users;                      /* API requests using it (rm waits) */
+	char name[K8_NAME_MAX + 1];
+	char id[17];                    /* short hex id: socket names */
+	char dir[4096];
+	int cpus;
+	int memory_mib;
+	int disk_gb;
+	char created[32];
+	enum sb_state state;
+	char error[512];
+	pid_t pid;                      /* QEMU */
+	unsigned long long pid_start;   /* /proc/pid/stat starttime: pid identity */
+	bool child;                     /* spawned by this daemon (we reap it) */
+	char accel[8];
+	char limits_desc[256];
+	struct vm_image images[K8_MAX_SLOTS];
+	int nimages;
+	struct qmp qmp;
+	struct agentlink link;
+	uint64_t boot_ms;
+	char disk[256];                 /* current writable top layer (file name in dir) */
+	bool paused;                    /* vCPUs stopped by `sandbox pause` */
+	bool forked;                    /* made by `sandbox fork`: explicit backing chain */
+	/* network (egress.c) */
+	char egress_mode[16];           /* "deny", "allow-list", "allow-all" */
+	json_t *egress_rules;           /* array of rule strings, as normalised */
+	struct sidecar net;
+	/* records the guest can cause (egress refusals, limit hits): daemon_audit_guest */
+	pthread_mutex_t audit_mu;
+	struct rate_bucket audit_budget;
+	/* shared folders (mounts.c) */
+	struct sb_mount mounts[K8_MAX_MOUNTS];
+	int nmounts;
+	struct sidecar fs;
+	/* host identities (jail.h): block in the daemon's jail_uids range, -1 until claimed */
+	int jail_index;
+};
+
+/* "stopped", "booting", ... as in sandbox.json and the API. */
+const char *sb_state_name(enum sb_state s);
+bool sb_name_valid(const char *name);
+/* The sandbox table: sb_get takes a user reference (rm waits for users), sb_put drops it. */
+struct sandbox *sb_get(struct daemon *d, const char *name, struct k8_err *err);
+void sb_put(struct daemon *d, struct sandbox *sb);
+/* The sandbox's lifecycle token (boot, rm, policy and folder changes); waits for another
+ * holder. */
+void sb_busy_enter(struct sandbox *sb);
+void sb_busy_leave(struct sandbox *sb);
+/* Write sandbox.json atomically. Caller holds sb->lock. */
+int sb_save(struct sandbox *sb);
+/* The images of a sandbox as kept in sandbox.json and a checkpoint's meta.json: the one
+ * writer and the one reader (entries that do not check out are skipped). */
+json_t *sb_images_json(const struct vm_image *imgs, int n);
+int sb_images_from_json(json_t *arr, struct vm_image out[K8_MAX_SLOTS]);
+/* The shared folders as kept in sandbox.json (host, guest, ro, pin), or as the agent
+ * gets them (index, guest, ro: never a host path). */
+json_t *sb_mounts_json(const struct sandbox *sb, bool for_guest);
+/* $KOSA8_HOME/run/<id>.<what>: a socket of the sandbox's VM or sidecars. */
+void sb_sock_path(struct daemon *d, struct sandbox *sb, const char *what, char *out, size_t n);
+
+/* guestaudit.c */
+/* daemon_audit for a record the sandbox's guest caused: within the sandbox's budget
+ * (d->guest_audit), else counted into one folded "sandbox.audit.suppressed" record.
+ * `weight`: how many occurrences the event stands for. Steals `details`. */
+void daemon_audit_guest(struct daemon *d, struct sandbox *sb, const char *action,
+			json_t *details, uint64_t weight);
+/* Write the folded record for what is still counted (when the sandbox stops). */
+void daemon_audit_guest_flush(struct daemon *d, struct sandbox *sb);
+
+#endif
