@@ -305,7 +305,10 @@ def make_model(path, arch="qwen2", wtype="Q8_0", vocab="bpe-qwen2", n_embd=256, 
     def vec(name, n, mean, std):
         w.tensor(name, [n], "F32", (mean + rng.standard_normal(n) * std).astype("<f4").tobytes())
 
-    mat("token_embd.weight", "embd", n_embd, n_vocab, 1.0)
+    # Tied, the embedding is also the output matrix: at std 1 the logits would have a spread
+    # of sqrt(n_embd) (30 at 896 wide) and every step would be one token for certain. The
+    # input side does not care (RMS norm comes first).
+    mat("token_embd.weight", "embd", n_embd, n_vocab, 3.0 / np.sqrt(n_embd) if tied else 1.0)
     for l in range(n_layer):
         p = "blk.%d." % l
         vec(p + "attn_norm.weight", n_embd, 1.0, 0.1)

@@ -9,6 +9,8 @@ argmax is its token; free-running, our sequence equals llama.cpp's up to its fir
 import numpy as np
 import pytest
 
+import gguf_writer
+
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K"]
 FLOAT = {"F32", "F16", "BF16"}
 # (max, mean) |log-probability difference|; the greedy check skips steps whose top two are
@@ -113,3 +115,46 @@ def test_tokenize_long_hostile_text_is_fast(engine, model_file, vocab, arch):
         out = engine("tokenize", path, text)
         assert time.monotonic() - t0 < 2.0
         assert len(out["tokens"]) > 100
+
+
+@pytest.mark.parametrize("quant,wtype", [("q8_0", "Q8_0"), ("q4_k_m", "Q4_K")])
+def test_qwen05_shapes_match_llama_cpp(engine, ref, model_file, quant, wtype):
+    """Qwen2.5-0.5B's widths (896 wide, 14 heads over 2 KV heads: 7 to 1, 4864 FFN, tied
+    embeddings; the vocabulary kept small) at Q8_0 and at Q4_K_M's mix of types, two
+    layers deep. Teacher-forced log-probabilities within the tolerance of the file's
+    coarsest type; greedy tokens equal wherever llama.cpp's top two are not tied.
+    At the model's full 24 layers random weights drift apart with depth in both engines'
+    rounding (docs/model.md, "Correctness": measured, not yet explained), so depth is
+    not what this test holds to a tolerance."""
+    types = gguf_writer.QWEN05_Q4KM if quant == "q4_k_m" else None
+    path = model_file("qwen05w-%s" % quant, arch="qwen2", wtype="Q8_0", vocab="bpe-qwen2",
+                      n_embd=896, n_layer=2, n_head=14, n_head_kv=2, n_ff=4864,
+                      n_vocab_pad=8192, types=types, tied=True)
+    tol, mean_tol = TOL[wtype]
+    n = 16
+    mine0 = engine("run", path, "--prompt", PROMPTS[0], "-n", 1, "--greedy")
+    toks = ",".join(map(str, mine0["prompt_tokens"]))
+    r = ref("run", path, toks, n)
+    mine = engine("run", path, "--tokens", toks, "-n", n, "--greedy", "--dump-logits",
+                  "--force", ",".join(map(str, r["tokens"])))
+    diffs, checked, bad = [], 0, 0
+    for step in range(n):
+        lp_ref = {k: v for k, v in r["logprobs"][step].items() if v is not None}  # -inf: null
+        ids = np.array([int(k) for k in lp_ref])
+        ref_lp = np.array([lp_ref[k] for k in lp_ref])
+        top = ref_lp > -10
+        diffs.append(np.abs(logprobs(mine["logits"][step])[ids[top]] - ref_lp[top]))
+        order = np.sort(ref_lp)[::-1]
+        if order[0] - order[1] > tol:
+            bad += mine["tokens"][step] != r["tokens"][step]
+            checked += 1
+    alld = np.concatenate(diffs)
+    print("qwen05 %s: max |dlogprob| %.4f, mean %.4f, %d untied steps, %d log-probabilities "
+          "compared, %d distinct tokens: %s" % (quant, alld.max(), alld.mean(), checked, len(alld),
+          len(set(r["tokens"])), r["tokens"]))
+    assert alld.max() < tol, "max |dlogprob| %.4f (mean %.4f)" % (alld.max(), alld.mean())
+    assert alld.mean() < mean_tol, "mean |dlogprob| %.4f" % alld.mean()
+    assert checked >= 4, "too few untied steps (%d) to compare greedy tokens" % checked
+    # Not a near-one-hot distribution that any engine would match: many tokens compared.
+    assert len(alld) >= 50 * n and len(set(r["tokens"])) >= 4, (len(alld), r["tokens"])
+    assert bad == 0, "%d of %d untied greedy tokens differ" % (bad, checked)
