@@ -497,7 +497,8 @@ static enum MHD_Result route_checkpoints(struct daemon *d, struct MHD_Connection
 			      json_string_value(json_object_get(body, "name")), &out, &err);
 	else if (n == 4 && (!strcmp(p[3], "pause") || !strcmp(p[3], "resume")) &&
 		 !strcmp(method, "POST"))
-		r = sb_pause(d, sb, !strcmp(p[3], "pause"), &err);
+		r = sb_pause(d, sb, !strcmp(p[3], "pause"),
+			     json_is_true(json_object_get(body, "in_memory")), &out, &err);
 	else if (n == 4 && !strcmp(p[3], "egress") && !strcmp(method, "GET"))
 		r = egress_status(d, sb, &out, &err);
 	else if (n == 4 && !strcmp(p[3], "egress") && !strcmp(method, "POST"))

@@ -623,14 +623,15 @@ out:
 	return r;
 }
 
-/* Start the QEMU that restores checkpoint `label` of `from` into sb (a rewind: from ==
- * sb; a fork: its source) on the new top layer `layer`: sidecars up, kosa8-fs given the
+/* Start the QEMU that restores the state saved in `statedir` (a checkpoint's directory:
+ * of sb for a rewind, of its source for a fork; sb's paused/ for a resume) into sb on
+ * the top layer `layer`: sidecars up, kosa8-fs given the
  * FUSE nodes and open files the guest had then, and -incoming from the state file. */
-static int restore_spawn(struct daemon *d, struct sandbox *sb, struct sandbox *from,
-			 const char *label, const char *layer, const char *top, int kfd, int ifd,
-			 int sfd, pid_t *pid, struct k8_err *err)
+static int restore_spawn(struct daemon *d, struct sandbox *sb, const char *statedir,
+			 const char *layer, const char *top, int kfd, int ifd, int sfd, pid_t *pid,
+			 struct k8_err *err)
 {
-	cleanup_free char *nodes = xasprintf("%s/checkpoints/%s/fs-nodes.json", from->dir, label);
+	cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", statedir);
 	struct sb_socks k;
 	struct vm_spec spec;
 	char **chain = NULL;
@@ -708,7 +709,10 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
 	pthread_mutex_unlock(&sb->lock);
-	if ((r = restore_spawn(d, sb, sb, label, layer, top, kfd, ifd, sfd, &pid, err)))
+	char *cdir = ckpt_dir(sb, label);
+	r = restore_spawn(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
+	free(cdir);
+	if (r)
 		goto fail;
 	/* QEMU starts the guest by itself once the state is in. */
 	r = sb_connect_vm(d, sb, pid, true, err);
@@ -725,6 +729,11 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
 	ckpt_gc_layers(sb);
+	{
+		char *pd = xasprintf("%s/paused", sb->dir);  /* a rewind of one paused to disk */
+		rm_rf(pd);
+		free(pd);
+	}
 	*out = json_pack("{s:s,s:I}", "label", label, "ms",
 			 (json_int_t)((now_mono_ns() - t0) / 1000000));
 	daemon_audit(d, "checkpoint.rewind", sb->name,
@@ -744,31 +753,192 @@ out:
 	return r;
 }
 
-int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *err)
+/* ---- pause ----
+ *
+ * In memory: the vCPUs stop (QMP `stop`) and QEMU keeps every byte. To disk (the
+ * default): the vCPUs stop, memory and devices go to paused/state by the same migration
+ * a checkpoint uses (and kosa8-fs's tables to paused/fs-nodes.json), then QEMU ends. The
+ * disk stays on the current top layer: nothing writes it while QEMU is stopped, and the
+ * completed migration has flushed it, so no layer is frozen. The sidecars stay, as in a
+ * rewind (egress counts, pinned names, open files); a daemon that stops, or a host that
+ * reboots, ends them, and the resume starts new ones with the saved tables. sandbox.json
+ * says "paused" from the moment paused/state is complete, so a daemon killed at any
+ * point finds either a VM to adopt or a state to resume. A resume is a restore: QEMU
+ * with -incoming from paused/state, the agent greeted, its clock set and its RNG given
+ * host entropy as after a rewind (sb_connect_vm); then paused/ is removed. */
+
+static char *paused_dir(struct sandbox *sb)
 {
+	return xasprintf("%s/paused", sb->dir);
+}
+
+bool ckpt_paused_on_disk(struct sandbox *sb)
+{
+	cleanup_free char *p = xasprintf("%s/paused/state", sb->dir);
+
+	return access(p, F_OK) == 0;
+}
+
+/* Save the running (or in-memory paused) VM of sb to paused/ and end QEMU. Caller holds
+ * the busy token. On failure the VM runs on as it was. */
+static int pause_to_disk(struct daemon *d, struct sandbox *sb, struct k8_err *err)
+{
+	struct ckpt_job j = { .sb = sb, .label = "paused", .state_fd = -1, .layer_fd = -1 };
+	cleanup_free char *final = paused_dir(sb);
+	cleanup_free char *state = NULL;
+	struct statvfs vfs;
 	int r;
 
+	if (statvfs(sb->dir, &vfs) == 0 &&
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)sb->memory_mib + 256) << 20)
+		return k8_err_set(err, -ENOSPC, "not enough free disk space under %s to pause a "
+				  "%d MiB sandbox to disk; free some space, or pause it with "
+				  "--in-memory", sb->dir, sb->memory_mib);
+	j.tmpdir = xasprintf("%s/.tmp-paused", sb->dir);
+	rm_rf(j.tmpdir);
+	rm_rf(final);                   /* left by a resume that failed */
+	if ((r = mkdir_p(j.tmpdir, 0700))) {
+		k8_err_set(err, r, "mkdir %s: %s", j.tmpdir, strerror(-r));
+		goto out;
+	}
+	state = xasprintf("%s/state", j.tmpdir);
+	j.state_fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (j.state_fd < 0) {
+		r = k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
+		goto out;
+	}
+	pthread_mutex_lock(&sb->lock);
+	j.user_paused = sb->paused;
+	pthread_mutex_unlock(&sb->lock);
+	if ((r = ckpt_stop_vcpus(&j, err)) || (r = ckpt_save_state(&j, err)))
+		goto out;
+	if (fsync(j.state_fd) < 0 || rename(j.tmpdir, final) < 0) {
+		r = k8_err_set(err, -errno, "saving %s: %s", final, strerror(errno));
+		goto out;
+	}
+	free(j.tmpdir);
+	j.tmpdir = NULL;
+	j.stopped = false;              /* from here QEMU goes; nothing to continue */
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_PAUSED;
+	sb_save(sb);                    /* "paused" before QEMU goes (see above) */
+	sb_kill_qemu(d, sb);
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+out:
+	ckpt_job_end(&j, r, err);
+	return r;
+}
+
+/* Bring a sandbox paused to disk back. Caller holds the busy token and sb->state is
+ * SB_PAUSED. A failure before QEMU starts leaves it paused (try again); once QEMU was
+ * started the sandbox is failed, its disk as it was, and the next use boots it. */
+int ckpt_resume_locked(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err)
+{
+	cleanup_free char *dir = paused_dir(sb);
+	cleanup_free char *state = xasprintf("%s/state", dir);
+	cleanup_free char *top = xasprintf("%s/%s", sb->dir, top_of(sb));
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	uint64_t t0 = now_mono_ns();
+	pid_t pid = 0;
+	int r;
+
+	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
+		return k8_err_wrap(err, "sandbox '%s' stays paused", sb->name);
+	sfd = open(state, O_RDONLY | O_CLOEXEC);
+	if (sfd < 0)
+		return k8_err_set(err, -errno, "sandbox '%s' is paused but its saved state %s "
+				  "cannot be opened (%s); `kosa8 sandbox rm %s` removes it", sb->name,
+				  state, strerror(errno), sb->name);
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_BOOTING;
+	pthread_mutex_unlock(&sb->lock);
+	r = restore_spawn(d, sb, dir, top_of(sb), top, kfd, ifd, sfd, &pid, err);
+	if (!r)
+		r = sb_connect_vm(d, sb, pid, true, err);
+	pthread_mutex_lock(&sb->lock);
+	if (r) {
+		sb->state = SB_FAILED;
+		snprintf(sb->error, sizeof(sb->error), "resume failed: %s", err->msg);
+	} else {
+		sb->state = SB_RUNNING;
+		sb->error[0] = '\0';
+	}
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+	rm_rf(dir);                     /* used, or useless after a failed restore */
+	if (r) {
+		k8_err_wrap(err, "resuming sandbox '%s' (its processes are lost; its disk is "
+			    "kept and boots when next used)", sb->name);
+		daemon_audit(d, "sandbox.resume.failed", sb->name,
+			     json_pack("{s:s,s:s}", "from", "disk", "error", err->msg));
+		return r;
+	}
+	daemon_audit(d, "sandbox.resume", sb->name,
+		     json_pack("{s:s,s:s,s:I}", "from", "disk", "by", by, "ms",
+			       (json_int_t)((now_mono_ns() - t0) / 1000000)));
+	return 0;
+}
+
+static int pause_in_memory(struct daemon *d, struct sandbox *sb, bool pause,
+			   struct k8_err *err)
+{
+	int r = qmp_exec(&sb->qmp, pause ? "stop" : "cont", NULL, NULL, 10000, err);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&sb->lock);
+	sb->paused = pause;
+	pthread_mutex_unlock(&sb->lock);
+	if (!pause) {
+		/* Time went on outside: tell the guest. */
+		json_t *resp = NULL;
+		struct k8_err e2 = { 0 };
+		link_request(&sb->link, json_pack("{s:s,s:I}", "op", "init", "time_ns",
+						  (json_int_t)now_real_ns()),
+			     10000, &resp, NULL, &e2);
+		json_decref(resp);
+	}
+	return 0;
+}
+
+int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, bool in_memory, json_t **out,
+	     struct k8_err *err)
+{
+	uint64_t t0 = now_mono_ns();
+	const char *where = "memory";
+	int r = 0;
+
+	sb_busy_enter(sb);
+	if (sb->state == SB_PAUSED) {
+		/* On disk already: a pause has nothing to do, a resume restores. */
+		where = "disk";
+		if (!pause)
+			r = ckpt_resume_locked(d, sb, "resume", err);
+		sb_busy_leave(sb);
+		if (!r)
+			*out = json_pack("{s:s,s:I}", pause ? "to" : "from", where, "ms",
+					 (json_int_t)((now_mono_ns() - t0) / 1000000));
+		return r;
+	}
+	sb_busy_leave(sb);
 	if ((r = sb_ensure_running(d, sb, err)))
 		return r;
 	sb_busy_enter(sb);
-	r = qmp_exec(&sb->qmp, pause ? "stop" : "cont", NULL, NULL, 10000, err);
-	if (!r) {
-		pthread_mutex_lock(&sb->lock);
-		sb->paused = pause;
-		pthread_mutex_unlock(&sb->lock);
-		if (!pause) {
-			/* Time went on outside: tell the guest. */
-			json_t *resp = NULL;
-			struct k8_err e2 = { 0 };
-			link_request(&sb->link, json_pack("{s:s,s:I}", "op", "init", "time_ns",
-							  (json_int_t)now_real_ns()),
-				     10000, &resp, NULL, &e2);
-			json_decref(resp);
-		}
-		daemon_audit(d, pause ? "sandbox.pause" : "sandbox.resume", sb->name, NULL);
+	if (pause && !in_memory) {
+		where = "disk";
+		r = pause_to_disk(d, sb, err);
+	} else {
+		r = pause_in_memory(d, sb, pause, err);
 	}
 	sb_busy_leave(sb);
-	return r;
+	if (r)
+		return r;
+	json_int_t ms = (json_int_t)((now_mono_ns() - t0) / 1000000);
+	daemon_audit(d, pause ? "sandbox.pause" : "sandbox.resume", sb->name,
+		     json_pack("{s:s,s:I}", pause ? "to" : "from", where, "ms", ms));
+	*out = json_pack("{s:s,s:I}", pause ? "to" : "from", where, "ms", ms);
+	return 0;
 }
 
 /* Fork. The checkpoint's layers are frozen (nothing writes them again), so the new
@@ -870,7 +1040,10 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
 
-	if ((r = restore_spawn(d, sb, src, label, layer, top, kfd, ifd, sfd, &pid, err)))
+	char *cdir = ckpt_dir(src, label);
+	r = restore_spawn(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
+	free(cdir);
+	if (r)
 		goto fail;
 	if ((r = sb_connect_vm(d, sb, pid, true, err)))
 		goto fail;

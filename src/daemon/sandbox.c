@@ -10,6 +10,7 @@
 #include "common/proto.h"
 #include "daemon/sandbox.h"
 #include "daemon/accel.h"
+#include "daemon/checkpoint.h"
 #include "daemon/egress.h"
 #include "daemon/mounts.h"
 #include "daemon/audit.h"
@@ -34,7 +35,7 @@
 
 static const char *const state_names[] = {
 	[SB_STOPPED] = "stopped", [SB_BOOTING] = "booting", [SB_RUNNING] = "running",
-	[SB_FAILED] = "failed", [SB_REMOVING] = "removing",
+	[SB_FAILED] = "failed", [SB_REMOVING] = "removing", [SB_PAUSED] = "paused",
 };
 
 bool sb_name_valid(const char *n)
@@ -632,6 +633,8 @@ int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	sb_busy_enter(sb);
 	if (sb->state == SB_REMOVING) {
 		r = k8_err_set(err, -ENOENT, "sandbox '%s' is being removed", sb->name);
+	} else if (sb->state == SB_PAUSED) {     /* paused to disk: any use resumes it */
+		r = ckpt_resume_locked(d, sb, "use", err);
 	} else if (!sb_check_alive(d, sb)) {
 		const char *why = sb->state == SB_FAILED ? sb->error : "it was stopped";
 		daemon_log("sandbox %s: booting (%s)", sb->name, why);
@@ -697,6 +700,9 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 		      "disk_gb", sb->disk_gb, "created", sb->created, "accel", sb->accel, "pid",
 		      (json_int_t)sb->pid, "images", imgs, "egress", sb->egress_mode);
 	json_object_set_new(o, "mounts", mounts_json(sb, false));
+	if (sb->state == SB_PAUSED || (sb->state == SB_RUNNING && sb->paused))
+		json_object_set_new(o, "paused_to",
+				    json_string(sb->state == SB_PAUSED ? "disk" : "memory"));
 	if (detail)
 		json_object_set_new(o, "network", egress_summary(sb));
 	if (sb->error[0])
@@ -713,7 +719,7 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 			json_object_set_new(o, "agent_proto", json_integer(sb->link.proto));
 		json_object_set_new(o, "forked", json_boolean(sb->forked));
 		json_object_set_new(o, "disk_top", json_string(sb->disk[0] ? sb->disk : "scratch.qcow2"));
-		json_object_set_new(o, "paused", json_boolean(sb->paused));
+		json_object_set_new(o, "paused", json_boolean(sb->paused || sb->state == SB_PAUSED));
 	}
 	pthread_mutex_unlock(&sb->lock);
 	if (detail && sb->state == SB_RUNNING && !sb->paused) {
@@ -775,6 +781,8 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->created, sizeof(sb->created), "%s", created);
 	snprintf(sb->accel, sizeof(sb->accel), "%s", accel);
+	if (!strcmp(state, "paused"))   /* paused to disk; sb_load_all checks its state file */
+		sb->state = SB_PAUSED;
 	{
 		const char *disk = json_string_value(json_object_get(rec, "disk"));
 		if (disk && !strchr(disk, '/') && strlen(disk) < sizeof(sb->disk))
@@ -857,7 +865,19 @@ int sb_load_all(struct daemon *d)
 			daemon_log("skipping %s/%s: no readable sandbox.json", dir, de->d_name);
 			continue;
 		}
-		if (vm_alive(sb->pid, sb->pid_start)) {
+		if (sb->state == SB_PAUSED && ckpt_paused_on_disk(sb)) {
+			/* A daemon killed between the save and QEMU's end leaves it. */
+			if (vm_alive(sb->pid, sb->pid_start))
+				kill(sb->pid, SIGKILL);
+			sb->pid = 0;
+			sb->pid_start = 0;
+			/* Its sidecars, if they outlived the daemon, serve the resume. */
+			if (sidecar_alive(&sb->net))
+				net_adopt(d, sb);
+			if (sidecar_alive(&sb->fs))
+				fs_adopt(d, sb);
+			daemon_log("sandbox %s: paused to disk", sb->name);
+		} else if (vm_alive(sb->pid, sb->pid_start)) {
 			if (sb_adopt(d, sb, &err) == 0) {
 				sb->state = SB_RUNNING;
 				daemon_log("sandbox %s: adopted running VM (pid %d)", sb->name, (int)sb->pid);
@@ -1140,6 +1160,8 @@ void sb_stop_all(struct daemon *d)
 			sb_kill_vm(d, sb);
 			sb->state = SB_STOPPED;
 			sb_save(sb);
+		} else if (sb->state == SB_PAUSED) {
+			sb_kill_vm(d, sb);      /* its sidecars; it stays paused */
 		}
 		pthread_mutex_unlock(&sb->lock);
 	}
