@@ -98,9 +98,15 @@ def test_run_resumes_a_sandbox_paused_to_disk(home, psb, loaded):
     cid = start_counter(home, psb, loaded)
     home("sandbox", "pause", psb, check=True)
     assert me(home, psb)["state"] == "paused"
+    # kosa8-net stays while paused: a policy change reaches it, not only the record
+    eg = home.json("sandbox", "egress", psb, "--allow", "example.org")
+    assert eg["applied"] == "live", eg
     p = home("sandbox", "run", psb, loaded, "python3", "-c", "print('back')")
     assert p.returncode == 0 and p.stdout == "back\n", p.stderr
     assert me(home, psb)["state"] == "running"
+    eg = home.json("sandbox", "egress", psb)
+    assert eg["network"] == "up" and "example.org" in eg["rules"], eg
+    home("sandbox", "egress", psb, "--remove", "example.org", check=True)
     # exec (on the counter) resumes by itself too: pause again and use it
     home("sandbox", "pause", psb, check=True)
     seq = lines(home, psb, cid)
