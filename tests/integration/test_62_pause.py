@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Pause to disk (QEMU ends, the machine is saved under the sandbox's paused/) and resume,
 # by `resume` and by use; across a daemon kill -9; --in-memory still only stops vCPUs.
+import json
 import os
 import signal
 
@@ -151,4 +152,26 @@ def test_in_memory_pause_keeps_qemu(home, psb, loaded):
     assert not os.path.exists("/proc/%d" % qpid)
     home("sandbox", "resume", psb, check=True)
     assert whole(lines(home, psb, cid))
+    home("sandbox", "stop", psb, cid)
+
+
+def test_paused_sandbox_survives_daemon_stop_as_after_a_reboot(home, psb, loaded):
+    """A daemon stop ends the paused sandbox's sidecars too, which leaves what a host
+    reboot leaves: sandbox.json and paused/ on disk, no process. Resume starts anew."""
+    cid = start_counter(home, psb, loaded)
+    home("sandbox", "pause", psb, check=True)
+    with open(os.path.join(home.path, "sandboxes", psb, "sandbox.json")) as f:
+        sc = json.load(f)["sidecars"]
+    home.stop()
+    for role in ("net", "fs"):
+        pid = sc[role]["pid"]
+        assert not pid or wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10), role
+    home.start()
+    s = me(home, psb)
+    assert s["state"] == "paused" and s["paused_to"] == "disk", s
+    home("sandbox", "resume", psb, check=True)
+    n0 = len(lines(home, psb, cid))
+    assert wait_for(lambda: len(lines(home, psb, cid)) > n0 + 3, 30), "it did not count on"
+    assert whole(lines(home, psb, cid))
+    assert home.json("sandbox", "egress", psb)["network"] == "up"
     home("sandbox", "stop", psb, cid)
