@@ -623,37 +623,6 @@ out:
 	return r;
 }
 
-/* Start the QEMU that restores the state saved in `statedir` (a checkpoint's directory:
- * of sb for a rewind, of its source for a fork; sb's paused/ for a resume) into sb on
- * the top layer `layer`: sidecars up, kosa8-fs given the
- * FUSE nodes and open files the guest had then, and -incoming from the state file. */
-static int restore_spawn(struct daemon *d, struct sandbox *sb, const char *statedir,
-			 const char *layer, const char *top, int kfd, int ifd, int sfd, pid_t *pid,
-			 struct k8_err *err)
-{
-	cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", statedir);
-	struct sb_socks k;
-	struct vm_spec spec;
-	char **chain = NULL;
-	int r;
-
-	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
-		return r;
-	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
-		return r;
-	spec.kernel_fd = kfd;
-	spec.initramfs_fd = ifd;
-	spec.images = sb->images;
-	spec.nimages = sb->nimages;
-	spec.scratch = top;
-	spec.incoming_fd = sfd;
-	spec.nchain = layers_chain(sb->dir, layer, &chain);
-	spec.chain = (const char *const *)chain;
-	r = vm_spawn(&spec, pid, err);
-	layers_chain_free(chain, spec.nchain);
-	return r;
-}
-
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err)
 {
@@ -710,7 +679,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
 	pthread_mutex_unlock(&sb->lock);
 	char *cdir = ckpt_dir(sb, label);
-	r = restore_spawn(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
+	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
 	free(cdir);
 	if (r)
 		goto fail;
@@ -763,20 +732,14 @@ out:
  * rewind (egress counts, pinned names, open files); a daemon that stops, or a host that
  * reboots, ends them, and the resume starts new ones with the saved tables. sandbox.json
  * says "paused" from the moment paused/state is complete, so a daemon killed at any
- * point finds either a VM to adopt or a state to resume. A resume is a restore: QEMU
+ * point finds either a VM to adopt or a state to resume. A resume is a restore
+ * (sandbox.c, sb_resume_paused, which any use reaches through sb_ensure_running): QEMU
  * with -incoming from paused/state, the agent greeted, its clock set and its RNG given
  * host entropy as after a rewind (sb_connect_vm); then paused/ is removed. */
 
 static char *paused_dir(struct sandbox *sb)
 {
 	return xasprintf("%s/paused", sb->dir);
-}
-
-bool ckpt_paused_on_disk(struct sandbox *sb)
-{
-	cleanup_free char *p = xasprintf("%s/paused/state", sb->dir);
-
-	return access(p, F_OK) == 0;
 }
 
 /* Save the running (or in-memory paused) VM of sb to paused/ and end QEMU. Caller holds
@@ -830,56 +793,6 @@ out:
 	return r;
 }
 
-/* Bring a sandbox paused to disk back. Caller holds the busy token and sb->state is
- * SB_PAUSED. A failure before QEMU starts leaves it paused (try again); once QEMU was
- * started the sandbox is failed, its disk as it was, and the next use boots it. */
-int ckpt_resume_locked(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err)
-{
-	cleanup_free char *dir = paused_dir(sb);
-	cleanup_free char *state = xasprintf("%s/state", dir);
-	cleanup_free char *top = xasprintf("%s/%s", sb->dir, top_of(sb));
-	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
-	uint64_t t0 = now_mono_ns();
-	pid_t pid = 0;
-	int r;
-
-	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
-		return k8_err_wrap(err, "sandbox '%s' stays paused", sb->name);
-	sfd = open(state, O_RDONLY | O_CLOEXEC);
-	if (sfd < 0)
-		return k8_err_set(err, -errno, "sandbox '%s' is paused but its saved state %s "
-				  "cannot be opened (%s); `kosa8 sandbox rm %s` removes it", sb->name,
-				  state, strerror(errno), sb->name);
-	pthread_mutex_lock(&sb->lock);
-	sb->state = SB_BOOTING;
-	pthread_mutex_unlock(&sb->lock);
-	r = restore_spawn(d, sb, dir, top_of(sb), top, kfd, ifd, sfd, &pid, err);
-	if (!r)
-		r = sb_connect_vm(d, sb, pid, true, err);
-	pthread_mutex_lock(&sb->lock);
-	if (r) {
-		sb->state = SB_FAILED;
-		snprintf(sb->error, sizeof(sb->error), "resume failed: %s", err->msg);
-	} else {
-		sb->state = SB_RUNNING;
-		sb->error[0] = '\0';
-	}
-	sb_save(sb);
-	pthread_mutex_unlock(&sb->lock);
-	rm_rf(dir);                     /* used, or useless after a failed restore */
-	if (r) {
-		k8_err_wrap(err, "resuming sandbox '%s' (its processes are lost; its disk is "
-			    "kept and boots when next used)", sb->name);
-		daemon_audit(d, "sandbox.resume.failed", sb->name,
-			     json_pack("{s:s,s:s}", "from", "disk", "error", err->msg));
-		return r;
-	}
-	daemon_audit(d, "sandbox.resume", sb->name,
-		     json_pack("{s:s,s:s,s:I}", "from", "disk", "by", by, "ms",
-			       (json_int_t)((now_mono_ns() - t0) / 1000000)));
-	return 0;
-}
-
 static int pause_in_memory(struct daemon *d, struct sandbox *sb, bool pause,
 			   struct k8_err *err)
 {
@@ -914,7 +827,7 @@ int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, bool in_memory, j
 		/* On disk already: a pause has nothing to do, a resume restores. */
 		where = "disk";
 		if (!pause)
-			r = ckpt_resume_locked(d, sb, "resume", err);
+			r = sb_resume_paused(d, sb, "resume", err);
 		sb_busy_leave(sb);
 		if (!r)
 			*out = json_pack("{s:s,s:I}", pause ? "to" : "from", where, "ms",
@@ -1041,7 +954,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	pthread_mutex_unlock(&sb->lock);
 
 	char *cdir = ckpt_dir(src, label);
-	r = restore_spawn(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
+	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
 	free(cdir);
 	if (r)
 		goto fail;

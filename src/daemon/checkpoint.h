@@ -24,12 +24,6 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
  * vCPUs only stop; resume undoes either. out: {"to"|"from": "disk"|"memory", "ms"}. */
 int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, bool in_memory, json_t **out,
 	     struct k8_err *err);
-/* Restore a sandbox paused to disk (state SB_PAUSED; caller holds the busy token). `by`
- * names what asked, for the audit record ("resume", "use"). */
-int ckpt_resume_locked(struct daemon *d, struct sandbox *sb, const char *by,
-		       struct k8_err *err);
-/* Does sb's dir hold a complete paused/state? */
-bool ckpt_paused_on_disk(struct sandbox *sb);
 /* A new sandbox `name` started from checkpoint `label` of `src`: its disk layers are hard
  * links to the checkpoint's, so it costs only what it writes. */
 int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,

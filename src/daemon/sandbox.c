@@ -10,7 +10,6 @@
 #include "common/proto.h"
 #include "daemon/sandbox.h"
 #include "daemon/accel.h"
-#include "daemon/checkpoint.h"
 #include "daemon/egress.h"
 #include "daemon/mounts.h"
 #include "daemon/audit.h"
@@ -502,6 +501,94 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	return r;
 }
 
+/* Start the QEMU that restores the state saved in `statedir` (a checkpoint's directory:
+ * of sb for a rewind, of its source for a fork; sb's paused/ for a resume) into sb on
+ * the top layer `layer`: sidecars up, kosa8-fs given the FUSE nodes and open files the
+ * guest had then, and -incoming from the state file. */
+int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir,
+		      const char *layer, const char *top, int kfd, int ifd, int sfd, pid_t *pid,
+		      struct k8_err *err)
+{
+	cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", statedir);
+	struct sb_socks k;
+	struct vm_spec spec;
+	char **chain = NULL;
+	int r;
+
+	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
+		return r;
+	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
+		return r;
+	spec.kernel_fd = kfd;
+	spec.initramfs_fd = ifd;
+	spec.images = sb->images;
+	spec.nimages = sb->nimages;
+	spec.scratch = top;
+	spec.incoming_fd = sfd;
+	spec.nchain = layers_chain(sb->dir, layer, &chain);
+	spec.chain = (const char *const *)chain;
+	r = vm_spawn(&spec, pid, err);
+	layers_chain_free(chain, spec.nchain);
+	return r;
+}
+
+bool sb_paused_on_disk(struct sandbox *sb)
+{
+	cleanup_free char *p = xasprintf("%s/paused/state", sb->dir);
+
+	return access(p, F_OK) == 0;
+}
+
+/* Bring a sandbox paused to disk back. Caller holds the busy token and sb->state is
+ * SB_PAUSED. A failure before QEMU starts leaves it paused (try again); once QEMU was
+ * started the sandbox is failed, its disk as it was, and the next use boots it. */
+int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err)
+{
+	cleanup_free char *dir = xasprintf("%s/paused", sb->dir);
+	cleanup_free char *state = xasprintf("%s/state", dir);
+	cleanup_free char *top = xasprintf("%s/%s", sb->dir, layers_top(sb->disk));
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	uint64_t t0 = now_mono_ns();
+	pid_t pid = 0;
+	int r;
+
+	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
+		return k8_err_wrap(err, "sandbox '%s' stays paused", sb->name);
+	sfd = open(state, O_RDONLY | O_CLOEXEC);
+	if (sfd < 0)
+		return k8_err_set(err, -errno, "sandbox '%s' is paused but its saved state %s "
+				  "cannot be opened (%s); `kosa8 sandbox rm %s` removes it", sb->name,
+				  state, strerror(errno), sb->name);
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_BOOTING;
+	pthread_mutex_unlock(&sb->lock);
+	r = sb_spawn_restored(d, sb, dir, layers_top(sb->disk), top, kfd, ifd, sfd, &pid, err);
+	if (!r)
+		r = sb_connect_vm(d, sb, pid, true, err);
+	pthread_mutex_lock(&sb->lock);
+	if (r) {
+		sb->state = SB_FAILED;
+		snprintf(sb->error, sizeof(sb->error), "resume failed: %s", err->msg);
+	} else {
+		sb->state = SB_RUNNING;
+		sb->error[0] = '\0';
+	}
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+	rm_rf(dir);                     /* used, or useless after a failed restore */
+	if (r) {
+		k8_err_wrap(err, "resuming sandbox '%s' (its processes are lost; its disk is "
+			    "kept and boots when next used)", sb->name);
+		daemon_audit(d, "sandbox.resume.failed", sb->name,
+			     json_pack("{s:s,s:s}", "from", "disk", "error", err->msg));
+		return r;
+	}
+	daemon_audit(d, "sandbox.resume", sb->name,
+		     json_pack("{s:s,s:s,s:I}", "from", "disk", "by", by, "ms",
+			       (json_int_t)((now_mono_ns() - t0) / 1000000)));
+	return 0;
+}
+
 /* A daemon killed in the middle of a checkpoint can leave its VM stopped, or with a new
  * disk layer on top that sandbox.json does not name yet. Put both right: the vCPUs run
  * (pausing is not remembered across daemons) and the record names the real top layer,
@@ -634,7 +721,7 @@ int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (sb->state == SB_REMOVING) {
 		r = k8_err_set(err, -ENOENT, "sandbox '%s' is being removed", sb->name);
 	} else if (sb->state == SB_PAUSED) {     /* paused to disk: any use resumes it */
-		r = ckpt_resume_locked(d, sb, "use", err);
+		r = sb_resume_paused(d, sb, "use", err);
 	} else if (!sb_check_alive(d, sb)) {
 		const char *why = sb->state == SB_FAILED ? sb->error : "it was stopped";
 		daemon_log("sandbox %s: booting (%s)", sb->name, why);
@@ -865,7 +952,7 @@ int sb_load_all(struct daemon *d)
 			daemon_log("skipping %s/%s: no readable sandbox.json", dir, de->d_name);
 			continue;
 		}
-		if (sb->state == SB_PAUSED && ckpt_paused_on_disk(sb)) {
+		if (sb->state == SB_PAUSED && sb_paused_on_disk(sb)) {
 			/* A daemon killed between the save and QEMU's end leaves it. */
 			if (vm_alive(sb->pid, sb->pid_start))
 				kill(sb->pid, SIGKILL);
