@@ -793,8 +793,7 @@ out:
 	return r;
 }
 
-static int pause_in_memory(struct daemon *d, struct sandbox *sb, bool pause,
-			   struct k8_err *err)
+static int pause_in_memory(struct sandbox *sb, bool pause, struct k8_err *err)
 {
 	int r = qmp_exec(&sb->qmp, pause ? "stop" : "cont", NULL, NULL, 10000, err);
 
@@ -842,7 +841,7 @@ int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, bool in_memory, j
 		where = "disk";
 		r = pause_to_disk(d, sb, err);
 	} else {
-		r = pause_in_memory(d, sb, pause, err);
+		r = pause_in_memory(sb, pause, err);
 	}
 	sb_busy_leave(sb);
 	if (r)
