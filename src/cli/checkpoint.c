@@ -4,10 +4,11 @@
 #include "cli/cli.h"
 
 #include <stdio.h>
+#include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
 
-enum { OPT_LABEL = 1, OPT_TO, OPT_YES, OPT_FROM, OPT_NAME };
+enum { OPT_LABEL = 1, OPT_TO, OPT_YES, OPT_FROM, OPT_NAME, OPT_IN_MEMORY };
 
 static const char *opt_arg(const struct cli_args *a, int id)
 {
@@ -229,18 +230,33 @@ const struct cli_cmd cli_rewind_cmd = {
 static int pause_resume(const struct cli_cmd *self, int argc, char **argv, const char *home,
 			const char *what)
 {
+	static const struct cli_opt pause_opts[] = { { "in-memory", 0, 0, OPT_IN_MEMORY },
+						     { "json", 0, 0, CLI_OPT_JSON },
+						     { NULL, 0, 0, 0 } };
+	bool pause = what[1] == 'p';
 	struct cli_args a;
 	struct client cl;
 	cleanup_free char *path = NULL;
-	json_t *res = NULL;
+	json_t *body = NULL, *res = NULL;
 	int rc;
 
-	if (!cli_begin(self, argc, argv, NULL, 0, 1, 1, home, &a, &cl, &rc))
+	if (!cli_begin(self, argc, argv, pause ? pause_opts : cli_json_only, 0, 1, 1, home, &a,
+		       &cl, &rc))
 		return rc;
 	path = sb_sub(a.pos[0], what);
-	rc = post(&cl, path, NULL, &res);
-	if (rc == CLI_EXIT_OK)
-		printf("%s %s\n", a.pos[0], what[1] == 'p' ? "paused" : "resumed");
+	if (pause && cli_has_opt(&a, OPT_IN_MEMORY))
+		body = json_pack("{s:b}", "in_memory", 1);
+	rc = post(&cl, path, body, &res);
+	if (rc == CLI_EXIT_OK) {
+		const char *where = json_string_value(json_object_get(res, pause ? "to" : "from"));
+		if (cli_has_opt(&a, CLI_OPT_JSON))
+			out_json(res, 0);
+		else
+			printf("%s %s%s%s in %lld ms\n", a.pos[0], pause ? "paused" : "resumed",
+			       where ? (pause ? " to " : " from ") : "", where ? where : "",
+			       (long long)json_integer_value(json_object_get(res, "ms")));
+	}
+	json_decref(body);
 	json_decref(res);
 	return cli_end(&a, &cl, rc);
 }

@@ -922,18 +922,27 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox rm interp\n" },
-	{ "sandbox pause", cli_cmd_pause, "stop a sandbox's vCPUs (memory stays)",
-	  "Usage: kosa8 sandbox pause NAME\n"
+	{ "sandbox pause", cli_cmd_pause, "save a sandbox's machine to disk and free its memory",
+	  "Usage: kosa8 sandbox pause NAME [--in-memory] [--json]\n"
 	  "\n"
-	  "Stop the vCPUs of sandbox NAME: its processes stop where they are and keep\n"
-	  "their memory. It is listed as paused; run and exec are refused until resume.\n"
+	  "Stop sandbox NAME where it is: memory, processes and devices are saved to its\n"
+	  "directory and its VM ends, so it holds no host memory while paused. It is listed\n"
+	  "as paused and survives a daemon restart and a host reboot. resume brings it\n"
+	  "back; so does any use (run, exec, pull, checkpoint, ps), by itself.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --in-memory  only stop its vCPUs: faster both ways, but its memory stays\n"
+	  "               taken; run and exec are refused until resume, and a daemon\n"
+	  "               restart lets it run on\n"
+	  "  --json       {\"to\":\"disk\"|\"memory\",\"ms\"} as one line\n"
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox pause interp\n" },
-	{ "sandbox resume", cli_cmd_resume, "start a paused sandbox's vCPUs again",
-	  "Usage: kosa8 sandbox resume NAME\n"
+	{ "sandbox resume", cli_cmd_resume, "bring a paused sandbox back",
+	  "Usage: kosa8 sandbox resume NAME [--json]\n"
 	  "\n"
-	  "Let a paused sandbox go on; its clock is set to now.\n"
+	  "Let a paused sandbox go on where it stopped (restored from disk, or its vCPUs\n"
+	  "started again); its clock is set to now.\n"
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox resume interp\n" },

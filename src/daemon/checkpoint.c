@@ -625,36 +625,6 @@ out:
 	return r;
 }
 
-/* Start the QEMU that restores checkpoint `label` of `from` into sb (a rewind: from ==
- * sb; a fork: its source) on the new top layer `layer`: sidecars up, kosa8-fs given the
- * FUSE nodes and open files the guest had then, and -incoming from the state file. */
-static int restore_spawn(struct daemon *d, struct sandbox *sb, struct sandbox *from,
-			 const char *label, const char *layer, const char *top, int kfd, int ifd,
-			 int sfd, pid_t *pid, struct k8_err *err)
-{
-	cleanup_free char *nodes = xasprintf("%s/checkpoints/%s/fs-nodes.json", from->dir, label);
-	struct sb_socks k;
-	struct vm_spec spec;
-	char **chain = NULL;
-	int r;
-
-	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
-		return r;
-	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
-		return r;
-	spec.kernel_fd = kfd;
-	spec.initramfs_fd = ifd;
-	spec.images = sb->images;
-	spec.nimages = sb->nimages;
-	spec.scratch = top;
-	spec.incoming_fd = sfd;
-	spec.nchain = layers_chain(sb->dir, layer, &chain);
-	spec.chain = (const char *const *)chain;
-	r = vm_spawn(&spec, pid, err);
-	layers_chain_free(chain, spec.nchain);
-	return r;
-}
-
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err)
 {
@@ -710,7 +680,10 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
 	pthread_mutex_unlock(&sb->lock);
-	if ((r = restore_spawn(d, sb, sb, label, layer, top, kfd, ifd, sfd, &pid, err)))
+	char *cdir = ckpt_dir(sb, label);
+	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
+	free(cdir);
+	if (r)
 		goto fail;
 	/* QEMU starts the guest by itself once the state is in. */
 	r = sb_connect_vm(d, sb, pid, true, err);
@@ -727,6 +700,11 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
 	ckpt_gc_layers(sb);
+	{
+		char *pd = xasprintf("%s/paused", sb->dir);  /* a rewind of one paused to disk */
+		rm_rf(pd);
+		free(pd);
+	}
 	*out = json_pack("{s:s,s:I}", "label", label, "ms",
 			 (json_int_t)((now_mono_ns() - t0) / 1000000));
 	daemon_audit(d, "checkpoint.rewind", sb->name,
@@ -746,31 +724,135 @@ out:
 	return r;
 }
 
-int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *err)
+/* ---- pause ----
+ *
+ * In memory: the vCPUs stop (QMP `stop`) and QEMU keeps every byte. To disk (the
+ * default): the vCPUs stop, memory and devices go to paused/state by the same migration
+ * a checkpoint uses (and kosa8-fs's tables to paused/fs-nodes.json), then QEMU ends. The
+ * disk stays on the current top layer: nothing writes it while QEMU is stopped, and the
+ * completed migration has flushed it, so no layer is frozen. The sidecars stay, as in a
+ * rewind (egress counts, pinned names, open files); a daemon that stops, or a host that
+ * reboots, ends them, and the resume starts new ones with the saved tables. sandbox.json
+ * says "paused" from the moment paused/state is complete, so a daemon killed at any
+ * point finds either a VM to adopt or a state to resume. A resume is a restore
+ * (sandbox.c, sb_resume_paused, which any use reaches through sb_ensure_running): QEMU
+ * with -incoming from paused/state, the agent greeted, its clock set and its RNG given
+ * host entropy as after a rewind (sb_connect_vm); then paused/ is removed. */
+
+static char *paused_dir(struct sandbox *sb)
 {
+	return xasprintf("%s/paused", sb->dir);
+}
+
+/* Save the running (or in-memory paused) VM of sb to paused/ and end QEMU. Caller holds
+ * the busy token. On failure the VM runs on as it was. */
+static int pause_to_disk(struct daemon *d, struct sandbox *sb, struct k8_err *err)
+{
+	struct ckpt_job j = { .sb = sb, .label = "paused", .state_fd = -1, .layer_fd = -1 };
+	cleanup_free char *final = paused_dir(sb);
+	cleanup_free char *state = NULL;
+	struct statvfs vfs;
 	int r;
 
+	if (statvfs(sb->dir, &vfs) == 0 &&
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)sb->memory_mib + 256) << 20)
+		return k8_err_set(err, -ENOSPC, "not enough free disk space under %s to pause a "
+				  "%d MiB sandbox to disk; free some space, or pause it with "
+				  "--in-memory", sb->dir, sb->memory_mib);
+	j.tmpdir = xasprintf("%s/.tmp-paused", sb->dir);
+	rm_rf(j.tmpdir);
+	rm_rf(final);                   /* left by a resume that failed */
+	if ((r = mkdir_p(j.tmpdir, 0700))) {
+		k8_err_set(err, r, "mkdir %s: %s", j.tmpdir, strerror(-r));
+		goto out;
+	}
+	state = xasprintf("%s/state", j.tmpdir);
+	j.state_fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (j.state_fd < 0) {
+		r = k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
+		goto out;
+	}
+	pthread_mutex_lock(&sb->lock);
+	j.user_paused = sb->paused;
+	pthread_mutex_unlock(&sb->lock);
+	if ((r = ckpt_stop_vcpus(&j, err)) || (r = ckpt_save_state(&j, err)))
+		goto out;
+	if (fsync(j.state_fd) < 0 || rename(j.tmpdir, final) < 0) {
+		r = k8_err_set(err, -errno, "saving %s: %s", final, strerror(errno));
+		goto out;
+	}
+	free(j.tmpdir);
+	j.tmpdir = NULL;
+	j.stopped = false;              /* from here QEMU goes; nothing to continue */
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_PAUSED;
+	sb_save(sb);                    /* "paused" before QEMU goes (see above) */
+	sb_kill_qemu(d, sb);
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+out:
+	ckpt_job_end(&j, r, err);
+	return r;
+}
+
+static int pause_in_memory(struct sandbox *sb, bool pause, struct k8_err *err)
+{
+	int r = qmp_exec(&sb->qmp, pause ? "stop" : "cont", NULL, NULL, 10000, err);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&sb->lock);
+	sb->paused = pause;
+	pthread_mutex_unlock(&sb->lock);
+	if (!pause) {
+		/* Time went on outside: tell the guest. */
+		json_t *resp = NULL;
+		struct k8_err e2 = { 0 };
+		link_request(&sb->link, json_pack("{s:s,s:I}", "op", "init", "time_ns",
+						  (json_int_t)now_real_ns()),
+			     10000, &resp, NULL, &e2);
+		json_decref(resp);
+	}
+	return 0;
+}
+
+int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, bool in_memory, json_t **out,
+	     struct k8_err *err)
+{
+	uint64_t t0 = now_mono_ns();
+	const char *where = "memory";
+	int r = 0;
+
+	sb_busy_enter(sb);
+	if (sb->state == SB_PAUSED) {
+		/* On disk already: a pause has nothing to do, a resume restores. */
+		where = "disk";
+		if (!pause)
+			r = sb_resume_paused(d, sb, "resume", err);
+		sb_busy_leave(sb);
+		if (!r)
+			*out = json_pack("{s:s,s:I}", pause ? "to" : "from", where, "ms",
+					 (json_int_t)((now_mono_ns() - t0) / 1000000));
+		return r;
+	}
+	sb_busy_leave(sb);
 	if ((r = sb_ensure_running(d, sb, err)))
 		return r;
 	sb_busy_enter(sb);
-	r = qmp_exec(&sb->qmp, pause ? "stop" : "cont", NULL, NULL, 10000, err);
-	if (!r) {
-		pthread_mutex_lock(&sb->lock);
-		sb->paused = pause;
-		pthread_mutex_unlock(&sb->lock);
-		if (!pause) {
-			/* Time went on outside: tell the guest. */
-			json_t *resp = NULL;
-			struct k8_err e2 = { 0 };
-			link_request(&sb->link, json_pack("{s:s,s:I}", "op", "init", "time_ns",
-							  (json_int_t)now_real_ns()),
-				     10000, &resp, NULL, &e2);
-			json_decref(resp);
-		}
-		daemon_audit(d, pause ? "sandbox.pause" : "sandbox.resume", sb->name, NULL);
+	if (pause && !in_memory) {
+		where = "disk";
+		r = pause_to_disk(d, sb, err);
+	} else {
+		r = pause_in_memory(sb, pause, err);
 	}
 	sb_busy_leave(sb);
-	return r;
+	if (r)
+		return r;
+	json_int_t ms = (json_int_t)((now_mono_ns() - t0) / 1000000);
+	daemon_audit(d, pause ? "sandbox.pause" : "sandbox.resume", sb->name,
+		     json_pack("{s:s,s:I}", pause ? "to" : "from", where, "ms", ms));
+	*out = json_pack("{s:s,s:I}", pause ? "to" : "from", where, "ms", ms);
+	return 0;
 }
 
 /* Fork. The checkpoint's layers are frozen (nothing writes them again), so the new
@@ -872,7 +954,10 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
 
-	if ((r = restore_spawn(d, sb, src, label, layer, top, kfd, ifd, sfd, &pid, err)))
+	char *cdir = ckpt_dir(src, label);
+	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
+	free(cdir);
+	if (r)
 		goto fail;
 	if ((r = sb_connect_vm(d, sb, pid, true, err)))
 		goto fail;
@@ -960,14 +1045,19 @@ static int ckpt_op_fork(struct api_call *call, struct sandbox *sb)
 	return ckpt_fork(call->d, sb, from, name, &call->out, &call->err);
 }
 
+/* {"in_memory": true}: only the vCPUs stop (docs/api.md); else the machine goes to disk. */
 static int ckpt_op_pause(struct api_call *call, struct sandbox *sb)
 {
-	return sb_pause(call->d, sb, true, &call->err);
+	bool in_memory = false;
+
+	if (api_body_bool(call, "in_memory", API_OPTIONAL, &in_memory))
+		return call->err.code;
+	return sb_pause(call->d, sb, true, in_memory, &call->out, &call->err);
 }
 
 static int ckpt_op_resume(struct api_call *call, struct sandbox *sb)
 {
-	return sb_pause(call->d, sb, false, &call->err);
+	return sb_pause(call->d, sb, false, false, &call->out, &call->err);
 }
 
 int ckpt_api_create(struct api_call *call) { return ckpt_api_on(call, ckpt_op_create); }

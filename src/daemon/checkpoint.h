@@ -21,7 +21,10 @@ int ckpt_list(struct daemon *d, struct sandbox *sb, json_t **out, struct k8_err 
 int ckpt_remove(struct daemon *d, struct sandbox *sb, const char *label, struct k8_err *err);
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err);
-int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, struct k8_err *err);
+/* pause: to disk (QEMU ends, paused/state keeps the machine), or with in_memory the
+ * vCPUs only stop; resume undoes either. out: {"to"|"from": "disk"|"memory", "ms"}. */
+int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, bool in_memory, json_t **out,
+	     struct k8_err *err);
 /* A new sandbox `name` started from checkpoint `label` of `src`: its disk layers are hard
  * links to the checkpoint's, so it costs only what it writes. */
 int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,

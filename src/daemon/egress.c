@@ -384,7 +384,8 @@ int egress_update(struct daemon *d, struct sandbox *sb, json_t *body, json_t **o
 		snprintf(mode, sizeof(mode), "%s", json_string_value(mode_v));
 	else if (!strcmp(mode, "deny") && json_array_size(added))
 		snprintf(mode, sizeof(mode), "allow-list");   /* allowing something lifts deny */
-	live = sb->state == SB_RUNNING && sidecar_connected(&sb->net);
+	/* paused to disk, kosa8-net stays and serves the resume: it takes the change too */
+	live = (sb->state == SB_RUNNING || sb->state == SB_PAUSED) && sidecar_connected(&sb->net);
 	if (live) {
 		/* kosa8-net applies it (and cuts flows it now refuses) before we record it. */
 		r = sidecar_request(&sb->net,

@@ -7,7 +7,7 @@
 
 static const char *const state_names[] = {
 	[SB_STOPPED] = "stopped", [SB_BOOTING] = "booting", [SB_RUNNING] = "running",
-	[SB_FAILED] = "failed", [SB_REMOVING] = "removing",
+	[SB_FAILED] = "failed", [SB_REMOVING] = "removing", [SB_PAUSED] = "paused",
 };
 
 const char *sb_state_name(enum sb_state s)

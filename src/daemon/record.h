@@ -33,7 +33,9 @@ struct sb_mount {
 	long long btime;                /* birth time (ns), 0 if the file system has none */
 };
 
-enum sb_state { SB_STOPPED, SB_BOOTING, SB_RUNNING, SB_FAILED, SB_REMOVING };
+/* SB_PAUSED: paused to disk, no QEMU (paused/state holds the machine, checkpoint.c);
+ * a sandbox paused in memory is SB_RUNNING with `paused` set. */
+enum sb_state { SB_STOPPED, SB_BOOTING, SB_RUNNING, SB_FAILED, SB_REMOVING, SB_PAUSED };
 
 struct sandbox {
 	struct sandbox *next;

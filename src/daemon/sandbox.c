@@ -401,6 +401,94 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	return r;
 }
 
+/* Start the QEMU that restores the state saved in `statedir` (a checkpoint's directory:
+ * of sb for a rewind, of its source for a fork; sb's paused/ for a resume) into sb on
+ * the top layer `layer`: sidecars up, kosa8-fs given the FUSE nodes and open files the
+ * guest had then, and -incoming from the state file. */
+int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir,
+		      const char *layer, const char *top, int kfd, int ifd, int sfd, pid_t *pid,
+		      struct k8_err *err)
+{
+	cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", statedir);
+	struct sb_socks k;
+	struct vm_spec spec;
+	char **chain = NULL;
+	int r;
+
+	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
+		return r;
+	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
+		return r;
+	spec.kernel_fd = kfd;
+	spec.initramfs_fd = ifd;
+	spec.images = sb->images;
+	spec.nimages = sb->nimages;
+	spec.scratch = top;
+	spec.incoming_fd = sfd;
+	spec.nchain = layers_chain(sb->dir, layer, &chain);
+	spec.chain = (const char *const *)chain;
+	r = vm_spawn(&spec, pid, err);
+	layers_chain_free(chain, spec.nchain);
+	return r;
+}
+
+bool sb_paused_on_disk(struct sandbox *sb)
+{
+	cleanup_free char *p = xasprintf("%s/paused/state", sb->dir);
+
+	return access(p, F_OK) == 0;
+}
+
+/* Bring a sandbox paused to disk back. Caller holds the busy token and sb->state is
+ * SB_PAUSED. A failure before QEMU starts leaves it paused (try again); once QEMU was
+ * started the sandbox is failed, its disk as it was, and the next use boots it. */
+int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err)
+{
+	cleanup_free char *dir = xasprintf("%s/paused", sb->dir);
+	cleanup_free char *state = xasprintf("%s/state", dir);
+	cleanup_free char *top = xasprintf("%s/%s", sb->dir, layers_top(sb->disk));
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	uint64_t t0 = now_mono_ns();
+	pid_t pid = 0;
+	int r;
+
+	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
+		return k8_err_wrap(err, "sandbox '%s' stays paused", sb->name);
+	sfd = open(state, O_RDONLY | O_CLOEXEC);
+	if (sfd < 0)
+		return k8_err_set(err, -errno, "sandbox '%s' is paused but its saved state %s "
+				  "cannot be opened (%s); `kosa8 sandbox rm %s` removes it", sb->name,
+				  state, strerror(errno), sb->name);
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_BOOTING;
+	pthread_mutex_unlock(&sb->lock);
+	r = sb_spawn_restored(d, sb, dir, layers_top(sb->disk), top, kfd, ifd, sfd, &pid, err);
+	if (!r)
+		r = sb_connect_vm(d, sb, pid, true, err);
+	pthread_mutex_lock(&sb->lock);
+	if (r) {
+		sb->state = SB_FAILED;
+		snprintf(sb->error, sizeof(sb->error), "resume failed: %s", err->msg);
+	} else {
+		sb->state = SB_RUNNING;
+		sb->error[0] = '\0';
+	}
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+	rm_rf(dir);                     /* used, or useless after a failed restore */
+	if (r) {
+		k8_err_wrap(err, "resuming sandbox '%s' (its processes are lost; its disk is "
+			    "kept and boots when next used)", sb->name);
+		daemon_audit(d, "sandbox.resume.failed", sb->name,
+			     json_pack("{s:s,s:s}", "from", "disk", "error", err->msg));
+		return r;
+	}
+	daemon_audit(d, "sandbox.resume", sb->name,
+		     json_pack("{s:s,s:s,s:I}", "from", "disk", "by", by, "ms",
+			       (json_int_t)((now_mono_ns() - t0) / 1000000)));
+	return 0;
+}
+
 /* A daemon killed in the middle of a checkpoint can leave its VM stopped, or with a new
  * disk layer on top that sandbox.json does not name yet. Put both right: the vCPUs run
  * (pausing is not remembered across daemons) and the record names the real top layer,
@@ -514,6 +602,8 @@ int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	sb_busy_enter(sb);
 	if (sb->state == SB_REMOVING) {
 		r = k8_err_set(err, -ENOENT, "sandbox '%s' is being removed", sb->name);
+	} else if (sb->state == SB_PAUSED) {     /* paused to disk: any use resumes it */
+		r = sb_resume_paused(d, sb, "use", err);
 	} else if (!sb_check_alive(d, sb)) {
 		const char *why = sb->state == SB_FAILED ? sb->error : "it was stopped";
 		daemon_log("sandbox %s: booting (%s)", sb->name, why);
@@ -550,6 +640,9 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 		      "disk_gb", sb->disk_gb, "created", sb->created, "accel", sb->accel, "pid",
 		      (json_int_t)sb->pid, "images", imgs, "egress", sb->egress_mode);
 	json_object_set_new(o, "mounts", sb_mounts_json(sb, false));
+	if (sb->state == SB_PAUSED || (sb->state == SB_RUNNING && sb->paused))
+		json_object_set_new(o, "paused_to",
+				    json_string(sb->state == SB_PAUSED ? "disk" : "memory"));
 	if (detail)
 		json_object_set_new(o, "network", egress_summary(sb));
 	if (sb->error[0])
@@ -566,7 +659,7 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 			json_object_set_new(o, "agent_proto", json_integer(sb->link.proto));
 		json_object_set_new(o, "forked", json_boolean(sb->forked));
 		json_object_set_new(o, "disk_top", json_string(sb->disk[0] ? sb->disk : "scratch.qcow2"));
-		json_object_set_new(o, "paused", json_boolean(sb->paused));
+		json_object_set_new(o, "paused", json_boolean(sb->paused || sb->state == SB_PAUSED));
 	}
 	pthread_mutex_unlock(&sb->lock);
 	if (detail && sb->state == SB_RUNNING && !sb->paused) {
@@ -628,6 +721,8 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->created, sizeof(sb->created), "%s", created);
 	snprintf(sb->accel, sizeof(sb->accel), "%s", accel);
+	if (!strcmp(state, "paused"))   /* paused to disk; sb_load_all checks its state file */
+		sb->state = SB_PAUSED;
 	{
 		const char *disk = json_string_value(json_object_get(rec, "disk"));
 		if (disk && !strchr(disk, '/') && strlen(disk) < sizeof(sb->disk))
@@ -710,7 +805,19 @@ int sb_load_all(struct daemon *d)
 			daemon_log("skipping %s/%s: no readable sandbox.json", dir, de->d_name);
 			continue;
 		}
-		if (vm_alive(sb->pid, sb->pid_start)) {
+		if (sb->state == SB_PAUSED && sb_paused_on_disk(sb)) {
+			/* A daemon killed between the save and QEMU's end leaves it. */
+			if (vm_alive(sb->pid, sb->pid_start))
+				kill(sb->pid, SIGKILL);
+			sb->pid = 0;
+			sb->pid_start = 0;
+			/* Its sidecars, if they outlived the daemon, serve the resume. */
+			if (sidecar_alive(&sb->net))
+				net_adopt(d, sb);
+			if (sidecar_alive(&sb->fs))
+				fs_adopt(d, sb);
+			daemon_log("sandbox %s: paused to disk", sb->name);
+		} else if (vm_alive(sb->pid, sb->pid_start)) {
 			if (sb_adopt(d, sb, &err) == 0) {
 				sb->state = SB_RUNNING;
 				daemon_log("sandbox %s: adopted running VM (pid %d)", sb->name, (int)sb->pid);
@@ -993,6 +1100,8 @@ void sb_stop_all(struct daemon *d)
 			sb_kill_vm(d, sb);
 			sb->state = SB_STOPPED;
 			sb_save(sb);
+		} else if (sb->state == SB_PAUSED) {
+			sb_kill_vm(d, sb);      /* its sidecars; it stays paused */
 		}
 		pthread_mutex_unlock(&sb->lock);
 	}

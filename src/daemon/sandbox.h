@@ -55,6 +55,18 @@ json_t *sb_containers_json(struct sandbox *sb, json_t *agent_list);
  * err set if the name is invalid or taken. sb_unreserve removes its dir and frees it. */
 struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *err);
 void sb_unreserve(struct daemon *d, struct sandbox *sb);
+/* Start the QEMU that restores the migration stream `sfd` into sb on top layer `layer`
+ * (file `top`); kosa8-fs gets statedir/fs-nodes.json when there is one (a rewind, a
+ * fork, a resume from disk). */
+int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir,
+		      const char *layer, const char *top, int kfd, int ifd, int sfd, pid_t *pid,
+		      struct k8_err *err);
+/* Restore a sandbox paused to disk (state SB_PAUSED, its machine in paused/; the pause
+ * itself is checkpoint.c's). Caller holds the busy token. `by` names what asked, for the
+ * audit record ("resume", "use"). */
+int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err);
+/* Does sb's dir hold a complete paused/state? */
+bool sb_paused_on_disk(struct sandbox *sb);
 
 /* 0 when no sandbox has the image `digest` attached; else -EBUSY, err naming one that has
  * (`ref` is how the user named the image). images.c asks before it removes one. */

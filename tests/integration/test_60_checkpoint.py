@@ -107,7 +107,8 @@ def test_pause_stops_and_resume_continues(home, cksb, loaded):
         return int(p.stdout) if p.returncode == 0 and p.stdout.strip().isdigit() else 0
     assert wait_for(lambda: count() > 3, 60), "the counter never started"
     c0 = count()
-    home("sandbox", "pause", cksb, check=True)
+    # In memory: the vCPUs stop and QEMU stays (pause to disk is test_62_pause.py).
+    home("sandbox", "pause", cksb, "--in-memory", check=True)
     assert [s for s in home.json("sandbox", "ls") if s["name"] == cksb][0]["state"] == "paused"
     p = home("sandbox", "exec", cksb, cid, "cat", "/n")
     assert p.returncode != 0 and "paused" in p.stderr

@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: Apache-2.0
+# pause.py - pause and resume (issue 15): to disk (QEMU ends, paused/state keeps the
+# machine) against in memory (vCPUs stopped), side by side on one 512 MiB sandbox with
+# ~64 MiB touched by a Python process, and the host RSS of the sandbox's processes
+# (QEMU, kosa8-net, kosa8-fs) before and while paused.
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+from k8cli import KOSA8, out, rss_kib, test_image
+
+N = int(os.environ.get("BENCH_N", "5"))
+TOUCH_MIB = int(os.environ.get("BENCH_TOUCH_MIB", "64"))
+
+
+def procs(home, name):
+    """{role: pid} of the sandbox's live host processes, from sandbox.json."""
+    with open(os.path.join(home, "sandboxes", name, "sandbox.json")) as f:
+        rec = json.load(f)
+    pids = {"qemu": rec.get("pid", 0)}
+    for role, sc in (rec.get("sidecars") or {}).items():
+        pids[role] = sc.get("pid", 0)
+    return {r: p for r, p in pids.items() if p and os.path.exists("/proc/%d" % p)}
+
+
+def rss(home, name):
+    """{role: RSS MiB} and their sum."""
+    per = {r: rss_kib(p) / 1024 for r, p in procs(home, name).items()}
+    return per, sum(per.values())
+
+
+def timed(home, *args):
+    t0 = time.time()
+    r = json.loads(out(home, *args, "--json"))
+    return r["ms"], 1000 * (time.time() - t0)
+
+
+def main():
+    layout = test_image()
+    home = tempfile.mkdtemp(prefix="k8p-", dir="/tmp")
+    name = "p"
+    try:
+        out(home, "daemon", "start")
+        out(home, "image", "load", layout, "--tag", "python:3.12-slim")
+        out(home, "sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2")
+        out(home, "sandbox", "pull", name, "python:3.12-slim")
+        out(home, "sandbox", "start", name, "python:3.12-slim", "python3", "-c",
+            "import time, os\nb = bytearray(os.urandom(1 << 20)) * %d\n"
+            "while True: time.sleep(1)" % TOUCH_MIB)
+        for _ in range(600):
+            st = json.loads(out(home, "sandbox", "inspect", name))
+            used = st["stat"]["mem_total_kib"] - st["stat"]["mem_free_kib"]
+            if used > TOUCH_MIB * 1024:
+                break
+            time.sleep(0.5)
+        time.sleep(2)
+        per0, tot0 = rss(home, name)
+        res = {"disk": ([], [], [], []), "memory": ([], [], [], [])}
+        paused_rss = {}
+        size = 0
+        for _ in range(N):
+            for where in ("disk", "memory"):
+                flags = ("--in-memory",) if where == "memory" else ()
+                pd, pw = timed(home, "sandbox", "pause", name, *flags)
+                paused_rss[where] = rss(home, name)
+                if where == "disk":
+                    size = os.path.getsize(os.path.join(home, "sandboxes", name, "paused",
+                                                        "state"))
+                rd, rw = timed(home, "sandbox", "resume", name)
+                for lst, v in zip(res[where], (pd, pw, rd, rw)):
+                    lst.append(v)
+        print("512 MiB sandbox, ~%d MiB touched (guest uses %d MiB), median of %d:"
+              % (TOUCH_MIB, used // 1024, N))
+        for where in ("disk", "memory"):
+            pd, pw, rd, rw = (statistics.median(x) for x in res[where])
+            print("  pause to %-6s: pause %4d ms (CLI %4d), resume %4d ms (CLI %4d)"
+                  % (where, pd, pw, rd, rw))
+        print("  state file %d MiB" % (size >> 20))
+        print("  host RSS running: %d MiB (%s)"
+              % (tot0, ", ".join("%s %d" % kv for kv in sorted(per0.items()))))
+        for where in ("disk", "memory"):
+            per, tot = paused_rss[where]
+            print("  host RSS paused to %s: %d MiB (%s)"
+                  % (where, tot, ", ".join("%s %d" % kv for kv in sorted(per.items()))))
+        out(home, "sandbox", "rm", name)
+        out(home, "daemon", "stop")
+    finally:
+        subprocess.run([KOSA8, "daemon", "stop"], capture_output=True,
+                       env=dict(os.environ, KOSA8_HOME=home))
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
