@@ -11,6 +11,7 @@
  * a message that says so; anything else is moby's 404 "page not found".
  */
 #include "daemon/docker_api.h"
+#include "daemon/docker_route.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"
 #include "docker/query.h"
@@ -74,54 +75,6 @@ static json_t *docker_failed(const struct k8_err *err)
 	return json_pack("{s:{s:s},s:s}", "errorDetail", "message", m, "error", m);
 }
 
-/* The last segment of an image route ("/images/NAME/json"); NAME may hold '/'. */
-static bool docker_image_action(const char *s)
-{
-	static const char *const actions[] = { "json", "tag", "push", "history", "get" };
-	for (size_t i = 0; i < ARRAY_SIZE(actions); i++)
-		if (!strcmp(s, actions[i]))
-			return true;
-	return false;
-}
-
-int docker_api_split(const char *url, struct api_path *p, struct k8_err *err)
-{
-	struct dq_path dp;
-	char msg[256], name[API_SEG_LEN];
-	int r, last, end;
-	size_t o = 0;
-
-	if (dq_split_path(url, &dp, msg, sizeof(msg)))
-		return k8_err_set(err, -EINVAL, "%s", msg);
-	r = api_path_split(dp.rest, p, err);
-	if (r || p->n < 3 || strcmp(p->seg[0], "images"))
-		return r;
-	/* The docker CLI sends "/images/127.0.0.1:5000/py:1/json" unescaped: join the name. */
-	last = p->n - 1;
-	end = docker_image_action(p->seg[last]) ? last : p->n;
-	if (end <= 2)
-		return 0;
-	for (int i = 1; i < end; i++) {
-		size_t l = strlen(p->seg[i]);
-		if (o + l + (i > 1) >= sizeof(name))
-			return k8_err_set(err, -EINVAL, "image name longer than %d bytes",
-					  API_SEG_LEN - 1);
-		if (i > 1)
-			name[o++] = '/';
-		memcpy(name + o, p->seg[i], l);
-		o += l;
-	}
-	name[o] = '\0';
-	memcpy(p->seg[1], name, o + 1);
-	if (end == last) {
-		memmove(p->seg[2], p->seg[last], strlen(p->seg[last]) + 1);
-		p->n = 3;
-	} else {
-		p->n = 2;
-	}
-	return 0;
-}
-
 static void docker_unmatched(struct api_call *call)
 {
 	/* Families of moby's API this stage does not serve: say so rather than 404. */
@@ -141,17 +94,6 @@ static void docker_unmatched(struct api_call *call)
 }
 
 /* ---- small helpers ---- */
-
-void docker_familiar(const char *ref, char *out, size_t len)
-{
-	const char *s = ref;
-
-	if (!strncmp(s, "docker.io/library/", 18) && !strchr(s + 18, '/'))
-		s += 18;
-	else if (!strncmp(s, "docker.io/", 10))
-		s += 10;
-	snprintf(out, len, "%s", s);
-}
 
 /* "repo@digest" of a kosa8 ref: the ref without its tag or pin, in Docker's form. */
 static json_t *docker_repo_digest(const char *ref, const char *digest)
@@ -216,7 +158,7 @@ static json_t *docker_images(struct daemon *d, struct k8_err *err)
 		json_t *e;
 		char fam[512];
 
-		if (!ref || !dg || json_object_get(v, "error"))
+		if (!ref || !dg || json_is_string(json_object_get(v, "error")))
 			continue;
 		e = json_object_get(by, dg);
 		if (!e) {
@@ -275,6 +217,7 @@ static int docker_version(struct api_call *call)
 		"Version", DOCKER_K8_VERSION, "ApiVersion", DQ_API_VERSION, "MinAPIVersion",
 		DOCKER_MIN_API, "Os", "linux", "Arch", docker_arch(&u), "KernelVersion", u.release,
 		"GitCommit", "", "GoVersion", "", "BuildTime", "");
+	json_object_set_new(call->out, "Experimental", json_false());
 	return 0;
 }
 
@@ -392,10 +335,26 @@ static void docker_pull_progress(void *job, json_t *p)
 static int docker_pull_job(struct api_job *j, json_t **result, struct k8_err *err)
 {
 	json_t *res = NULL;
-	char fam[512];
+	char fam[512], norm[512];
+	struct k8_err e = { 0 };
+	const char *tag;
 	int r;
 
-	api_job_progress(j, json_pack("{s:s}", "status", "Pulling from kosa8's registry client"));
+	/* moby's first line: "3.12-slim: Pulling from library/python" */
+	if (image_ref_normalize(j->arg, norm, sizeof(norm), &e) == 0) {
+		char *cut = strchr(norm, '@');
+		if (!cut) {
+			char *slash = strrchr(norm, '/');
+			cut = strrchr(slash ? slash : norm, ':');
+		}
+		tag = cut ? cut + 1 : "latest";
+		if (cut)
+			*cut = '\0';
+		docker_familiar(norm, fam, sizeof(fam));
+		api_job_progress(j, json_pack("{s:s++,s:s}", "status", "Pulling from ",
+					      strchr(fam, '/') ? fam : "library/", strchr(fam, '/')
+					      ? "" : fam, "id", tag));
+	}
 	r = sb_image_pull(j->d, j->arg, docker_pull_progress, j, &res, err);
 	if (r)
 		return r;
