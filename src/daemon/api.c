@@ -101,12 +101,12 @@ static void add_headers(struct MHD_Response *resp, const struct api_dialect *dl)
 		MHD_add_response_header(resp, h[0], h[1]);
 }
 
-/* Reply `v` (taken; NULL: no body) with `status`, and a header when `hname` is not NULL. */
+/* Reply `v` (taken) with `status`, and a header when `hname` is not NULL. */
 static enum MHD_Result reply_status(struct MHD_Connection *c, const struct api_dialect *dl,
 				    unsigned status, json_t *v, const char *hname,
 				    const char *hval)
 {
-	char *text = v ? json_dumps(v, JSON_COMPACT) : xstrdup("");
+	char *text = json_dumps(v, JSON_COMPACT);
 	struct MHD_Response *resp;
 	enum MHD_Result r;
 	size_t n;
@@ -116,8 +116,7 @@ static enum MHD_Result reply_status(struct MHD_Connection *c, const struct api_d
 		text = xstrdup("{}");
 	n = strlen(text);
 	text = realloc(text, n + 2);
-	if (v)
-		text[n++] = '\n';
+	text[n++] = '\n';
 	text[n] = '\0';
 	resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(resp, "Content-Type", "application/json");
@@ -135,7 +134,7 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, const struct api_dia
 	return reply_status(c, dl, status, v, NULL, NULL);
 }
 
-/* A static body of another type (docker.sock's "OK" for /_ping). */
+/* A static body of another type (docker.sock's "OK" for /_ping; "" for its 201, 204). */
 static enum MHD_Result reply_text(struct MHD_Connection *c, const struct api_dialect *dl,
 				  unsigned status, const char *text, const char *type)
 {
@@ -634,7 +633,7 @@ static enum MHD_Result route(struct api_listener *l, struct MHD_Connection *c, s
 			       call->text_type ? call->text_type : "text/plain; charset=utf-8");
 	} else if (call->status == 201 || call->status == 204) {
 		json_decref(call->out);
-		r = reply_json(c, dl, call->status, NULL);
+		r = reply_text(c, dl, call->status, "", "application/json");
 	} else {
 		r = reply_json(c, dl, call->status ? call->status : 200,
 			       call->out ? call->out : json_object());

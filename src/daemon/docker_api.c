@@ -29,6 +29,17 @@
 
 /* ---- the dialect: errors, streams, paths ---- */
 
+/* {"message": m}, or the stream's error line; a message that is not UTF-8 (it may echo
+ * a client's path) is replaced, never dropped. */
+static json_t *docker_failed_text(const char *m, bool line)
+{
+	json_t *v = line ? json_pack("{s:{s:s},s:s}", "errorDetail", "message", m, "error", m)
+			 : json_pack("{s:s}", "message", m);
+	if (!v)
+		v = docker_failed_text("(the error message is not valid UTF-8)", line);
+	return v;
+}
+
 static json_t *docker_error(const struct k8_err *err, unsigned *http)
 {
 	switch (err->code) {
@@ -52,7 +63,7 @@ static json_t *docker_error(const struct k8_err *err, unsigned *http)
 		*http = 500;
 		break;
 	}
-	return json_pack("{s:s}", "message", err->msg[0] ? err->msg : strerror(-err->code));
+	return docker_failed_text(err->msg[0] ? err->msg : strerror(-err->code), false);
 }
 
 /* The handlers write Docker's progress lines themselves (docker_pull_progress). */
@@ -71,8 +82,7 @@ static json_t *docker_done(json_t *result)
 /* moby's stream error: the CLI prints `error` and exits 1; docker-py raises. */
 static json_t *docker_failed(const struct k8_err *err)
 {
-	const char *m = err->msg[0] ? err->msg : strerror(-err->code);
-	return json_pack("{s:{s:s},s:s}", "errorDetail", "message", m, "error", m);
+	return docker_failed_text(err->msg[0] ? err->msg : strerror(-err->code), true);
 }
 
 static void docker_unmatched(struct api_call *call)
