@@ -149,7 +149,8 @@ static int docker_no_such_image(struct api_call *call, const char *name, int r)
 	return k8_err_set(&call->err, -ENOENT, "No such image: %s", name);
 }
 
-/* Every image (by manifest digest) in Docker's list shape; *count gets their number. */
+/* Every image (by manifest digest) in Docker's list shape, with two private fields
+ * (kosa8_digest, kosa8_created) for inspect; NULL with err filled on failure. */
 static json_t *docker_images(struct daemon *d, struct k8_err *err)
 {
 	json_t *list = NULL, *by = json_object(), *v, *out;

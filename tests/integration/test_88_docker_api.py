@@ -126,8 +126,11 @@ def test_ping_version_errors_raw(dh):
         assert r.status == status, (path, r.status, data)
         assert r.getheader("Content-Type") == "application/json"
         assert msg in json.loads(data)["message"], (path, data)
-    r, data = call(dh, "GET", "/images/json?" + "a" * 200000)
-    assert r.status in (200, 400, 414), r.status
+    try:    # a huge request line: refused or cut off, whichever the server chooses
+        r, data = call(dh, "GET", "/images/json?" + "a" * 200000)
+        assert r.status in (200, 400, 414), r.status
+    except (ConnectionError, http.client.HTTPException):
+        pass
     r, _ = call(dh, "GET", "/_ping")
     assert r.status == 200      # and the daemon keeps serving
 
