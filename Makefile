@@ -44,7 +44,8 @@ FS_SRC     := $(filter-out src/fs/main.c,$(wildcard src/fs/*.c))
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 aobj = $(patsubst %.c,$(B)/agent-obj/%.o,$(1))
 
-HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(IMAGE_SRC) $(DAEMON_SRC))
+# kosa8d's docker.sock (src/daemon/docker_api.c) uses the Docker building blocks.
+HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c))
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 

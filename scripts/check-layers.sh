@@ -9,14 +9,14 @@ cd "$(dirname "$0")/../src/daemon"
 # layer of a module (file name without .c/.h)
 layer() {
 	case "$1" in
-	log|cgroup|qmp|agentlink|guest|jail|audit|bundle_read|api_route) echo 0 ;;  # mechanism; api_route: the handler contract, pure
+	log|cgroup|qmp|agentlink|guest|jail|audit|bundle_read|api_route|docker_route) echo 0 ;;  # mechanism; api_route, docker_route: the handler contract, paths, pure
 	vm|sidecar|layers) echo 1 ;;         # processes and disks: QEMU, sidecars, layers
 	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
 	egress|mounts) echo 4 ;;             # a sandbox's parts: its network, its folders
 	sandbox) echo 5 ;;                   # a sandbox's lifecycle
 	checkpoint|exec|containers|images|model|bundle|secret) echo 6 ;;  # other resources
-	api) echo 7 ;;                       # routes
+	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;
 	*) echo "check-layers: module '$1' has no layer; add it here and to docs/design.md" >&2
 	   echo 99 ;;

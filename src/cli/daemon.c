@@ -291,6 +291,9 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 	describe_accel(st, desc, sizeof(desc), 0);
 	printf("kosa8d running (pid %lld, %s)\n",
 	       (long long)json_integer_value(json_object_get(st, "pid")), desc);
+	if (json_is_string(json_object_get(st, "docker_socket")))
+		printf("docker API: unix://%s\n",
+		       json_string_value(json_object_get(st, "docker_socket")));
 	warn_security(st);
 	rc = CLI_EXIT_OK;
 out:
@@ -378,6 +381,9 @@ static int show_status(const json_t *st, void *ctx)
 	       json_integer_value(json_object_get(st, "pid")), up);
 	printf("  home:       %s\n", json_string_value(json_object_get(st, "home")) ?: cl->home);
 	printf("  socket:     %s\n", cl->sock);
+	if (json_is_string(json_object_get(st, "docker_socket")))
+		printf("  docker API: unix://%s\n",
+		       json_string_value(json_object_get(st, "docker_socket")));
 	printf("  accel:      %s\n", desc);
 	printf("  sandboxes:  %lld\n", json_integer_value(json_object_get(st, "sandboxes")));
 	if (json_is_boolean(json_object_get(st, "jail")))

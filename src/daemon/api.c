@@ -33,6 +33,16 @@
 
 #define BODY_MAX (1u << 20)
 
+static const struct api_dialect kosa8_dialect;
+static size_t nlisteners;
+
+/* One listening socket and how it speaks: kosa8d.sock, docker.sock (docker_api.c). */
+struct api_listener {
+	struct daemon *d;
+	const struct api_dialect *dl;
+	struct MHD_Daemon *mhd;
+};
+
 struct req {
 	char *body;
 	size_t len;
@@ -79,8 +89,22 @@ static json_t *err_json(const struct k8_err *err)
 }
 
 /* Reply `v` (taken) with `status`, and a header when `hname` is not NULL. */
-static enum MHD_Result reply_status(struct MHD_Connection *c, unsigned status, json_t *v,
-				    const char *hname, const char *hval)
+static json_t *kosa8_error(const struct k8_err *err, unsigned *http)
+{
+	err_code_name(err->code, http);
+	return err_json(err);
+}
+
+static void add_headers(struct MHD_Response *resp, const struct api_dialect *dl)
+{
+	for (const char *const *h = dl->headers; h && h[0] && h[1]; h += 2)
+		MHD_add_response_header(resp, h[0], h[1]);
+}
+
+/* Reply `v` (taken) with `status`, and a header when `hname` is not NULL. */
+static enum MHD_Result reply_status(struct MHD_Connection *c, const struct api_dialect *dl,
+				    unsigned status, json_t *v, const char *hname,
+				    const char *hval)
 {
 	char *text = json_dumps(v, JSON_COMPACT);
 	struct MHD_Response *resp;
@@ -96,6 +120,7 @@ static enum MHD_Result reply_status(struct MHD_Connection *c, unsigned status, j
 	text[n] = '\0';
 	resp = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(resp, "Content-Type", "application/json");
+	add_headers(resp, dl);
 	if (hname)
 		MHD_add_response_header(resp, hname, hval);
 	r = MHD_queue_response(c, status, resp);
@@ -103,32 +128,51 @@ static enum MHD_Result reply_status(struct MHD_Connection *c, unsigned status, j
 	return r;
 }
 
-static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, json_t *v)
+static enum MHD_Result reply_json(struct MHD_Connection *c, const struct api_dialect *dl,
+				  unsigned status, json_t *v)
 {
-	return reply_status(c, status, v, NULL, NULL);
+	return reply_status(c, dl, status, v, NULL, NULL);
 }
 
-static enum MHD_Result reply_err(struct MHD_Connection *c, struct k8_err *err)
+/* A static body of another type (docker.sock's "OK" for /_ping; "" for its 201, 204). */
+static enum MHD_Result reply_text(struct MHD_Connection *c, const struct api_dialect *dl,
+				  unsigned status, const char *text, const char *type)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result r;
+
+	resp = MHD_create_response_from_buffer(strlen(text), (void *)text,
+					       MHD_RESPMEM_PERSISTENT);
+	MHD_add_response_header(resp, "Content-Type", type);
+	add_headers(resp, dl);
+	r = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return r;
+}
+
+static enum MHD_Result reply_err(struct MHD_Connection *c, const struct api_dialect *dl,
+				 struct k8_err *err)
 {
 	unsigned http;
-	err_code_name(err->code, &http);
-	return reply_json(c, http, err_json(err));
+	json_t *v = dl->error(err, &http);
+	return reply_json(c, dl, http, v);
 }
 
 /* run/exec errors also carry the exit status the CLI should end with. */
-static enum MHD_Result reply_exec_err(struct MHD_Connection *c, struct k8_err *err, int code)
+static enum MHD_Result reply_exec_err(struct MHD_Connection *c, const struct api_dialect *dl,
+				      struct k8_err *err, int code)
 {
 	unsigned http;
-	json_t *v = err_json(err);
+	json_t *v = dl->error(err, &http);
 
-	err_code_name(err->code, &http);
 	json_object_set_new(json_object_get(v, "error"), "exit_code", json_integer(code));
-	return reply_json(c, http, v);
+	return reply_json(c, dl, http, v);
 }
 
-static enum MHD_Result reply_msg(struct MHD_Connection *c, int code, const char *fmt, ...)
-	K8_PRINTF(3, 4);
-static enum MHD_Result reply_msg(struct MHD_Connection *c, int code, const char *fmt, ...)
+static enum MHD_Result reply_msg(struct MHD_Connection *c, const struct api_dialect *dl,
+				 int code, const char *fmt, ...) K8_PRINTF(4, 5);
+static enum MHD_Result reply_msg(struct MHD_Connection *c, const struct api_dialect *dl,
+				 int code, const char *fmt, ...)
 {
 	struct k8_err err = { .code = code };
 	va_list ap;
@@ -136,7 +180,7 @@ static enum MHD_Result reply_msg(struct MHD_Connection *c, int code, const char 
 	va_start(ap, fmt);
 	vsnprintf(err.msg, sizeof(err.msg), fmt, ap);
 	va_end(ap);
-	return reply_err(c, &err);
+	return reply_err(c, dl, &err);
 }
 
 /* ---- NDJSON progress streams ---- */
@@ -145,6 +189,7 @@ struct job {
 	struct api_job pub;             /* what the worker sees; first, so api_job_progress can cast */
 	int wfd, rfd;
 	api_job_fn fn;
+	const struct api_dialect *dl;   /* the lines' shapes */
 	pthread_mutex_t wlock;
 	int refs;                       /* the worker and the HTTP response: last one frees */
 };
@@ -159,7 +204,7 @@ static void job_unref(struct job *j)
 
 static void job_line(struct job *j, json_t *v)
 {
-	char *t = json_dumps(v, JSON_COMPACT);
+	char *t = v ? json_dumps(v, JSON_COMPACT) : NULL;
 	json_decref(v);
 	if (!t)
 		return;
@@ -174,7 +219,18 @@ static void job_line(struct job *j, json_t *v)
 
 void api_job_progress(void *job, json_t *p)
 {
-	job_line(job, json_pack("{s:o}", "progress", p));
+	struct job *j = job;
+	job_line(j, j->dl->progress(p));
+}
+
+static json_t *kosa8_progress(json_t *p)
+{
+	return json_pack("{s:o}", "progress", p);
+}
+
+static json_t *kosa8_done(json_t *result)
+{
+	return json_pack("{s:o}", "result", result);
 }
 
 static void *job_thread(void *arg)
@@ -184,9 +240,9 @@ static void *job_thread(void *arg)
 	json_t *result = NULL;
 
 	if (j->fn(&j->pub, &result, &err) == 0)
-		job_line(j, json_pack("{s:o}", "result", result ? result : json_object()));
+		job_line(j, j->dl->done(result ? result : json_object()));
 	else
-		job_line(j, err_json(&err));
+		job_line(j, j->dl->failed(&err));
 	pthread_mutex_lock(&j->wlock);
 	if (j->wfd >= 0)
 		close(j->wfd);
@@ -223,8 +279,9 @@ static void job_free(void *cls)
 	job_unref(j);   /* the worker may still run (client left early) */
 }
 
-static enum MHD_Result reply_job(struct MHD_Connection *c, struct daemon *d, api_job_fn fn,
-				 json_t *body, const char *arg)
+static enum MHD_Result reply_job(struct MHD_Connection *c, struct daemon *d,
+				 const struct api_dialect *dl, api_job_fn fn, json_t *body,
+				 const char *arg)
 {
 	struct job *j = xcalloc(1, sizeof(*j));
 	struct MHD_Response *resp;
@@ -235,13 +292,14 @@ static enum MHD_Result reply_job(struct MHD_Connection *c, struct daemon *d, api
 
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		free(j);
-		return reply_msg(c, -errno, "pipe: %s", strerror(errno));
+		return reply_msg(c, dl, -errno, "pipe: %s", strerror(errno));
 	}
 	j->pub.d = d;
 	j->rfd = p[0];
 	j->wfd = p[1];
 	j->pub.body = json_incref(body);
 	j->fn = fn;
+	j->dl = dl;
 	j->refs = 2;
 	snprintf(j->pub.arg, sizeof(j->pub.arg), "%s", arg ? arg : "");
 	pthread_mutex_init(&j->wlock, NULL);
@@ -252,11 +310,12 @@ static enum MHD_Result reply_job(struct MHD_Connection *c, struct daemon *d, api
 		close(p[1]);
 		json_decref(j->pub.body);
 		free(j);
-		return reply_msg(c, -EAGAIN, "cannot start a worker thread");
+		return reply_msg(c, dl, -EAGAIN, "cannot start a worker thread");
 	}
 	pthread_attr_destroy(&attr);
 	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, job_read, j, job_free);
-	MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
+	MHD_add_response_header(resp, "Content-Type", dl->stream_type);
+	add_headers(resp, dl);
 	r = MHD_queue_response(c, 200, resp);
 	MHD_destroy_response(resp);
 	return r;
@@ -386,6 +445,9 @@ static int api_status(struct api_call *call)
 {
 	call->out = status_json(call->d);
 	json_object_update_new(call->out, status_security(call->d));
+	if (nlisteners > 1)     /* main.c's second listener: the Docker API */
+		json_object_set_new(call->out, "docker_socket",
+				    json_sprintf("%s/docker.sock", call->d->home));
 	return 0;
 }
 
@@ -476,6 +538,16 @@ static const struct api_route routes[] = {
 	{ "GET",    "/v1/audit/verify", api_audit_verify },
 };
 
+static const struct api_dialect kosa8_dialect = {
+	.routes = routes,
+	.nroutes = ARRAY_SIZE(routes),
+	.error = kosa8_error,
+	.progress = kosa8_progress,
+	.done = kosa8_done,
+	.failed = err_json,
+	.stream_type = "application/x-ndjson",
+};
+
 const struct api_route *api_routes(size_t *n)
 {
 	*n = ARRAY_SIZE(routes);
@@ -488,9 +560,11 @@ static const char *query_lookup(void *ctx, const char *key)
 }
 
 /* Match, parse the body, call the handler and turn what it left in the call into a reply. */
-static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct req *rq,
+static enum MHD_Result route(struct api_listener *l, struct MHD_Connection *c, struct req *rq,
 			     const char *method, const char *url)
 {
+	struct daemon *d = l->d;
+	const struct api_dialect *dl = l->dl;
 	struct api_call *call = xcalloc(1, sizeof(*call));     /* ~6 KiB: not on the stack */
 	char allow[64];
 	enum MHD_Result r;
@@ -502,29 +576,40 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 	call->exit_code = -1;
 	call->query = query_lookup;
 	call->query_ctx = c;
-	rc = api_path_split(url, &call->path, &call->err);
+	rc = dl->split ? dl->split(url, &call->path, &call->err)
+		       : api_path_split(url, &call->path, &call->err);
 	if (rc == 0)
-		rc = api_match(routes, ARRAY_SIZE(routes), method, &call->path, &call->match,
+		rc = api_match(dl->routes, dl->nroutes, method, &call->path, &call->match,
 			       allow, sizeof(allow));
+	if (rc == -ENOENT && dl->unmatched) {
+		k8_err_clear(&call->err);
+		dl->unmatched(call);
+		r = reply_err(c, dl, &call->err);
+		goto out;
+	}
 	if (rc == -ENOENT) {
-		r = reply_msg(c, -ENOENT, "no such endpoint: %s %s; see docs/api.md", method, url);
+		r = reply_msg(c, dl, -ENOENT, "no such endpoint: %s %s; see docs/api.md", method,
+			      url);
 		goto out;
 	}
 	if (rc == -EBADRQC) {
 		k8_err_set(&call->err, -EBADRQC, "%s is not allowed on %s; it takes %s (see "
 			   "docs/api.md)", method, url, allow);
-		r = reply_status(c, 405, err_json(&call->err), "Allow", allow);
+		unsigned http;
+		json_t *v = dl->error(&call->err, &http);
+		r = reply_status(c, dl, 405, v, "Allow", allow);
 		goto out;
 	}
 	if (rc < 0) {
-		r = reply_err(c, &call->err);
+		r = reply_err(c, dl, &call->err);
 		goto out;
 	}
 	if (rq->len) {
 		json_error_t je;
 		call->body = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &je);
 		if (!json_is_object(call->body)) {
-			r = reply_msg(c, -EINVAL, "the request body is not a JSON object: %s", je.text);
+			r = reply_msg(c, dl, -EINVAL, "the request body is not a JSON object: %s",
+				      je.text);
 			goto out;
 		}
 	} else {
@@ -536,15 +621,22 @@ static enum MHD_Result route(struct daemon *d, struct MHD_Connection *c, struct 
 		if (!call->err.code)
 			k8_err_set(&call->err, rc, "%s", strerror(-rc));
 		json_decref(call->out);
-		r = call->exit_code >= 0 ? reply_exec_err(c, &call->err, call->exit_code)
-					 : reply_err(c, &call->err);
+		r = call->exit_code >= 0 ? reply_exec_err(c, dl, &call->err, call->exit_code)
+					 : reply_err(c, dl, &call->err);
 	} else if (call->job.fn) {
-		r = reply_job(c, d, call->job.fn, call->body, call->job.arg);
+		r = reply_job(c, d, dl, call->job.fn, call->body, call->job.arg);
 	} else if (call->exec) {
 		rq->exec = call->exec;
 		r = reply_upgrade(c, rq);
+	} else if (call->text) {
+		r = reply_text(c, dl, call->status ? call->status : 200, call->text,
+			       call->text_type ? call->text_type : "text/plain; charset=utf-8");
+	} else if (call->status == 201 || call->status == 204) {
+		json_decref(call->out);
+		r = reply_text(c, dl, call->status, "", "application/json");
 	} else {
-		r = reply_json(c, 200, call->out ? call->out : json_object());
+		r = reply_json(c, dl, call->status ? call->status : 200,
+			       call->out ? call->out : json_object());
 	}
 	if (call->after_reply)
 		call->after_reply(call);
@@ -558,7 +650,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 			       const char *method, const char *version, const char *upload,
 			       size_t *upload_size, void **con_cls)
 {
-	struct daemon *d = cls;
+	struct api_listener *l = cls;
 	struct req *rq = *con_cls;
 
 	(void)version;
@@ -581,10 +673,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 		return MHD_YES;
 	}
 	if (rq->too_big)
-		return reply_msg(c, -E2BIG, "request body larger than %u bytes", BODY_MAX);
-	if (d->stopping)
-		return reply_msg(c, -ECONNRESET, "the daemon is shutting down");
-	return route(d, c, rq, method, url);
+		return reply_msg(c, l->dl, -E2BIG, "request body larger than %u bytes", BODY_MAX);
+	if (l->d->stopping)
+		return reply_msg(c, l->dl, -ECONNRESET, "the daemon is shutting down");
+	return route(l, c, rq, method, url);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -614,23 +706,45 @@ static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
 	return strlen(s);
 }
 
-int api_start(struct daemon *d, int listen_fd, struct k8_err *err)
+/* Every listener kosa8d has (kosa8d.sock, docker.sock): started once, never freed. */
+static struct api_listener listeners[2];
+
+int api_listen(struct daemon *d, int listen_fd, const struct api_dialect *dl,
+	       struct k8_err *err)
 {
-	d->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+	struct api_listener *l;
+
+	if (nlisteners == ARRAY_SIZE(listeners))
+		return k8_err_set(err, -ENOSPC, "too many API listeners");
+	l = &listeners[nlisteners];
+	l->d = d;
+	l->dl = dl;
+	l->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 				  MHD_ALLOW_UPGRADE | MHD_USE_ITC,
-				  0, NULL, NULL, handler, d, MHD_OPTION_LISTEN_SOCKET, listen_fd,
+				  0, NULL, NULL, handler, l, MHD_OPTION_LISTEN_SOCKET, listen_fd,
 				  MHD_OPTION_NOTIFY_COMPLETED, completed, d,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0,
 				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
 				  MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL, MHD_OPTION_END);
-	if (!d->mhd)
+	if (!l->mhd)
 		return k8_err_set(err, -EIO, "cannot start the HTTP server (libmicrohttpd)");
+	if (!nlisteners)
+		d->mhd = l->mhd;
+	nlisteners++;
 	return 0;
+}
+
+int api_start(struct daemon *d, int listen_fd, struct k8_err *err)
+{
+	return api_listen(d, listen_fd, &kosa8_dialect, err);
 }
 
 void api_stop(struct daemon *d)
 {
-	if (d->mhd)
-		MHD_stop_daemon(d->mhd);
+	for (size_t i = 0; i < nlisteners; i++) {
+		MHD_stop_daemon(listeners[i].mhd);
+		listeners[i].mhd = NULL;
+	}
+	nlisteners = 0;
 	d->mhd = NULL;
 }

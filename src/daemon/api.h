@@ -7,7 +7,14 @@
 
 struct daemon;
 
+struct api_dialect;
+
+/* Serve kosa8d.sock's API on listen_fd. */
 int api_start(struct daemon *d, int listen_fd, struct k8_err *err);
+/* Serve another listener (docker.sock) with the same HTTP code path and its own table,
+ * errors and streams (api_route.h). */
+int api_listen(struct daemon *d, int listen_fd, const struct api_dialect *dl,
+	       struct k8_err *err);
 void api_stop(struct daemon *d);
 
 /* kosa8d.sock's route table (docs/api.md's order), for the tests that check its shape. */

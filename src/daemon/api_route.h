@@ -99,6 +99,29 @@ struct api_call {
 	} job;                          /* set by api_reply_job */
 	struct exec_ctx *exec;          /* set by api_reply_upgrade */
 	void (*after_reply)(struct api_call *call);     /* run once the reply is queued */
+	unsigned status;                /* of a plain reply: 0 is 200 (docker.sock: 201, 204) */
+	const char *text, *text_type;   /* a static non-JSON body instead of out ("OK") */
+};
+
+/* How one listener speaks (api.c serves each with the same HTTP code path): its route
+ * table, its error body, its progress-stream lines, its path rules and the headers on
+ * every reply. kosa8d.sock's is api.c's; docker.sock's is docker_api.c's. */
+struct api_dialect {
+	const struct api_route *routes;
+	size_t nroutes;
+	/* The body of an error reply; *http gets its status. */
+	json_t *(*error)(const struct k8_err *err, unsigned *http);
+	/* URL -> the path the table matches; NULL is api_path_split. */
+	int (*split)(const char *url, struct api_path *p, struct k8_err *err);
+	/* A progress stream's lines: a progress report (takes p), the success line (takes
+	 * result; may return NULL: no line) and the failure line. */
+	json_t *(*progress)(json_t *p);
+	json_t *(*done)(json_t *result);
+	json_t *(*failed)(const struct k8_err *err);
+	const char *stream_type;        /* the stream's Content-Type */
+	/* A path no route matches: fill call->err (status by its code); NULL: kosa8's 404. */
+	void (*unmatched)(struct api_call *call);
+	const char *const *headers;     /* name, value, ..., NULL: added to every reply */
 };
 
 /* The path parameter `name` of the matched pattern ("{name}" gives "name"); never NULL

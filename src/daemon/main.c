@@ -9,6 +9,7 @@
 #include "daemon/daemon.h"
 #include "daemon/accel.h"
 #include "daemon/api.h"
+#include "daemon/docker_api.h"
 #include "daemon/model.h"
 #include "daemon/sandbox.h"
 #include "daemon/audit.h"
@@ -242,6 +243,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kosa8d: %s\n", err.msg);
 		return 1;
 	}
+	/* The Docker-compatible API (docs/docker.md): a daemon without it still serves. */
+	snprintf(path, sizeof(path), "%s/docker.sock", d->home);
+	k8_err_clear(&err);
+	lfd = listen_unix(path, &err);
+	if (lfd < 0 || api_listen(d, lfd, &docker_api_dialect, &err) < 0)
+		daemon_log("WARNING: the Docker API is not served: %s", err.msg);
+	else
+		daemon_log("docker API: unix://%s", path);
+	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
 	daemon_audit(d, "daemon.start", NULL,
 		     json_pack("{s:i,s:s,s:s,s:b}", "pid", (int)getpid(), "accel", d->accel, "home",
 			       d->home, "jail", !d->jail_off));
@@ -271,6 +281,8 @@ int main(int argc, char **argv)
 	model_stop_all(d);
 	daemon_audit(d, "daemon.stop", NULL, json_pack("{s:b}", "stopped_vms", d->stop_vms));
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/docker.sock", d->home);
 	unlink(path);
 	/* Connections may still be inside long operations; exiting ends them. */
 	audit_close(d->audit);

@@ -11,7 +11,7 @@
 #define DQ_MIN_MINOR 24
 #define DQ_MAX_MINOR 47
 /* What /_ping's Api-Version and /version's ApiVersion announce (docs/docker.md). */
-#define DQ_API_VERSION "1.44"
+#define DQ_API_VERSION "1.47"
 
 struct dq_path {
 	int major, minor;   /* 0, 0 for an unversioned path */

@@ -71,7 +71,8 @@ struct pull_opts {
 int image_pull(struct image_store *st, const char *ref, const struct pull_opts *opts,
 	       image_progress_fn progress, void *ctx, json_t **result, struct k8_err *err);
 
-/* JSON array of {"ref","digest","size","created"} for every reference. */
+/* JSON array of {"ref","digest","size","created"} for every reference, with
+ * "config_digest" and the config's "labels" (an object) when the image has them. */
 int image_list(struct image_store *st, json_t **out, struct k8_err *err);
 
 /* Resolve a reference (any form image_ref_normalize accepts, or a digest or a unique
@@ -85,6 +86,10 @@ int image_resolve(struct image_store *st, const char *ref, struct image_info *in
  * if it does not exist yet. Caller frees *path. */
 int image_disk(struct image_store *st, const char *digest, image_progress_fn progress,
 	       void *ctx, char **path, struct k8_err *err);
+
+/* Name the image `src` resolves to (any form image_resolve takes) also `dst` (a name
+ * with a tag, no digest), replacing what `dst` named before. -ENOENT when src is absent. */
+int image_tag(struct image_store *st, const char *src, const char *dst, struct k8_err *err);
 
 /* Remove a reference; blobs and disks no longer referenced are deleted. */
 int image_remove(struct image_store *st, const char *ref, struct k8_err *err);

@@ -233,17 +233,31 @@ int store_refs_save_locked(struct image_store *st, struct k8_err *err)
 
 /* ---------------------------------------------------------------- names */
 
+static int store_ref_set_locked(struct image_store *st, const char *name, const char *dg,
+				struct k8_err *err);
+
 int store_ref_set(struct image_store *st, const char *name, const char *mhex,
 		  struct k8_err *err)
 {
 	char dg[72];
+	int r;
+
+	snprintf(dg, sizeof(dg), "sha256:%s", mhex);
+	pthread_mutex_lock(&st->lock);
+	r = store_ref_set_locked(st, name, dg, err);
+	pthread_mutex_unlock(&st->lock);
+	return r;
+}
+
+/* store_ref_set with st->lock held; `dg` is "sha256:<hex>". */
+static int store_ref_set_locked(struct image_store *st, const char *name, const char *dg,
+				struct k8_err *err)
+{
 	const char *prev;
 	json_t *old;
 	bool replaced;
 	int r;
 
-	snprintf(dg, sizeof(dg), "sha256:%s", mhex);
-	pthread_mutex_lock(&st->lock);
 	prev = json_string_value(json_object_get(st->refs, name));
 	replaced = prev && strcmp(prev, dg);
 	old = json_deep_copy(st->refs);
@@ -257,7 +271,6 @@ int store_ref_set(struct image_store *st, const char *name, const char *mhex,
 	} else if (replaced) {
 		store_gc_locked(st);
 	}
-	pthread_mutex_unlock(&st->lock);
 	json_decref(old);
 	return r;
 }
@@ -697,7 +710,7 @@ int image_list(struct image_store *st, json_t **out, struct k8_err *err)
 	qsort(keys, n, sizeof(*keys), store_cmp_str);
 	for (size_t i = 0; i < n; i++) {
 		const char *d = json_string_value(json_object_get(st->refs, keys[i]));
-		json_t *m = NULL, *c = NULL, *created;
+		json_t *m = NULL, *c = NULL, *created, *labels;
 		struct k8_err e = { 0 };
 		char chex[65] = "";
 		uint64_t size = 0;
@@ -705,11 +718,18 @@ int image_list(struct image_store *st, json_t **out, struct k8_err *err)
 		if (!store_blob_json(st, d + 7, &m, &e) && !store_manifest_check(m, chex, &size, &e))
 			store_blob_json(st, chex, &c, &e);
 		created = json_object_get(c, "created");
+		labels = json_object_get(json_object_get(c, "config"), "Labels");
 		json_array_append_new(arr, json_pack("{s:s, s:s, s:I, s:O, s:s?}",
 						     "ref", keys[i], "digest", d, "size",
 						     (json_int_t)size, "created",
 						     json_is_string(created) ? created : json_null(),
 						     "error", e.code ? e.msg : NULL));
+		/* What Docker's image list shows: the config digest (its image ID), labels. */
+		if (chex[0])
+			json_object_set_new(json_array_get(arr, i), "config_digest",
+					    json_sprintf("sha256:%s", chex));
+		if (json_is_object(labels))
+			json_object_set(json_array_get(arr, i), "labels", labels);
 		json_decref(m);
 		json_decref(c);
 	}
@@ -757,6 +777,26 @@ int image_remove(struct image_store *st, const char *ref, struct k8_err *err)
 	json_decref(old);
 	store_gc_locked(st);
 out:
+	pthread_mutex_unlock(&st->lock);
+	return r;
+}
+
+int image_tag(struct image_store *st, const char *src, const char *dst, struct k8_err *err)
+{
+	char hex[65], found[512], norm[512], dg[72];
+	int r;
+
+	r = image_ref_normalize(dst, norm, sizeof(norm), err);
+	if (r)
+		return r;
+	if (strchr(norm, '@'))
+		return k8_err_set(err, -EINVAL, "'%s': a tag cannot hold a digest", dst);
+	pthread_mutex_lock(&st->lock);
+	r = store_lookup_locked(st, src, hex, found, sizeof(found), err);
+	if (!r) {
+		snprintf(dg, sizeof(dg), "sha256:%s", hex);
+		r = store_ref_set_locked(st, norm, dg, err);
+	}
 	pthread_mutex_unlock(&st->lock);
 	return r;
 }

@@ -11,7 +11,7 @@
 #
 # Every target is linked against one archive of all of src/common, src/image, src/net, src/fs,
 # src/model, src/broker and src/docker, the daemon's bundle reader and its API matcher
-# (src/daemon/api_route.c, pure)
+# (src/daemon/api_route.c, pure) and docker.sock's path rules (docker_route.c, pure)
 # (no main.c), so it pulls in only the objects it uses. Corpora live in
 # $B/fuzz/corpus-<name> and grow from run to run; tests/fuzz/seeds/<name>/, when present,
 # seeds them. Crash inputs land in $B/fuzz/crashes-<name>/; reproduce one with
@@ -34,7 +34,7 @@ mkdir -p "$OUT/obj" || exit 1
 # does not compile is skipped with a warning: a target that needs it then fails to link.
 objs=""
 for src in src/common/*.c src/image/*.c src/net/*.c src/fs/*.c src/model/*.c src/broker/*.c src/docker/*.c \
-	   src/daemon/bundle_read.c src/daemon/api_route.c; do
+	   src/daemon/bundle_read.c src/daemon/api_route.c src/daemon/docker_route.c; do
 	[ -f "$src" ] || continue
 	case "$src" in */main.c) continue ;; esac
 	obj="$OUT/obj/$(echo "$src" | sed 's|/|_|g; s|\.c$|.o|')"
