@@ -3,14 +3,13 @@
 # Python container, at two amounts of touched memory, so the growth is visible.
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import tempfile
 
 import time
 
-from k8cli import KOSA8, TOP, out as k
+from k8cli import TOP, end_home, out as k, touch_memory
 
 N = int(os.environ.get("BENCH_N", "3"))
 
@@ -28,15 +27,7 @@ def main():
             name = "m%d" % mib
             k(home, "sandbox", "create", name, "--cpus", "1", "--memory", "1024", "--disk", "2")
             k(home, "sandbox", "pull", name, "python:3.12-slim")
-            k(home, "sandbox", "start", name, "python:3.12-slim", "python3", "-c",
-              "import time, os\nb = bytearray(os.urandom(1 << 20)) * %d\n"
-              "open('/ready', 'w').close()\nwhile True: time.sleep(1)" % mib)
-            for _ in range(600):
-                st = json.loads(k(home, "sandbox", "inspect", name))
-                used = st["stat"]["mem_total_kib"] - st["stat"]["mem_free_kib"]
-                if used > mib * 1024:
-                    break
-                time.sleep(0.5)
+            used = touch_memory(home, name, mib)
             cp, rw, size = [], [], 0
             for i in range(N):
                 r = json.loads(k(home, "checkpoint", name, "--label", "c%d" % i, "--json"))
@@ -58,9 +49,7 @@ def main():
             k(home, "sandbox", "rm", name)
         k(home, "daemon", "stop")
     finally:
-        subprocess.run([KOSA8, "daemon", "stop"], capture_output=True,
-                       env=dict(os.environ, KOSA8_HOME=home))
-        shutil.rmtree(home, ignore_errors=True)
+        end_home(home)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,12 @@
 # `make bench-density` or `python3 bench/density.py`.
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
 
-from k8cli import KOSA8, k, out, rss_kib, test_image
+from k8cli import end_home, k, out, rss_kib, test_image
 
 MAX = int(os.environ.get("DENSITY_MAX", "40"))
 RESERVE_MIB = int(os.environ.get("DENSITY_RESERVE_MIB", "2048"))
@@ -130,9 +128,7 @@ def main():
         print("sandbox ls over the whole run: p50 %.0f ms, p99 %.0f ms (%d calls)"
               % (p50, p99, total))
     finally:
-        subprocess.run([KOSA8, "daemon", "stop"], capture_output=True,
-                       env=dict(os.environ, KOSA8_HOME=home))
-        shutil.rmtree(home, ignore_errors=True)
+        end_home(home)
 
 
 if __name__ == "__main__":

@@ -114,3 +114,27 @@ def cgroup_rm(path):
                 return
             except OSError:
                 time.sleep(0.1)
+
+
+def touch_memory(home, name, mib):
+    """Start a Python container in sandbox `name` that holds `mib` MiB of random bytes, and
+    wait until the guest uses that much. Returns the guest's used KiB."""
+    import json
+    out(home, "sandbox", "start", name, "python:3.12-slim", "python3", "-c",
+        "import time, os\nb = bytearray(os.urandom(1 << 20)) * %d\n"
+        "open('/ready', 'w').close()\nwhile True: time.sleep(1)" % mib)
+    used = 0
+    for _ in range(600):
+        st = json.loads(out(home, "sandbox", "inspect", name))
+        used = st["stat"]["mem_total_kib"] - st["stat"]["mem_free_kib"]
+        if used > mib * 1024:
+            break
+        time.sleep(0.5)
+    return used
+
+
+def end_home(home):
+    """Stop the benchmark's daemon (and its VMs) and remove its home, whatever happened."""
+    subprocess.run([KOSA8, "daemon", "stop"], capture_output=True,
+                   env=dict(os.environ, KOSA8_HOME=home))
+    shutil.rmtree(home, ignore_errors=True)

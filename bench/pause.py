@@ -5,13 +5,11 @@
 # (QEMU, kosa8-net, kosa8-fs) before and while paused.
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 
-from k8cli import KOSA8, out, rss_kib, test_image
+from k8cli import end_home, out, rss_kib, test_image, touch_memory
 
 N = int(os.environ.get("BENCH_N", "5"))
 TOUCH_MIB = int(os.environ.get("BENCH_TOUCH_MIB", "64"))
@@ -48,15 +46,7 @@ def main():
         out(home, "image", "load", layout, "--tag", "python:3.12-slim")
         out(home, "sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2")
         out(home, "sandbox", "pull", name, "python:3.12-slim")
-        out(home, "sandbox", "start", name, "python:3.12-slim", "python3", "-c",
-            "import time, os\nb = bytearray(os.urandom(1 << 20)) * %d\n"
-            "while True: time.sleep(1)" % TOUCH_MIB)
-        for _ in range(600):
-            st = json.loads(out(home, "sandbox", "inspect", name))
-            used = st["stat"]["mem_total_kib"] - st["stat"]["mem_free_kib"]
-            if used > TOUCH_MIB * 1024:
-                break
-            time.sleep(0.5)
+        used = touch_memory(home, name, TOUCH_MIB)
         time.sleep(2)
         per0, tot0 = rss(home, name)
         res = {"disk": ([], [], [], []), "memory": ([], [], [], [])}
@@ -89,9 +79,7 @@ def main():
         out(home, "sandbox", "rm", name)
         out(home, "daemon", "stop")
     finally:
-        subprocess.run([KOSA8, "daemon", "stop"], capture_output=True,
-                       env=dict(os.environ, KOSA8_HOME=home))
-        shutil.rmtree(home, ignore_errors=True)
+        end_home(home)
 
 
 if __name__ == "__main__":
