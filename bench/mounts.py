@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from k8cli import (k, test_image, qemu_vm, image_disk, cpu_cgroup, cgroup_rm,  # noqa: E402
-                   cpu_seconds, BIN, GUEST, TOP)
+                   cpu_seconds, BIN, GUEST)
 
 N = int(os.environ.get("BENCH_N", "2"))
 MIB = int(os.environ.get("BENCH_FS_MIB", "128"))

@@ -19,7 +19,6 @@ import queue
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading

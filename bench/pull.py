@@ -3,7 +3,6 @@
 #  pull-and-prepare of the python test image from a local registry by kosa8 (image pull,
 #  then the sandbox's read-only EROFS disk) against `skopeo copy` to an OCI layout +
 #  `umoci unpack` + `mkfs.erofs` of the same image; and a second pull of a cached image.
-import json
 import os
 import shutil
 import socket
