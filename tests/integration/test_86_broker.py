@@ -20,7 +20,7 @@ import time
 import pytest
 
 import brokerkit as bk
-from conftest import Home, new_home
+from conftest import Home, new_home, wait_for
 
 SECRETS = {"openai": "sk-REAL-openai-0123456789", "anthropic": "sk-ant-REAL-abcdef",
            "ex": "ex-REAL-generic-42"}
@@ -211,7 +211,11 @@ def test_stream_arrives_event_by_event(broker, up):
         arrivals.append((time.time(), data.count(b"data: ")))
     s.close()
     assert b"data: [DONE]" in data
-    rec = [r for r in up.records() if r["path"] == "/v1/chat/completions" and r["sent"]][-1]
+    # The fake upstream writes its record once the stream has ended: wait for it.
+    def streamed():
+        return [r for r in up.records() if r["path"] == "/v1/chat/completions" and r["sent"]]
+    assert wait_for(streamed, 10), "the upstream never recorded the stream"
+    rec = streamed()[-1]
     first = next(t for t, n in arrivals if n >= 1)
     # the first event reached us before the upstream sent its last one (300 ms apart)
     assert first < rec["sent"][-1] - 0.5, (first, rec["sent"])
