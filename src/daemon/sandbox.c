@@ -1098,8 +1098,9 @@ void sb_stop_all(struct daemon *d)
 			sb_kill_vm(d, sb);
 			sb->state = SB_STOPPED;
 			sb_save(sb);
-		} else if (sb->state == SB_PAUSED) {
-			sb_kill_vm(d, sb);      /* its sidecars; it stays paused */
+		} else {
+			/* A paused or failed sandbox's sidecars; its state stays. */
+			sb_kill_vm(d, sb);
 		}
 		pthread_mutex_unlock(&sb->lock);
 	}
