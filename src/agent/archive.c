@@ -451,7 +451,7 @@ static int ar_entry(void *ctx, const struct tar_entry *e)
 	ar_split(e->name, parent, &base);
 	pfd = ar_dir(x, parent);
 	if (pfd < 0) {
-		r = pfd == -EXDEV ? k8_err_set(&x->err, -EXDEV, "'%s' would be written outside the "
+		r = pfd == -EXDEV ? k8_err_set(&x->err, -EPERM, "'%s' would be written outside the "
 					       "destination (through a symlink); refused", e->name)
 				  : ar_fail(x, pfd, "the directory of", e->name);
 		goto out;
