@@ -21,7 +21,7 @@ IMAGE = "python:3.12-slim"
 
 SETUP = ("mkdir -p /d/sub && echo hello > /d/sub/f && chmod 640 /d/sub/f && "
          "touch -d 2020-01-02T03:04:05 /d/sub/f && ln -s sub/f /d/rel && ln -s / /d/root && "
-         "exec sleep 100000")
+         "touch /ready && exec sleep 100000")
 
 
 class UnixHTTP(http.client.HTTPConnection):
@@ -50,6 +50,8 @@ def ctr(home, sandbox):
     p = home("sandbox", "start", sandbox, IMAGE, "sh", "-c", SETUP, timeout=300)
     assert p.returncode == 0, p.stderr
     cid = p.stdout.strip()
+    assert wait_for(lambda: home("sandbox", "exec", sandbox, cid, "test", "-e", "/ready",
+                                 timeout=120).returncode == 0, 60), "the setup did not run"
     yield cid
     home("sandbox", "stop", sandbox, cid, "-t", "0", timeout=120)
 
