@@ -145,3 +145,51 @@ def test_copy_out_extracts_nothing_outside(home, sandbox, ctr, tmp_path):
     assert os.readlink(dst / "t" / "esc") == str(target)
     assert not target.exists()
     assert sorted(os.listdir(tmp_path)) == ["dst"]
+
+
+def cp_records(home, sandbox):
+    return home.json("audit", "ls", "--sandbox", sandbox, "--action", "sandbox.container.cp")
+
+
+def test_clients_that_vanish_mid_copy(home, sandbox, ctr):
+    """A client that leaves in the middle of a GET or a PUT: the copy in the guest is
+    ended, audited as failed, and the daemon and the container go on."""
+    pid = daemon_pid(home.path)
+    p = home("sandbox", "exec", sandbox, ctr, "sh", "-c",
+             "head -c 33554432 /dev/zero > /big && echo ok", timeout=300)
+    assert p.stdout == "ok\n", p.stderr
+    n0 = len(cp_records(home, sandbox))
+    sock_path = os.path.join(home.path, "kosa8d.sock")
+    # GET: read a little, then hang up
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock_path)
+    s.sendall(b"GET /v1/sandboxes/%s/containers/%s/archive?path=/big HTTP/1.1\r\n"
+              b"Host: kosa8\r\n\r\n" % (sandbox.encode(), ctr.encode()))
+    got = b""
+    while len(got) < 65536:
+        chunk = s.recv(65536)
+        assert chunk, got[:200]
+        got += chunk
+    s.close()
+    # PUT: announce 16 MiB, send 1 MiB of a tar, hang up
+    body = tar_of([("part", "file", b"\0" * (16 << 20))])
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock_path)
+    s.sendall(b"PUT /v1/sandboxes/%s/containers/%s/archive?path=/dst HTTP/1.1\r\n"
+              b"Host: kosa8\r\nContent-Length: %d\r\n\r\n" % (sandbox.encode(), ctr.encode(),
+                                                             len(body)))
+    s.sendall(body[:1 << 20])
+    s.close()
+
+    def both_failed():
+        recs = cp_records(home, sandbox)[n0:]
+        dirs = {r["details"]["direction"] for r in recs if not r["details"]["ok"]}
+        return dirs == {"in", "out"} and recs
+    recs = wait_for(both_failed, 60)
+    assert recs, cp_records(home, sandbox)[n0:]
+    assert daemon_pid(home.path) == pid
+    st, data = api(home, "GET", "/v1/sandboxes/%s/containers/%s/archive/stat?path=/big"
+                   % (sandbox, ctr))
+    assert st == 200 and b'"size":33554432' in data, data
+    p = home("sandbox", "exec", sandbox, ctr, "echo", "alive", timeout=120)
+    assert p.stdout == "alive\n"
