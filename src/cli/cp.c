@@ -460,6 +460,11 @@ static int cp_in(struct client *cl, const char *src, const struct cp_remote *dst
 		dcopy = xasprintf("%s", dst->path);
 		dcopy2 = xasprintf("%s", dst->path);
 		dir = dirname(dcopy);
+		json_decref(st);
+		st = NULL;
+		/* its folder must exist: say so before packing anything */
+		if ((r = cp_stat(cl, dst, dir, &st, err)) < 0)
+			return r;
 		if (strcmp(pk.top, "."))
 			pk.top = basename(dcopy2);
 		else

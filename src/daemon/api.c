@@ -761,14 +761,23 @@ static enum MHD_Result stream_begin(struct api_listener *l, struct MHD_Connectio
 	}
 	call->body = json_object();
 	rc = call->match.route->fn(call);
-	if (rc < 0 || !call->sink.write) {
-		/* refused before the body: answer now, the body is never read */
-		r = answer(l, c, rq, call, rc < 0 ? rc : -EIO);
+	if (rc >= 0 && !call->sink.write)
+		rc = k8_err_set(&call->err, -EIO, "the handler took no body");
+	if (rc < 0) {
+		const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
 		if (call->sink.free)
 			call->sink.free(call->sink.ctx);
-		json_decref(call->body);
-		free(call);
-		return r;
+		memset(&call->sink, 0, sizeof(call->sink));
+		if (expect && strcasestr(expect, "100-continue")) {
+			/* refused before the client sent the body: answer now, never read it */
+			r = answer(l, c, rq, call, rc);
+			json_decref(call->body);
+			free(call);
+			return r;
+		}
+		/* the body is on its way: read and drop it, then answer (a client that is
+		 * still writing would miss an early answer) */
+		rq->sink_rc = rc;
 	}
 	rq->scall = call;
 	return MHD_YES;

@@ -202,8 +202,10 @@ int api_reply_upgrade(struct api_call *call, struct exec_ctx *exec);
 int api_reply_reader(struct api_call *call, const struct api_reader *rd);
 
 /* For a handler listed in its dialect's `streamed`: it runs once the request head is in
- * (call->body is {}), checks what it can and either fails (its error is the reply, the
- * body is not read) or takes the body with this call. Each piece of the body then goes
+ * (call->body is {}), checks what it can and either fails or takes the body with this
+ * call. A failure is the reply: at once when the client waits for "100 Continue" (it
+ * never sends the body), else once the body, read and dropped, is in (a client still
+ * writing would miss an early answer). Each piece of the body then goes
  * to sink->write (a failure is kept, the rest of the body is read and dropped, and that
  * error is the reply); at its end sink->done answers as a handler would. */
 int api_take_body(struct api_call *call, const struct api_sink *sink);

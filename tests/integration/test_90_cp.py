@@ -136,6 +136,13 @@ def test_missing_path(home, sandbox, ctr, tmp_path):
     assert p.returncode == 4, (p.returncode, p.stderr)
     p = home("sandbox", "cp", "%s:%s:/d" % (sandbox, "0123456789ab"), str(tmp_path / "x"))
     assert p.returncode == 4 and "no container" in p.stderr, p.stderr
+    # a PUT refused before its body (the folder is missing): the body is read and dropped,
+    # then the 404 (a client still writing would miss an early answer)
+    body = b"\0" * (4 << 20)
+    for _ in range(3):
+        s, _, data = api(home, "PUT", "/v1/sandboxes/%s/containers/%s/archive?path=/no/such"
+                         % (sandbox, ctr), body=body)
+        assert s == 404 and b"/no/such" in data, (s, data)
 
 
 def test_stat_and_path_stat_header(home, sandbox, ctr):
