@@ -489,27 +489,49 @@ static int archive_query_path(struct api_call *call, char *buf, const char **pat
 	return 0;
 }
 
-int archive_api_stat(struct api_call *call)
+/* ---- replies for a sandbox the caller holds: kosa8's routes and the Docker layer's ---- */
+
+int archive_reply_stat(struct api_call *call, struct sandbox *sb, const char *ctr)
 {
 	char buf[ARCHIVE_PATH_MAX + 1];
 	const char *path;
-	struct sandbox *sb;
 	int r;
 
-	if (archive_query_path(call, buf, &path))
-		return call->err.code;
-	if (!(sb = archive_sandbox(call)))
-		return call->err.code;
-	r = archive_stat(sb, api_param(call, "id"), path, &call->out, &call->err);
+	if (!archive_query_path(call, buf, &path))
+		archive_stat(sb, ctr, path, &call->out, &call->err);
+	r = call->err.code;
 	sb_put(call->d, sb);
 	return r;
+}
+
+static ssize_t archive_read_nothing(void *ctx, char *buf, size_t max)
+{
+	(void)ctx, (void)buf, (void)max;
+	return 0;
+}
+
+int archive_reply_head(struct api_call *call, struct sandbox *sb, const char *ctr)
+{
+	struct api_reader rd = { .read = archive_read_nothing, .type = "application/x-tar",
+				 .hname = "X-Docker-Container-Path-Stat" };
+	char buf[ARCHIVE_PATH_MAX + 1];
+	json_t *stat = NULL;
+	const char *path;
+
+	if (!archive_query_path(call, buf, &path))
+		archive_stat(sb, ctr, path, &stat, &call->err);
+	sb_put(call->d, sb);
+	if (call->err.code)
+		return call->err.code;
+	rd.hvalue = archive_stat_header(stat);
+	json_decref(stat);
+	return api_reply_reader(call, &rd);
 }
 
 struct archive_api {
 	struct daemon *d;
 	struct sandbox *sb;
 	struct archive_xfer *x;
-	bool no_overwrite;
 };
 
 static void archive_api_free(void *ctx)
@@ -529,23 +551,22 @@ static ssize_t archive_api_read(void *ctx, char *buf, size_t max)
 	return archive_get_read(a->x, buf, max, &err);
 }
 
-int archive_api_get(struct api_call *call)
+int archive_reply_get(struct api_call *call, struct sandbox *sb, const char *ctr)
 {
 	char buf[ARCHIVE_PATH_MAX + 1];
-	struct archive_api *a;
 	struct api_reader rd = { 0 };
+	struct archive_api *a;
 	const char *path;
 	json_t *stat = NULL;
-	struct sandbox *sb;
 
-	if (archive_query_path(call, buf, &path))
+	if (archive_query_path(call, buf, &path)) {
+		sb_put(call->d, sb);
 		return call->err.code;
-	if (!(sb = archive_sandbox(call)))
-		return call->err.code;
+	}
 	a = xcalloc(1, sizeof(*a));
 	a->d = call->d;
 	a->sb = sb;
-	if (archive_get_open(call->d, sb, api_param(call, "id"), path, &stat, &a->x, &call->err)) {
+	if (archive_get_open(call->d, sb, ctr, path, &stat, &a->x, &call->err)) {
 		sb_put(call->d, sb);
 		free(a);
 		return call->err.code;
@@ -577,24 +598,23 @@ static int archive_api_done(struct api_call *call, void *ctx)
 	return r;
 }
 
-int archive_api_put(struct api_call *call)
+int archive_reply_put(struct api_call *call, struct sandbox *sb, const char *ctr)
 {
 	char buf[ARCHIVE_PATH_MAX + 1];
 	struct api_sink sink = { 0 };
 	struct archive_api *a;
 	const char *path;
-	struct sandbox *sb;
 	bool no_over = false;
 
 	if (archive_query_path(call, buf, &path) ||
-	    api_query_bool(call, "noOverwriteDirNonDir", &no_over))
+	    api_query_bool(call, "noOverwriteDirNonDir", &no_over)) {
+		sb_put(call->d, sb);
 		return call->err.code;
-	if (!(sb = archive_sandbox(call)))
-		return call->err.code;
+	}
 	a = xcalloc(1, sizeof(*a));
 	a->d = call->d;
 	a->sb = sb;
-	if (archive_put_open(call->d, sb, api_param(call, "id"), path, no_over, &a->x, &call->err)) {
+	if (archive_put_open(call->d, sb, ctr, path, no_over, &a->x, &call->err)) {
 		sb_put(call->d, sb);
 		free(a);
 		return call->err.code;
@@ -604,4 +624,27 @@ int archive_api_put(struct api_call *call)
 	sink.free = archive_api_free;
 	sink.ctx = a;
 	return api_take_body(call, &sink);
+}
+
+/* ---- kosa8's routes ---- */
+
+int archive_api_stat(struct api_call *call)
+{
+	struct sandbox *sb = archive_sandbox(call);
+
+	return sb ? archive_reply_stat(call, sb, api_param(call, "id")) : call->err.code;
+}
+
+int archive_api_get(struct api_call *call)
+{
+	struct sandbox *sb = archive_sandbox(call);
+
+	return sb ? archive_reply_get(call, sb, api_param(call, "id")) : call->err.code;
+}
+
+int archive_api_put(struct api_call *call)
+{
+	struct sandbox *sb = archive_sandbox(call);
+
+	return sb ? archive_reply_put(call, sb, api_param(call, "id")) : call->err.code;
 }

@@ -59,6 +59,16 @@ uint64_t archive_bytes(const struct archive_xfer *x);
 /* End the transfer (the helper in the guest is killed if it still runs) and audit it. */
 void archive_close(struct archive_xfer *x);
 
+/* Replies for the sandbox sb the caller holds, running, and its container ctr (the path
+ * from the query's `path`); each takes over the caller's reference to sb. The kosa8
+ * routes below and the Docker layer's archive routes both end here.
+ * stat: the stat as JSON; head: an empty 200 with X-Docker-Container-Path-Stat; get: the
+ * tar, streamed, with that header; put: the request body extracted, {"bytes":N}. */
+int archive_reply_stat(struct api_call *call, struct sandbox *sb, const char *ctr);
+int archive_reply_head(struct api_call *call, struct sandbox *sb, const char *ctr);
+int archive_reply_get(struct api_call *call, struct sandbox *sb, const char *ctr);
+int archive_reply_put(struct api_call *call, struct sandbox *sb, const char *ctr);
+
 /* API handlers (api_route.h; the table is in api.c) */
 int archive_api_stat(struct api_call *call);
 int archive_api_get(struct api_call *call);
