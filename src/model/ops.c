@@ -163,7 +163,17 @@ static void mm_part(void *a, int ith, int nth)
 	for (int rs = r0; rs < r1; rs += 16) {
 		int re = rs + 16 < r1 ? rs + 16 : r1;
 		int t = 0;
-		/* Four tokens per pass over a row: each weight block is unpacked once for four. */
+		/* Eight, then four tokens per pass over a row: each weight block is unpacked once
+		 * for all of them. */
+		for (; tiled && t + 8 <= j->nt; t += 8) {
+			const struct q8_block *xq = j->xq + (size_t)t * nb;
+			for (int r = rs; r < re; r++) {
+				float o[8];
+				quant_dot8(j->w->type, w + (size_t)r * rb, xq, (size_t)nb, n_in, o);
+				for (int i = 0; i < 8; i++)
+					j->y[(size_t)(t + i) * n_out + r] = o[i];
+			}
+		}
 		for (; tiled && t + 4 <= j->nt; t += 4) {
 			const struct q8_block *xq = j->xq + (size_t)t * nb;
 			int r = rs;

@@ -622,8 +622,9 @@ AVX2 float quant_dot_avx2(uint32_t type, const void *row, const float *x, const 
  * loaded and unpacked once for the four tokens instead of four times. */
 
 #define INLINE __attribute__((always_inline)) inline
-/* Unrolled, the four accumulators live in registers instead of on the stack. */
-#define UNROLL4 _Pragma("GCC unroll 4")
+/* Unrolled, the accumulators live in registers instead of on the stack. */
+#define UNROLL _Pragma("GCC unroll 8")
+#define TMAX 8   /* tokens per pass at most */
 
 /* Block b of a Q4_0/Q5_0/Q8_0 row as 32 signed bytes, and its scale. */
 AVX2 static INLINE __m256i q0_unpack(const uint32_t type, const void *row, int b, float *d)
@@ -655,23 +656,25 @@ AVX2 static INLINE __m256i q0_unpack(const uint32_t type, const void *row, int b
 	return _mm256_sub_epi8(w, _mm256_set1_epi8(16));
 }
 
-AVX2 static INLINE void dot4_q0(const uint32_t type, const void *row, const struct q8_block *xq,
-				size_t xs, int n, float *out)
+/* NT tokens (4 or 8) against one row. */
+AVX2 static INLINE void dotn_q0(const uint32_t type, const int NT, const void *row,
+				const struct q8_block *xq, size_t xs, int n, float *out)
 {
-	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-			  _mm256_setzero_ps() };
+	__m256 acc[TMAX];
+	UNROLL for (int t = 0; t < NT; t++)
+		acc[t] = _mm256_setzero_ps();
 	for (int b = 0; b < n / 32; b++) {
 		float d;
 		__m256i w = q0_unpack(type, row, b, &d);
 		__m256i aw = _mm256_sign_epi8(w, w);
-		UNROLL4 for (int t = 0; t < 4; t++) {
+		UNROLL for (int t = 0; t < NT; t++) {
 			const struct q8_block *y = xq + (size_t)t * xs + b;
 			__m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), w);
 			__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
 			acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p), acc[t]);
 		}
 	}
-	for (int t = 0; t < 4; t++)
+	for (int t = 0; t < NT; t++)
 		out[t] = hsum_ps(acc[t]);
 }
 
@@ -680,13 +683,13 @@ AVX2 static INLINE void dot2x4_q0(const uint32_t type, const void *row0, const v
 				  const struct q8_block *xq, size_t xs, int n, float *out0, float *out1)
 {
 	__m256 a0[4], a1[4];
-	UNROLL4 for (int t = 0; t < 4; t++)
+	UNROLL for (int t = 0; t < 4; t++)
 		a0[t] = a1[t] = _mm256_setzero_ps();
 	for (int b = 0; b < n / 32; b++) {
 		float d0, d1;
 		__m256i w0 = q0_unpack(type, row0, b, &d0), w1 = q0_unpack(type, row1, b, &d1);
 		__m256i aw0 = _mm256_sign_epi8(w0, w0), aw1 = _mm256_sign_epi8(w1, w1);
-		UNROLL4 for (int t = 0; t < 4; t++) {
+		UNROLL for (int t = 0; t < 4; t++) {
 			const struct q8_block *y = xq + (size_t)t * xs + b;
 			__m256i x = _mm256_loadu_si256((const __m256i *)y->qs);
 			__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw0, _mm256_sign_epi8(x, w0)),
@@ -703,13 +706,16 @@ AVX2 static INLINE void dot2x4_q0(const uint32_t type, const void *row0, const v
 	}
 }
 
-AVX2 static INLINE void dot4_q45k(const uint32_t type, const void *row, const struct q8_block *xq,
-				  size_t xs, int n, float *out)
+AVX2 static INLINE void dotn_q45k(const uint32_t type, const int NT, const void *row,
+				  const struct q8_block *xq, size_t xs, int n, float *out)
 {
 	const __m256i m4 = _mm256_set1_epi8(0xf);
-	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-			  _mm256_setzero_ps() };
-	float mins[4] = { 0, 0, 0, 0 };
+	__m256 acc[TMAX];
+	float mins[TMAX];
+	UNROLL for (int t = 0; t < NT; t++) {
+		acc[t] = _mm256_setzero_ps();
+		mins[t] = 0;
+	}
 	for (int sb = 0; sb < n / 256; sb++) {
 		const uint8_t *scales, *qs, *qh = NULL;
 		float d, dmin;
@@ -720,16 +726,19 @@ AVX2 static INLINE void dot4_q45k(const uint32_t type, const void *row, const st
 			const struct blk_q5_k *b = (const struct blk_q5_k *)row + sb;
 			d = f16c(b->d); dmin = f16c(b->dmin); scales = b->scales; qs = b->qs; qh = b->qh;
 		}
-		const struct q8k_block *y[4];
-		UNROLL4 for (int t = 0; t < 4; t++)
+		const struct q8k_block *y[TMAX];
+		UNROLL for (int t = 0; t < NT; t++)
 			y[t] = (const struct q8k_block *)(const void *)(xq + (size_t)t * xs) + sb;
 		int sc[8], m[8];
 		for (int j = 0; j < 8; j++)
 			k_scale_min(j, scales, &sc[j], &m[j]);
 		__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-		__m256i isum[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(),
-				    _mm256_setzero_si256(), _mm256_setzero_si256() };
-		int summ[4] = { 0, 0, 0, 0 };
+		__m256i isum[TMAX];
+		int summ[TMAX];
+		UNROLL for (int t = 0; t < NT; t++) {
+			isum[t] = _mm256_setzero_si256();
+			summ[t] = 0;
+		}
 		for (int j = 0; j < 4; j++) {
 			__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
 			__m256i lo = _mm256_and_si256(q, m4);
@@ -742,7 +751,7 @@ AVX2 static INLINE void dot4_q45k(const uint32_t type, const void *row, const st
 				hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), s));
 			}
 			__m256i s0 = _mm256_set1_epi16((short)sc[2 * j]), s1 = _mm256_set1_epi16((short)sc[2 * j + 1]);
-			UNROLL4 for (int t = 0; t < 4; t++) {
+			UNROLL for (int t = 0; t < NT; t++) {
 				__m256i x0 = _mm256_loadu_si256((const __m256i *)(y[t]->qs + 64 * j));
 				__m256i x1 = _mm256_loadu_si256((const __m256i *)(y[t]->qs + 64 * j + 32));
 				__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
@@ -752,27 +761,30 @@ AVX2 static INLINE void dot4_q45k(const uint32_t type, const void *row, const st
 				summ[t] += m[2 * j] * (bs[0] + bs[1]) + m[2 * j + 1] * (bs[2] + bs[3]);
 			}
 		}
-		UNROLL4 for (int t = 0; t < 4; t++) {
+		UNROLL for (int t = 0; t < NT; t++) {
 			acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y[t]->d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
 			mins[t] += dmin * y[t]->d * (float)summ[t];
 		}
 	}
-	for (int t = 0; t < 4; t++)
+	for (int t = 0; t < NT; t++)
 		out[t] = hsum_ps(acc[t]) - mins[t];
 }
 
-AVX2 static void dot4_q6k(const void *row, const struct q8_block *xq, size_t xs, int n, float *out)
+AVX2 static INLINE void dotn_q6k(const int NT, const void *row, const struct q8_block *xq,
+				 size_t xs, int n, float *out)
 {
 	const __m256i m4 = _mm256_set1_epi8(0xf), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
-	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-			  _mm256_setzero_ps() };
+	__m256 acc[TMAX];
+	UNROLL for (int t = 0; t < NT; t++)
+		acc[t] = _mm256_setzero_ps();
 	for (int sb = 0; sb < n / 256; sb++) {
 		const struct blk_q6_k *b = (const struct blk_q6_k *)row + sb;
-		const struct q8k_block *y[4];
-		UNROLL4 for (int t = 0; t < 4; t++)
+		const struct q8k_block *y[TMAX];
+		UNROLL for (int t = 0; t < NT; t++)
 			y[t] = (const struct q8k_block *)(const void *)(xq + (size_t)t * xs) + sb;
-		__m256i isum[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(),
-				    _mm256_setzero_si256(), _mm256_setzero_si256() };
+		__m256i isum[TMAX];
+		UNROLL for (int t = 0; t < NT; t++)
+			isum[t] = _mm256_setzero_si256();
 		for (int half = 0; half < 2; half++) {
 			const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
 			const int8_t *sc = b->scales + 8 * half;
@@ -790,7 +802,7 @@ AVX2 static void dot4_q6k(const void *row, const struct q8_block *xq, size_t xs,
 					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
 			for (int k = 0; k < 4; k++) {
 				__m256i s16 = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * k]), _mm_set1_epi16(sc[2 * k + 1]));
-				UNROLL4 for (int t = 0; t < 4; t++) {
+				UNROLL for (int t = 0; t < NT; t++) {
 					__m256i xv = _mm256_loadu_si256((const __m256i *)(y[t]->qs + 128 * half + 32 * k));
 					__m256i pq = _mm256_maddubs_epi16(g[k], xv);
 					__m256i pk = _mm256_maddubs_epi16(k32, xv);
@@ -799,10 +811,10 @@ AVX2 static void dot4_q6k(const void *row, const struct q8_block *xq, size_t xs,
 			}
 		}
 		float d = f16c(b->d);
-		UNROLL4 for (int t = 0; t < 4; t++)
+		UNROLL for (int t = 0; t < NT; t++)
 			acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y[t]->d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
 	}
-	for (int t = 0; t < 4; t++)
+	for (int t = 0; t < NT; t++)
 		out[t] = hsum_ps(acc[t]);
 }
 
@@ -818,18 +830,32 @@ AVX2 void quant_dot2x4_avx2(uint32_t type, const void *row0, const void *row1,
 	quant_dot4_avx2(type, row1, xq, xs, n, out1);
 }
 
+/* NT = 4 or 8 (a constant at each call, so each kernel is unrolled for it). */
+AVX2 static INLINE void dotn(uint32_t type, const int NT, const void *row, const struct q8_block *xq,
+			     size_t xs, int n, float *out)
+{
+	switch (type) {
+	case GT_Q4_0: dotn_q0(GT_Q4_0, NT, row, xq, xs, n, out); return;
+	case GT_Q5_0: dotn_q0(GT_Q5_0, NT, row, xq, xs, n, out); return;
+	case GT_Q8_0: dotn_q0(GT_Q8_0, NT, row, xq, xs, n, out); return;
+	case GT_Q4_K: dotn_q45k(GT_Q4_K, NT, row, xq, xs, n, out); return;
+	case GT_Q5_K: dotn_q45k(GT_Q5_K, NT, row, xq, xs, n, out); return;
+	case GT_Q6_K: dotn_q6k(NT, row, xq, xs, n, out); return;
+	}
+	for (int t = 0; t < NT; t++)
+		out[t] = 0;
+}
+
 AVX2 void quant_dot4_avx2(uint32_t type, const void *row, const struct q8_block *xq, size_t xs,
 			  int n, float *out)
 {
-	switch (type) {
-	case GT_Q4_0: dot4_q0(GT_Q4_0, row, xq, xs, n, out); return;
-	case GT_Q5_0: dot4_q0(GT_Q5_0, row, xq, xs, n, out); return;
-	case GT_Q8_0: dot4_q0(GT_Q8_0, row, xq, xs, n, out); return;
-	case GT_Q4_K: dot4_q45k(GT_Q4_K, row, xq, xs, n, out); return;
-	case GT_Q5_K: dot4_q45k(GT_Q5_K, row, xq, xs, n, out); return;
-	case GT_Q6_K: dot4_q6k(row, xq, xs, n, out); return;
-	}
-	out[0] = out[1] = out[2] = out[3] = 0;
+	dotn(type, 4, row, xq, xs, n, out);
+}
+
+AVX2 void quant_dot8_avx2(uint32_t type, const void *row, const struct q8_block *xq, size_t xs,
+			  int n, float *out)
+{
+	dotn(type, 8, row, xq, xs, n, out);
 }
 
 AVX2 static void axpy_f16_avx2(float *y, float a, const uint16_t *x, int n)
@@ -937,6 +963,12 @@ void quant_dot4(uint32_t type, const void *row, const struct q8_block *xq, size_
 		float *out)
 {
 	quant_dot4_avx2(type, row, xq, xs, n, out);
+}
+
+void quant_dot8(uint32_t type, const void *row, const struct q8_block *xq, size_t xs, int n,
+		float *out)
+{
+	quant_dot8_avx2(type, row, xq, xs, n, out);
 }
 
 void quant_dot2x4(uint32_t type, const void *row0, const void *row1, const struct q8_block *xq,

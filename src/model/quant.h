@@ -77,6 +77,11 @@ void quant_dot4(uint32_t type, const void *row, const struct q8_block *xq, size_
 		float *out);
 void quant_dot4_avx2(uint32_t type, const void *row, const struct q8_block *xq, size_t xs,
 		     int n, float *out);
+/* The same for 8 tokens. */
+void quant_dot8(uint32_t type, const void *row, const struct q8_block *xq, size_t xs, int n,
+		float *out);
+void quant_dot8_avx2(uint32_t type, const void *row, const struct q8_block *xq, size_t xs,
+		     int n, float *out);
 /* The same for two rows (each activation block loaded once for both); same condition. */
 void quant_dot2x4(uint32_t type, const void *row0, const void *row1, const struct q8_block *xq,
 		  size_t xs, int n, float *out0, float *out1);

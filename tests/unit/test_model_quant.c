@@ -136,14 +136,14 @@ static void test_dot_agree(void)
 		printf("test_model_quant: no AVX2 on this CPU, only the scalar kernels were checked\n");
 }
 
-/* The four-token kernels (one row, two rows) give bit for bit what one-token dot products
+/* The four- and eight-token kernels (one row, two rows) give bit for bit what one-token dot products
  * give. */
 static void test_dot4_same(void)
 {
 	static const uint32_t types[] = { GT_Q4_0, GT_Q5_0, GT_Q8_0, GT_Q4_K, GT_Q5_K, GT_Q6_K };
 	enum { N = 512, NB = N / QK };
-	static float x[4][N];
-	static struct q8_block xq[4 * NB];
+	static float x[8][N];
+	static struct q8_block xq[8 * NB];
 	static uint8_t row[N * 2];
 	if (!quant_have_avx2())
 		return;
@@ -158,17 +158,24 @@ static void test_dot4_same(void)
 				if (t == GT_Q4_K || t == GT_Q5_K)
 					memcpy(row + b + 2, &d, 2);
 			}
-			for (int k = 0; k < 4; k++) {
+			for (int k = 0; k < 8; k++) {
 				for (int i = 0; i < N; i++)
 					x[k][i] = (float)(rnd8() - 128) / 50;
 				quant_activation(t, x[k], xq + k * NB, N);
 			}
-			float o[4], p0[4], p1[4];
+			float o[4], p0[4], p1[4], e[8];
 			size_t half = quant_row_bytes(t, N / 2);
 			quant_dot4_avx2(t, row, xq, NB, N / 2, o);
 			quant_dot2x4_avx2(t, row + half, row, xq, NB, N / 2, p1, p0);
-			for (int k = 0; k < 4; k++) {
+			quant_dot8_avx2(t, row, xq, NB, N / 2, e);
+			for (int k = 0; k < 8; k++) {
 				float one = quant_dot_avx2(t, row, x[k], xq + k * NB, N / 2);
+				if (memcmp(&one, &e[k], sizeof(one))) {
+					fprintf(stderr, "%s: dot8[%d] %.9g, dot %.9g\n", quant_name(t), k, e[k], one);
+					CHECK(0);
+				}
+				if (k >= 4)
+					continue;
 				float two = quant_dot_avx2(t, row + half, x[k], xq + k * NB, N / 2);
 				if (memcmp(&one, &o[k], sizeof(one)) || memcmp(&one, &p0[k], sizeof(one)) ||
 				    memcmp(&two, &p1[k], sizeof(two))) {
