@@ -616,10 +616,10 @@ AVX2 float quant_dot_avx2(uint32_t type, const void *row, const float *x, const 
 	return 0;
 }
 
-/* ---- AVX2, four tokens per weight row (prompt processing) ----
+/* ---- AVX2, four or eight tokens per weight row (prompt processing) ----
  * The same arithmetic per (row, token) as quant_dot_avx2, in the same order, so the results
- * are bit for bit those of four quant_dot calls; what changes is that each weight block is
- * loaded and unpacked once for the four tokens instead of four times. */
+ * are bit for bit those of one quant_dot call per token; what changes is that each weight
+ * block is loaded and unpacked once for all the tokens of the pass. */
 
 #define INLINE __attribute__((always_inline)) inline
 /* Unrolled, the accumulators live in registers instead of on the stack. */
