@@ -292,3 +292,15 @@ int api_reply_upgrade(struct api_call *call, struct exec_ctx *exec)
 	call->exec = exec;
 	return 0;
 }
+
+int api_reply_raw(struct api_call *call, bool hijack, const char *type,
+		  void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len),
+		  void (*free_fn)(void *ctx), void *ctx)
+{
+	call->raw.fn = fn;
+	call->raw.free = free_fn;
+	call->raw.ctx = ctx;
+	call->raw.type = type;
+	call->raw.hijack = hijack;
+	return 0;
+}

@@ -101,6 +101,14 @@ struct api_call {
 	void (*after_reply)(struct api_call *call);     /* run once the reply is queued */
 	unsigned status;                /* of a plain reply: 0 is 200 (docker.sock: 201, 204) */
 	const char *text, *text_type;   /* a static non-JSON body instead of out ("OK") */
+	api_query_fn header;            /* request headers by name (same contract as query) */
+	struct api_raw {
+		void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len);
+		void (*free)(void *ctx);
+		void *ctx;
+		const char *type;
+		bool hijack;
+	} raw;                          /* set by api_reply_raw */
 };
 
 /* How one listener speaks (api.c serves each with the same HTTP code path): its route
@@ -171,5 +179,16 @@ void api_job_progress(void *job, json_t *p);
 
 /* Switch to a framed exec stream once the handler has a prepared exec context. */
 int api_reply_upgrade(struct api_call *call, struct exec_ctx *exec);
+
+/* A body the handler writes itself (docker.sock's attach, exec start, logs, wait).
+ * hijack: answer 101 with `Upgrade: tcp` and Content-Type `type`, then fn(ctx) gets the
+ * connection's socket (and the bytes already read past the request head) in the
+ * connection's thread; the socket is closed when fn returns. Otherwise: a 200 whose
+ * headers go out at once and whose body fn writes to `fd` (a pipe) from a thread of its
+ * own; the body ends when fn returns (a write fails with EPIPE once the client left).
+ * free(ctx) runs exactly once, after fn or when the reply never happened. */
+int api_reply_raw(struct api_call *call, bool hijack, const char *type,
+		  void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len),
+		  void (*free_fn)(void *ctx), void *ctx);
 
 #endif
