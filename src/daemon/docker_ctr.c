@@ -30,6 +30,7 @@
 #include "daemon/docker_engine.h"
 #include "daemon/docker_route.h"
 #include "daemon/daemon.h"
+#include "daemon/record.h"
 #include "daemon/sandbox.h"
 #include "common/proto.h"
 #include "docker/filters.h"
@@ -40,6 +41,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -630,6 +632,16 @@ int dkc_api_create(struct api_call *call)
 		     json_pack("{s:s,s:s,s:s,s:s,s:O,s:O}", "via", "docker", "id", c->id, "name",
 			       c->name, "image", c->image, "cmd", json_object_get(c->config, "Cmd"),
 			       "binds", c->binds));
+	{
+		json_t *m;
+		size_t k;
+		json_array_foreach(c->mounts, k, m)
+			daemon_audit(d, "container.mount", c->sandbox,
+				     json_pack("{s:s,s:s,s:O,s:O,s:b}", "via", "docker", "id", c->id,
+					       "host", json_object_get(m, "Source"), "guest",
+					       json_object_get(m, "Destination"), "ro",
+					       !json_is_true(json_object_get(m, "RW"))));
+	}
 	call->status = 201;
 	call->out = json_pack("{s:s,s:[]}", "Id", c->id, "Warnings");
 	r = 0;
@@ -854,8 +866,8 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 			json_object_get(cfg, "Env"), "cwd", wd && *wd ? wd : "/", "user",
 			user && *user ? user : "0", "stdin", open_stdin, "rm", false, "detach",
 			false, "netns", nm && !strcmp(nm, "none") ? "none" : "vm");
-	if (json_array_size(c->binds))
-		json_object_set(req, "binds", c->binds);
+	/* always: a Docker container sees only its own binds, never the engine's roots */
+	json_object_set(req, "binds", c->binds ? c->binds : json_array());
 	if (open_stdin) {
 		pthread_mutex_lock(&dk.lock);
 		dkc_stdin_pipe_locked(c);
@@ -2289,12 +2301,136 @@ int dkc_api_exec_resize(struct api_call *call)
 
 /* ---- bind mounts ---- */
 
+/* Is `p` `root` or below it (both absolute, no trailing '/')? */
+static bool dkc_below(const char *p, const char *root)
+{
+	size_t n = strlen(root);
+	if (n == 1)
+		return true;
+	return !strncmp(p, root, n) && (p[n] == '\0' || p[n] == '/');
+}
+
+/* The roots, for messages: "/a, /b". */
+static void dkc_roots(struct daemon *d, char *out, size_t n)
+{
+	size_t o = 0;
+	out[0] = '\0';
+	for (int i = 0; i < d->nallow_mounts && o < n; i++)
+		o += (size_t)snprintf(out + o, n - o, "%s%s", i ? ", " : "", d->allow_mounts[i]);
+}
+
+/* A container path: absolute, no '.', '..' or empty components, not "/". */
+static bool dkc_dst_ok(const char *p)
+{
+	const char *s;
+
+	if (!p || p[0] != '/' || !p[1] || strlen(p) > 1000)
+		return false;
+	for (s = p; *s; ) {
+		const char *e;
+		size_t cl;
+		s++;
+		e = strchrnul(s, '/');
+		cl = (size_t)(e - s);
+		if ((cl == 0 && *e) || (cl == 1 && s[0] == '.') || (cl == 2 && s[0] == '.' && s[1] == '.'))
+			return false;
+		s = e;
+	}
+	return true;
+}
+
+/* One bind: host path `src` (below an --allow-mount root), at `dst`, ro or not. */
+static int dkc_bind_one(struct daemon *d, struct dkc *c, const char *src, const char *dst,
+			bool ro, struct k8_err *err)
+{
+	char real[PATH_MAX], roots[1024], folder[64], dclean[1024];
+	size_t dl;
+	int root = -1;
+
+	if (!src || src[0] != '/')
+		return k8_err_set(err, -EINVAL, "invalid mount source \"%.200s\": only bind mounts "
+				  "of host paths are supported by kosa8 (no named volumes)",
+				  src ? src : "");
+	snprintf(dclean, sizeof(dclean), "%s", dst ? dst : "");
+	dl = strlen(dclean);
+	while (dl > 1 && dclean[dl - 1] == '/')
+		dclean[--dl] = '\0';
+	if (!dkc_dst_ok(dclean))
+		return k8_err_set(err, -EINVAL, "invalid mount destination \"%.200s\": an absolute "
+				  "path other than /", dst ? dst : "");
+	if (!d->nallow_mounts)
+		return k8_err_set(err, -EPERM, "bind mount %.200s: this daemon allows no bind "
+				  "mounts; start it with --allow-mount DIR", src);
+	if (!realpath(src, real))
+		return k8_err_set(err, -EINVAL, "bind source path does not exist: %.200s", src);
+	for (int i = 0; i < d->nallow_mounts && i < K8_MAX_MOUNTS; i++)
+		if (dkc_below(real, d->allow_mounts[i]))
+			root = i;
+	if (root < 0) {
+		dkc_roots(d, roots, sizeof(roots));
+		return k8_err_set(err, -EPERM, "bind mount %.200s is not below the folders this "
+				  "daemon allows to mount (%s); restart the daemon with "
+				  "--allow-mount", src, roots);
+	}
+	if (json_array_size(c->binds) >= 16)
+		return k8_err_set(err, -EINVAL, "at most 16 bind mounts per container");
+	snprintf(folder, sizeof(folder), "/kosa8/bind/%d", root);
+	const char *sub = real + strlen(d->allow_mounts[root]);
+	while (*sub == '/')
+		sub++;
+	json_array_append_new(c->binds, json_pack("{s:s,s:s,s:s,s:b}", "folder", folder, "sub",
+						  sub, "dst", dclean, "ro", ro));
+	json_array_append_new(c->mounts, json_pack("{s:s,s:s,s:s,s:s,s:b,s:s}", "Type", "bind",
+						   "Source", real, "Destination", dclean, "Mode",
+						   ro ? "ro" : "", "RW", !ro, "Propagation",
+						   "rprivate"));
+	return 0;
+}
+
 static int dkc_binds(struct daemon *d, struct dkc *c, json_t *hc, struct k8_err *err)
 {
-	(void)d;
-	(void)c;
-	if (json_array_size(json_object_get(hc, "Binds")) ||
-	    json_array_size(json_object_get(hc, "Mounts")))
-		return k8_err_set(err, -EINVAL, "bind mounts are not supported by kosa8 yet");
+	json_t *v;
+	size_t i;
+	int r;
+
+	json_array_foreach(json_object_get(hc, "Binds"), i, v) {
+		char spec[2048], *dst, *opts;
+		bool ro = false;
+		if (!json_is_string(v) || json_string_length(v) >= sizeof(spec))
+			return k8_err_set(err, -EINVAL, "HostConfig.Binds must be strings "
+					  "HOST:CONTAINER[:ro]");
+		snprintf(spec, sizeof(spec), "%s", json_string_value(v));
+		dst = strchr(spec, ':');
+		if (!dst)
+			return k8_err_set(err, -EINVAL, "invalid volume specification: '%.200s' "
+					  "(anonymous volumes are not supported by kosa8)", spec);
+		*dst++ = '\0';
+		opts = strchr(dst, ':');
+		if (opts) {
+			char *save = NULL;
+			*opts++ = '\0';
+			for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+				if (!strcmp(o, "ro"))
+					ro = true;
+				else if (strcmp(o, "rw") && strcmp(o, "z") && strcmp(o, "Z") &&
+					 strcmp(o, "rprivate") && strcmp(o, "private") &&
+					 strcmp(o, "delegated") && strcmp(o, "cached") &&
+					 strcmp(o, "consistent"))
+					return k8_err_set(err, -EINVAL, "invalid mode: %.40s", o);
+			}
+		}
+		if ((r = dkc_bind_one(d, c, spec, dst, ro, err)))
+			return r;
+	}
+	json_array_foreach(json_object_get(hc, "Mounts"), i, v) {
+		const char *type = json_string_value(json_object_get(v, "Type"));
+		if (!type || strcmp(type, "bind"))
+			return k8_err_set(err, -EINVAL, "HostConfig.Mounts of type \"%.20s\" are not "
+					  "supported by kosa8 (bind only)", type ? type : "");
+		if ((r = dkc_bind_one(d, c, json_string_value(json_object_get(v, "Source")),
+				      json_string_value(json_object_get(v, "Target")),
+				      json_is_true(json_object_get(v, "ReadOnly")), err)))
+			return r;
+	}
 	return 0;
 }

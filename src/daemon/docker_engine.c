@@ -11,6 +11,7 @@
  * With require_sandbox each container gets its own sandbox of the same size.
  */
 #include "daemon/docker_engine.h"
+#include "daemon/record.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -45,6 +46,19 @@ static json_t *dke_body(struct daemon *d, const char *name)
 		json_object_set(body, "egress", v);
 	if ((v = json_object_get(cfg, "docker_engine_egress_allow")))
 		json_object_set(body, "egress_allow", v);
+	/* Every --allow-mount root, read-write, at /kosa8/bind/<i>: a container's binds are
+	 * sub-paths of these, and its mount namespace holds only them (docs/docker.md). */
+	if (d->nallow_mounts) {
+		json_t *mounts = json_array();
+		for (int i = 0; i < d->nallow_mounts && i < K8_MAX_MOUNTS; i++) {
+			char guest[32];
+			snprintf(guest, sizeof(guest), "/kosa8/bind/%d", i);
+			json_array_append_new(mounts, json_pack("{s:s,s:s,s:b}", "host",
+								d->allow_mounts[i], "guest",
+								guest, "ro", false));
+		}
+		json_object_set_new(body, "mounts", mounts);
+	}
 	json_decref(cfg);
 	return body;
 }
