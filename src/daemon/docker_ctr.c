@@ -623,7 +623,8 @@ int dkc_api_create(struct api_call *call)
 		goto out;
 	}
 	dkc_save_locked(c);
-	if (json_is_true(json_object_get(cfg, "OpenStdin")))
+	if (json_is_true(json_object_get(cfg, "OpenStdin")) ||
+	    json_is_true(json_object_get(cfg, "Tty")))
 		dkc_stdin_pipe_locked(c);
 	c->next = dk.ctrs;
 	dk.ctrs = c;
@@ -698,6 +699,7 @@ static void dkc_log_append(struct dkc_pump *p, uint16_t type, const void *data, 
 }
 
 static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb);
+static bool dkc_tty(struct dkc *c);
 
 static void *dkc_pump_thread(void *arg)
 {
@@ -860,7 +862,9 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	wd = json_string_value(json_object_get(cfg, "WorkingDir"));
 	user = json_string_value(json_object_get(cfg, "User"));
 	nm = json_string_value(json_object_get(c->host, "NetworkMode"));
-	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
+	/* No pty in the guest yet: a Tty container gets a stdin that stays open (a shell
+	 * as its command waits on it, as on a terminal, instead of reading EOF). */
+	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin")) || dkc_tty(c);
 	req = json_pack("{s:s,s:s,s:s,s:o,s:O,s:s,s:s,s:b,s:b,s:b,s:s}", "op", "run",
 			"container", c->agent_id, "image", img.digest, "argv", argv, "env",
 			json_object_get(cfg, "Env"), "cwd", wd && *wd ? wd : "/", "user",
