@@ -26,7 +26,7 @@ bool dke_require_sandbox(struct daemon *d)
 	bool on = json_is_true(json_object_get(cfg, "require_sandbox"));
 
 	json_decref(cfg);
-	return on || getenv("KOSA8_REQUIRE_SANDBOX") != NULL;
+	return on || d->require_sandbox;
 }
 
 /* The sb_create body for an engine, from config.json (sb_create checks the ranges). */
