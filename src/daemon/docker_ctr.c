@@ -794,9 +794,10 @@ static void *dkc_pump_thread(void *arg)
 	c->pumping = false;
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk.lock);
-	if (autorm)
-		dkc_rm_now(p->d, c, p->sb);
+	/* the reference goes first: removing a container's own sandbox waits for its users */
 	sb_put(p->d, p->sb);
+	if (autorm)
+		dkc_rm_now(p->d, c, NULL);
 	dkc_unref(c);
 	free(p);
 	return NULL;

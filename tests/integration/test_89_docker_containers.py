@@ -308,3 +308,27 @@ def test_state_survives_daemon_restart(dk):
     assert ins["State"]["Status"] == "created"
     assert ok(docker(dk, "start", "-a", "keep1")) == "kept\n"
     ok(docker(dk, "rm", "keep1"))
+
+
+def test_require_sandbox(dk):
+    """config.json require_sandbox (read at each create): the container gets a sandbox of
+    its own, dk-<id12>, removed with it."""
+    h, _ = dk
+    cfgp = os.path.join(h.path, "config.json")
+    with open(cfgp) as f:
+        cfg = json.load(f)
+    with open(cfgp, "w") as f:
+        json.dump(dict(cfg, require_sandbox=True), f)
+    try:
+        t0 = time.time()
+        p = docker(dk, "run", "--rm", IMG, "python", "-c", "print(6*7)")
+        print("docker run --rm with require_sandbox: %.2f s" % (time.time() - t0))
+        assert (p.returncode, p.stdout) == (0, "42\n"), (p.stdout, p.stderr)
+    finally:
+        with open(cfgp, "w") as f:
+            json.dump(cfg, f)
+    made = [a["sandbox"] for a in audit(dk) if a["action"] == "sandbox.create"
+            and (a.get("sandbox") or "").startswith("dk-")]
+    assert made, "no dk- sandbox was created"
+    names = [s["name"] for s in h.json("sandbox", "ls")]
+    assert made[-1] not in names, names
