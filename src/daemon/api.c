@@ -442,6 +442,9 @@ static enum MHD_Result reply_raw_body(struct MHD_Connection *c, const struct api
 	pthread_attr_destroy(&attr);
 	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, raw_read, b, raw_free);
 	MHD_add_response_header(resp, "Content-Type", raw->type);
+	/* A client may drop such a body half read (docker-py's logs(follow) in run): the
+	 * connection is not reused, so it never carries stale bytes or a late close. */
+	MHD_add_response_header(resp, "Connection", "close");
 	add_headers(resp, dl);
 	r = MHD_queue_response(c, 200, resp);
 	MHD_destroy_response(resp);
