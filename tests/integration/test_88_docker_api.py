@@ -144,6 +144,9 @@ def test_docker_version_info(dh):
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "kosa8 linux 0"
     p = docker(dh, "ps")
+    assert p.returncode == 0 and p.stdout.split() == ["CONTAINER", "ID", "IMAGE", "COMMAND",
+                                                      "CREATED", "STATUS", "PORTS", "NAMES"]
+    p = docker(dh, "volume", "ls")
     assert p.returncode != 0
     assert "is not supported by kosa8 (see docs/docker.md)" in p.stderr, p.stderr
 
