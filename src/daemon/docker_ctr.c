@@ -48,6 +48,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1393,6 +1395,20 @@ static int dkc_open_log(struct dkc *c)
 	return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 }
 
+/* After a 101: wait (up to 2 s) until the client has read the response head. docker-py
+ * reads the head through a buffered reader and then the stream from the raw socket:
+ * stream bytes that arrive with the head are swallowed by that buffer and lost. On a
+ * unix socket SIOCOUTQ counts the bytes the peer has not read yet. */
+static void dk_wait_head_read(int sock)
+{
+	for (int i = 0; i < 2000; i++) {
+		int n = 0;
+		if (ioctl(sock, SIOCOUTQ, &n) < 0 || n <= 0)
+			return;
+		usleep(1000);
+	}
+}
+
 struct dkc_follow {
 	struct dkc *c;
 	struct dkc_reader rd;
@@ -1451,6 +1467,7 @@ static void dkc_follow_body(void *ctx, int out, const char *extra, size_t extra_
 		if (f->in && extra_len)
 			dkc_stdin_write(c, extra, extra_len);
 		ibuf = xmalloc(65536);
+		dk_wait_head_read(out);
 	}
 	if (f->stream || f->follow)
 		wfd = dkc_waiter_add(c);
@@ -2048,6 +2065,7 @@ static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
 		int fl = fcntl(out, F_GETFL);
 		if (fl >= 0)
 			fcntl(out, F_SETFL, fl & ~O_NONBLOCK);
+		dk_wait_head_read(out);
 	}
 	if (xr->in && extra_len) {
 		size_t n = extra_len < 65536 ? extra_len : 65536;
