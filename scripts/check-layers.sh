@@ -16,6 +16,7 @@ layer() {
 	egress|mounts) echo 4 ;;             # a sandbox's parts: its network, its folders
 	sandbox) echo 5 ;;                   # a sandbox's lifecycle
 	checkpoint|exec|containers|archive|images|model|bundle|secret) echo 6 ;;  # other resources
+	docker_engine|docker_ctr) echo 6 ;;  # Docker API containers and their engine sandbox
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;
 	*) echo "check-layers: module '$1' has no layer; add it here and to docs/design.md" >&2

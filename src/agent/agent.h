@@ -203,6 +203,15 @@ struct fs_cfg {
 	struct fs_mount m[FS_MAX_MOUNTS];
 };
 
+/* A Docker bind (run's `binds`): a sub-path of one shared folder, mounted at `dst` in
+ * the container instead of the folders themselves (docs/agent.md). */
+struct fs_bind {
+	int folder;                /* index into fs_cfg.m */
+	int ro;
+	char sub[FS_MAX_GUEST + 1];   /* relative, "" for the folder itself */
+	char dst[FS_MAX_GUEST + 1];   /* absolute, normalised, in the container */
+};
+
 enum fs_state { FS_NONE, FS_PENDING, FS_READY, FS_FAILED };
 
 /* A run/exec waiting for the shared folders' mounts (req.c). */
@@ -352,6 +361,9 @@ struct launch {
 	const char *lower;     /* /images/<hex> */
 	int own_netns;         /* run: "netns":"none", a network namespace with only lo */
 	int no_new_privs;      /* PR_SET_NO_NEW_PRIVS before execve (Docker's opt-in) */
+	struct fs_bind *binds; /* run with `binds`: only these, not the folders (fs.c) */
+	int nbinds;
+	int binds_given;
 	/* exec: join the namespaces of this pid (the container's init) */
 	pid_t target;
 };
@@ -408,9 +420,13 @@ enum fs_state fs_state(const struct agent *a, char *msg, size_t msglen);
 void fs_event(struct agent *a);
 /* In a new container's child, in its own mount namespace, before its root is
  * assembled: detached copies of each folder's mount (fds[i], -1 when none). */
-int fs_ctr_clone(const struct agent *a, int fds[FS_MAX_MOUNTS], char *msg, size_t msglen);
+int fs_ctr_clone(const struct agent *a, const struct launch *l, int fds[FS_MAX_MOUNTS], char *msg,
+		 size_t msglen);
 /* After pivot_root: attach the copies at their guest paths (created in the rootfs). */
-int fs_ctr_attach(const struct agent *a, int fds[FS_MAX_MOUNTS], char *msg, size_t msglen);
+int fs_ctr_attach(const struct agent *a, const struct launch *l, int fds[FS_MAX_MOUNTS], char *msg,
+		  size_t msglen);
+/* run's `binds` field into l (main thread). */
+int fs_binds_parse(const struct agent *a, json_t *list, struct launch *l, struct k8_err *err);
 
 /* ---- cgroup.c ---- */
 void cg_boot(struct agent *a);

@@ -73,6 +73,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/fuse.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -83,6 +84,7 @@
 #include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -1051,12 +1053,123 @@ void fs_event(struct agent *a)
 
 /* ---- in a new container's child ---- */
 
-int fs_ctr_clone(const struct agent *a, int fds[FS_MAX_MOUNTS], char *msg, size_t msglen)
+int fs_binds_parse(const struct agent *a, json_t *list, struct launch *l, struct k8_err *err)
+{
+	size_t i;
+	json_t *b;
+	int r;
+
+	l->binds_given = list != NULL && !json_is_null(list);
+	if (!l->binds_given)
+		return 0;
+	if (!json_is_array(list) || json_array_size(list) > FS_MAX_MOUNTS)
+		return k8_err_set(err, -EINVAL, "field 'binds' must be a list of at most %d",
+				  FS_MAX_MOUNTS);
+	l->binds = calloc(json_array_size(list) + 1, sizeof(*l->binds));
+	if (!l->binds)
+		return -ENOMEM;
+	json_array_foreach(list, i, b) {
+		struct fs_bind *fb = &l->binds[i];
+		const char *folder = json_string_value(json_object_get(b, "folder"));
+		const char *sub = json_string_value(json_object_get(b, "sub"));
+		const char *dst = json_string_value(json_object_get(b, "dst"));
+		int k;
+
+		if (!folder || !sub || !dst)
+			return k8_err_set(err, -EINVAL, "binds[%zu] needs folder, sub and dst", i);
+		fb->folder = -1;
+		for (k = 0; a->fs && k < a->fs->cfg.n; k++)
+			if (!strcmp(a->fs->cfg.m[k].guest, folder))
+				fb->folder = k;
+		if (fb->folder < 0)
+			return k8_err_set(err, -ENOENT, "binds[%zu]: %.100s is not a shared folder of "
+					  "this VM", i, folder);
+		/* sub: relative and normalised ("" or "a/b"); checked like a guest path */
+		if (strlen(sub) > FS_MAX_GUEST - 1 || sub[0] == '/')
+			return k8_err_set(err, -EINVAL, "binds[%zu].sub must be a relative path", i);
+		if (sub[0]) {
+			char tmp[FS_MAX_GUEST + 2];
+			snprintf(tmp, sizeof(tmp), "/%s", sub);
+			if ((r = fs_guest_ok(tmp, strlen(tmp), err, (int)i)) < 0 &&
+			    strstr(err->msg, "normalised"))
+				return r;
+			k8_err_clear(err);      /* sub may name e.g. "dev": it is not a VM path */
+		}
+		if ((r = fs_guest_ok(dst, json_string_length(json_object_get(b, "dst")), err,
+				     (int)i)) < 0) {
+			/* a container path: only its form matters (its /proc is its own) */
+			if (strstr(err->msg, "belong to the VM")) {
+				k8_err_clear(err);
+			} else {
+				return r;
+			}
+		}
+		snprintf(fb->sub, sizeof(fb->sub), "%s", sub);
+		snprintf(fb->dst, sizeof(fb->dst), "%s", dst);
+		fb->ro = json_is_true(json_object_get(b, "ro"));
+		l->nbinds++;
+	}
+	return 0;
+}
+
+/* One bind's tree: the sub-path resolved beneath its folder with no symlinks (another
+ * container may have written the folder), cloned, read-only when asked. */
+static int fs_bind_clone(const struct agent *a, const struct fs_bind *b, char *msg, size_t msglen)
+{
+	const struct fs_mount *m = &a->fs->cfg.m[b->folder];
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+					   RESOLVE_NO_MAGICLINKS };
+	struct mount_attr at = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+					     ((m->ro || b->ro) ? MOUNT_ATTR_RDONLY : 0) };
+	int dir, fd, t, e;
+
+	dir = open(m->guest, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0) {
+		e = errno;
+		snprintf(msg, msglen, "bind %s: open %s: %s", b->dst, m->guest, strerror(e));
+		return -e;
+	}
+	fd = b->sub[0] ? (int)syscall(SYS_openat2, dir, b->sub, &how, sizeof(how)) : dup(dir);
+	e = errno;
+	close(dir);
+	if (fd < 0) {
+		snprintf(msg, msglen, "bind %s: the source %s: %s", b->dst, b->sub,
+			 e == ELOOP ? "a symbolic link on the way (refused)" : strerror(e));
+		return -e;
+	}
+	t = open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+	e = errno;
+	close(fd);
+	if (t < 0) {
+		snprintf(msg, msglen, "bind %s: open_tree: %s", b->dst, strerror(e));
+		return -e;
+	}
+	if (mount_setattr(t, "", AT_EMPTY_PATH, &at, sizeof(at)) < 0) {
+		e = errno;
+		close(t);
+		snprintf(msg, msglen, "bind %s: mount_setattr: %s", b->dst, strerror(e));
+		return -e;
+	}
+	return t;
+}
+
+int fs_ctr_clone(const struct agent *a, const struct launch *l, int fds[FS_MAX_MOUNTS], char *msg,
+		 size_t msglen)
 {
 	for (int i = 0; i < FS_MAX_MOUNTS; i++)
 		fds[i] = -1;
 	if (!a->fs)
 		return 0;
+	if (l->binds_given) {
+		for (int i = 0; i < l->nbinds; i++)
+			if ((fds[i] = fs_bind_clone(a, &l->binds[i], msg, msglen)) < 0) {
+				int e = fds[i];
+				fds[i] = -1;
+				return e;
+			}
+		return 0;
+	}
 	for (int i = 0; i < a->fs->cfg.n; i++) {
 		const struct fs_mount *m = &a->fs->cfg.m[i];
 		struct mount_attr at = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
@@ -1078,25 +1191,55 @@ int fs_ctr_clone(const struct agent *a, int fds[FS_MAX_MOUNTS], char *msg, size_
 	return 0;
 }
 
-int fs_ctr_attach(const struct agent *a, int fds[FS_MAX_MOUNTS], char *msg, size_t msglen)
+/* Create what a mount will cover at `path` in the container's root: a directory, or
+ * an empty file for a file bind. */
+static int fs_ctr_target(const char *path, int fd)
 {
+	struct stat st;
+	char parent[FS_MAX_GUEST + 1];
+	char *slash;
+	int r, f;
+
+	if (fstat(fd, &st) < 0 || S_ISDIR(st.st_mode))
+		return mkdir_p(path, 0755);
+	snprintf(parent, sizeof(parent), "%s", path);
+	slash = strrchr(parent, '/');
+	if (slash && slash != parent) {
+		*slash = '\0';
+		if ((r = mkdir_p(parent, 0755)) < 0)
+			return r;
+	}
+	f = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (f < 0 && errno != EISDIR)
+		return -errno;
+	if (f >= 0)
+		close(f);
+	return 0;
+}
+
+int fs_ctr_attach(const struct agent *a, const struct launch *l, int fds[FS_MAX_MOUNTS], char *msg,
+		  size_t msglen)
+{
+	int n;
+
 	if (!a->fs)
 		return 0;
-	for (int i = 0; i < a->fs->cfg.n; i++) {
-		const struct fs_mount *m = &a->fs->cfg.m[i];
+	n = l->binds_given ? l->nbinds : a->fs->cfg.n;
+	for (int i = 0; i < n; i++) {
+		const char *guest = l->binds_given ? l->binds[i].dst : a->fs->cfg.m[i].guest;
 		int r;
 
 		/* In the container's own root now (an overlay: the directories land in its
 		 * writable layer); symlinks of the image resolve inside it. */
-		if ((r = mkdir_p(m->guest, 0755)) < 0) {
-			snprintf(msg, msglen, "shared folder %s: mkdir in the container: %s", m->guest,
+		if ((r = fs_ctr_target(guest, fds[i])) < 0) {
+			snprintf(msg, msglen, "shared folder %s: mkdir in the container: %s", guest,
 				 strerror(-r));
 			return r;
 		}
-		if (move_mount(fds[i], "", AT_FDCWD, m->guest,
+		if (move_mount(fds[i], "", AT_FDCWD, guest,
 			       MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS) < 0) {
 			int e = errno;
-			snprintf(msg, msglen, "shared folder %s: attaching it in the container: %s", m->guest,
+			snprintf(msg, msglen, "shared folder %s: attaching it in the container: %s", guest,
 				 strerror(e));
 			return -e;
 		}

@@ -298,13 +298,13 @@ static void launch_child(const struct agent *a, const struct launch *l, int in_f
 		/* Shared folders: copies of the VM's mounts now, attached after pivot_root
 		 * (fs.c); /etc/resolv.conf and /etc/hosts first, so a folder mounted on
 		 * /etc is the user's alone. */
-		if ((e = fs_ctr_clone(a, fsfd, msg, sizeof(msg))) < 0)
+		if ((e = fs_ctr_clone(a, l, fsfd, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		if ((e = mnt_ctr_rootfs(l->ctr_id, l->lower, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		if ((e = net_ctr_files(a, l->ctr_id, l->own_netns, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
-		if ((e = fs_ctr_attach(a, fsfd, msg, sizeof(msg))) < 0)
+		if ((e = fs_ctr_attach(a, l, fsfd, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		mkdir_p(l->cwd, 0755); /* like Docker's working directory */
 	} else {

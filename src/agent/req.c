@@ -203,7 +203,9 @@ static void req_launch_free(struct launch *l)
 {
 	free(l->argv);
 	free(l->envp);
+	free(l->binds);
 	l->argv = l->envp = NULL;
+	l->binds = NULL;
 }
 
 static int req_seed(const char *hex, struct k8_err *err)
@@ -440,6 +442,8 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 		goto out;
 	}
 	l.own_netns = netns && !strcmp(netns, "none");
+	if ((r = fs_binds_parse(a, json_object_get(req, "binds"), &l, err)) < 0)
+		goto out;
 	if (detach)
 		l.want_stdin = 0;
 	l.detach = detach;

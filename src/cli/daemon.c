@@ -127,6 +127,7 @@ static const struct cli_opt start_opts[] = {
 	{ "foreground", 0, 0, 'f' },
 	{ "offline", 0, 0, 'o' },
 	{ "fs-reserve", 0, 1, 'r' },
+	{ "require-sandbox", 0, 0, 'R' },
 	{ NULL, 0, 0, 0 },
 };
 
@@ -181,6 +182,9 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 			break;
 		case 'o':
 			args[nargs++] = (char *)"--offline";
+			break;
+		case 'R':
+			args[nargs++] = (char *)"--require-sandbox";
 			break;
 		case 'r':
 			args[nargs++] = (char *)"--fs-reserve";
@@ -427,7 +431,7 @@ static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const c
 const struct cli_cmd cli_daemon_cmds[] = {
 	{ "daemon start", cmd_start, "start kosa8d and wait until it answers",
 	  "Usage: kosa8 daemon start [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... "
-	  "[--offline] [--fs-reserve SIZE[,PCT%]] [--foreground]\n"
+	  "[--offline] [--fs-reserve SIZE[,PCT%]] [--require-sandbox] [--foreground]\n"
 	  "\n"
 	  "Start kosa8d, the daemon that owns all of kosa8's state, detached from this\n"
 	  "terminal (its output goes to $KOSA8_HOME/kosa8d.log), and wait until it answers\n"
@@ -446,6 +450,10 @@ const struct cli_cmd cli_daemon_cmds[] = {
 	  "                      through a share fail (ENOSPC) before the host file system\n"
 	  "                      has less free than the larger of SIZE (K, M, G, T) and PCT%\n"
 	  "                      of its size (default 1G,5%)\n"
+	  "  --require-sandbox   every container made through the Docker API gets a sandbox\n"
+	  "                      (VM) of its own, removed with it (config.json\n"
+	  "                      \"require_sandbox\": true does the same), instead of the\n"
+	  "                      shared docker-engine sandbox\n"
 	  "  --foreground        run kosa8d in this terminal instead (for systemd, debugging)\n"
 	  "\n"
 	  "The daemon program is $KOSA8D, or kosa8d in the same directory as kosa8.\n"

@@ -52,6 +52,7 @@ struct req {
 	struct api_call *scall;         /* a route that takes its body as a stream */
 	int sink_rc;                    /* its sink's first failure */
 	uint64_t dropped;               /* body bytes read and dropped after that */
+	struct api_raw raw;             /* set when a handler writes the body (api_reply_raw) */
 };
 
 /* After a streamed body's sink failed, this much more of the body is read and dropped
@@ -337,10 +338,125 @@ static void upgrade_cb(void *cls, struct MHD_Connection *c, void *con_cls, const
 	struct req *rq = con_cls;
 	(void)cls;
 	(void)c;
-	exec_bridge(rq->exec, sock, extra, extra_len);
-	exec_free(rq->exec);
-	rq->exec = NULL;
+	if (rq->raw.fn) {
+		rq->raw.fn(rq->raw.ctx, sock, extra, extra_len);
+		if (rq->raw.free)
+			rq->raw.free(rq->raw.ctx);
+		rq->raw.fn = NULL;
+	} else {
+		exec_bridge(rq->exec, sock, extra, extra_len);
+		exec_free(rq->exec);
+		rq->exec = NULL;
+	}
 	MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+/* A hijacked connection (docker.sock's attach, exec start): 101, then raw bytes. */
+static enum MHD_Result reply_hijack(struct MHD_Connection *c, const struct api_dialect *dl,
+				    struct req *rq, const struct api_raw *raw)
+{
+	struct MHD_Response *resp = MHD_create_response_for_upgrade(upgrade_cb, NULL);
+	enum MHD_Result r;
+
+	rq->raw = *raw;
+	MHD_add_response_header(resp, "Upgrade", "tcp");
+	MHD_add_response_header(resp, "Connection", "Upgrade");
+	MHD_add_response_header(resp, "Content-Type", raw->type);
+	add_headers(resp, dl);
+	r = MHD_queue_response(c, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
+	MHD_destroy_response(resp);
+	return r;
+}
+
+/* A body written by a handler's function in a thread of its own, through a pipe. */
+struct raw_body {
+	struct api_raw raw;
+	int rfd, wfd;
+	int refs;
+};
+
+static void raw_unref(struct raw_body *b)
+{
+	if (__atomic_sub_fetch(&b->refs, 1, __ATOMIC_SEQ_CST) == 0)
+		free(b);
+}
+
+static void *raw_thread(void *arg)
+{
+	struct raw_body *b = arg;
+
+	b->raw.fn(b->raw.ctx, b->wfd, NULL, 0);
+	close(b->wfd);
+	if (b->raw.free)
+		b->raw.free(b->raw.ctx);
+	raw_unref(b);
+	return NULL;
+}
+
+static ssize_t raw_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct raw_body *b = cls;
+	ssize_t n;
+
+	(void)pos;
+	do
+		n = read(b->rfd, buf, max);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	if (n < 0)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	return n;
+}
+
+static void raw_free(void *cls)
+{
+	struct raw_body *b = cls;
+	close(b->rfd);
+	raw_unref(b);
+}
+
+static enum MHD_Result reply_raw_body(struct MHD_Connection *c, const struct api_dialect *dl,
+				      const struct api_raw *raw)
+{
+	struct raw_body *b = xcalloc(1, sizeof(*b));
+	struct MHD_Response *resp;
+	pthread_attr_t attr;
+	pthread_t t;
+	enum MHD_Result r;
+	int p[2];
+
+	b->raw = *raw;
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		if (raw->free)
+			raw->free(raw->ctx);
+		free(b);
+		return reply_msg(c, dl, -errno, "pipe: %s", strerror(errno));
+	}
+	b->rfd = p[0];
+	b->wfd = p[1];
+	b->refs = 2;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, raw_thread, b) != 0) {
+		pthread_attr_destroy(&attr);
+		close(p[0]);
+		close(p[1]);
+		if (raw->free)
+			raw->free(raw->ctx);
+		free(b);
+		return reply_msg(c, dl, -EAGAIN, "cannot start a worker thread");
+	}
+	pthread_attr_destroy(&attr);
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, raw_read, b, raw_free);
+	MHD_add_response_header(resp, "Content-Type", raw->type);
+	/* A client may drop such a body half read (docker-py's logs(follow) in run): the
+	 * connection is not reused, so it never carries stale bytes or a late close. */
+	MHD_add_response_header(resp, "Connection", "close");
+	add_headers(resp, dl);
+	r = MHD_queue_response(c, 200, resp);
+	MHD_destroy_response(resp);
+	return r;
 }
 
 static enum MHD_Result reply_upgrade(struct MHD_Connection *c, struct req *rq)
@@ -623,6 +739,11 @@ static const char *query_lookup(void *ctx, const char *key)
 	return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);
 }
 
+static const char *header_lookup(void *ctx, const char *key)
+{
+	return MHD_lookup_connection_value(ctx, MHD_HEADER_KIND, key);
+}
+
 /* Fill the call's request part, split the path and match it: 0 or a negative errno
  * (-ENOENT, -EBADRQC with `allow`, or the split's error in call->err). */
 static int call_match(struct api_listener *l, struct MHD_Connection *c, struct api_call *call,
@@ -637,6 +758,7 @@ static int call_match(struct api_listener *l, struct MHD_Connection *c, struct a
 	call->exit_code = -1;
 	call->query = query_lookup;
 	call->query_ctx = c;
+	call->header = header_lookup;
 	rc = dl->split ? dl->split(url, &call->path, &call->err)
 		       : api_path_split(url, &call->path, &call->err);
 	if (rc == 0)
@@ -692,10 +814,14 @@ static enum MHD_Result answer(struct api_listener *l, struct MHD_Connection *c, 
 		r = reply_upgrade(c, rq);
 	} else if (call->reader.read) {
 		r = reply_reader(c, dl, call);
+	} else if (call->raw.fn) {
+		r = call->raw.hijack ? reply_hijack(c, dl, rq, &call->raw)
+				     : reply_raw_body(c, dl, &call->raw);
 	} else if (call->text) {
 		r = reply_text(c, dl, call->status ? call->status : 200, call->text,
 			       call->text_type ? call->text_type : "text/plain; charset=utf-8");
-	} else if (call->status == 201 || call->status == 204) {
+	} else if ((call->status == 201 && !call->out) || call->status == 204 ||
+		   call->status == 304) {
 		json_decref(call->out);
 		r = reply_text(c, dl, call->status, "", "application/json");
 	} else {
@@ -857,6 +983,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		json_decref(rq->scall->body);
 		free(rq->scall);
 	}
+	if (rq->raw.fn && rq->raw.free)
+		rq->raw.free(rq->raw.ctx);      /* likewise */
 	if (rq->body)
 		explicit_bzero(rq->body, rq->len);      /* may hold a secret (POST /v1/secrets) */
 	free(rq->body);

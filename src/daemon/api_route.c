@@ -304,3 +304,15 @@ int api_take_body(struct api_call *call, const struct api_sink *sink)
 	call->sink = *sink;
 	return 0;
 }
+
+int api_reply_raw(struct api_call *call, bool hijack, const char *type,
+		  void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len),
+		  void (*free_fn)(void *ctx), void *ctx)
+{
+	call->raw.fn = fn;
+	call->raw.free = free_fn;
+	call->raw.ctx = ctx;
+	call->raw.type = type;
+	call->raw.hijack = hijack;
+	return 0;
+}

@@ -123,6 +123,14 @@ struct api_call {
 	const char *text, *text_type;   /* a static non-JSON body instead of out ("OK") */
 	struct api_reader reader;       /* set by api_reply_reader */
 	struct api_sink sink;           /* set by api_take_body */
+	api_query_fn header;            /* request headers by name (same contract as query) */
+	struct api_raw {
+		void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len);
+		void (*free)(void *ctx);
+		void *ctx;
+		const char *type;
+		bool hijack;
+	} raw;                          /* set by api_reply_raw */
 };
 
 /* How one listener speaks (api.c serves each with the same HTTP code path): its route
@@ -209,5 +217,15 @@ int api_reply_reader(struct api_call *call, const struct api_reader *rd);
  * to sink->write (a failure is kept, the rest of the body is read and dropped, and that
  * error is the reply); at its end sink->done answers as a handler would. */
 int api_take_body(struct api_call *call, const struct api_sink *sink);
+/* A body the handler writes itself (docker.sock's attach, exec start, logs, wait).
+ * hijack: answer 101 with `Upgrade: tcp` and Content-Type `type`, then fn(ctx) gets the
+ * connection's socket (and the bytes already read past the request head) in the
+ * connection's thread; the socket is closed when fn returns. Otherwise: a 200 whose
+ * headers go out at once and whose body fn writes to `fd` (a pipe) from a thread of its
+ * own; the body ends when fn returns (a write fails with EPIPE once the client left).
+ * free(ctx) runs exactly once, after fn or when the reply never happened. */
+int api_reply_raw(struct api_call *call, bool hijack, const char *type,
+		  void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len),
+		  void (*free_fn)(void *ctx), void *ctx);
 
 #endif

@@ -11,6 +11,7 @@
  * a message that says so; anything else is moby's 404 "page not found".
  */
 #include "daemon/docker_api.h"
+#include "daemon/docker_ctr.h"
 #include "daemon/docker_route.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"
@@ -26,6 +27,11 @@
 /* kosa8's own version, as kosa8d.sock's /v1/status reports it. */
 #define DOCKER_K8_VERSION "0.1.0"
 #define DOCKER_MIN_API "1.24"
+/* /version's Version: the Docker Engine release whose API version (1.47) this socket
+ * announces. Clients parse it as Docker's (OpenHands wants >= 18.09; packaging.version
+ * must accept it), so it is a plain X.Y.Z; kosa8's own version is in Platform.Name and
+ * in a second component "kosa8" (docs/docker.md). */
+#define DOCKER_ENGINE_VERSION "27.5.0"
 
 /* ---- the dialect: errors, streams, paths ---- */
 
@@ -221,14 +227,16 @@ static int docker_version(struct api_call *call)
 	call->out = json_pack(
 		"{s:{s:s},s:[{s:s,s:s,s:{s:s,s:s,s:s,s:s,s:s}}],s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,"
 		"s:s}",
-		"Platform", "Name", "kosa8",
-		"Components", "Name", "Engine", "Version", DOCKER_K8_VERSION, "Details",
+		"Platform", "Name", "kosa8 " DOCKER_K8_VERSION,
+		"Components", "Name", "Engine", "Version", DOCKER_ENGINE_VERSION, "Details",
 		"ApiVersion", DQ_API_VERSION, "MinAPIVersion", DOCKER_MIN_API, "Os", "linux",
 		"Arch", docker_arch(&u), "KernelVersion", u.release,
-		"Version", DOCKER_K8_VERSION, "ApiVersion", DQ_API_VERSION, "MinAPIVersion",
+		"Version", DOCKER_ENGINE_VERSION, "ApiVersion", DQ_API_VERSION, "MinAPIVersion",
 		DOCKER_MIN_API, "Os", "linux", "Arch", docker_arch(&u), "KernelVersion", u.release,
 		"GitCommit", "", "GoVersion", "", "BuildTime", "");
 	json_object_set_new(call->out, "Experimental", json_false());
+	json_array_append_new(json_object_get(call->out, "Components"),
+			      json_pack("{s:s,s:s}", "Name", "kosa8", "Version", DOCKER_K8_VERSION));
 	return 0;
 }
 
@@ -242,17 +250,19 @@ static int docker_info(struct api_call *call)
 	json_t *imgs = docker_images(d, &call->err);
 	size_t nimg = imgs ? json_array_size(imgs) : 0;
 
+	int nrun, nstop, nctr = dkc_count(d, &nrun, &nstop);
+
 	json_decref(imgs);
 	uname(&u);
 	gethostname(host, sizeof(host) - 1);
 	gmtime_r(&t, &tm);
 	strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	/* Containers: the Docker API's own, none before containers are served (docs). */
+	/* Containers: the Docker API's own (docker_ctr.c), not kosa8's sandboxes. */
 	call->out = json_pack(
 		"{s:s,s:i,s:i,s:i,s:i,s:I,s:s,s:[],s:{s:[],s:[],s:n,s:[]},s:b,s:b,s:b,s:b,s:b,"
 		"s:b,s:b,s:b,s:i,s:i,s:s,s:s,s:s,s:i,s:s,s:s,s:s,s:s,s:s,s:s}",
-		"ID", "", "Containers", 0, "ContainersRunning", 0, "ContainersPaused", 0,
-		"ContainersStopped", 0, "Images", (json_int_t)nimg, "Driver", "kosa8",
+		"ID", "", "Containers", nctr, "ContainersRunning", nrun, "ContainersPaused", 0,
+		"ContainersStopped", nstop, "Images", (json_int_t)nimg, "Driver", "kosa8",
 		"DriverStatus", "Plugins", "Volume", "Network", "Authorization", "Log",
 		"MemoryLimit", 1, "SwapLimit", 0, "CpuCfsPeriod", 1, "CpuCfsQuota", 1,
 		"CPUShares", 1, "CPUSet", 1, "PidsLimit", 1, "Debug", 0, "NFd", 0,
@@ -514,6 +524,22 @@ static const struct api_route docker_routes[] = {
 	{ "GET",    "/images/{name}/history", docker_unsupported },
 	{ "GET",    "/images/{name}/get", docker_unsupported },
 	{ "DELETE", "/images/{name}", docker_image_rm },
+	{ "POST",   "/containers/create", dkc_api_create },
+	{ "GET",    "/containers/json", dkc_api_list },
+	{ "GET",    "/containers/{id}/json", dkc_api_inspect },
+	{ "POST",   "/containers/{id}/start", dkc_api_start },
+	{ "POST",   "/containers/{id}/stop", dkc_api_stop },
+	{ "POST",   "/containers/{id}/kill", dkc_api_kill },
+	{ "POST",   "/containers/{id}/restart", dkc_api_restart },
+	{ "POST",   "/containers/{id}/wait", dkc_api_wait },
+	{ "GET",    "/containers/{id}/logs", dkc_api_logs },
+	{ "POST",   "/containers/{id}/attach", dkc_api_attach },
+	{ "POST",   "/containers/{id}/resize", dkc_api_resize },
+	{ "DELETE", "/containers/{id}", dkc_api_rm },
+	{ "POST",   "/containers/{id}/exec", dkc_api_exec_create },
+	{ "POST",   "/exec/{id}/start", dkc_api_exec_start },
+	{ "GET",    "/exec/{id}/json", dkc_api_exec_inspect },
+	{ "POST",   "/exec/{id}/resize", dkc_api_exec_resize },
 };
 
 static const char *const docker_headers[] = {

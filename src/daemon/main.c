@@ -10,6 +10,7 @@
 #include "daemon/accel.h"
 #include "daemon/api.h"
 #include "daemon/docker_api.h"
+#include "daemon/docker_engine.h"
 #include "daemon/model.h"
 #include "daemon/sandbox.h"
 #include "daemon/audit.h"
@@ -34,7 +35,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: kosa8d [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... [--offline]\n"
-		"              [--fs-reserve SIZE[,PCT%%]] [--foreground]\n"
+		"              [--fs-reserve SIZE[,PCT%%]] [--require-sandbox] [--foreground]\n"
 		"\n"
 		"The kosa8 daemon: owns all sandboxes, images and the audit log under DIR\n"
 		"(default $KOSA8_HOME or ~/.kosa8) and serves the API on DIR/kosa8d.sock.\n"
@@ -97,6 +98,7 @@ int main(int argc, char **argv)
 		{ "allow-mount", required_argument, NULL, 'm' },
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "offline", no_argument, NULL, 'o' },
+		{ "require-sandbox", no_argument, NULL, 'R' },
 		{ "fs-reserve", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -139,6 +141,9 @@ int main(int argc, char **argv)
 			break;
 		case 'o':
 			d->offline = true;
+			break;
+		case 'R':
+			d->require_sandbox = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -251,6 +256,7 @@ int main(int argc, char **argv)
 		daemon_log("WARNING: the Docker API is not served: %s", err.msg);
 	else
 		daemon_log("docker API: unix://%s", path);
+	dke_boot_at_start(d);   /* config docker_engine_boot (docs/docker.md) */
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
 	daemon_audit(d, "daemon.start", NULL,
 		     json_pack("{s:i,s:s,s:s,s:b}", "pid", (int)getpid(), "accel", d->accel, "home",

@@ -120,7 +120,7 @@ def test_ping_version_errors_raw(dh):
             ("/v1.99/version", 400, "client version 1.99 is too new"),
             ("/nonsense", 404, "page not found"),
             ("/v1.47/images/no-such:1/json", 404, "No such image: no-such:1"),
-            ("/v1.47/containers/json", 501, "is not supported by kosa8 (see docs/docker.md)"),
+            ("/v1.47/containers/x/archive", 501, "is not supported by kosa8 (see docs/docker.md)"),
             ("/v1.47/volumes", 501, "is not supported by kosa8 (see docs/docker.md)")):
         r, data = call(dh, "GET", path)
         assert r.status == status, (path, r.status, data)
@@ -144,6 +144,9 @@ def test_docker_version_info(dh):
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "kosa8 linux 0"
     p = docker(dh, "ps")
+    assert p.returncode == 0 and p.stdout.split() == ["CONTAINER", "ID", "IMAGE", "COMMAND",
+                                                      "CREATED", "STATUS", "PORTS", "NAMES"]
+    p = docker(dh, "volume", "ls")
     assert p.returncode != 0
     assert "is not supported by kosa8 (see docs/docker.md)" in p.stderr, p.stderr
 
@@ -216,9 +219,7 @@ def test_docker_py(dh, reg):
         assert c.images.get(reg.image).id == im.id
         with pytest.raises(dockerpy.errors.ImageNotFound):
             c.images.get("nope:1")
-        with pytest.raises(dockerpy.errors.APIError) as ei:
-            c.containers.list()
-        assert ei.value.response.status_code == 501
+        assert c.containers.list() == []      # served since test_89's slice
         c.images.remove(reg.image)
         assert c.images.list() == []
     finally:

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* docker_ctr.h - Docker API containers and execs (docker_ctr.c, docs/docker.md
+ * "Containers"): their records, streams and handlers; docker_api.c routes to them. */
+#ifndef K8_DOCKER_CTR_H
+#define K8_DOCKER_CTR_H
+
+#include "daemon/api_route.h"
+
+/* The number of containers the Docker API knows (for /info). */
+int dkc_count(struct daemon *d, int *running, int *stopped);
+
+/* API handlers (api_route.h; the table is docker_api.c's) */
+int dkc_api_create(struct api_call *call);
+int dkc_api_list(struct api_call *call);
+int dkc_api_inspect(struct api_call *call);
+int dkc_api_start(struct api_call *call);
+int dkc_api_stop(struct api_call *call);
+int dkc_api_kill(struct api_call *call);
+int dkc_api_restart(struct api_call *call);
+int dkc_api_wait(struct api_call *call);
+int dkc_api_logs(struct api_call *call);
+int dkc_api_attach(struct api_call *call);
+int dkc_api_resize(struct api_call *call);
+int dkc_api_rm(struct api_call *call);
+int dkc_api_exec_create(struct api_call *call);
+int dkc_api_exec_start(struct api_call *call);
+int dkc_api_exec_inspect(struct api_call *call);
+int dkc_api_exec_resize(struct api_call *call);
+
+#endif
