@@ -86,6 +86,11 @@ char *k8_time_fmt(char out[K8_TIME_LEN], int64_t sec, int ms);
 /* The wall clock now, with or without milliseconds. */
 char *k8_time_now(char out[K8_TIME_LEN], int with_ms);
 
+/* A duration as people write it: "90" or "90s", "15m", "2h", "1d"; "0" and "off" are 0
+ * (turned off). Stores seconds in *secs and returns 0, or -EINVAL for anything else or
+ * more than `max` seconds. */
+int k8_duration_parse(const char *s, uint64_t max, uint64_t *secs);
+
 /* Hex SHA-256 of a buffer into out[65]. */
 void sha256_hex(const void *data, size_t n, char out[65]);
 

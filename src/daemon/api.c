@@ -22,6 +22,7 @@
 #include "daemon/audit.h"
 #include "daemon/secret.h"
 #include "daemon/accel.h"
+#include "daemon/idle.h"
 #include "image/image.h"
 
 #include <fcntl.h>
@@ -445,6 +446,7 @@ static int api_status(struct api_call *call)
 {
 	call->out = status_json(call->d);
 	json_object_update_new(call->out, status_security(call->d));
+	json_object_set_new(call->out, "idle", idle_status_json(call->d));
 	if (nlisteners > 1)     /* main.c's second listener: the Docker API */
 		json_object_set_new(call->out, "docker_socket",
 				    json_sprintf("%s/docker.sock", call->d->home));

@@ -10,6 +10,7 @@
 #include "daemon/accel.h"
 #include "daemon/api.h"
 #include "daemon/docker_api.h"
+#include "daemon/idle.h"
 #include "daemon/model.h"
 #include "daemon/sandbox.h"
 #include "daemon/audit.h"
@@ -243,6 +244,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kosa8d: %s\n", err.msg);
 		return 1;
 	}
+	k8_err_clear(&err);
+	if (idle_start(d, &err) < 0)
+		daemon_log("WARNING: %s; no sandbox is paused when idle", err.msg);
 	/* The Docker-compatible API (docs/docker.md): a daemon without it still serves. */
 	snprintf(path, sizeof(path), "%s/docker.sock", d->home);
 	k8_err_clear(&err);
