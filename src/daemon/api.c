@@ -721,8 +721,10 @@ int api_listen(struct daemon *d, int listen_fd, const struct api_dialect *dl,
 	l = &listeners[nlisteners];
 	l->d = d;
 	l->dl = dl;
+	/* poll(), not select(): a daemon holding hundreds of sandboxes has descriptors past
+	 * FD_SETSIZE, and select() would refuse every connection on one of them. */
 	l->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-				  MHD_ALLOW_UPGRADE | MHD_USE_ITC,
+				  MHD_USE_POLL | MHD_ALLOW_UPGRADE | MHD_USE_ITC,
 				  0, NULL, NULL, handler, l, MHD_OPTION_LISTEN_SOCKET, listen_fd,
 				  MHD_OPTION_NOTIFY_COMPLETED, completed, d,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0,

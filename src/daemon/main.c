@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -184,6 +185,15 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 
+	/* Each sandbox holds a few descriptors (QMP, agent, sidecars' control, logs): with
+	 * hundreds of them the usual soft limit of 1024 would be reached. */
+	{
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
 	pthread_mutex_init(&d->lock, NULL);
 	d->started_mono = now_mono_ns();
 	if (pipe2(d->stop_pipe, O_CLOEXEC) < 0)
