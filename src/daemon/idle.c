@@ -189,7 +189,7 @@ static void idle_sysfs(const char *path, char *out, size_t n)
 	cleanup_free char *t = NULL;
 
 	out[0] = '\0';
-	if (read_file(path, 64, &t, NULL) == 0) {
+	if (read_file(path, 4096, &t, NULL) == 0) {
 		snprintf(out, n, "%s", t);
 		out[strcspn(out, "\n")] = '\0';
 	}
