@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 # Idle pause (docs/design.md "Idle sandboxes"): a sandbox created with --idle-pause that
 # nobody uses is paused to disk by itself; looking at it (ls, inspect) is not use; a run
-# resumes it with the same host limits; a running container keeps it awake.
+# resumes it with the same host limits; a running container keeps it awake; config.json's
+# idle_pause is the default a sandbox's own setting (off included) overrides.
+import json
 import os
 import time
 
 import pytest
 
-from conftest import make_sandbox, wait_for
+from conftest import make_sandbox, own_home, wait_for
 
 IDLE = 2          # seconds
 SEEN = {}
@@ -102,3 +104,27 @@ def test_running_container_keeps_it_awake_and_limits_hold(home, isb, loaded):
     assert wait_for(lambda: me(home, isb)["state"] == "paused", 60, 0.5), \
         "not paused once its container stopped"
     assert len(idle_pauses(home, isb)) == n0 + 1
+
+
+@pytest.fixture(scope="module")
+def dhome(python_layout):
+    """A daemon of its own whose config.json sets the default idle pause."""
+    yield from own_home("k8idle-", python_layout, config={"idle_pause": "2s"})
+
+
+def test_daemon_default_applies_and_a_sandbox_may_refuse_it(dhome):
+    st = dhome.json("daemon", "status")
+    assert st["idle"]["idle_pause_s"] == 2, st["idle"]
+    assert st["idle"]["ksm"]["run"] in ("0", "1", "2", "n/a"), st["idle"]
+    dflt = make_sandbox(dhome, "dflt")
+    never = make_sandbox(dhome, "never", "--idle-pause", "off")
+    assert dhome.json("sandbox", "inspect", dflt)["idle_pause"] == {"after_s": 2, "from": "daemon"}
+    assert dhome.json("sandbox", "inspect", never)["idle_pause"] == {"after_s": 0, "from": "sandbox"}
+    qpid = me(dhome, never)["pid"]
+    assert wait_for(lambda: me(dhome, dflt)["state"] == "paused", 60, 0.5), \
+        "the daemon's idle_pause did not pause a sandbox without its own setting"
+    s = me(dhome, never)
+    assert s["state"] == "running" and s["pid"] == qpid, s
+    # the record keeps the sandbox's own setting across a daemon restart
+    with open(os.path.join(dhome.path, "sandboxes", never, "sandbox.json")) as f:
+        assert json.load(f)["idle_pause_s"] == 0
