@@ -11,6 +11,7 @@
 # `make bench-density` or `python3 bench/density.py`.
 import json
 import os
+import socket
 import statistics
 import tempfile
 import threading
@@ -42,23 +43,41 @@ def host_note():
                                   rd("/sys/kernel/mm/transparent_hugepage/enabled"))
 
 
+def api_list_ms(home):
+    """GET /v1/sandboxes straight on kosa8d.sock: the daemon's share of `sandbox ls`,
+    without the CLI's start-up (ms)."""
+    t0 = time.monotonic()
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        c.connect(os.path.join(home, "kosa8d.sock"))
+        c.sendall(b"GET /v1/sandboxes HTTP/1.0\r\nHost: kosa8\r\n\r\n")
+        while c.recv(65536):
+            pass
+    finally:
+        c.close()
+    return 1000 * (time.monotonic() - t0)
+
+
 class LsTimer(threading.Thread):
-    """Times `kosa8 sandbox ls` every 200 ms until stopped."""
+    """Times `kosa8 sandbox ls` every 200 ms until stopped, and the same list straight
+    from the API (api_samples)."""
 
     def __init__(self, home):
         super().__init__(daemon=True)
-        self.home, self.samples, self.stop = home, [], threading.Event()
+        self.home, self.samples, self.api_samples = home, [], []
+        self.stop = threading.Event()
 
     def run(self):
         while not self.stop.is_set():
             t0 = time.monotonic()
             k(self.home, "sandbox", "ls", check=False)
             self.samples.append(1000 * (time.monotonic() - t0))
+            self.api_samples.append(api_list_ms(self.home))
             self.stop.wait(0.2)
 
-    def window(self, since):
-        s = sorted(self.samples[since:]) or [0.0]
-        return statistics.median(s), s[min(len(s) - 1, int(len(s) * 0.99))], len(self.samples)
+    def window(self, since, api=False):
+        s = sorted((self.api_samples if api else self.samples)[since:]) or [0.0]
+        return statistics.median(s), s[min(len(s) - 1, int(len(s) * 0.99))], len(s)
 
 
 def main():
@@ -74,8 +93,8 @@ def main():
         ls.start()
         base = mem_available_mib()
         mark = 0
-        print("%5s %9s %8s %10s %10s %8s %8s" % ("n", "create_s", "pull_s", "host_MiB/sb",
-                                                "qemu_rss", "ls_p50", "ls_p99"))
+        print("%5s %9s %8s %10s %10s %8s %8s %8s %8s" % ("n", "create_s", "pull_s",
+              "host_MiB/sb", "qemu_rss", "ls_p50", "ls_p99", "api_p50", "api_p99"))
         while len(names) < MAX:
             if mem_available_mib() < RESERVE_MIB + MEM:
                 print("stopped: MemAvailable %d MiB is within one sandbox of the reserve"
@@ -101,11 +120,13 @@ def main():
                     if pid:
                         rss += rss_kib(pid)
                 p50, p99, _ = ls.window(mark)
+                a50, a99, _ = ls.window(mark, api=True)
                 mark = len(ls.samples)
-                print("%5d %9.2f %8.2f %10d %10d %8.0f %8.0f"
+                print("%5d %9.2f %8.2f %10d %10d %8.0f %8.0f %8.0f %8.0f"
                       % (n, t1 - t0, t2 - t1, (base - mem_available_mib()) // n,
-                         rss // 1024 // n, p50, p99))
+                         rss // 1024 // n, p50, p99, a50, a99))
         running = len(names)
+        avail_running = mem_available_mib()
         # Pause every sandbox, then resume a sample and time it.
         t0 = time.monotonic()
         for nm in names:
@@ -121,12 +142,14 @@ def main():
         ls.stop.set()
         ls.join()
         print("running idle: %d (%d MiB of host memory for them, %d MiB each)"
-              % (running, base - avail_paused, (base - avail_paused) // max(1, running)))
+              % (running, base - avail_running, (base - avail_running) // max(1, running)))
         print("paused: %d in %.1f s; host memory while paused: %d MiB used by them; "
               "resume %.0f ms median (%d sampled)"
               % (running, pause_s, base - avail_paused, statistics.median(res or [0]), len(res)))
         print("sandbox ls over the whole run: p50 %.0f ms, p99 %.0f ms (%d calls)"
               % (p50, p99, total))
+        print("GET /v1/sandboxes (the daemon's share): p50 %.0f ms, p99 %.0f ms"
+              % ls.window(0, api=True)[:2])
     finally:
         end_home(home)
 

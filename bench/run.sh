@@ -10,6 +10,8 @@ echo "== checkpoint and rewind (issue 6)"
 python3 checkpoint.py
 echo "== pause and resume: to disk against in memory (issue 15)"
 python3 pause.py
+echo "== what an idle sandbox costs: TCG's cache sizes, then paused by the idle pause (issue 15)"
+python3 idle.py
 echo "== frame parsing and egress policy (issue 4)"
 # bench/netparse.c against src/net's pure half (addr, pkt, dns, policy), nothing else.
 NB=${B:-build}

@@ -15,7 +15,7 @@ layer() {
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
 	egress|mounts) echo 4 ;;             # a sandbox's parts: its network, its folders
 	sandbox) echo 5 ;;                   # a sandbox's lifecycle
-	checkpoint|exec|containers|archive|images|model|bundle|secret) echo 6 ;;  # other resources
+	checkpoint|exec|containers|archive|images|model|bundle|secret|idle) echo 6 ;;  # other resources; the idle pause
 	docker_engine|docker_ctr) echo 6 ;;  # Docker API containers and their engine sandbox
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;

@@ -409,6 +409,19 @@ static int show_status(const json_t *st, void *ctx)
 		printf("%s%s%s\n", json_is_true(json_object_get(cg, "usable")) ? "usable" :
 		       "not usable", note && *note ? ": " : "", note ? note : "");
 	}
+	json_t *idle = json_object_get(st, "idle");
+	if (idle) {
+		json_int_t after = json_integer_value(json_object_get(idle, "idle_pause_s"));
+		json_t *ksm = json_object_get(idle, "ksm");
+		if (after > 0)
+			printf("  idle pause: after %llds unused (config.json idle_pause)\n",
+			       (long long)after);
+		else
+			printf("  idle pause: off (config.json idle_pause, or sandbox create "
+			       "--idle-pause)\n");
+		printf("  KSM:        %s\n",
+		       json_string_value(json_object_get(ksm, "note")) ?: "unknown");
+	}
 	guest = json_object_get(st, "guest");
 	if (guest) {
 		json_t *ver = json_object_get(guest, "verified");

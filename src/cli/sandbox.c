@@ -17,6 +17,7 @@ enum {
 	OPT_EGRESS_ALLOW = 'G', OPT_MOUNT = 'm', OPT_ENV = 'e', OPT_WORKDIR = 'w',
 	OPT_USER = 'u', OPT_INTERACTIVE = 'i', OPT_DETACH = 'd', OPT_WIPE = 'W',
 	OPT_FORCE = 'f', OPT_TIMEOUT = 't', OPT_ALLOW = 'A', OPT_REMOVE = 'R', OPT_MODE = 'O',
+	OPT_IDLE_PAUSE = 'P',
 };
 
 /* "/v1/sandboxes/<name><suffix>" with the name URL-encoded. */
@@ -82,12 +83,15 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		{ "cpus", 0, 1, OPT_CPUS }, { "memory", 0, 1, OPT_MEMORY },
 		{ "disk", 0, 1, OPT_DISK }, { "egress", 0, 1, OPT_EGRESS },
 		{ "egress-allow", 0, 1, OPT_EGRESS_ALLOW }, { "mount", 0, 1, OPT_MOUNT },
-		{ "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
+		{ "idle-pause", 0, 1, OPT_IDLE_PAUSE }, { "json", 0, 0, CLI_OPT_JSON },
+		{ NULL, 0, 0, 0 },
 	};
 	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
 	long cpus = 2, mem = 1024, disk = 4;
+	uint64_t idle = 0;
+	int idle_set = 0;
 	const char *egress = NULL;
 	json_t *body = NULL, *res = NULL, *allow = NULL, *mounts = NULL;
 	int rc, r, json = 0;
@@ -106,6 +110,12 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		case OPT_MEMORY: r = cli_parse_range("--memory", v, 128, 65536, &mem, &err); break;
 		case OPT_DISK: r = cli_parse_range("--disk", v, 1, 1024, &disk, &err); break;
 		case CLI_OPT_JSON: json = 1; break;
+		case OPT_IDLE_PAUSE:
+			idle_set = 1;
+			if (k8_duration_parse(v, 2592000, &idle) < 0)
+				r = k8_err_set(&err, -EINVAL, "--idle-pause takes a duration of at "
+					       "most 30 days such as 90s, 15m, 2h or off (got '%s')", v);
+			break;
 		case OPT_EGRESS:
 			if (strcmp(v, "deny") && strcmp(v, "allow-all"))
 				r = k8_err_set(&err, -EINVAL,
@@ -154,6 +164,8 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		json_object_set(body, "egress_allow", allow);
 	if (mounts)
 		json_object_set(body, "mounts", mounts);
+	if (idle_set)
+		json_object_set_new(body, "idle_pause_s", json_integer((json_int_t)idle));
 	rc = cli_post_progress(&cl, "/v1/sandboxes", body, json, &res);
 	if (rc != CLI_EXIT_OK)
 		goto out;
@@ -761,7 +773,8 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	{ "sandbox create", cmd_create, "create and boot a sandbox (a small VM)",
 	  "Usage: kosa8 sandbox create NAME [--cpus N] [--memory MIB] [--disk GB]\n"
 	  "           [--egress deny|allow-all] [--egress-allow HOST]... "
-	  "[--mount HOST:GUEST[:ro]]... [--json]\n"
+	  "[--mount HOST:GUEST[:ro]]...\n"
+	  "           [--idle-pause DURATION] [--json]\n"
 	  "\n"
 	  "Create a sandbox: a virtual machine with its own kernel, booted and ready to run\n"
 	  "containers. NAME is 1-63 characters: lower-case letters, digits, '_', '.', '-'\n"
@@ -781,6 +794,10 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "                         its containers; writable unless :ro (enforced on the\n"
 	  "                         host). HOST must exist and, when the daemon was started\n"
 	  "                         with --allow-mount, lie below one of those folders\n"
+	  "  --idle-pause DURATION  pause it to disk once nobody has used it for DURATION\n"
+	  "                         (90s, 15m, 2h; off: never) and no container runs in\n"
+	  "                         it; the next run or exec resumes it by itself. Default:\n"
+	  "                         the daemon's config.json \"idle_pause\" (off unless set)\n"
 	  "  --json                 progress as JSON lines, then the sandbox as one line\n"
 	  "\n"
 	  "Example:\n"

@@ -299,6 +299,39 @@ char *k8_time_now(char out[K8_TIME_LEN], int with_ms)
 			   with_ms ? (int)(ns / 1000000ull % 1000ull) : -1);
 }
 
+int k8_duration_parse(const char *s, uint64_t max, uint64_t *secs)
+{
+	uint64_t v = 0, unit = 1;
+	const char *p = s;
+
+	if (!s || !*s)
+		return -EINVAL;
+	if (!strcmp(s, "off")) {
+		*secs = 0;
+		return 0;
+	}
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (p == s)
+		return -EINVAL;
+	switch (*p) {
+	case '\0': case 's': break;
+	case 'm': unit = 60; break;
+	case 'h': unit = 3600; break;
+	case 'd': unit = 86400; break;
+	default: return -EINVAL;
+	}
+	if (*p && p[1])
+		return -EINVAL;
+	if (v > max / unit)
+		return -EINVAL;
+	*secs = v * unit;
+	return 0;
+}
+
 /* Length of the UTF-8 sequence at s that is safe to show as is (a printable character
  * from U+00A0 up, not a bidi control or a line separator), or 0. */
 static size_t utf8_printable(const unsigned char *s)

@@ -89,6 +89,12 @@ char *k8_time_now(char out[K8_TIME_LEN], int with_ms);
 /* n bytes as 2n lower-case hex digits and a NUL into out. */
 void k8_hex(const void *p, size_t n, char *out);
 
+/* A duration as people write it: "90" or "90s", "15m", "2h", "1d"; "0" and "off" are 0
+ * (turned off). Stores seconds in *secs and returns 0, or -EINVAL for anything else or
+ * more than `max` seconds. */
+int k8_duration_parse(const char *s, uint64_t max, uint64_t *secs);
+
+
 /* `s` made safe for a terminal, a log line or a table (docs/errors.md, "Bytes from a
  * sandbox"): printable ASCII and printable UTF-8 stay (a backslash too: the output is for
  * people, and a literal "\x1b" is harmless); every other byte (C0 and C1 controls, DEL,

@@ -23,6 +23,7 @@
 #include "daemon/audit.h"
 #include "daemon/secret.h"
 #include "daemon/accel.h"
+#include "daemon/idle.h"
 #include "image/image.h"
 
 #include <fcntl.h>
@@ -618,6 +619,7 @@ static int api_status(struct api_call *call)
 {
 	call->out = status_json(call->d);
 	json_object_update_new(call->out, status_security(call->d));
+	json_object_set_new(call->out, "idle", idle_status_json(call->d));
 	if (nlisteners > 1)     /* main.c's second listener: the Docker API */
 		json_object_set_new(call->out, "docker_socket",
 				    json_sprintf("%s/docker.sock", call->d->home));
@@ -1014,8 +1016,10 @@ int api_listen(struct daemon *d, int listen_fd, const struct api_dialect *dl,
 	l = &listeners[nlisteners];
 	l->d = d;
 	l->dl = dl;
+	/* poll(), not select(): a daemon holding hundreds of sandboxes has descriptors past
+	 * FD_SETSIZE, and select() would refuse every connection on one of them. */
 	l->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-				  MHD_ALLOW_UPGRADE | MHD_USE_ITC,
+				  MHD_USE_POLL | MHD_ALLOW_UPGRADE | MHD_USE_ITC,
 				  0, NULL, NULL, handler, l, MHD_OPTION_LISTEN_SOCKET, listen_fd,
 				  MHD_OPTION_NOTIFY_COMPLETED, completed, d,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0,

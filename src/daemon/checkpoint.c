@@ -855,6 +855,27 @@ int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, bool in_memory, j
 	return 0;
 }
 
+int sb_pause_idle(struct daemon *d, struct sandbox *sb, bool (*still_idle)(struct sandbox *),
+		  struct k8_err *err)
+{
+	uint64_t t0 = now_mono_ns();
+	bool idle;
+	int r;
+
+	sb_busy_enter(sb);
+	pthread_mutex_lock(&sb->lock);
+	idle = still_idle(sb);
+	pthread_mutex_unlock(&sb->lock);
+	r = idle ? pause_to_disk(d, sb, err) : 0;
+	sb_busy_leave(sb);
+	if (!idle || r)
+		return r;
+	daemon_audit(d, "sandbox.pause", sb->name,
+		     json_pack("{s:s,s:s,s:I}", "to", "disk", "by", "idle", "ms",
+			       (json_int_t)((now_mono_ns() - t0) / 1000000)));
+	return 1;
+}
+
 /* Fork. The checkpoint's layers are frozen (nothing writes them again), so the new
  * sandbox gets hard links to them under the same names, its own layers.json, and its
  * own empty top: N forks cost only their own writes, and removing the source (or its

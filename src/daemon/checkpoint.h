@@ -25,6 +25,11 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
  * vCPUs only stop; resume undoes either. out: {"to"|"from": "disk"|"memory", "ms"}. */
 int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, bool in_memory, json_t **out,
 	     struct k8_err *err);
+/* The idle pause (idle.c): to disk, if still_idle(sb), asked with the busy token and
+ * sb->lock held, says so (a request may have come meanwhile). 1: paused, 0: left
+ * running, <0: the pause failed (the VM runs on). Audited with "by": "idle". */
+int sb_pause_idle(struct daemon *d, struct sandbox *sb, bool (*still_idle)(struct sandbox *),
+		  struct k8_err *err);
 /* A new sandbox `name` started from checkpoint `label` of `src`: its disk layers are hard
  * links to the checkpoint's, so it costs only what it writes. */
 int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,

@@ -56,6 +56,21 @@ json_t *daemon_config(struct daemon *d)
 	return cfg;
 }
 
+int daemon_tcg_tb_mib(struct daemon *d, json_t *cfg)
+{
+	json_t *own = cfg ? NULL : daemon_config(d);
+	json_t *v = json_object_get(cfg ? cfg : own, "tcg_tb_mib");
+	int mib = K8_TCG_TB_MIB_DEFAULT;
+
+	if (json_is_integer(v) && json_integer_value(v) >= 16 && json_integer_value(v) <= 1024)
+		mib = (int)json_integer_value(v);
+	else if (v)
+		daemon_log("config.json \"tcg_tb_mib\" must be a whole number of MiB from 16 to "
+			   "1024; using %d", mib);
+	json_decref(own);
+	return mib;
+}
+
 /* Offline: the flag, the environment or config.json (daemon.h). */
 bool daemon_offline(struct daemon *d, json_t *cfg)
 {

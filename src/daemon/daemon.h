@@ -58,7 +58,11 @@ struct daemon {
 	struct rate_limit guest_audit;  /* config.json "audit": the budget of guest records */
 	bool jail_off;                   /* QEMU unjailed: config "jail": false, or not root */
 	char jail_why[256];              /* the warning, when jail_off */
+	int idle_pause_s;                /* config.json "idle_pause" (idle.c), 0: off */
 };
+
+/* The longest idle pause a sandbox or config.json may ask for: 30 days. */
+#define K8_IDLE_PAUSE_MAX_S 2592000
 
 /* daemon.c: settings */
 /* Daemon settings: the environment variable (comma-separated) wins over config.json's
@@ -70,6 +74,11 @@ json_t *daemon_config(struct daemon *d);
 /* Offline: --offline, KOSA8_OFFLINE (not "0") or config.json "offline": true, read at each
  * call (cfg: the config already read, or NULL). Nothing may open a network connection. */
 bool daemon_offline(struct daemon *d, json_t *cfg);
+
+/* TCG's translation cache per VM in MiB: config.json "tcg_tb_mib" (16-1024), else
+ * K8_TCG_TB_MIB_DEFAULT; read at each VM start (cfg: the config already read, or NULL). */
+#define K8_TCG_TB_MIB_DEFAULT 128
+int daemon_tcg_tb_mib(struct daemon *d, json_t *cfg);
 
 /* daemon.c: the audit helper; never fails the caller (an audit failure is logged) */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);

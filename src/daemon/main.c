@@ -11,6 +11,7 @@
 #include "daemon/api.h"
 #include "daemon/docker_api.h"
 #include "daemon/docker_engine.h"
+#include "daemon/idle.h"
 #include "daemon/model.h"
 #include "daemon/sandbox.h"
 #include "daemon/audit.h"
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -188,6 +190,15 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 
+	/* Each sandbox holds a few descriptors (QMP, agent, sidecars' control, logs): with
+	 * hundreds of them the usual soft limit of 1024 would be reached. */
+	{
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
 	pthread_mutex_init(&d->lock, NULL);
 	d->started_mono = now_mono_ns();
 	if (pipe2(d->stop_pipe, O_CLOEXEC) < 0)
@@ -248,6 +259,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kosa8d: %s\n", err.msg);
 		return 1;
 	}
+	k8_err_clear(&err);
+	if (idle_start(d, &err) < 0)
+		daemon_log("WARNING: %s; no sandbox is paused when idle", err.msg);
 	/* The Docker-compatible API (docs/docker.md): a daemon without it still serves. */
 	snprintf(path, sizeof(path), "%s/docker.sock", d->home);
 	k8_err_clear(&err);

@@ -86,6 +86,8 @@ static json_t *sb_record(struct sandbox *sb)
 						      "rules", sb->egress_rules));
 	json_object_set_new(rec, "mounts", sb_mounts_json(sb, false));
 	json_object_set_new(rec, "jail_index", json_integer(sb->jail_index));
+	if (sb->idle_pause_s >= 0)
+		json_object_set_new(rec, "idle_pause_s", json_integer(sb->idle_pause_s));
 	json_object_set_new(rec, "sidecars",
 			    json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "net", "pid",
 				      (json_int_t)sb->net.pid, "pid_start",
@@ -164,12 +166,24 @@ struct sandbox *sb_get(struct daemon *d, const char *name, struct k8_err *err)
 	return sb;
 }
 
-void sb_put(struct daemon *d, struct sandbox *sb)
+static void sb_put_as(struct sandbox *sb, bool use)
 {
 	if (!sb)
 		return;
 	pthread_mutex_lock(&sb->lock);
+	if (use)
+		sb->last_use_ns = now_mono_ns();
 	sb->users--;
 	pthread_cond_broadcast(&sb->cond);
 	pthread_mutex_unlock(&sb->lock);
+}
+
+void sb_put(struct daemon *d K8_UNUSED, struct sandbox *sb)
+{
+	sb_put_as(sb, true);
+}
+
+void sb_put_peek(struct daemon *d K8_UNUSED, struct sandbox *sb)
+{
+	sb_put_as(sb, false);
 }

@@ -79,6 +79,11 @@ struct sandbox {
 	struct sidecar fs;
 	/* host identities (jail.h): block in the daemon's jail_uids range, -1 until claimed */
 	int jail_index;
+	/* idle pause (idle.c): seconds without use before a pause to disk; -1 follows the
+	 * daemon's config.json "idle_pause", 0 never. last_use: monotonic ns of the last API
+	 * request that used it (sb_put), or of its creation or load. */
+	int idle_pause_s;
+	uint64_t last_use_ns;
 };
 
 /* "stopped", "booting", ... as in sandbox.json and the API. */
@@ -87,6 +92,8 @@ bool sb_name_valid(const char *name);
 /* The sandbox table: sb_get takes a user reference (rm waits for users), sb_put drops it. */
 struct sandbox *sb_get(struct daemon *d, const char *name, struct k8_err *err);
 void sb_put(struct daemon *d, struct sandbox *sb);
+/* sb_put for a request that only looks (inspect): it does not count as use (idle.c). */
+void sb_put_peek(struct daemon *d, struct sandbox *sb);
 /* The sandbox's lifecycle token (boot, rm, policy and folder changes); waits for another
  * holder. */
 void sb_busy_enter(struct sandbox *sb);

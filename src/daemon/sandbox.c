@@ -57,7 +57,8 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 				  .memory_mib = sb->memory_mib, .dir = sb->dir,
 				  .qmp_path = k->qmp, .agent_path = k->agent, .net_path = k->net,
 				  .fs_path = k->fs, .kernel_fd = -1, .initramfs_fd = -1,
-				  .incoming_fd = -1, .cg = &d->cg, .cg_name = sb->name };
+				  .incoming_fd = -1, .cg = &d->cg, .cg_name = sb->name,
+				  .tb_mib = daemon_tcg_tb_mib(d, NULL) };
 	if (!d->jail_off && sb->jail_index >= 0)
 		spec->jail_uid = jail_uid(&d->jail, sb->jail_index, JAIL_QEMU);
 	return 0;
@@ -83,6 +84,8 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 	sb->link.fd = -1;
 	sb->state = SB_STOPPED;
 	sb->jail_index = -1;
+	sb->idle_pause_s = -1;
+	sb->last_use_ns = now_mono_ns();
 	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "deny");
 	sb->egress_rules = json_array();
 	sidecar_init(&sb->net, "kosa8-net");
@@ -658,6 +661,9 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 		json_object_set_new(o, "forked", json_boolean(sb->forked));
 		json_object_set_new(o, "disk_top", json_string(sb->disk[0] ? sb->disk : "scratch.qcow2"));
 		json_object_set_new(o, "paused", json_boolean(sb->paused || sb->state == SB_PAUSED));
+		json_object_set_new(o, "idle_pause", json_pack("{s:i,s:s}", "after_s",
+			sb->idle_pause_s >= 0 ? sb->idle_pause_s : sb->d->idle_pause_s,
+			"from", sb->idle_pause_s >= 0 ? "sandbox" : "daemon"));
 	}
 	pthread_mutex_unlock(&sb->lock);
 	if (detail && sb->state == SB_RUNNING && !sb->paused) {
@@ -727,6 +733,12 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
 	}
 	sb->forked = json_is_true(json_object_get(rec, "forked"));
+	{
+		json_t *ip = json_object_get(rec, "idle_pause_s");
+		if (json_is_integer(ip) && json_integer_value(ip) >= 0 &&
+		    json_integer_value(ip) <= K8_IDLE_PAUSE_MAX_S)
+			sb->idle_pause_s = (int)json_integer_value(ip);
+	}
 	{
 		json_t *ji = json_object_get(rec, "jail_index");
 		struct k8_err jerr = { 0 };
@@ -936,7 +948,7 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	struct sb_mount *mnt = NULL;
 	char mode[16];
 	struct sandbox *sb;
-	int cpus, mem, disk, nmnt = 0, r;
+	int cpus, mem, disk, idle, nmnt = 0, r;
 
 	if (!name)
 		return k8_err_set(err, -EINVAL, "a sandbox name is required");
@@ -946,7 +958,8 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 				  "'_' or '.', starting with a letter or digit", name);
 	if ((r = body_int(body, "cpus", 2, 1, 64, &cpus, err)) ||
 	    (r = body_int(body, "memory_mib", 1024, 128, 65536, &mem, err)) ||
-	    (r = body_int(body, "disk_gb", 4, 1, 1024, &disk, err)))
+	    (r = body_int(body, "disk_gb", 4, 1, 1024, &disk, err)) ||
+	    (r = body_int(body, "idle_pause_s", -1, 0, K8_IDLE_PAUSE_MAX_S, &idle, err)))
 		return r;
 	if (!d->guest.kernel[0])
 		return k8_err_set(err, -ENOENT,
@@ -970,6 +983,7 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	sb->cpus = cpus;
 	sb->memory_mib = mem;
 	sb->disk_gb = disk;
+	sb->idle_pause_s = idle;
 	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", mode);
 	json_decref(sb->egress_rules);
 	sb->egress_rules = rules;
@@ -1366,7 +1380,7 @@ int sb_api_get(struct api_call *call)
 	if (!sb)
 		return call->err.code;
 	call->out = sb_to_json(sb, true);
-	sb_put(call->d, sb);
+	sb_put_peek(call->d, sb);      /* looking is not using (idle.c) */
 	return 0;
 }
 

@@ -341,9 +341,12 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("-M");
 	ADD("microvm,acpi=off,pit=on,pic=on,rtc=off");
 	ADD("-accel");
-	/* TCG's translation cache defaults to 1 GiB; 128 MiB keeps QEMU's own footprint
-	 * small and inside the host cgroup's allowance. */
-	ADD("%s", strcmp(s->accel, "kvm") ? "tcg,tb-size=128" : "kvm");
+	/* TCG's translation cache defaults to 1 GiB; 128 MiB (config "tcg_tb_mib") keeps
+	 * QEMU's own footprint small and inside the host cgroup's allowance. */
+	if (strcmp(s->accel, "kvm"))
+		ADD("tcg,tb-size=%d", s->tb_mib > 0 ? s->tb_mib : 128);
+	else
+		ADD("kvm");
 	ADD("-cpu");
 	ADD("%s", strcmp(s->accel, "kvm") ? "max" : "host");
 	ADD("-m");

@@ -43,6 +43,7 @@ struct vm_spec {
 	uid_t jail_uid;                 /* QEMU's uid in its jail (jail.h); 0: unjailed */
 	const struct cgroup_info *cg;   /* with cg_name: QEMU enters this cgroup before exec */
 	const char *cg_name;
+	int tb_mib;                     /* TCG's translation cache (MiB); 0: 128 */
 };
 /* Spawn QEMU detached from the daemon (own session), returns its pid. Every file and
  * socket it uses is opened here and passed as a descriptor (the qmp, agent and fs
