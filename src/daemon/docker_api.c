@@ -536,11 +536,17 @@ static const struct api_route docker_routes[] = {
 	{ "POST",   "/containers/{id}/attach", dkc_api_attach },
 	{ "POST",   "/containers/{id}/resize", dkc_api_resize },
 	{ "DELETE", "/containers/{id}", dkc_api_rm },
+	{ "HEAD",   "/containers/{id}/archive", dkc_api_archive_head },
+	{ "GET",    "/containers/{id}/archive", dkc_api_archive_get },
+	{ "PUT",    "/containers/{id}/archive", dkc_api_archive_put },
 	{ "POST",   "/containers/{id}/exec", dkc_api_exec_create },
 	{ "POST",   "/exec/{id}/start", dkc_api_exec_start },
 	{ "GET",    "/exec/{id}/json", dkc_api_exec_inspect },
 	{ "POST",   "/exec/{id}/resize", dkc_api_exec_resize },
 };
+
+/* Routes that take their request body as a stream (api_take_body). */
+static const api_handler docker_streamed[] = { dkc_api_archive_put, NULL };
 
 static const char *const docker_headers[] = {
 	"Api-Version", DQ_API_VERSION,
@@ -563,4 +569,5 @@ const struct api_dialect docker_api_dialect = {
 	.stream_type = "application/json",
 	.unmatched = docker_unmatched,
 	.headers = docker_headers,
+	.streamed = docker_streamed,
 };

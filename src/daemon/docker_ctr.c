@@ -27,6 +27,7 @@
  * a client write. A record is reference counted: the list holds one, each user another.
  */
 #include "daemon/docker_ctr.h"
+#include "daemon/archive.h"
 #include "daemon/docker_engine.h"
 #include "daemon/docker_route.h"
 #include "daemon/daemon.h"
@@ -1109,6 +1110,57 @@ int dkc_api_kill(struct api_call *call)
 		return -ENOENT;
 	call->status = 204;
 	return 0;
+}
+
+/* ---- archive: HEAD/GET/PUT /containers/{id}/archive?path= (archive.c does the work) ---- */
+
+/* The container's sandbox, running, with a user reference, and its id in the agent; NULL
+ * with call->err filled. A container never started has no files in the guest yet. */
+static struct sandbox *dkc_archive_target(struct api_call *call, char agent_id[13])
+{
+	struct sandbox *sb = NULL;
+	struct dkc *c;
+
+	if (dkc_find_call(call, &c))
+		return NULL;
+	pthread_mutex_lock(&dk.lock);
+	snprintf(agent_id, 13, "%s", c->starts ? c->agent_id : "");
+	pthread_mutex_unlock(&dk.lock);
+	if (!agent_id[0])
+		k8_err_set(&call->err, -EBUSY, "container %s has not been started yet: kosa8 copies "
+			   "files in and out of a container once it has started (docs/docker.md)",
+			   c->name);
+	else if ((sb = sb_get(call->d, c->sandbox, &call->err)) &&
+		 sb_ensure_running(call->d, sb, &call->err)) {
+		sb_put(call->d, sb);
+		sb = NULL;
+	}
+	dkc_unref(c);
+	return sb;
+}
+
+int dkc_api_archive_head(struct api_call *call)
+{
+	char agent_id[13];
+	struct sandbox *sb = dkc_archive_target(call, agent_id);
+
+	return sb ? archive_reply_head(call, sb, agent_id) : call->err.code;
+}
+
+int dkc_api_archive_get(struct api_call *call)
+{
+	char agent_id[13];
+	struct sandbox *sb = dkc_archive_target(call, agent_id);
+
+	return sb ? archive_reply_get(call, sb, agent_id) : call->err.code;
+}
+
+int dkc_api_archive_put(struct api_call *call)
+{
+	char agent_id[13];
+	struct sandbox *sb = dkc_archive_target(call, agent_id);
+
+	return sb ? archive_reply_put(call, sb, agent_id) : call->err.code;
 }
 
 /* ---- rm ---- */

@@ -22,6 +22,10 @@ int dkc_api_logs(struct api_call *call);
 int dkc_api_attach(struct api_call *call);
 int dkc_api_resize(struct api_call *call);
 int dkc_api_rm(struct api_call *call);
+/* docker cp and docker-py's get_archive/put_archive (archive.c does the copying) */
+int dkc_api_archive_head(struct api_call *call);
+int dkc_api_archive_get(struct api_call *call);
+int dkc_api_archive_put(struct api_call *call);
 int dkc_api_exec_create(struct api_call *call);
 int dkc_api_exec_start(struct api_call *call);
 int dkc_api_exec_inspect(struct api_call *call);

@@ -120,7 +120,7 @@ def test_ping_version_errors_raw(dh):
             ("/v1.99/version", 400, "client version 1.99 is too new"),
             ("/nonsense", 404, "page not found"),
             ("/v1.47/images/no-such:1/json", 404, "No such image: no-such:1"),
-            ("/v1.47/containers/x/archive", 501, "is not supported by kosa8 (see docs/docker.md)"),
+            ("/v1.47/networks", 501, "is not supported by kosa8 (see docs/docker.md)"),
             ("/v1.47/volumes", 501, "is not supported by kosa8 (see docs/docker.md)")):
         r, data = call(dh, "GET", path)
         assert r.status == status, (path, r.status, data)

@@ -242,6 +242,52 @@ def test_dockerpy(dk):
     ct3.remove()
 
 
+def test_cp_in_and_out(dk):
+    """docker cp both ways (HEAD for the stat, PUT and GET of a tar) and docker-py's
+    put_archive/get_archive, on a running container of the engine."""
+    import io
+    import tarfile
+    ok(docker(dk, "run", "-d", "--name", "cp1", IMG, "sleep", "infinity"))
+    tmp = tempfile.mkdtemp(prefix="k8dcp-")
+    try:
+        src = os.path.join(tmp, "in.txt")
+        with open(src, "w") as f:
+            f.write("from the host\n")
+        ok(docker(dk, "cp", src, "cp1:/tmp/"))
+        assert ok(docker(dk, "exec", "cp1", "cat", "/tmp/in.txt")) == "from the host\n"
+        ok(docker(dk, "exec", "cp1", "sh", "-c", "mkdir -p /o/d && echo made > /o/d/f"))
+        ok(docker(dk, "cp", "cp1:/o", os.path.join(tmp, "out")))
+        with open(os.path.join(tmp, "out", "d", "f")) as f:
+            assert f.read() == "made\n"
+        p = docker(dk, "cp", "cp1:/no/such", tmp)
+        assert p.returncode != 0 and "no/such" in p.stderr, p.stderr
+        st, hdr, _ = raw(dk, "HEAD", "/v1.47/containers/cp1/archive?path=/tmp/in.txt")
+        assert st == 200 and "X-Docker-Container-Path-Stat" in hdr, hdr
+        if dockerpy is not None:
+            c = dockerpy.DockerClient(base_url="unix://" + sock(dk), version="auto")
+            ct = c.containers.get("cp1")
+            b = io.BytesIO()
+            with tarfile.open(fileobj=b, mode="w") as t:
+                data = b"print(6*7)\n"
+                info = tarfile.TarInfo("code.py")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+            assert ct.put_archive("/tmp", b.getvalue())
+            assert ct.exec_run(["python", "/tmp/code.py"]).output == b"42\n"
+            chunks, stat = ct.get_archive("/tmp/code.py")
+            assert stat["name"] == "code.py" and stat["size"] == 11, stat
+            with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as t:
+                assert t.extractfile("code.py").read() == b"print(6*7)\n"
+        # a container never started has no files yet: a clear refusal
+        ok(docker(dk, "create", "--name", "cp2", IMG, "true"))
+        st, _, body = raw(dk, "GET", "/v1.47/containers/cp2/archive?path=/etc")
+        assert st == 409 and b"not been started" in body, (st, body)
+        assert any(r["action"] == "sandbox.container.cp" for r in audit(dk))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        docker(dk, "rm", "-f", "cp1", "cp2")
+
+
 @needs_py
 def test_autogen_sequence(dk):
     """AutoGen's DockerCommandLineCodeExecutor: a tty container with the work folder bound,
