@@ -115,7 +115,9 @@ def test_wrong_placeholder_refused_and_counted(h, agent, up):
     p = py(h, agent, CLIENT, "k8-ph-" + "0" * 32)
     assert p.stdout.startswith("403 "), p.stdout
     assert "placeholder_wrong" in p.stdout
-    p = py(h, agent, CLIENT, KEY)          # the real key, learned elsewhere: refused too
+    # another key the guest learned elsewhere (never this sandbox's real key: the guest
+    # must not hold it, test_key_not_in_guest_memory): refused too
+    p = py(h, agent, CLIENT, "sk-proj-learned-elsewhere-0042")
     assert p.stdout.startswith("403 "), p.stdout
     assert len(up.records()) == n0, "a refused request reached the upstream"
     st = h.json("sandbox", "broker", agent)
