@@ -179,3 +179,27 @@ for host in ("10.0.2.4", "broker.kosa8.internal"):
     assert "refused" in p.stdout
     st = h("sandbox", "broker", other)
     assert st.returncode != 0 and "no broker" in st.stderr
+
+
+def test_fork_has_its_own_placeholder(h, agent, up):
+    src_ph = py(h, agent, "import os; print(os.environ['OPENAI_API_KEY'])").stdout.strip()
+    p = h("sandbox", "fork", agent, "--from", "mem", "--name", "agentfork", timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        ph = py(h, "agentfork", "import os; print(os.environ['OPENAI_API_KEY'])").stdout.strip()
+        assert ph.startswith("k8-ph-") and ph != src_ph
+        n0 = len(up.records())
+        p = py(h, "agentfork", CLIENT)
+        assert p.stdout.startswith("200 "), p.stdout
+        hdr = {k.lower(): v for k, v in up.records()[n0]["headers"]}
+        assert hdr["authorization"] == "Bearer " + KEY
+        p = py(h, "agentfork", CLIENT, src_ph)   # the source's placeholder: refused
+        assert p.stdout.startswith("403 ") and "placeholder_wrong" in p.stdout, p.stdout
+        # and the source still works with its own
+        assert py(h, agent, CLIENT).stdout.startswith("200 ")
+    finally:
+        h("sandbox", "rm", "-f", "agentfork", timeout=300)
+    # its broker's counts went to the audit log when it stopped; no value anywhere
+    audit = h("audit", "ls", "--action", "sandbox.broker.counts", "--json", timeout=60)
+    assert "agentfork" in audit.stdout and "api.openai.com" in audit.stdout, audit.stdout[-2000:]
+    assert KEY not in audit.stdout and KEY2 not in audit.stdout
