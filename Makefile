@@ -24,7 +24,7 @@ LDFLAGS_HOST += -fsanitize=address,undefined
 HARDEN  := -fPIE
 endif
 
-LIBS_CLI    := -lcurl -ljansson -lcrypto
+LIBS_CLI    := -lcurl -ljansson -lcrypto -larchive
 LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
 # libslirp's .pc file requires glib's; we use only its C API, so link it directly.
 LIBS_NET    := -lslirp -lseccomp -ljansson
@@ -133,6 +133,8 @@ $(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC) $(FS_SRC) $(S
 
 # The containers' seccomp filter is tested on the host (the agent's sec.c, built for it).
 $(B)/tests/test_agent_sec: $(call obj,src/agent/sec.c)
+# The archive ops' tar reader and writer likewise (pure code; also fuzzed, fuzz_tar).
+$(B)/tests/test_agent_tar: $(call obj,src/agent/tar.c)
 
 unit: $(UNIT_BIN)
 	@./tests/run-unit.sh $(UNIT_BIN)

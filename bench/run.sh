@@ -40,3 +40,5 @@ echo "== egress broker (issue 14)"
 # kosa8-broker standalone: latency it adds, first streamed byte, 32 concurrent clients,
 # against the same client talking to the same HTTPS upstream directly.
 python3 broker.py
+echo "== copying files in and out of containers (issue 12's archive)"
+python3 cp.py

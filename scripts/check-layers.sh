@@ -15,7 +15,7 @@ layer() {
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
 	egress|mounts|broker|secret) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets)
 	sandbox) echo 5 ;;                   # a sandbox's lifecycle
-	checkpoint|exec|containers|images|model|bundle) echo 6 ;;  # other resources
+	checkpoint|exec|containers|archive|images|model|bundle) echo 6 ;;  # other resources
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;
 	*) echo "check-layers: module '$1' has no layer; add it here and to docs/design.md" >&2

@@ -118,6 +118,7 @@ struct proc {
 	uint64_t exit_at;      /* monotonic ns of the exit */
 	int force_eof;         /* grace over: an empty pipe counts as EOF */
 	uint64_t oom_base;     /* memory.events oom_kill when it started */
+	int helper;            /* an archive helper (archive.c): killed when the host goes */
 	int dead;
 };
 
@@ -327,6 +328,15 @@ void ctr_gc(struct agent *a);
 int ctr_image_in_use(struct agent *a, const char *hex);
 /* Move /scratch/containers leftovers of an earlier boot to the trash, empty the trash. */
 void ctr_boot_cleanup(struct agent *a);
+
+/* ---- archive.c ---- */
+enum archive_op { ARCHIVE_STAT, ARCHIVE_GET, ARCHIVE_PUT };
+/* Fork the helper that copies `path` (absolute, checked by req.c) of container `c` in or
+ * out, and answer REQ `id` once it resolved the path: {"stat"} (stat), {"pid","stat"}
+ * and the tar on the stream (get), {"pid"} and the tar taken from the stream (put).
+ * A negative errno with `err` filled when nothing was started. */
+int archive_start(struct agent *a, uint32_t id, struct ctr *c, enum archive_op op,
+		  const char *path, int no_overwrite, struct k8_err *err);
 
 /* ---- launch.c ---- */
 struct launch {

@@ -309,6 +309,8 @@ void proc_orphan_all(struct agent *a)
 	for (p = a->procs; p; p = p->next) {
 		if (!p->stream)
 			continue;
+		if (p->helper && !p->exited)
+			kill(p->pid, SIGKILL); /* a copy nobody receives */
 		p->stream = 0;
 		p->ilen = 0;
 		agent_unwatch(a, &p->in); /* the process sees EOF on stdin */

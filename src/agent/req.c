@@ -522,6 +522,41 @@ static int req_rm(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
 	return 0;
 }
 
+/* archive.stat / archive.get / archive.put: {container, path[, noOverwriteDirNonDir]}
+ * (archive.c). The path is absolute; get and put open a stream named by the REQ id. */
+static int req_archive(struct agent *a, uint32_t id, json_t *req, enum archive_op op,
+		       struct k8_err *err)
+{
+	const char *path;
+	struct ctr *c;
+	int no_over = 0, r;
+
+	if ((r = req_ctr(a, req, &c, err)) < 0 ||
+	    (r = req_str(req, "path", REQ_MAX_PATH, 1, &path, err)) < 0 ||
+	    (r = req_bool(req, "noOverwriteDirNonDir", &no_over, err)) < 0)
+		return r;
+	if (path[0] != '/')
+		return k8_err_set(err, -EINVAL, "field 'path' must be an absolute path");
+	if (op != ARCHIVE_STAT && (r = req_stream_free(a, id, err)) < 0)
+		return r;
+	return archive_start(a, id, c, op, path, no_over, err);
+}
+
+static int req_archive_stat(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	return req_archive(a, id, req, ARCHIVE_STAT, err);
+}
+
+static int req_archive_get(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	return req_archive(a, id, req, ARCHIVE_GET, err);
+}
+
+static int req_archive_put(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	return req_archive(a, id, req, ARCHIVE_PUT, err);
+}
+
 static uint64_t req_meminfo(const char *key)
 {
 	char *buf = NULL, *p;
@@ -642,6 +677,8 @@ static const struct {
 	{ "ps", req_ps },       { "stop", req_stop },
 	{ "rm", req_rm },       { "stat", req_stat },
 	{ "sync", req_sync },
+	{ "archive.stat", req_archive_stat }, { "archive.get", req_archive_get },
+	{ "archive.put", req_archive_put },
 };
 
 /* Run one parsed request and answer it when it fails. */

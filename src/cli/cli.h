@@ -234,6 +234,7 @@ extern const struct cli_cmd cli_secret_cmds[];   /* secret.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */
 extern const struct cli_cmd cli_login_cmd;       /* image.c: likewise */
 int cli_cmd_pause(const struct cli_cmd *self, int argc, char **argv, const char *home);
+int cli_cmd_cp(const struct cli_cmd *self, int argc, char **argv, const char *home); /* cp.c */
 int cli_cmd_fork(const struct cli_cmd *self, int argc, char **argv, const char *home);
 int cli_cmd_resume(const struct cli_cmd *self, int argc, char **argv, const char *home);
 

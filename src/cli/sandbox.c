@@ -945,6 +945,23 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox ps interp\n" },
+	{ "sandbox cp", cli_cmd_cp, "copy files between this machine and a container",
+	  "Usage: kosa8 sandbox cp SANDBOX:CONTAINER:/PATH DEST\n"
+	  "       kosa8 sandbox cp SRC SANDBOX:CONTAINER:/PATH\n"
+	  "\n"
+	  "Copy a file or a folder (with everything in it) out of a container or into it,\n"
+	  "as docker cp does. The container may be running or stopped (not removed).\n"
+	  "Out: into DEST when it is a folder, else as DEST; PATH/. copies the folder's\n"
+	  "contents. In: into PATH when it is a folder in the container, else as PATH (its\n"
+	  "folder must exist). Modes, times and symlinks are kept (symlinks are copied as\n"
+	  "links, never followed); owners are kept going in, not coming out. DEST - writes\n"
+	  "a tar to stdout; SRC - reads a tar from stdin and extracts it into PATH. What\n"
+	  "comes out of a container is checked: nothing is written outside DEST.\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox cp interp:3f2a9c1b7d4e:/out/report.csv .\n"
+	  "  kosa8 sandbox cp ./data interp:3f2a9c1b7d4e:/work\n"
+	  "  tar -C src -cf - . | kosa8 sandbox cp - interp:3f2a9c1b7d4e:/work\n" },
 	{ "sandbox stop", cmd_stop, "stop containers",
 	  "Usage: kosa8 sandbox stop [-t SECONDS] NAME ID...\n"
 	  "\n"

@@ -377,3 +377,15 @@ char *str_escape(const char *s)
 	str_escape_to(out, n, s);
 	return out;
 }
+
+void k8_hex(const void *p, size_t n, char *out)
+{
+	static const char hx[] = "0123456789abcdef";
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = hx[b[i] >> 4];
+		out[2 * i + 1] = hx[b[i] & 15];
+	}
+	out[2 * n] = '\0';
+}

@@ -86,8 +86,8 @@ char *k8_time_fmt(char out[K8_TIME_LEN], int64_t sec, int ms);
 /* The wall clock now, with or without milliseconds. */
 char *k8_time_now(char out[K8_TIME_LEN], int with_ms);
 
-/* Hex SHA-256 of a buffer into out[65]. */
-void sha256_hex(const void *data, size_t n, char out[65]);
+/* n bytes as 2n lower-case hex digits and a NUL into out. */
+void k8_hex(const void *p, size_t n, char *out);
 
 /* `s` made safe for a terminal, a log line or a table (docs/errors.md, "Bytes from a
  * sandbox"): printable ASCII and printable UTF-8 stay (a backslash too: the output is for

@@ -18,6 +18,7 @@
 #include "daemon/broker.h"
 #include "daemon/egress.h"
 #include "daemon/exec.h"
+#include "daemon/archive.h"
 #include "daemon/model.h"
 #include "daemon/bundle.h"
 #include "daemon/audit.h"
@@ -49,7 +50,14 @@ struct req {
 	size_t len;
 	bool too_big;
 	struct exec_ctx *exec;          /* set when answering with an upgrade */
+	struct api_call *scall;         /* a route that takes its body as a stream */
+	int sink_rc;                    /* its sink's first failure */
+	uint64_t dropped;               /* body bytes read and dropped after that */
 };
+
+/* After a streamed body's sink failed, this much more of the body is read and dropped
+ * so the client can read the error; beyond it the connection is closed. */
+#define SINK_DROP_MAX (64ull << 20)
 
 /* ---- responses ---- */
 
@@ -348,6 +356,55 @@ static enum MHD_Result reply_upgrade(struct MHD_Connection *c, struct req *rq)
 	return r;
 }
 
+/* ---- a body produced while the client reads it (api_reply_reader) ---- */
+
+static ssize_t reader_cb(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct api_reader *rd = cls;
+	ssize_t n;
+
+	(void)pos;
+	n = rd->read(rd->ctx, buf, max);
+	if (n > 0)
+		return n;
+	return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void reader_free(void *cls)
+{
+	struct api_reader *rd = cls;
+
+	if (rd->free)
+		rd->free(rd->ctx);
+	free(rd);
+}
+
+static enum MHD_Result reply_reader(struct MHD_Connection *c, const struct api_dialect *dl,
+				    struct api_call *call)
+{
+	struct api_reader *rd = xmalloc(sizeof(*rd));
+	struct MHD_Response *resp;
+	enum MHD_Result r;
+
+	*rd = call->reader;
+	rd->hvalue = NULL;
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, reader_cb, rd,
+						 reader_free);
+	if (!resp) {
+		reader_free(rd);
+		free(call->reader.hvalue);
+		return reply_msg(c, dl, -ENOMEM, "cannot create a response");
+	}
+	MHD_add_response_header(resp, "Content-Type", rd->type ? rd->type : "application/octet-stream");
+	if (call->reader.hname && call->reader.hvalue)
+		MHD_add_response_header(resp, call->reader.hname, call->reader.hvalue);
+	add_headers(resp, dl);
+	r = MHD_queue_response(c, 200, resp);
+	MHD_destroy_response(resp);
+	free(call->reader.hvalue);
+	return r;
+}
+
 /* ---- the daemon's own routes ---- */
 
 static json_t *status_json(struct daemon *d)
@@ -522,6 +579,9 @@ static const struct api_route routes[] = {
 	{ "POST",   "/v1/sandboxes/{name}/containers/{id}/exec", exec_api_exec },
 	{ "POST",   "/v1/sandboxes/{name}/containers/{id}/stop", ctr_api_stop },
 	{ "DELETE", "/v1/sandboxes/{name}/containers/{id}", ctr_api_rm },
+	{ "GET",    "/v1/sandboxes/{name}/containers/{id}/archive/stat", archive_api_stat },
+	{ "GET",    "/v1/sandboxes/{name}/containers/{id}/archive", archive_api_get },
+	{ "PUT",    "/v1/sandboxes/{name}/containers/{id}/archive", archive_api_put },
 	{ "POST",   "/v1/sandboxes/{name}/checkpoints", ckpt_api_create },
 	{ "GET",    "/v1/sandboxes/{name}/checkpoints", ckpt_api_list },
 	{ "DELETE", "/v1/sandboxes/{name}/checkpoints/{label}", ckpt_api_rm },
@@ -540,9 +600,13 @@ static const struct api_route routes[] = {
 	{ "GET",    "/v1/audit/verify", api_audit_verify },
 };
 
+/* Handlers that take their request body as a stream (api_take_body). */
+static const api_handler streamed[] = { archive_api_put, NULL };
+
 static const struct api_dialect kosa8_dialect = {
 	.routes = routes,
 	.nroutes = ARRAY_SIZE(routes),
+	.streamed = streamed,
 	.error = kosa8_error,
 	.progress = kosa8_progress,
 	.done = kosa8_done,
@@ -561,18 +625,15 @@ static const char *query_lookup(void *ctx, const char *key)
 	return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, key);
 }
 
-/* Match, parse the body, call the handler and turn what it left in the call into a reply. */
-static enum MHD_Result route(struct api_listener *l, struct MHD_Connection *c, struct req *rq,
-			     const char *method, const char *url)
+/* Fill the call's request part, split the path and match it: 0 or a negative errno
+ * (-ENOENT, -EBADRQC with `allow`, or the split's error in call->err). */
+static int call_match(struct api_listener *l, struct MHD_Connection *c, struct api_call *call,
+		      const char *method, const char *url, char *allow, size_t allowlen)
 {
-	struct daemon *d = l->d;
 	const struct api_dialect *dl = l->dl;
-	struct api_call *call = xcalloc(1, sizeof(*call));     /* ~6 KiB: not on the stack */
-	char allow[64];
-	enum MHD_Result r;
 	int rc;
 
-	call->d = d;
+	call->d = l->d;
 	call->method = method;
 	call->url = url;
 	call->exit_code = -1;
@@ -582,43 +643,44 @@ static enum MHD_Result route(struct api_listener *l, struct MHD_Connection *c, s
 		       : api_path_split(url, &call->path, &call->err);
 	if (rc == 0)
 		rc = api_match(dl->routes, dl->nroutes, method, &call->path, &call->match,
-			       allow, sizeof(allow));
+			       allow, allowlen);
+	return rc;
+}
+
+/* Split the path and match it. 0, or a negative errno with the reply queued in *r. */
+static int route_match(struct api_listener *l, struct MHD_Connection *c, struct api_call *call,
+		       const char *method, const char *url, enum MHD_Result *r)
+{
+	const struct api_dialect *dl = l->dl;
+	char allow[64];
+	int rc = call_match(l, c, call, method, url, allow, sizeof(allow));
+
 	if (rc == -ENOENT && dl->unmatched) {
 		k8_err_clear(&call->err);
 		dl->unmatched(call);
-		r = reply_err(c, dl, &call->err);
-		goto out;
-	}
-	if (rc == -ENOENT) {
-		r = reply_msg(c, dl, -ENOENT, "no such endpoint: %s %s; see docs/api.md", method,
-			      url);
-		goto out;
-	}
-	if (rc == -EBADRQC) {
+		*r = reply_err(c, dl, &call->err);
+	} else if (rc == -ENOENT) {
+		*r = reply_msg(c, dl, -ENOENT, "no such endpoint: %s %s; see docs/api.md", method,
+			       url);
+	} else if (rc == -EBADRQC) {
 		k8_err_set(&call->err, -EBADRQC, "%s is not allowed on %s; it takes %s (see "
 			   "docs/api.md)", method, url, allow);
 		unsigned http;
 		json_t *v = dl->error(&call->err, &http);
-		r = reply_status(c, dl, 405, v, "Allow", allow);
-		goto out;
+		*r = reply_status(c, dl, 405, v, "Allow", allow);
+	} else if (rc < 0) {
+		*r = reply_err(c, dl, &call->err);
 	}
-	if (rc < 0) {
-		r = reply_err(c, dl, &call->err);
-		goto out;
-	}
-	if (rq->len) {
-		json_error_t je;
-		call->body = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &je);
-		if (!json_is_object(call->body)) {
-			r = reply_msg(c, dl, -EINVAL, "the request body is not a JSON object: %s",
-				      je.text);
-			goto out;
-		}
-	} else {
-		call->body = json_object();
-	}
+	return rc;
+}
 
-	rc = call->match.route->fn(call);
+/* Turn what the handler (returning rc) left in the call into a reply. */
+static enum MHD_Result answer(struct api_listener *l, struct MHD_Connection *c, struct req *rq,
+			      struct api_call *call, int rc)
+{
+	const struct api_dialect *dl = l->dl;
+	enum MHD_Result r;
+
 	if (rc < 0) {
 		if (!call->err.code)
 			k8_err_set(&call->err, rc, "%s", strerror(-rc));
@@ -626,10 +688,12 @@ static enum MHD_Result route(struct api_listener *l, struct MHD_Connection *c, s
 		r = call->exit_code >= 0 ? reply_exec_err(c, dl, &call->err, call->exit_code)
 					 : reply_err(c, dl, &call->err);
 	} else if (call->job.fn) {
-		r = reply_job(c, d, dl, call->job.fn, call->body, call->job.arg);
+		r = reply_job(c, l->d, dl, call->job.fn, call->body, call->job.arg);
 	} else if (call->exec) {
 		rq->exec = call->exec;
 		r = reply_upgrade(c, rq);
+	} else if (call->reader.read) {
+		r = reply_reader(c, dl, call);
 	} else if (call->text) {
 		r = reply_text(c, dl, call->status ? call->status : 200, call->text,
 			       call->text_type ? call->text_type : "text/plain; charset=utf-8");
@@ -642,10 +706,103 @@ static enum MHD_Result route(struct api_listener *l, struct MHD_Connection *c, s
 	}
 	if (call->after_reply)
 		call->after_reply(call);
+	return r;
+}
+
+/* Match, parse the body, call the handler and turn what it left in the call into a reply. */
+static enum MHD_Result route(struct api_listener *l, struct MHD_Connection *c, struct req *rq,
+			     const char *method, const char *url)
+{
+	const struct api_dialect *dl = l->dl;
+	struct api_call *call = xcalloc(1, sizeof(*call));     /* ~6 KiB: not on the stack */
+	enum MHD_Result r;
+	int rc;
+
+	if (route_match(l, c, call, method, url, &r) < 0)
+		goto out;
+	if (rq->len) {
+		json_error_t je;
+		call->body = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES, &je);
+		if (!json_is_object(call->body)) {
+			r = reply_msg(c, dl, -EINVAL, "the request body is not a JSON object: %s",
+				      je.text);
+			goto out;
+		}
+	} else {
+		call->body = json_object();
+	}
+	rc = call->match.route->fn(call);
+	r = answer(l, c, rq, call, rc);
 out:
 	json_decref(call->body);
 	free(call);
 	return r;
+}
+
+/* The request head is in: a route whose handler takes its body as a stream runs now
+ * (api_take_body). Anything else, or a path that matches nothing, waits for its body
+ * and goes through route() as before. */
+static enum MHD_Result stream_begin(struct api_listener *l, struct MHD_Connection *c,
+				    struct req *rq, const char *method, const char *url)
+{
+	struct api_call *call = xcalloc(1, sizeof(*call));
+	const api_handler *h;
+	enum MHD_Result r;
+	char allow[64];
+	int rc;
+
+	if (call_match(l, c, call, method, url, allow, sizeof(allow)) < 0) {
+		free(call); /* route() answers it once the body is in, as before */
+		return MHD_YES;
+	}
+	for (h = l->dl->streamed; *h && *h != call->match.route->fn; h++)
+		;
+	if (!*h) {
+		free(call);
+		return MHD_YES;
+	}
+	call->body = json_object();
+	rc = call->match.route->fn(call);
+	if (rc >= 0 && !call->sink.write)
+		rc = k8_err_set(&call->err, -EIO, "the handler took no body");
+	if (rc < 0) {
+		const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+		if (call->sink.free)
+			call->sink.free(call->sink.ctx);
+		memset(&call->sink, 0, sizeof(call->sink));
+		if (expect && strcasestr(expect, "100-continue")) {
+			/* refused before the client sent the body: answer now, never read it */
+			r = answer(l, c, rq, call, rc);
+			json_decref(call->body);
+			free(call);
+			return r;
+		}
+		/* the body is on its way: read and drop it, then answer (a client that is
+		 * still writing would miss an early answer) */
+		rq->sink_rc = rc;
+	}
+	rq->scall = call;
+	return MHD_YES;
+}
+
+static enum MHD_Result stream_feed(struct api_listener *l, struct MHD_Connection *c,
+				   struct req *rq, const char *upload, size_t *upload_size)
+{
+	struct api_call *call = rq->scall;
+	int rc;
+
+	if (*upload_size) {
+		if (!rq->sink_rc) {
+			rc = call->sink.write(call->sink.ctx, upload, *upload_size, &call->err);
+			rq->sink_rc = rc < 0 ? rc : 0;
+		} else if ((rq->dropped += *upload_size) > SINK_DROP_MAX) {
+			return MHD_NO; /* the client keeps sending after the error: cut it */
+		}
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	rc = rq->sink_rc < 0 ? rq->sink_rc : call->sink.done(call, call->sink.ctx);
+	return answer(l, c, rq, call, rc);
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
@@ -659,8 +816,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 	if (!rq) {
 		rq = xcalloc(1, sizeof(*rq));
 		*con_cls = rq;
+		if (l->dl->streamed && !l->d->stopping)
+			return stream_begin(l, c, rq, method, url);
 		return MHD_YES;
 	}
+	if (rq->scall)
+		return stream_feed(l, c, rq, upload, upload_size);
 	if (*upload_size) {
 		if (rq->len + *upload_size > BODY_MAX) {
 			rq->too_big = true;
@@ -692,6 +853,12 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		return;
 	if (rq->exec)
 		exec_free(rq->exec);   /* upgrade never happened */
+	if (rq->scall) {
+		if (rq->scall->sink.free)
+			rq->scall->sink.free(rq->scall->sink.ctx);
+		json_decref(rq->scall->body);
+		free(rq->scall);
+	}
 	if (rq->body)
 		explicit_bzero(rq->body, rq->len);      /* may hold a secret (POST /v1/secrets) */
 	free(rq->body);

@@ -292,3 +292,15 @@ int api_reply_upgrade(struct api_call *call, struct exec_ctx *exec)
 	call->exec = exec;
 	return 0;
 }
+
+int api_reply_reader(struct api_call *call, const struct api_reader *rd)
+{
+	call->reader = *rd;
+	return 0;
+}
+
+int api_take_body(struct api_call *call, const struct api_sink *sink)
+{
+	call->sink = *sink;
+	return 0;
+}

@@ -24,6 +24,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct daemon;
 struct exec_ctx;
@@ -76,6 +77,25 @@ int api_match(const struct api_route *table, size_t n, const char *method,
 
 /* ---- the call ---- */
 
+/* A reply whose body a callback produces while the client reads it (GET .../archive). */
+struct api_reader {
+	/* > 0: bytes put in buf; 0: the body is complete; < 0: failed, the reply is cut */
+	ssize_t (*read)(void *ctx, char *buf, size_t max);
+	void (*free)(void *ctx);        /* once the reply is over (or never started), always */
+	void *ctx;
+	const char *type;               /* Content-Type */
+	const char *hname;              /* an extra header, or NULL */
+	char *hvalue;                   /* its value, malloc'd; the listener frees it */
+};
+
+/* A request body taken as a stream (PUT .../archive): see api_take_body. */
+struct api_sink {
+	int (*write)(void *ctx, const void *p, size_t n, struct k8_err *err);
+	int (*done)(struct api_call *call, void *ctx);  /* answers like a handler */
+	void (*free)(void *ctx);        /* last, in every case */
+	void *ctx;
+};
+
 /* Look a query argument up by name: its raw value, or NULL when absent. */
 typedef const char *(*api_query_fn)(void *ctx, const char *key);
 
@@ -101,6 +121,8 @@ struct api_call {
 	void (*after_reply)(struct api_call *call);     /* run once the reply is queued */
 	unsigned status;                /* of a plain reply: 0 is 200 (docker.sock: 201, 204) */
 	const char *text, *text_type;   /* a static non-JSON body instead of out ("OK") */
+	struct api_reader reader;       /* set by api_reply_reader */
+	struct api_sink sink;           /* set by api_take_body */
 };
 
 /* How one listener speaks (api.c serves each with the same HTTP code path): its route
@@ -122,6 +144,9 @@ struct api_dialect {
 	/* A path no route matches: fill call->err (status by its code); NULL: kosa8's 404. */
 	void (*unmatched)(struct api_call *call);
 	const char *const *headers;     /* name, value, ..., NULL: added to every reply */
+	/* Handlers that take their request body as a stream (api_take_body), NULL-ended;
+	 * NULL: none. Every other route's body is read whole first (at most 1 MiB). */
+	const api_handler *streamed;
 };
 
 /* The path parameter `name` of the matched pattern ("{name}" gives "name"); never NULL
@@ -171,5 +196,18 @@ void api_job_progress(void *job, json_t *p);
 
 /* Switch to a framed exec stream once the handler has a prepared exec context. */
 int api_reply_upgrade(struct api_call *call, struct exec_ctx *exec);
+
+/* A 200 whose body `rd->read` produces as the client reads it (streamed, never held
+ * whole); the listener calls rd->free when the reply is over. */
+int api_reply_reader(struct api_call *call, const struct api_reader *rd);
+
+/* For a handler listed in its dialect's `streamed`: it runs once the request head is in
+ * (call->body is {}), checks what it can and either fails or takes the body with this
+ * call. A failure is the reply: at once when the client waits for "100 Continue" (it
+ * never sends the body), else once the body, read and dropped, is in (a client still
+ * writing would miss an early answer). Each piece of the body then goes
+ * to sink->write (a failure is kept, the rest of the body is read and dropped, and that
+ * error is the reply); at its end sink->done answers as a handler would. */
+int api_take_body(struct api_call *call, const struct api_sink *sink);
 
 #endif

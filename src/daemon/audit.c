@@ -38,6 +38,7 @@
  * messages are per file ("line 5 of audit.log.000002") once there are segments.
  */
 #include "daemon/audit.h"
+#include "common/sha.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -278,15 +279,10 @@ static int lr_finish(struct lreader *r, bool complete)
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int mdlen = 0;
-	static const char hx[] = "0123456789abcdef";
 
 	if (EVP_DigestFinal_ex(r->md, md, &mdlen) != 1 || mdlen != 32)
 		return -EIO;
-	for (int i = 0; i < 32; i++) {
-		r->hash[2 * i] = hx[md[i] >> 4];
-		r->hash[2 * i + 1] = hx[md[i] & 15];
-	}
-	r->hash[64] = '\0';
+	k8_hex(md, 32, r->hash);
 	r->line[r->len] = '\0';
 	r->complete = complete;
 	return 1;

@@ -19,11 +19,11 @@
 #include "daemon/model.h"
 #include "daemon/api_route.h"
 #include "image/image.h"
+#include "common/sha.h"
 
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,34 +31,11 @@
 
 typedef void (*progress_fn)(void *, json_t *);
 
-static void hexs(const unsigned char *d, char *out)
-{
-	for (int i = 0; i < 32; i++)
-		sprintf(out + 2 * i, "%02x", d[i]);
-}
-
 static int sha256_file(const char *path, char out[65], uint64_t *size)
 {
 	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return -errno;
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-	char b[1 << 16];
-	ssize_t n;
-	uint64_t t = 0;
-	while ((n = read(fd, b, sizeof(b))) > 0) {
-		EVP_DigestUpdate(md, b, (size_t)n);
-		t += (uint64_t)n;
-	}
-	unsigned char d[32];
-	EVP_DigestFinal_ex(md, d, NULL);
-	EVP_MD_CTX_free(md);
-	if (n < 0)
-		return -errno;
-	hexs(d, out);
-	*size = t;
-	return 0;
+
+	return fd < 0 ? -errno : sha256_fd(fd, out, size);
 }
 
 /* ---- export ---- */
@@ -201,24 +178,20 @@ static int write_member(struct archive *a, const char *path, const void *data, s
 		r = k8_err_set(err, -errno, "%s: %s", src, strerror(errno));
 		goto out;
 	}
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+	sha256_ctx md = sha256_begin();
 	char b[1 << 16];
 	ssize_t k;
 	uint64_t done = 0;
 	while (done < size && (k = read(fd, b, sizeof(b) < size - done ? sizeof(b) : (size_t)(size - done))) > 0) {
-		EVP_DigestUpdate(md, b, (size_t)k);
+		sha256_add(md, b, (size_t)k);
 		if (archive_write_data(a, b, (size_t)k) != k) {
 			r = k8_err_set(err, -EIO, "writing the bundle: %s", archive_error_string(a));
 			break;
 		}
 		done += (uint64_t)k;
 	}
-	unsigned char dg[32];
 	char hex[65];
-	EVP_DigestFinal_ex(md, dg, NULL);
-	EVP_MD_CTX_free(md);
-	hexs(dg, hex);
+	sha256_end(md, hex);
 	if (!r && (done != size || strcmp(hex, want_sha)))
 		r = k8_err_set(err, -EBADMSG, "%s changed while it was being bundled", src);
 	if (progress)
@@ -299,11 +272,8 @@ int bundle_export(struct daemon *d, json_t *body, progress_fn progress, void *pc
 		json_array_append_new(plist, json_pack("{s:s,s:s,s:I,s:s}", "path", ps.v[k].path, "sha256",
 					ps.v[k].sha, "size", (json_int_t)ps.v[k].size, "kind", ps.v[k].kind));
 	char ish[65], lsh[65];
-	unsigned char dg[32];
-	EVP_Digest(index_text, strlen(index_text), dg, NULL, EVP_sha256(), NULL);
-	hexs(dg, ish);
-	EVP_Digest(layout, strlen(layout), dg, NULL, EVP_sha256(), NULL);
-	hexs(dg, lsh);
+	sha256_hex(index_text, strlen(index_text), ish);
+	sha256_hex(layout, strlen(layout), lsh);
 	if (json_array_size(refs)) {
 		json_array_append_new(plist, json_pack("{s:s,s:s,s:I,s:s}", "path", "images/index.json",
 					"sha256", ish, "size", (json_int_t)strlen(index_text), "kind", "image"));

@@ -2,12 +2,12 @@
 /* bundle_read.c - the bundle importer's reader: manifest.json first, then every member
  * streamed into the staging directory while it is hashed (bundle.h has the contract). */
 #include "daemon/bundle_read.h"
+#include "common/sha.h"
 
 #include <archive_entry.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -83,25 +83,20 @@ static int read_member(struct archive *a, const char *what, const char *stage, c
 	cleanup_close int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return k8_err_set(err, -errno, "%s: %s", dst, strerror(errno));
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+	sha256_ctx md = sha256_begin();
 	char b[1 << 16];
 	la_ssize_t k;
 	int64_t done = 0;
 	while ((k = archive_read_data(a, b, sizeof(b))) > 0) {
-		EVP_DigestUpdate(md, b, (size_t)k);
+		sha256_add(md, b, (size_t)k);
 		if (write_full(fd, b, (size_t)k) < 0) {
 			r = k8_err_set(err, -EIO, "%s: %s", dst, strerror(errno));
 			break;
 		}
 		done += k;
 	}
-	unsigned char dg[32];
 	char hex[65];
-	EVP_DigestFinal_ex(md, dg, NULL);
-	EVP_MD_CTX_free(md);
-	for (int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", dg[i]);
+	sha256_end(md, hex);
 	if (r)
 		return r;
 	if (k < 0 || done != size)

@@ -75,8 +75,7 @@ static void new_container_id(char out[13])
 	unsigned char r[6];
 	if (getrandom(r, sizeof(r), 0) != sizeof(r))
 		memset(r, 0x42, sizeof(r));
-	for (int i = 0; i < 6; i++)
-		snprintf(out + 2 * i, 3, "%02x", r[i]);
+	k8_hex(r, sizeof(r), out);
 }
 
 /* env from the image, overridden key by key by the request's. */

@@ -6,11 +6,11 @@
  * /proc/self/fd/N, so a file changed between the check and the boot is never booted.
  */
 #include "daemon/guest.h"
+#include "common/sha.h"
 
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -94,41 +94,6 @@ int guest_find_home(struct guest_image *g, const char *home, struct k8_err *err)
 	return guest_find(g, err);
 }
 
-static int sha256_fd(int fd, char out[65])
-{
-	static const char hx[] = "0123456789abcdef";
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int mdlen = 0;
-	unsigned char *buf = xmalloc(1 << 20);
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	off_t off = 0;
-	int r = 0;
-
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-	for (;;) {
-		ssize_t n = pread(fd, buf, 1 << 20, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		EVP_DigestUpdate(ctx, buf, (size_t)n);
-		off += n;
-	}
-	EVP_DigestFinal_ex(ctx, md, &mdlen);
-	EVP_MD_CTX_free(ctx);
-	free(buf);
-	for (unsigned i = 0; i < 32; i++) {
-		out[2 * i] = hx[md[i] >> 4];
-		out[2 * i + 1] = hx[md[i] & 15];
-	}
-	out[64] = '\0';
-	return r;
-}
-
 static int open_checked(const char *path, const char *want, const char *what, int *fdp,
 			struct k8_err *err)
 {
@@ -138,7 +103,7 @@ static int open_checked(const char *path, const char *want, const char *what, in
 	if (fd < 0)
 		return k8_err_set(err, -errno, "cannot open the guest %s %s: %s", what, path,
 				  strerror(errno));
-	if (sha256_fd(fd, got) < 0 || strcmp(got, want)) {
+	if (sha256_fd(fd, got, NULL) < 0 || strcmp(got, want)) {
 		struct guest_image now;
 		struct k8_err e2 = { 0 };
 		char dir[4096];

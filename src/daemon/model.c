@@ -16,6 +16,7 @@
 #include "daemon/daemon.h"
 #include "daemon/sidecar.h"
 #include "daemon/api_route.h"
+#include "common/sha.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -287,7 +288,7 @@ static int pick_file(const char *repo, const char *quant, struct hub_file *f, in
 
 struct dl {
 	int fd;
-	EVP_MD_CTX *md;
+	sha256_ctx md;
 	uint64_t off, want, done;
 	long status;
 	bool decided, bad_range;
@@ -346,7 +347,8 @@ static size_t dl_write(char *p, size_t sz, size_t nm, void *ud)
 		if (x->status == 200 && x->off) {   /* the server ignored Range: start over */
 			if (ftruncate(x->fd, 0) || lseek(x->fd, 0, SEEK_SET) < 0)
 				return 0;
-			EVP_DigestInit_ex(x->md, EVP_sha256(), NULL);
+			sha256_end(x->md, NULL);
+			x->md = sha256_begin();
 			x->off = x->done = 0;
 		}
 	}
@@ -354,16 +356,10 @@ static size_t dl_write(char *p, size_t sz, size_t nm, void *ud)
 		return 0;   /* longer than the hub said: refuse */
 	if (write_full(x->fd, p, n) < 0)
 		return 0;
-	EVP_DigestUpdate(x->md, p, n);
+	sha256_add(x->md, p, n);
 	x->done += n;
 	dl_progress(x, false);
 	return n;
-}
-
-static void hex_of(const unsigned char *d, char *out)
-{
-	for (int i = 0; i < 32; i++)
-		sprintf(out + 2 * i, "%02x", d[i]);
 }
 
 /* Fetch url into the partial file for f (resuming), check size and digest, move it into
@@ -384,19 +380,18 @@ static int download(struct daemon *d, const char *url, struct curl_slist *hdrs,
 		return k8_err_set(err, -errno, "%s: %s", part, strerror(errno));
 	struct dl x = { .fd = fd, .want = f->size, .progress = progress, .pctx = pctx,
 			.what = f->path, .errbody = { .max = 4096 } };
-	x.md = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(x.md, EVP_sha256(), NULL);
+	x.md = sha256_begin();
 	/* Resume: hash what is there (a partial longer than the file is garbage). */
 	struct stat st;
 	if (fstat(fd, &st) == 0 && (uint64_t)st.st_size <= f->size) {
 		char b[1 << 16];
 		ssize_t k;
 		while ((k = read(fd, b, sizeof(b))) > 0) {
-			EVP_DigestUpdate(x.md, b, (size_t)k);
+			sha256_add(x.md, b, (size_t)k);
 			x.off += (uint64_t)k;
 		}
 	} else if (ftruncate(fd, 0) || lseek(fd, 0, SEEK_SET) < 0) {
-		EVP_MD_CTX_free(x.md);
+		sha256_end(x.md, NULL);
 		return k8_err_set(err, -errno, "%s: %s", part, strerror(errno));
 	}
 	x.done = x.off;
@@ -418,7 +413,7 @@ static int download(struct daemon *d, const char *url, struct curl_slist *hdrs,
 		curl_easy_cleanup(c);
 		free(x.errbody.p);
 		if (x.status != 200 && x.status != 206) {
-			EVP_MD_CTX_free(x.md);
+			sha256_end(x.md, NULL);
 			if (cc != CURLE_OK && !x.status)
 				return k8_err_set(err, -EHOSTUNREACH, "downloading %s: %s", f->path,
 						  curl_easy_strerror(cc));
@@ -428,13 +423,13 @@ static int download(struct daemon *d, const char *url, struct curl_slist *hdrs,
 					  "a token: HF_TOKEN, or kosa8 login HOST)" : "");
 		}
 		if (x.bad_range) {
-			EVP_MD_CTX_free(x.md);
+			sha256_end(x.md, NULL);
 			unlink(part);
 			return k8_err_set(err, -EPROTO, "downloading %s: the hub answered a different "
 					  "range than asked; the partial file was removed, pull again", f->path);
 		}
 		if (cc != CURLE_OK && x.done < f->size) {
-			EVP_MD_CTX_free(x.md);
+			sha256_end(x.md, NULL);
 			if (cc == CURLE_WRITE_ERROR) {
 				unlink(part);
 				return k8_err_set(err, -EPROTO, "downloading %s: more bytes than the %llu "
@@ -447,12 +442,8 @@ static int download(struct daemon *d, const char *url, struct curl_slist *hdrs,
 		}
 	}
 	dl_progress(&x, true);
-	unsigned char dg[32];
 	char hex[65];
-	unsigned int dl_len = 0;
-	EVP_DigestFinal_ex(x.md, dg, &dl_len);
-	EVP_MD_CTX_free(x.md);
-	hex_of(dg, hex);
+	sha256_end(x.md, hex);
 	if (x.done != f->size || strcmp(hex, f->sha256)) {
 		unlink(part);
 		return k8_err_set(err, -EBADMSG, "downloading %s: got %llu bytes with SHA-256 %s; the hub "
@@ -664,18 +655,17 @@ int model_import(struct daemon *d, json_t *body, void (*progress)(void *, json_t
 	cleanup_close int o = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (o < 0)
 		return k8_err_set(err, -errno, "%s: %s", tmp, strerror(errno));
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+	sha256_ctx md = sha256_begin();
 	char b[1 << 16];
 	ssize_t k;
 	uint64_t done = 0, last = 0;
 	while ((k = read(in, b, sizeof(b))) > 0) {
 		if (write_full(o, b, (size_t)k) < 0) {
-			EVP_MD_CTX_free(md);
+			sha256_end(md, NULL);
 			unlink(tmp);
 			return k8_err_set(err, -EIO, "writing %s: %s", tmp, strerror(errno));
 		}
-		EVP_DigestUpdate(md, b, (size_t)k);
+		sha256_add(md, b, (size_t)k);
 		done += (uint64_t)k;
 		if (progress && done - last > (64u << 20)) {
 			last = done;
@@ -683,11 +673,8 @@ int model_import(struct daemon *d, json_t *body, void (*progress)(void *, json_t
 						 "done", (json_int_t)done, "total", (json_int_t)st.st_size));
 		}
 	}
-	unsigned char dg[32];
 	char hex[65];
-	EVP_DigestFinal_ex(md, dg, NULL);
-	EVP_MD_CTX_free(md);
-	hex_of(dg, hex);
+	sha256_end(md, hex);
 	cleanup_free char *blob = mpath(d, "blobs/sha256-%s", hex);
 	if (k < 0 || fsync(o) || rename(tmp, blob)) {
 		int e = errno;

@@ -79,8 +79,7 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 	snprintf(sb->dir, sizeof(sb->dir), "%s/sandboxes/%s", d->home, name);
 	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
 		memset(rnd, 0x5a, sizeof(rnd));
-	for (int i = 0; i < 8; i++)
-		snprintf(sb->id + 2 * i, 3, "%02x", rnd[i]);
+	k8_hex(rnd, 8, sb->id);
 	sb->qmp.fd = -1;
 	sb->link.fd = -1;
 	sb->state = SB_STOPPED;
@@ -219,8 +218,7 @@ static int sb_init_guest(struct daemon *d, struct sandbox *sb, bool restored,
 
 	if (getrandom(seed, sizeof(seed), 0) != sizeof(seed))
 		return k8_err_set(err, -EIO, "getrandom failed");
-	for (int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", seed[i]);
+	k8_hex(seed, 32, hex);
 	char host[K8_NAME_MAX + 1];
 	/* The guest's hostname: the sandbox name with '_' (not valid there) as '-'. */
 	snprintf(host, sizeof(host), "%s", sb->name);
@@ -1124,8 +1122,9 @@ void sb_stop_all(struct daemon *d)
 			sb_kill_vm(d, sb);
 			sb->state = SB_STOPPED;
 			sb_save(sb);
-		} else if (sb->state == SB_PAUSED) {
-			sb_kill_vm(d, sb);      /* its sidecars; it stays paused */
+		} else {
+			/* A paused or failed sandbox's sidecars; its state stays. */
+			sb_kill_vm(d, sb);
 		}
 		pthread_mutex_unlock(&sb->lock);
 	}

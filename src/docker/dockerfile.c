@@ -1319,16 +1319,11 @@ static int cmp_file(const void *a, const void *b)
 
 static void sha_final_hex(EVP_MD_CTX *c, char out[65])
 {
-	static const char hx[] = "0123456789abcdef";
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int n = 0;
 
 	EVP_DigestFinal_ex(c, md, &n);
-	for (unsigned i = 0; i < 32; i++) {
-		out[2 * i] = hx[md[i] >> 4];
-		out[2 * i + 1] = hx[md[i] & 15];
-	}
-	out[64] = '\0';
+	k8_hex(md, 32, out);
 }
 
 static void sha_str(EVP_MD_CTX *c, const char *s)

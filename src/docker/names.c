@@ -46,7 +46,6 @@ bool dn_is_full_id(const char *s)
 
 int dn_new_id(char out[DN_ID_LEN + 1])
 {
-	static const char hx[] = "0123456789abcdef";
 	unsigned char r[DN_ID_LEN / 2];
 
 	for (;;) {
@@ -55,11 +54,7 @@ int dn_new_id(char out[DN_ID_LEN + 1])
 			return -errno;
 		if ((size_t)got != sizeof(r))
 			return -EIO;
-		for (size_t i = 0; i < sizeof(r); i++) {
-			out[2 * i] = hx[r[i] >> 4];
-			out[2 * i + 1] = hx[r[i] & 15];
-		}
-		out[DN_ID_LEN] = '\0';
+		k8_hex(r, sizeof(r), out);
 		bool digits = true;
 		for (int i = 0; i < 12; i++)
 			digits = digits && isdigit((unsigned char)out[i]);

@@ -26,6 +26,7 @@
  * Range request (the writer keeps its hash state), or restarts when the server ignores it.
  */
 #include "image/image_int.h"
+#include "common/sha.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -76,18 +76,13 @@ int blobw_finish(struct blob_writer *w, const char *expect, const char *what,
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int mdlen = 0;
-	static const char hx[] = "0123456789abcdef";
 	int r = 0;
 
 	if (!EVP_DigestFinal_ex(w->md, md, &mdlen) || mdlen != 32) {
 		blobw_abort(w);
 		return k8_err_set(err, -EIO, "SHA-256 final failed");
 	}
-	for (unsigned i = 0; i < 32; i++) {
-		hex[2 * i] = hx[md[i] >> 4];
-		hex[2 * i + 1] = hx[md[i] & 15];
-	}
-	hex[64] = '\0';
+	k8_hex(md, 32, hex);
 	if (expect && strcmp(expect, hex)) {
 		blobw_abort(w);
 		return k8_err_set(err, -EBADMSG,

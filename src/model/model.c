@@ -18,6 +18,7 @@
 #include <string.h>
 
 #define MODEL_MAX_CTX (1 << 20)
+#define MODEL_MAX_HEAD 1024   /* attention.key_length's cap in load_hp */
 
 static int hp_u32(const struct gguf *g, const char *arch, const char *key, int *out, bool need,
 		  uint32_t max, struct k8_err *err)
@@ -115,12 +116,13 @@ static int load_hp(struct model *m, struct k8_err *err)
 		return k8_err_set(err, -EINVAL, "embedding length %d is not a multiple of %d heads",
 				  hp->n_embd, hp->n_head);
 	hp->head_dim = hp->n_embd / hp->n_head;
-	if ((rc = hp_u32(&m->g, arch, "attention.key_length", &hp->head_dim, false, 1024, err)))
+	if ((rc = hp_u32(&m->g, arch, "attention.key_length", &hp->head_dim, false, MODEL_MAX_HEAD, err)))
 		return rc;
 	hp->n_rot = hp->head_dim;
 	if ((rc = hp_u32(&m->g, arch, "rope.dimension_count", &hp->n_rot, false, 1024, err)))
 		return rc;
-	if (hp->n_head % hp->n_head_kv || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->head_dim % 2)
+	if (hp->n_head % hp->n_head_kv || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->head_dim % 2 ||
+	    hp->head_dim > MODEL_MAX_HEAD)
 		return k8_err_set(err, -EINVAL, "inconsistent heads: %d heads, %d kv heads, head %d, rope %d",
 				  hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot);
 	char k[128];
@@ -277,11 +279,15 @@ static void att_part(void *a, int ith, int nth)
 	for (int w = ith; w < total; w += nth) {
 		int t = w / hp->n_head, h = w % hp->n_head, kvh = h / grp;
 		int n = c->pos + t + 1;   /* causal: this token sees itself and everything before */
-		const float *q = c->q + (size_t)t * QD + (size_t)h * hd;
+		/* llama.cpp (without flash attention) multiplies the f16 cache with the query and
+		 * the probabilities rounded to f16: the same here, so both round alike. */
+		float q[MODEL_MAX_HEAD];
+		quant_round_f16(c->q + (size_t)t * QD + (size_t)h * hd, q, hd);
 		for (int p = 0; p < n; p++)
 			sc[p] = scale * quant_dot(GT_F16, c->kc + lay + (size_t)p * KD + (size_t)kvh * hd,
 						  q, NULL, hd);
 		ops_softmax(sc, n);
+		quant_round_f16(sc, sc, n);
 		float *o = c->att_out + (size_t)t * QD + (size_t)h * hd;
 		memset(o, 0, (size_t)hd * 4);
 		for (int p = 0; p < n; p++)
@@ -310,8 +316,8 @@ static void eval_batch(struct model_ctx *c, const int32_t *tok, int nt)
 		for (int t = 0; t < nt; t++)
 			ops_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->eps);
 		ops_matmul(c->pool, L->wq, c->xb, c->xq, c->q, nt);
-		ops_matmul(c->pool, L->wk, c->xb, c->xq, c->k, nt);
-		ops_matmul(c->pool, L->wv, c->xb, c->xq, c->v, nt);
+		ops_matmul_after(c->pool, L->wk, L->wq, c->xb, c->xq, c->k, nt);
+		ops_matmul_after(c->pool, L->wv, L->wk, c->xb, c->xq, c->v, nt);
 		add_bias(c->q, L->bq, nt, QD);
 		add_bias(c->k, L->bk, nt, KD);
 		add_bias(c->v, L->bv, nt, KD);
@@ -335,7 +341,7 @@ static void eval_batch(struct model_ctx *c, const int32_t *tok, int nt)
 		for (int t = 0; t < nt; t++)
 			ops_rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->eps);
 		ops_matmul(c->pool, L->w_gate, c->xb, c->xq, c->hb, nt);
-		ops_matmul(c->pool, L->w_up, c->xb, c->xq, c->hb2, nt);
+		ops_matmul_after(c->pool, L->w_up, L->w_gate, c->xb, c->xq, c->hb2, nt);
 		for (size_t i = 0; i < (size_t)nt * F; i++)
 			c->hb[i] = ops_silu(c->hb[i]) * c->hb2[i];
 		ops_matmul(c->pool, L->w_down, c->hb, c->xq, c->xb, nt);

@@ -156,11 +156,44 @@ static void mm_part(void *a, int ith, int nth)
 	struct mm_job *j = a;
 	int n_in = (int)j->w->ne[0], n_out = (int)j->w->ne[1], nb = n_in / QK;
 	size_t rb = quant_row_bytes(j->w->type, (uint64_t)n_in);
+	bool tiled = quant_has_dot4(j->w->type);
+	const uint8_t *w = j->w->data;
 	/* Chunks of 16 rows, dealt out evenly, keep a row's block in cache across tokens. */
 	int r0 = (int)((int64_t)n_out * ith / nth), r1 = (int)((int64_t)n_out * (ith + 1) / nth);
 	for (int rs = r0; rs < r1; rs += 16) {
 		int re = rs + 16 < r1 ? rs + 16 : r1;
-		for (int t = 0; t < j->nt; t++)
+		int t = 0;
+		/* Eight, then four tokens per pass over a row: each weight block is unpacked once
+		 * for all of them. */
+		for (; tiled && t + 8 <= j->nt; t += 8) {
+			const struct q8_block *xq = j->xq + (size_t)t * nb;
+			for (int r = rs; r < re; r++) {
+				float o[8];
+				quant_dot8(j->w->type, w + (size_t)r * rb, xq, (size_t)nb, n_in, o);
+				for (int i = 0; i < 8; i++)
+					j->y[(size_t)(t + i) * n_out + r] = o[i];
+			}
+		}
+		for (; tiled && t + 4 <= j->nt; t += 4) {
+			const struct q8_block *xq = j->xq + (size_t)t * nb;
+			int r = rs;
+			for (; r + 2 <= re; r += 2) {   /* two rows at a time share the loads */
+				float o0[4], o1[4];
+				quant_dot2x4(j->w->type, w + (size_t)r * rb, w + (size_t)(r + 1) * rb, xq,
+					     (size_t)nb, n_in, o0, o1);
+				for (int i = 0; i < 4; i++) {
+					j->y[(size_t)(t + i) * n_out + r] = o0[i];
+					j->y[(size_t)(t + i) * n_out + r + 1] = o1[i];
+				}
+			}
+			for (; r < re; r++) {
+				float o[4];
+				quant_dot4(j->w->type, w + (size_t)r * rb, xq, (size_t)nb, n_in, o);
+				for (int i = 0; i < 4; i++)
+					j->y[(size_t)(t + i) * n_out + r] = o[i];
+			}
+		}
+		for (; t < j->nt; t++)
 			for (int r = rs; r < re; r++)
 				j->y[(size_t)t * n_out + r] = quant_dot(j->w->type,
 					(const uint8_t *)j->w->data + (size_t)r * rb,
@@ -168,11 +201,23 @@ static void mm_part(void *a, int ith, int nth)
 	}
 }
 
+/* The activation form a weight type's dot product reads: 0 floats, 1 Q8_0-style, 2 Q8_K. */
+static int act_form(uint32_t type)
+{
+	return quant_is_k(type) ? 2 : quant_wants_q8(type) ? 1 : 0;
+}
+
 void ops_matmul(struct pool *p, const struct gguf_tensor *w, const float *x, struct q8_block *xq,
 		float *y, int nt)
 {
+	ops_matmul_after(p, w, NULL, x, xq, y, nt);
+}
+
+void ops_matmul_after(struct pool *p, const struct gguf_tensor *w, const struct gguf_tensor *prev,
+		      const float *x, struct q8_block *xq, float *y, int nt)
+{
 	struct mm_job j = { w, x, xq, y, nt };
-	if (quant_wants_q8(w->type)) {
+	if (quant_wants_q8(w->type) && !(prev && act_form(prev->type) == act_form(w->type))) {
 		if (nt > 1)
 			pool_run(p, mm_quant_part, &j);
 		else
@@ -200,10 +245,11 @@ void ops_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 void ops_rope(float *v, int n_rot, int pos, float base, int neox, const float *ff)
 {
 	int half = n_rot / 2;
-	for (int i = 0; i < half; i++) {
-		float theta = (float)pos * powf(base, -2.0f * (float)i / (float)n_rot);
-		if (ff)
-			theta /= ff[i];
+	/* theta_i = pos * base^(-2i/n_rot), by repeated multiplication in float as llama.cpp
+	 * computes it: the angles then round alike, and so do the cached keys. */
+	float step = powf(base, -2.0f / (float)n_rot), th = (float)pos;
+	for (int i = 0; i < half; i++, th *= step) {
+		float theta = ff ? th / ff[i] : th;
 		float c = cosf(theta), s = sinf(theta);
 		int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
 		float x0 = v[a], x1 = v[b];

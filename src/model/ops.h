@@ -22,6 +22,10 @@ void pool_run(struct pool *p, void (*fn)(void *arg, int ith, int nth), void *arg
  * xq must hold nt * n_in / QK blocks (used when the type wants it). */
 void ops_matmul(struct pool *p, const struct gguf_tensor *w, const float *x, struct q8_block *xq,
 		float *y, int nt);
+/* ops_matmul with the same x (unchanged) and xq as the call just made with prev: x is not
+ * quantized again when both types read the same activation form (q, k and v; gate and up). */
+void ops_matmul_after(struct pool *p, const struct gguf_tensor *w, const struct gguf_tensor *prev,
+		      const float *x, struct q8_block *xq, float *y, int nt);
 /* One row of a (possibly quantized) matrix, dequantized: embedding lookup. */
 void ops_get_row(const struct gguf_tensor *w, uint64_t r, float *y);
 

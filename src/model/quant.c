@@ -253,8 +253,11 @@ static void q8_scalar(const float *x, struct q8_block *y, int n)
 	for (int b = 0; b < n / QK; b++, x += QK) {
 		float amax = 0;
 		for (int j = 0; j < QK; j++)
-			amax = fmaxf(amax, fabsf(x[j]));
-		float d = amax / 127, id = d ? 1 / d : 0;
+			if (fabsf(x[j]) > amax)   /* a comparison, not fmaxf: this loop is hot */
+				amax = fabsf(x[j]);
+		/* As llama.cpp's quantize_row_q8_0: the multiplier is 127/amax, rounding is to
+		 * nearest even, and the block's scale is kept as a half float. */
+		float d = quant_f16_to_f32(quant_f32_to_f16(amax / 127)), id = amax ? 127 / amax : 0;
 		int sum = 0;
 		for (int j = 0; j < QK; j++) {
 			int q = (int)lrintf(x[j] * id);
@@ -613,6 +616,248 @@ AVX2 float quant_dot_avx2(uint32_t type, const void *row, const float *x, const 
 	return 0;
 }
 
+/* ---- AVX2, four or eight tokens per weight row (prompt processing) ----
+ * The same arithmetic per (row, token) as quant_dot_avx2, in the same order, so the results
+ * are bit for bit those of one quant_dot call per token; what changes is that each weight
+ * block is loaded and unpacked once for all the tokens of the pass. */
+
+#define INLINE __attribute__((always_inline)) inline
+/* Unrolled, the accumulators live in registers instead of on the stack. */
+#define UNROLL _Pragma("GCC unroll 8")
+#define TMAX 8   /* tokens per pass at most */
+
+/* Block b of a Q4_0/Q5_0/Q8_0 row as 32 signed bytes, and its scale. */
+AVX2 static INLINE __m256i q0_unpack(const uint32_t type, const void *row, int b, float *d)
+{
+	if (type == GT_Q8_0) {
+		const struct blk_q8_0 *k = (const struct blk_q8_0 *)row + b;
+		*d = f16c(k->d);
+		return _mm256_loadu_si256((const __m256i *)k->qs);
+	}
+	const uint8_t *qs;
+	if (type == GT_Q4_0) {
+		const struct blk_q4_0 *k = (const struct blk_q4_0 *)row + b;
+		*d = f16c(k->d);
+		qs = k->qs;
+	} else {
+		const struct blk_q5_0 *k = (const struct blk_q5_0 *)row + b;
+		*d = f16c(k->d);
+		qs = k->qs;
+	}
+	__m128i q = _mm_loadu_si128((const __m128i *)qs);
+	__m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0xf)),
+				     _mm_and_si128(q, _mm_set1_epi8(0xf)));
+	if (type == GT_Q4_0)
+		return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+	const struct blk_q5_0 *k = (const struct blk_q5_0 *)row + b;
+	uint32_t qh;
+	memcpy(&qh, k->qh, 4);
+	w = _mm256_or_si256(w, _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)));
+	return _mm256_sub_epi8(w, _mm256_set1_epi8(16));
+}
+
+/* NT tokens (4 or 8) against one row. */
+AVX2 static INLINE void dotn_q0(const uint32_t type, const int NT, const void *row,
+				const struct q8_block *xq, size_t xs, int n, float *out)
+{
+	__m256 acc[TMAX];
+	UNROLL for (int t = 0; t < NT; t++)
+		acc[t] = _mm256_setzero_ps();
+	for (int b = 0; b < n / 32; b++) {
+		float d;
+		__m256i w = q0_unpack(type, row, b, &d);
+		__m256i aw = _mm256_sign_epi8(w, w);
+		UNROLL for (int t = 0; t < NT; t++) {
+			const struct q8_block *y = xq + (size_t)t * xs + b;
+			__m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), w);
+			__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+			acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(p), acc[t]);
+		}
+	}
+	for (int t = 0; t < NT; t++)
+		out[t] = hsum_ps(acc[t]);
+}
+
+/* Two rows by four tokens: each activation block loaded once for both rows. */
+AVX2 static INLINE void dot2x4_q0(const uint32_t type, const void *row0, const void *row1,
+				  const struct q8_block *xq, size_t xs, int n, float *out0, float *out1)
+{
+	__m256 a0[4], a1[4];
+	UNROLL for (int t = 0; t < 4; t++)
+		a0[t] = a1[t] = _mm256_setzero_ps();
+	for (int b = 0; b < n / 32; b++) {
+		float d0, d1;
+		__m256i w0 = q0_unpack(type, row0, b, &d0), w1 = q0_unpack(type, row1, b, &d1);
+		__m256i aw0 = _mm256_sign_epi8(w0, w0), aw1 = _mm256_sign_epi8(w1, w1);
+		UNROLL for (int t = 0; t < 4; t++) {
+			const struct q8_block *y = xq + (size_t)t * xs + b;
+			__m256i x = _mm256_loadu_si256((const __m256i *)y->qs);
+			__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw0, _mm256_sign_epi8(x, w0)),
+						       _mm256_set1_epi16(1));
+			__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw1, _mm256_sign_epi8(x, w1)),
+						       _mm256_set1_epi16(1));
+			a0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * y->d), _mm256_cvtepi32_ps(p0), a0[t]);
+			a1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * y->d), _mm256_cvtepi32_ps(p1), a1[t]);
+		}
+	}
+	for (int t = 0; t < 4; t++) {
+		out0[t] = hsum_ps(a0[t]);
+		out1[t] = hsum_ps(a1[t]);
+	}
+}
+
+AVX2 static INLINE void dotn_q45k(const uint32_t type, const int NT, const void *row,
+				  const struct q8_block *xq, size_t xs, int n, float *out)
+{
+	const __m256i m4 = _mm256_set1_epi8(0xf);
+	__m256 acc[TMAX];
+	float mins[TMAX];
+	UNROLL for (int t = 0; t < NT; t++) {
+		acc[t] = _mm256_setzero_ps();
+		mins[t] = 0;
+	}
+	for (int sb = 0; sb < n / 256; sb++) {
+		const uint8_t *scales, *qs, *qh = NULL;
+		float d, dmin;
+		if (type == GT_Q4_K) {
+			const struct blk_q4_k *b = (const struct blk_q4_k *)row + sb;
+			d = f16c(b->d); dmin = f16c(b->dmin); scales = b->scales; qs = b->qs;
+		} else {
+			const struct blk_q5_k *b = (const struct blk_q5_k *)row + sb;
+			d = f16c(b->d); dmin = f16c(b->dmin); scales = b->scales; qs = b->qs; qh = b->qh;
+		}
+		const struct q8k_block *y[TMAX];
+		UNROLL for (int t = 0; t < NT; t++)
+			y[t] = (const struct q8k_block *)(const void *)(xq + (size_t)t * xs) + sb;
+		int sc[8], m[8];
+		for (int j = 0; j < 8; j++)
+			k_scale_min(j, scales, &sc[j], &m[j]);
+		__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+		__m256i isum[TMAX];
+		int summ[TMAX];
+		UNROLL for (int t = 0; t < NT; t++) {
+			isum[t] = _mm256_setzero_si256();
+			summ[t] = 0;
+		}
+		for (int j = 0; j < 4; j++) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+			__m256i lo = _mm256_and_si256(q, m4);
+			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+			if (qh) {
+				__m256i b0 = _mm256_set1_epi8((char)(1 << (2 * j)));
+				__m256i b1 = _mm256_set1_epi8((char)(2 << (2 * j)));
+				__m256i s = _mm256_set1_epi8(0x10);
+				lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), s));
+				hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), s));
+			}
+			__m256i s0 = _mm256_set1_epi16((short)sc[2 * j]), s1 = _mm256_set1_epi16((short)sc[2 * j + 1]);
+			UNROLL for (int t = 0; t < NT; t++) {
+				__m256i x0 = _mm256_loadu_si256((const __m256i *)(y[t]->qs + 64 * j));
+				__m256i x1 = _mm256_loadu_si256((const __m256i *)(y[t]->qs + 64 * j + 32));
+				__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+				__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
+				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p0, p1));
+				const int16_t *bs = y[t]->bsums + 4 * j;
+				summ[t] += m[2 * j] * (bs[0] + bs[1]) + m[2 * j + 1] * (bs[2] + bs[3]);
+			}
+		}
+		UNROLL for (int t = 0; t < NT; t++) {
+			acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y[t]->d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+			mins[t] += dmin * y[t]->d * (float)summ[t];
+		}
+	}
+	for (int t = 0; t < NT; t++)
+		out[t] = hsum_ps(acc[t]) - mins[t];
+}
+
+AVX2 static INLINE void dotn_q6k(const int NT, const void *row, const struct q8_block *xq,
+				 size_t xs, int n, float *out)
+{
+	const __m256i m4 = _mm256_set1_epi8(0xf), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+	__m256 acc[TMAX];
+	UNROLL for (int t = 0; t < NT; t++)
+		acc[t] = _mm256_setzero_ps();
+	for (int sb = 0; sb < n / 256; sb++) {
+		const struct blk_q6_k *b = (const struct blk_q6_k *)row + sb;
+		const struct q8k_block *y[TMAX];
+		UNROLL for (int t = 0; t < NT; t++)
+			y[t] = (const struct q8k_block *)(const void *)(xq + (size_t)t * xs) + sb;
+		__m256i isum[TMAX];
+		UNROLL for (int t = 0; t < NT; t++)
+			isum[t] = _mm256_setzero_si256();
+		for (int half = 0; half < 2; half++) {
+			const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
+			const int8_t *sc = b->scales + 8 * half;
+			__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+			__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+			__m256i h = _mm256_loadu_si256((const __m256i *)qh);
+			__m256i g[4];
+			g[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+					       _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+			g[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+			g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+			g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+			for (int k = 0; k < 4; k++) {
+				__m256i s16 = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * k]), _mm_set1_epi16(sc[2 * k + 1]));
+				UNROLL for (int t = 0; t < NT; t++) {
+					__m256i xv = _mm256_loadu_si256((const __m256i *)(y[t]->qs + 128 * half + 32 * k));
+					__m256i pq = _mm256_maddubs_epi16(g[k], xv);
+					__m256i pk = _mm256_maddubs_epi16(k32, xv);
+					isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_sub_epi16(pq, pk), s16));
+				}
+			}
+		}
+		float d = f16c(b->d);
+		UNROLL for (int t = 0; t < NT; t++)
+			acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y[t]->d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+	}
+	for (int t = 0; t < NT; t++)
+		out[t] = hsum_ps(acc[t]);
+}
+
+AVX2 void quant_dot2x4_avx2(uint32_t type, const void *row0, const void *row1,
+			    const struct q8_block *xq, size_t xs, int n, float *out0, float *out1)
+{
+	switch (type) {
+	case GT_Q4_0: dot2x4_q0(GT_Q4_0, row0, row1, xq, xs, n, out0, out1); return;
+	case GT_Q5_0: dot2x4_q0(GT_Q5_0, row0, row1, xq, xs, n, out0, out1); return;
+	case GT_Q8_0: dot2x4_q0(GT_Q8_0, row0, row1, xq, xs, n, out0, out1); return;
+	}
+	quant_dot4_avx2(type, row0, xq, xs, n, out0);
+	quant_dot4_avx2(type, row1, xq, xs, n, out1);
+}
+
+/* NT = 4 or 8 (a constant at each call, so each kernel is unrolled for it). */
+AVX2 static INLINE void dotn(uint32_t type, const int NT, const void *row, const struct q8_block *xq,
+			     size_t xs, int n, float *out)
+{
+	switch (type) {
+	case GT_Q4_0: dotn_q0(GT_Q4_0, NT, row, xq, xs, n, out); return;
+	case GT_Q5_0: dotn_q0(GT_Q5_0, NT, row, xq, xs, n, out); return;
+	case GT_Q8_0: dotn_q0(GT_Q8_0, NT, row, xq, xs, n, out); return;
+	case GT_Q4_K: dotn_q45k(GT_Q4_K, NT, row, xq, xs, n, out); return;
+	case GT_Q5_K: dotn_q45k(GT_Q5_K, NT, row, xq, xs, n, out); return;
+	case GT_Q6_K: dotn_q6k(NT, row, xq, xs, n, out); return;
+	}
+	for (int t = 0; t < NT; t++)
+		out[t] = 0;
+}
+
+AVX2 void quant_dot4_avx2(uint32_t type, const void *row, const struct q8_block *xq, size_t xs,
+			  int n, float *out)
+{
+	dotn(type, 4, row, xq, xs, n, out);
+}
+
+AVX2 void quant_dot8_avx2(uint32_t type, const void *row, const struct q8_block *xq, size_t xs,
+			  int n, float *out)
+{
+	dotn(type, 8, row, xq, xs, n, out);
+}
+
 AVX2 static void axpy_f16_avx2(float *y, float a, const uint16_t *x, int n)
 {
 	__m256 va = _mm256_set1_ps(a);
@@ -632,6 +877,15 @@ AVX2 static void to_f16_avx2(const float *x, uint16_t *y, int n)
 		_mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), 0));
 	for (; i < n; i++)
 		y[i] = quant_f32_to_f16(x[i]);
+}
+
+/* Rounds the first n - n % 8 values; returns how many it did. */
+AVX2 static int round_f16_avx2(const float *x, float *y, int n)
+{
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), 0)));
+	return i;
 }
 
 /* ---- dispatch ---- */
@@ -689,4 +943,36 @@ void quant_to_f16(const float *x, uint16_t *y, int n)
 	}
 	for (int i = 0; i < n; i++)
 		y[i] = quant_f32_to_f16(x[i]);
+}
+
+void quant_round_f16(const float *x, float *y, int n)
+{
+	int i = 0;
+	if (use_avx2 > 0)
+		i = round_f16_avx2(x, y, n);
+	for (; i < n; i++)
+		y[i] = F16(quant_f32_to_f16(x[i]));
+}
+
+bool quant_has_dot4(uint32_t type)
+{
+	return use_avx2 > 0 && quant_wants_q8(type) && quant_supported(type);
+}
+
+void quant_dot4(uint32_t type, const void *row, const struct q8_block *xq, size_t xs, int n,
+		float *out)
+{
+	quant_dot4_avx2(type, row, xq, xs, n, out);
+}
+
+void quant_dot8(uint32_t type, const void *row, const struct q8_block *xq, size_t xs, int n,
+		float *out)
+{
+	quant_dot8_avx2(type, row, xq, xs, n, out);
+}
+
+void quant_dot2x4(uint32_t type, const void *row0, const void *row1, const struct q8_block *xq,
+		  size_t xs, int n, float *out0, float *out1)
+{
+	quant_dot2x4_avx2(type, row0, row1, xq, xs, n, out0, out1);
 }

@@ -67,9 +67,32 @@ void quant_activation(uint32_t type, const float *x, struct q8_block *xq, int n)
  * q8k_blocks for the K-quants: see quant_activation). */
 float quant_dot(uint32_t type, const void *row, const float *x, const struct q8_block *xq, int n);
 
+/* out[t] = dot(row, token t) for 4 tokens whose activations (quant_activation's blocks)
+ * start xs q8_blocks apart, reusing each unpacked weight block for the four: prompt
+ * processing. Bit for bit four quant_dot calls. Only when quant_has_dot4(type): the
+ * quantized types with the AVX2 kernels (the float types and the scalar kernels go token
+ * by token through quant_dot). */
+bool quant_has_dot4(uint32_t type);
+void quant_dot4(uint32_t type, const void *row, const struct q8_block *xq, size_t xs, int n,
+		float *out);
+void quant_dot4_avx2(uint32_t type, const void *row, const struct q8_block *xq, size_t xs,
+		     int n, float *out);
+/* The same for 8 tokens. */
+void quant_dot8(uint32_t type, const void *row, const struct q8_block *xq, size_t xs, int n,
+		float *out);
+void quant_dot8_avx2(uint32_t type, const void *row, const struct q8_block *xq, size_t xs,
+		     int n, float *out);
+/* The same for two rows (each activation block loaded once for both); same condition. */
+void quant_dot2x4(uint32_t type, const void *row0, const void *row1, const struct q8_block *xq,
+		  size_t xs, int n, float *out0, float *out1);
+void quant_dot2x4_avx2(uint32_t type, const void *row0, const void *row1,
+		       const struct q8_block *xq, size_t xs, int n, float *out0, float *out1);
+
 /* Attention helpers over half-float rows: y += a * x, and f32 -> f16 conversion. */
 void quant_axpy_f16(float *y, float a, const uint16_t *x, int n);
 void quant_to_f16(const float *x, uint16_t *y, int n);
+/* y = x rounded to the nearest half float (y may be x). */
+void quant_round_f16(const float *x, float *y, int n);
 
 /* The two implementations, for tests and benchmarks. quant_dot_avx2 may only be called when
  * quant_have_avx2() is true. */

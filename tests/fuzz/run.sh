@@ -11,7 +11,8 @@
 #
 # Every target is linked against one archive of all of src/common, src/image, src/net, src/fs,
 # src/model, src/broker and src/docker, the daemon's bundle reader and its API matcher
-# (src/daemon/api_route.c, pure) and docker.sock's path rules (docker_route.c, pure)
+# (src/daemon/api_route.c, pure), docker.sock's path rules (docker_route.c, pure) and the
+# agent's tar reader (src/agent/tar.c, pure)
 # (no main.c), so it pulls in only the objects it uses. Corpora live in
 # $B/fuzz/corpus-<name> and grow from run to run; tests/fuzz/seeds/<name>/, when present,
 # seeds them. Crash inputs land in $B/fuzz/crashes-<name>/; reproduce one with
@@ -34,7 +35,7 @@ mkdir -p "$OUT/obj" || exit 1
 # does not compile is skipped with a warning: a target that needs it then fails to link.
 objs=""
 for src in src/common/*.c src/image/*.c src/net/*.c src/fs/*.c src/model/*.c src/broker/*.c src/docker/*.c \
-	   src/daemon/bundle_read.c src/daemon/api_route.c src/daemon/docker_route.c; do
+	   src/daemon/bundle_read.c src/daemon/api_route.c src/daemon/docker_route.c src/agent/tar.c; do
 	[ -f "$src" ] || continue
 	case "$src" in */main.c) continue ;; esac
 	obj="$OUT/obj/$(echo "$src" | sed 's|/|_|g; s|\.c$|.o|')"
@@ -81,7 +82,7 @@ for t in tests/fuzz/fuzz_*.c; do
 	fuzz_proto|fuzz_agentlink) maxlen=600000 ;;
 	fuzz_fsreq) maxlen=300000 ;;
 	fuzz_frame) maxlen=70000 ;;
-	fuzz_unpack|fuzz_load|fuzz_bundle) maxlen=200000 ;;
+	fuzz_unpack|fuzz_load|fuzz_bundle|fuzz_tar) maxlen=200000 ;;
 	*) maxlen=0 ;;
 	esac
 	echo "fuzz: $name: running ${SECS}s (corpus $corpus${seeds:+, seeds $seeds})"

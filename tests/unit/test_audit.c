@@ -2,6 +2,7 @@
 /* test_audit.c - the audit log: appends (also concurrent), every tampering case verify must
  * catch, the crash repairs audit_open makes, the warnings it writes instead, query filters. */
 #include "daemon/audit.h"
+#include "common/sha.h"
 #include "t.h"
 
 #include <fcntl.h>

@@ -3,6 +3,7 @@
  * save tarballs built here, load (and refusals that must leave the store untouched),
  * list, resolve, the EROFS disk (concurrent callers build it once), remove and GC. */
 #include "image/image.h"
+#include "common/sha.h"
 #include "t.h"
 
 #include <archive.h>

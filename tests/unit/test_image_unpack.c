@@ -2,6 +2,7 @@
 /* test_image_unpack.c - image_unpack_layer against hostile and ordinary layers, built
  * here with libarchive's writer; every case checks what ended up on disk. */
 #include "image/image.h"
+#include "common/sha.h"
 #include "t.h"
 
 #include <archive.h>

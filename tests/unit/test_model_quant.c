@@ -136,10 +136,64 @@ static void test_dot_agree(void)
 		printf("test_model_quant: no AVX2 on this CPU, only the scalar kernels were checked\n");
 }
 
+/* The four- and eight-token kernels (one row, two rows) give bit for bit what one-token dot products
+ * give. */
+static void test_dot4_same(void)
+{
+	static const uint32_t types[] = { GT_Q4_0, GT_Q5_0, GT_Q8_0, GT_Q4_K, GT_Q5_K, GT_Q6_K };
+	enum { N = 512, NB = N / QK };
+	static float x[8][N];
+	static struct q8_block xq[8 * NB];
+	static uint8_t row[N * 2];
+	if (!quant_have_avx2())
+		return;
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		uint32_t t = types[ti];
+		for (int rep = 0; rep < 10; rep++) {
+			for (size_t i = 0; i < sizeof(row); i++)
+				row[i] = rnd8();
+			for (size_t b = 0; b < quant_row_bytes(t, N); b += quant_bytes(t)) {
+				uint16_t d = quant_f32_to_f16(0.01f + rnd8() / 5000.0f);
+				memcpy(row + b + (t == GT_Q6_K ? 208 : 0), &d, 2);
+				if (t == GT_Q4_K || t == GT_Q5_K)
+					memcpy(row + b + 2, &d, 2);
+			}
+			for (int k = 0; k < 8; k++) {
+				for (int i = 0; i < N; i++)
+					x[k][i] = (float)(rnd8() - 128) / 50;
+				quant_activation(t, x[k], xq + k * NB, N);
+			}
+			float o[4], p0[4], p1[4], e[8];
+			size_t half = quant_row_bytes(t, N / 2);
+			quant_dot4_avx2(t, row, xq, NB, N / 2, o);
+			quant_dot2x4_avx2(t, row + half, row, xq, NB, N / 2, p1, p0);
+			quant_dot8_avx2(t, row, xq, NB, N / 2, e);
+			for (int k = 0; k < 8; k++) {
+				float one = quant_dot_avx2(t, row, x[k], xq + k * NB, N / 2);
+				if (memcmp(&one, &e[k], sizeof(one))) {
+					fprintf(stderr, "%s: dot8[%d] %.9g, dot %.9g\n", quant_name(t), k, e[k], one);
+					CHECK(0);
+				}
+				if (k >= 4)
+					continue;
+				float two = quant_dot_avx2(t, row + half, x[k], xq + k * NB, N / 2);
+				if (memcmp(&one, &o[k], sizeof(one)) || memcmp(&one, &p0[k], sizeof(one)) ||
+				    memcmp(&two, &p1[k], sizeof(two))) {
+					fprintf(stderr, "%s: dot4[%d] %.9g, 2x4 %.9g %.9g, dot %.9g %.9g\n",
+						quant_name(t), k, o[k], p0[k], p1[k], one, two);
+					CHECK(0);
+				}
+			}
+			t_pass++;
+		}
+	}
+}
+
 int main(void)
 {
 	test_f16();
 	test_dequant_values();
 	test_dot_agree();
+	test_dot4_same();
 	return T_DONE();
 }
