@@ -13,9 +13,9 @@ layer() {
 	vm|sidecar|layers) echo 1 ;;         # processes and disks: QEMU, sidecars, layers
 	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
-	egress|mounts) echo 4 ;;             # a sandbox's parts: its network, its folders
+	egress|mounts|broker|secret) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets)
 	sandbox) echo 5 ;;                   # a sandbox's lifecycle
-	checkpoint|exec|containers|archive|images|model|bundle|secret|idle) echo 6 ;;  # other resources; the idle pause
+	checkpoint|exec|containers|archive|images|model|bundle|idle) echo 6 ;;  # other resources; the idle pause
 	docker_engine|docker_ctr) echo 6 ;;  # Docker API containers and their engine sandbox
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;

@@ -5,6 +5,7 @@
  * control socket, never on a command line, in the environment or in a log. A replaced
  * value is zeroed before it is freed. The stats name hosts and reasons, never values. */
 #include "broker/broker.h"
+#include "common/guest.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -238,6 +239,18 @@ const struct broker_rule *broker_rule_for_host(const struct broker *b, const cha
 	}
 	while (n && host[n - 1] == '.')
 		n--;                    /* a fully qualified name */
+	/* Inside a sandbox the broker is GUEST_BROKER_NAME: "X.broker.kosa8.internal" stands
+	 * for host X, and "openai." / "anthropic." for the providers' hosts (the base URLs
+	 * the daemon sets, docs/broker.md "Inside the sandbox"). */
+	const size_t sl = sizeof(GUEST_BROKER_NAME);          /* with the dot before it */
+	if (n > sl && host[n - sl] == '.' &&
+	    !strncasecmp(host + n - sl + 1, GUEST_BROKER_NAME, sl - 1)) {
+		n -= sl;
+		if (n == 6 && !strncasecmp(host, "openai", 6))
+			host = "api.openai.com", n = 14;
+		else if (n == 9 && !strncasecmp(host, "anthropic", 9))
+			host = "api.anthropic.com", n = 17;
+	}
 	for (int i = 0; i < b->nrules; i++) {
 		if (strlen(b->rules[i].host) == n && !strncasecmp(b->rules[i].host, host, n)) {
 			*idx = i;

@@ -30,6 +30,7 @@ static const char top_help[] =
 	"  sandbox inspect    everything about one sandbox, as JSON\n"
 	"  sandbox rm         delete a sandbox\n"
 	"  sandbox egress     show or change a sandbox's network policy and counts\n"
+	"  sandbox broker     a sandbox's egress broker: rules and counts per host\n"
 	"  sandbox pause      save a sandbox to disk and free its memory\n"
 	"  sandbox resume     bring a paused sandbox back\n"
 	"  sandbox fork       a new sandbox from a checkpoint of another\n"

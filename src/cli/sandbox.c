@@ -18,6 +18,7 @@ enum {
 	OPT_USER = 'u', OPT_INTERACTIVE = 'i', OPT_DETACH = 'd', OPT_WIPE = 'W',
 	OPT_FORCE = 'f', OPT_TIMEOUT = 't', OPT_ALLOW = 'A', OPT_REMOVE = 'R', OPT_MODE = 'O',
 	OPT_IDLE_PAUSE = 'P',
+	OPT_BROKER = 'B',
 };
 
 /* "/v1/sandboxes/<name><suffix>" with the name URL-encoded. */
@@ -83,9 +84,10 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		{ "cpus", 0, 1, OPT_CPUS }, { "memory", 0, 1, OPT_MEMORY },
 		{ "disk", 0, 1, OPT_DISK }, { "egress", 0, 1, OPT_EGRESS },
 		{ "egress-allow", 0, 1, OPT_EGRESS_ALLOW }, { "mount", 0, 1, OPT_MOUNT },
-		{ "idle-pause", 0, 1, OPT_IDLE_PAUSE }, { "json", 0, 0, CLI_OPT_JSON },
-		{ NULL, 0, 0, 0 },
+		{ "idle-pause", 0, 1, OPT_IDLE_PAUSE }, { "broker", 0, 1, OPT_BROKER },
+		{ "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
 	};
+	json_t *broker = NULL;
 	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
@@ -131,6 +133,11 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 				allow = json_array();
 			json_array_append_new(allow, json_string(v));
 			break;
+		case OPT_BROKER:        /* checked by the daemon (it knows the secrets) */
+			if (!broker)
+				broker = json_array();
+			json_array_append_new(broker, json_string(v));
+			break;
 		case OPT_MOUNT:
 			r = cli_parse_mount(v, &m, &err);
 			if (r == 0) {
@@ -166,6 +173,8 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		json_object_set(body, "mounts", mounts);
 	if (idle_set)
 		json_object_set_new(body, "idle_pause_s", json_integer((json_int_t)idle));
+	if (broker)
+		json_object_set(body, "broker", broker);
 	rc = cli_post_progress(&cl, "/v1/sandboxes", body, json, &res);
 	if (rc != CLI_EXIT_OK)
 		goto out;
@@ -193,6 +202,7 @@ out:
 	json_decref(res);
 	json_decref(allow);
 	json_decref(mounts);
+	json_decref(broker);
 	return cli_end(&a, &cl, rc);
 }
 
@@ -649,6 +659,75 @@ static int show_egress(const json_t *res, void *ctx)
 	return CLI_EXIT_OK;
 }
 
+/* `sandbox broker NAME`: the rules and the broker's counts per host (never a value). */
+static void broker_row(struct out_table *t, const char *host, const json_t *h)
+{
+	char req[24], up[24], down[24], ref[24], why[256] = "";
+	const char *k;
+	json_t *v;
+
+	snprintf(req, sizeof(req), "%lld", json_integer_value(json_object_get(h, "requests")));
+	snprintf(up, sizeof(up), "%lld", json_integer_value(json_object_get(h, "bytes_up")));
+	snprintf(down, sizeof(down), "%lld", json_integer_value(json_object_get(h, "bytes_down")));
+	snprintf(ref, sizeof(ref), "%lld", json_integer_value(json_object_get(h, "refusals")));
+	json_object_foreach((json_t *)json_object_get(h, "refused"), k, v) {
+		size_t l = strlen(why);
+		snprintf(why + l, sizeof(why) - l, "%s%s %lld", l ? ", " : "", k,
+			 json_integer_value(v));
+	}
+	const char *cells[] = { host, req, up, down, ref, why };
+	out_table_row(t, cells);
+}
+
+static int show_broker(const json_t *res, void *ctx)
+{
+	static const char *const hdr[] = { "HOST", "REQUESTS", "BYTES UP", "BYTES DOWN",
+					   "REFUSED", "REASONS" };
+	const char *state = json_string_value(json_object_get(res, "state")) ?: "?";
+	json_t *rules = json_object_get(res, "rules"), *hosts, *v;
+	json_t *st = json_object_get(res, "stats");
+	const char *k;
+	size_t i;
+
+	printf("sandbox %s: broker %s at %s\n", (const char *)ctx, state,
+	       json_string_value(json_object_get(res, "url")) ?: "?");
+	printf("rules:\n");
+	json_array_foreach(rules, i, v)
+		printf("  %s\n", json_string_value(v));
+	if (!st)
+		return CLI_EXIT_OK;
+	printf("requests %lld, refused %lld, bytes up %lld, down %lld\n\n",
+	       json_integer_value(json_object_get(st, "requests")),
+	       json_integer_value(json_object_get(st, "refusals")),
+	       json_integer_value(json_object_get(st, "bytes_up")),
+	       json_integer_value(json_object_get(st, "bytes_down")));
+	struct out_table *t = out_table_new(6, hdr);
+	hosts = json_object_get(st, "hosts");
+	json_object_foreach(hosts, k, v)
+		broker_row(t, k, v);
+	out_table_print(t, stdout);
+	out_table_free(t);
+	return CLI_EXIT_OK;
+}
+
+static int cmd_broker(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	struct cli_args a;
+	struct client cl;
+	cleanup_free char *path = NULL;
+	int rc;
+
+	if (!cli_begin(self, argc, argv, cli_json_only, 0, 1, 1, home, &a, &cl, &rc))
+		return rc;
+	if (name_ok(self, a.pos[0], &rc)) {
+		char name[128];
+		snprintf(name, sizeof(name), "%s", a.pos[0]);
+		path = sb_path(name, "/broker");
+		rc = cli_get_show(&cl, path, 0, cli_has_opt(&a, CLI_OPT_JSON), show_broker, name);
+	}
+	return cli_end(&a, &cl, rc);
+}
+
 static int cmd_egress(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
 	static const struct cli_opt opts[] = {
@@ -774,7 +853,7 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "Usage: kosa8 sandbox create NAME [--cpus N] [--memory MIB] [--disk GB]\n"
 	  "           [--egress deny|allow-all] [--egress-allow HOST]... "
 	  "[--mount HOST:GUEST[:ro]]...\n"
-	  "           [--idle-pause DURATION] [--json]\n"
+	  "           [--idle-pause DURATION] [--broker PROVIDER=SECRET]... [--json]\n"
 	  "\n"
 	  "Create a sandbox: a virtual machine with its own kernel, booted and ready to run\n"
 	  "containers. NAME is 1-63 characters: lower-case letters, digits, '_', '.', '-'\n"
@@ -798,6 +877,11 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "                         (90s, 15m, 2h; off: never) and no container runs in\n"
 	  "                         it; the next run or exec resumes it by itself. Default:\n"
 	  "                         the daemon's config.json \"idle_pause\" (off unless set)\n"
+	  "  --broker RULE          model API keys added on the host by the sandbox's egress\n"
+	  "                         broker: openai[=SECRET], anthropic[=SECRET] or\n"
+	  "                         header:HOST:HEADER=SECRET (secrets from `kosa8 secret`);\n"
+	  "                         containers get OPENAI_API_KEY/ANTHROPIC_API_KEY (a\n"
+	  "                         placeholder) and OPENAI_BASE_URL/ANTHROPIC_BASE_URL\n"
 	  "  --json                 progress as JSON lines, then the sandbox as one line\n"
 	  "\n"
 	  "Example:\n"
@@ -922,6 +1006,14 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox inspect interp\n" },
+	{ "sandbox broker", cmd_broker, "show a sandbox's broker rules and counts per host",
+	  "Usage: kosa8 sandbox broker NAME [--json]\n"
+	  "\n"
+	  "Show the egress broker of sandbox NAME: its rules (never a secret's value), and\n"
+	  "per host the requests, bytes and refusals by reason since the broker started.\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 sandbox broker agent\n" },
 	{ "sandbox egress", cmd_egress, "show or change a sandbox's network policy",
 	  "Usage: kosa8 sandbox egress NAME [--allow RULE]... [--remove RULE]...\n"
 	  "                              [--mode deny|allow-list|allow-all] [--json]\n"

@@ -13,6 +13,12 @@
 #define GUEST_GW4 "10.0.2.2"
 #define GUEST_DNS4 "10.0.2.3"
 #define GUEST_IP4 "10.0.2.15"
+/* The egress broker (docs/broker.md), in a sandbox that has one: plain HTTP on port 80
+ * of this address, which kosa8-net hands to the broker's unix socket, never to the host;
+ * the name and every name below it resolve to it (kosa8-net's DNS, in every mode). */
+#define GUEST_BROKER4 "10.0.2.4"
+#define GUEST_BROKER_PORT 80
+#define GUEST_BROKER_NAME "broker.kosa8.internal"
 /* IPv6: fd00::/64, the same roles. */
 #define GUEST_NET6 "fd00::"
 #define GUEST_PREFIX6 64

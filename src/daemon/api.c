@@ -15,6 +15,7 @@
 #include "daemon/images.h"
 #include "daemon/sandbox.h"
 #include "daemon/checkpoint.h"
+#include "daemon/broker.h"
 #include "daemon/egress.h"
 #include "daemon/exec.h"
 #include "daemon/archive.h"
@@ -708,6 +709,7 @@ static const struct api_route routes[] = {
 	{ "POST",   "/v1/sandboxes/{name}/resume", ckpt_api_resume },
 	{ "GET",    "/v1/sandboxes/{name}/egress", egress_api_status },
 	{ "POST",   "/v1/sandboxes/{name}/egress", egress_api_update },
+	{ "GET",    "/v1/sandboxes/{name}/broker", broker_api_status },
 	{ "GET",    "/v1/secrets", secret_api_list },
 	{ "POST",   "/v1/secrets/{name}", secret_api_set },
 	{ "DELETE", "/v1/secrets/{name}", secret_api_rm },

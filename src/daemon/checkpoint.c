@@ -20,6 +20,7 @@
  * current top nor any checkpoint reaches it through the parent links.
  */
 #include "common/proto.h"
+#include "daemon/broker.h"
 #include "daemon/checkpoint.h"
 #include "daemon/layers.h"
 #include "daemon/mounts.h"
@@ -955,6 +956,9 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	}
 	/* Its own image slots (a scratch disk too, replaced by the link below). */
 	if ((r = vm_make_disks(d->home, sb->dir, sb->disk_gb, err)))
+		goto fail;
+	/* The source's broker rules, a placeholder of its own (the source's is refused). */
+	if ((r = broker_fork(src, sb, err)))
 		goto fail;
 	{
 		cleanup_free char *own = xasprintf("%s/scratch.qcow2", sb->dir);

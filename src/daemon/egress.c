@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "common/guest.h"
+#include "daemon/broker.h"
 #include "daemon/egress.h"
 #include "daemon/api_route.h"
 #include "daemon/record.h"
@@ -263,6 +264,11 @@ int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 			argv[argc++] = "--cgroup";
 			argv[argc++] = cgv[i];
 		}
+	}
+	char bdir[4200];
+	if (broker_dir(d, sb, bdir, sizeof(bdir))) {
+		argv[argc++] = "--broker-dir";
+		argv[argc++] = bdir;
 	}
 	for (int i = 0; dns && dns[i] && argc < (int)ARRAY_SIZE(argv) - 3; i++) {
 		argv[argc++] = "--dns-server";

@@ -11,6 +11,7 @@
  * memory per stream stays under one window.
  */
 #include "common/proto.h"
+#include "daemon/broker.h"
 #include "daemon/exec.h"
 #include "daemon/sandbox.h"
 #include "daemon/api_route.h"
@@ -147,6 +148,13 @@ static int build_req(struct exec_ctx *x, json_t *body, json_t *cfg, bool detach,
 		if (json_array_size(argv))
 			json_array_extend(full, argv);
 		env = env ? json_incref(env) : json_array();
+	}
+	{
+		/* The broker's variables (broker.c), under the image's and the request's. */
+		json_t *benv = broker_env(x->sb), *all = merge_env(benv, env);
+		json_decref(benv);
+		json_decref(env);
+		env = all;
 	}
 	if (!json_array_size(full)) {
 		json_decref(full);

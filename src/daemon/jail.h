@@ -3,7 +3,7 @@
  *
  * Every sandbox gets a block of JAIL_ROLES consecutive uids from the daemon's range
  * (config key "jail_uids", default JAIL_DEFAULT_RANGE): one for QEMU, one for kosa8-net,
- * one for kosa8-fs, one spare; gid = uid. Distinct uids per process keep a compromised
+ * one for kosa8-fs, one for kosa8-broker (broker.c); gid = uid. Distinct uids per process keep a compromised
  * QEMU from signalling or tracing its own sidecars, and distinct blocks keep sandboxes
  * apart. A block is claimed by a file /run/kosa8/jail/<first uid> naming the sandbox's
  * directory, so two daemons with different homes never hand out the same block; a claim
@@ -17,7 +17,7 @@
 
 #include "common/util.h"
 
-enum jail_role { JAIL_QEMU = 0, JAIL_NET = 1, JAIL_FS = 2 };
+enum jail_role { JAIL_QEMU = 0, JAIL_NET = 1, JAIL_FS = 2, JAIL_BROKER = 3 };
 #define JAIL_ROLES 4
 #define JAIL_DEFAULT_RANGE "720000-851071"
 #define JAIL_CLAIM_DIR "/run/kosa8/jail"

@@ -23,6 +23,8 @@
 
 #define K8_MAX_MOUNTS 8
 
+struct sb_broker;
+
 struct sb_mount {
 	char host[4096];                /* realpath of an existing directory */
 	char guest[256];                /* absolute, normalised */
@@ -77,6 +79,7 @@ struct sandbox {
 	struct sb_mount mounts[K8_MAX_MOUNTS];
 	int nmounts;
 	struct sidecar fs;
+	struct sb_broker *broker;       /* broker.c: NULL when the sandbox has none */
 	/* host identities (jail.h): block in the daemon's jail_uids range, -1 until claimed */
 	int jail_index;
 	/* idle pause (idle.c): seconds without use before a pause to disk; -1 follows the

@@ -10,6 +10,7 @@
 #include "common/proto.h"
 #include "daemon/sandbox.h"
 #include "daemon/accel.h"
+#include "daemon/broker.h"
 #include "daemon/egress.h"
 #include "daemon/mounts.h"
 #include "daemon/api_route.h"
@@ -51,7 +52,7 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 	unlink(k->qmp);
 	unlink(k->agent);
 	unlink(k->fs);
-	if ((r = net_up(d, sb, err)) || (r = fs_up(d, sb, err)))
+	if ((r = broker_up(d, sb, err)) || (r = net_up(d, sb, err)) || (r = fs_up(d, sb, err)))
 		return r;
 	*spec = (struct vm_spec){ .accel = d->accel, .cpus = sb->cpus,
 				  .memory_mib = sb->memory_mib, .dir = sb->dir,
@@ -98,6 +99,7 @@ static void sb_free(struct sandbox *sb)
 	json_decref(sb->egress_rules);
 	json_decref(sb->net.replies);
 	json_decref(sb->fs.replies);
+	broker_free(sb);
 	pthread_mutex_destroy(&sb->lock);
 	pthread_mutex_destroy(&sb->audit_mu);
 	pthread_cond_destroy(&sb->cond);
@@ -138,6 +140,7 @@ void sb_kill_vm(struct daemon *d, struct sandbox *sb)
 	sb_kill_qemu(d, sb);
 	sidecar_stop(&sb->net);
 	sidecar_stop(&sb->fs);
+	broker_down(d, sb);
 	daemon_audit_guest_flush(d, sb);
 }
 
@@ -569,6 +572,7 @@ static int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 		sb->images[i].mounted = true;
 	cgroup_apply(&d->cg, sb->name, sb->pid, sb->cpus, (uint64_t)sb->memory_mib << 20,
 		     sb->limits_desc, sizeof(sb->limits_desc));
+	broker_adopt(d, sb);
 	net_adopt(d, sb);
 	fs_adopt(d, sb);
 	return 0;
@@ -646,6 +650,8 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 				    json_string(sb->state == SB_PAUSED ? "disk" : "memory"));
 	if (detail)
 		json_object_set_new(o, "network", egress_summary(sb));
+	if (detail && sb->broker)
+		json_object_set_new(o, "broker", broker_summary(sb));
 	if (sb->error[0])
 		json_object_set_new(o, "error", json_string(sb->error));
 	if (detail) {
@@ -733,6 +739,7 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
 	}
 	sb->forked = json_is_true(json_object_get(rec, "forked"));
+	broker_load(sb);
 	{
 		json_t *ip = json_object_get(rec, "idle_pause_s");
 		if (json_is_integer(ip) && json_integer_value(ip) >= 0 &&
@@ -822,6 +829,7 @@ int sb_load_all(struct daemon *d)
 			sb->pid = 0;
 			sb->pid_start = 0;
 			/* Its sidecars, if they outlived the daemon, serve the resume. */
+			broker_adopt(d, sb);
 			if (sidecar_alive(&sb->net))
 				net_adopt(d, sb);
 			if (sidecar_alive(&sb->fs))
@@ -844,6 +852,8 @@ int sb_load_all(struct daemon *d)
 			/* Sidecars of a VM that is gone have nothing to serve. */
 			sidecar_stop(&sb->net);
 			sidecar_stop(&sb->fs);
+			broker_adopt(d, sb);
+			broker_down(d, sb);
 		}
 		pthread_mutex_lock(&sb->lock);
 		sb_save(sb);
@@ -927,6 +937,7 @@ void sb_unreserve(struct daemon *d, struct sandbox *sb)
 	pthread_mutex_unlock(&d->lock);
 	sidecar_stop(&sb->net);
 	sidecar_stop(&sb->fs);
+	broker_down(d, sb);
 	rm_rf(sb->dir);
 	jail_release(&d->jail, sb->dir, sb->jail_index);
 	pthread_mutex_lock(&sb->lock);
@@ -948,6 +959,7 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	struct sb_mount *mnt = NULL;
 	char mode[16];
 	struct sandbox *sb;
+	json_t *brules = NULL;
 	int cpus, mem, disk, idle, nmnt = 0, r;
 
 	if (!name)
@@ -966,17 +978,23 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 				  "the guest image is missing, so no VM can boot; build it with `make`");
 	if ((r = egress_from_body(body, mode, sizeof(mode), &rules, err)))
 		return r;
+	if ((r = broker_from_body(d, body, &brules, err))) {
+		json_decref(rules);
+		return r;
+	}
 	mnt = xcalloc(K8_MAX_MOUNTS, sizeof(*mnt));
 	if (mounts && !json_is_null(mounts) &&
 	    (r = mounts_from_body(d, mounts, mnt, &nmnt, err))) {
 		free(mnt);
 		json_decref(rules);
+		json_decref(brules);
 		return r;
 	}
 
 	sb = sb_reserve(d, name, err);
 	if (!sb) {
 		json_decref(rules);
+		json_decref(brules);
 		free(mnt);
 		return -EEXIST;
 	}
@@ -999,6 +1017,8 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 		k8_err_set(err, r, "mkdir %s: %s", sb->dir, strerror(-r));
 	if (!r)
 		r = vm_make_disks(d->home, sb->dir, disk, err);
+	if (!r)
+		r = broker_create(sb, steal_pointer(&brules), err);
 	if (!r) {
 		pthread_mutex_lock(&sb->lock);
 		sb_save(sb);
@@ -1007,6 +1027,7 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 			progress(pctx, json_pack("{s:s,s:s}", "phase", "boot", "what", d->accel));
 		r = sb_boot(d, sb, err);
 	}
+	json_decref(brules);            /* NULL unless the disks failed first */
 	if (r) {
 		daemon_audit(d, "sandbox.create.failed", name, json_pack("{s:s}", "error", err->msg));
 		sb_unreserve(d, sb);
@@ -1021,6 +1042,9 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 			       "disk_gb", disk, "accel", d->accel, "limits", sb->limits_desc,
 			       "boot_ms", (json_int_t)sb->boot_ms, "egress", sb->egress_mode,
 			       "egress_allow", sb->egress_rules));
+	if (sb->broker)
+		daemon_audit(d, "sandbox.broker", name,
+			     json_pack("{s:O}", "rules", sb->broker->rules));
 	for (int i = 0; i < sb->nmounts; i++)
 		daemon_audit(d, "sandbox.mount", name,
 			     json_pack("{s:s,s:s,s:b}", "host", sb->mounts[i].host, "guest",

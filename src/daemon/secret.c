@@ -10,6 +10,7 @@
  * ASCII, because the broker puts them in a header line. */
 #include "daemon/daemon.h"
 #include "daemon/api_route.h"
+#include "daemon/broker.h"
 #include "daemon/secret.h"
 
 #include <ctype.h>
@@ -199,12 +200,16 @@ int secret_api_set(struct api_call *call)
 		return k8_err_set(&call->err, -EINVAL, "expected {\"value\": \"...\"}");
 	rc = secret_set(call->d->home, name, json_string_value(v), json_string_length(v),
 			&replaced, &call->err);
+	/* Rotation: every running broker using it takes the new value at once. */
+	int brokers = rc < 0 ? 0 : broker_secret_changed(call->d, name, json_string_value(v),
+							 json_string_length(v));
 	OPENSSL_cleanse((char *)json_string_value(v), json_string_length(v));
 	if (rc < 0)
 		return rc;
-	daemon_audit(call->d, "secret.set", NULL, json_pack("{s:s,s:b}", "name", name,
-							     "replaced", replaced));
-	call->out = json_pack("{s:s,s:b}", "name", name, "replaced", replaced);
+	daemon_audit(call->d, "secret.set", NULL, json_pack("{s:s,s:b,s:i}", "name", name,
+							     "replaced", replaced, "brokers", brokers));
+	call->out = json_pack("{s:s,s:b,s:i}", "name", name, "replaced", replaced, "brokers",
+			      brokers);
 	return 0;
 }
 

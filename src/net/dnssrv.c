@@ -21,6 +21,7 @@
 
 #include "common/util.h"
 #include "net/bytes.h"
+#include "common/guest.h"
 #include "net/net.h"
 
 #define DNSSRV_TCP_BUF (2 + 65535)
@@ -190,6 +191,15 @@ out:
 		dnssrv_ctx_free(n, x);
 }
 
+/* GUEST_BROKER_NAME or a name below it, when this sandbox has a broker. */
+static bool dnssrv_broker_name(const struct net *n, const char *name)
+{
+	size_t l = strlen(name), bl = strlen(GUEST_BROKER_NAME);
+	if (!n->broker || l < bl || strcmp(name + l - bl, GUEST_BROKER_NAME))
+		return false;
+	return l == bl || name[l - bl - 1] == '.';
+}
+
 /* One query message from the guest; `tmpl` says where the reply goes. */
 static void dnssrv_query(struct net *n, const uint8_t *msg, size_t len, struct dnssrv_ctx *tmpl,
 			 const uint8_t *frame, size_t flen)
@@ -205,6 +215,13 @@ static void dnssrv_query(struct net *n, const uint8_t *msg, size_t len, struct d
 	}
 	if (opcode != 0 || x.q.qclass != 1) {
 		dnssrv_reply(n, &x, out, dns_build_error(out, sizeof(out), &x.q, DNS_R_NOTIMP));
+		return;
+	}
+	if (dnssrv_broker_name(n, x.q.name)) {
+		/* The broker's names: answered here in every mode (the broker is not egress). */
+		n->stats.dns_answered++;
+		dnssrv_reply(n, &x, out, dns_build_answer(out, sizeof(out), &x.q, &n->broker4,
+							  x.q.qtype == DNS_T_A ? 1 : 0, 300));
 		return;
 	}
 	int rule = policy_name_allowed(n->policy, x.q.name);

@@ -573,6 +573,17 @@ int engine_init(struct net *n, char *err, size_t errlen)
 		snprintf(err, errlen, "libslirp could not start");
 		return -ENOMEM;
 	}
+	/* The broker: slirp connects a unix socket per guest connection (a relative path:
+	 * the broker's directory is our cwd, main.c, even inside the jail's empty root). */
+	net_addr_parse(GUEST_BROKER4, &n->broker4);
+	if (n->broker) {
+		struct in_addr ba;
+		memcpy(&ba, n->broker4.a, 4);
+		if (slirp_add_unix(e->slirp, "sock", &ba, GUEST_BROKER_PORT) < 0) {
+			snprintf(err, errlen, "libslirp refused the broker's address");
+			return -EINVAL;
+		}
+	}
 	return 0;
 }
 
@@ -598,7 +609,8 @@ void engine_free(struct net *n)
 static void engine_neigh(struct net *n, const struct pkt *p)
 {
 	const struct neigh_env env = { .net4 = n->net4, .gw4 = n->gw4, .dns4 = n->dns4,
-				       .net6 = n->net6, .gw6 = n->gw6, .dns6 = n->dns6 };
+				       .net6 = n->net6, .gw6 = n->gw6, .dns6 = n->dns6,
+				       .broker4 = n->broker ? n->broker4 : (struct net_addr){ 0 } };
 	struct neigh_out o;
 
 	neigh_input(&env, p, &o);
@@ -648,11 +660,24 @@ static bool engine_from_guest(const struct net *n, const struct pkt *p)
 	       (p->src.a[0] == 0xfe && (p->src.a[1] & 0xc0) == 0x80);
 }
 
-/* The verdict for a new flow, the flow cap included. */
+bool engine_is_broker(const struct net *n, const struct net_addr *dst, uint16_t port, int proto)
+{
+	return n->broker && proto == IPPROTO_TCP && port == GUEST_BROKER_PORT &&
+	       net_addr_eq(dst, &n->broker4);
+}
+
+/* The verdict for a new flow, the flow cap included. The broker is not egress: its
+ * flows pass in every mode (slirp hands them to the broker's socket, engine_init). */
 static void engine_decide(struct net *n, const struct pkt *p, uint16_t port, int proto,
 			  struct policy_verdict *v)
 {
-	policy_decide(n->policy, &p->dst, port, proto, &n->gw4, &n->gw6, n->now_ns, v);
+	if (engine_is_broker(n, &p->dst, port, proto)) {
+		memset(v, 0, sizeof(*v));
+		v->pass = true;
+		snprintf(v->dest, sizeof(v->dest), "broker");
+	} else {
+		policy_decide(n->policy, &p->dst, port, proto, &n->gw4, &n->gw6, n->now_ns, v);
+	}
 	if (v->pass && n->eng.nflows >= n->eng.cap && !engine_flow_reclaim(n)) {
 		v->pass = false;
 		snprintf(v->reason, sizeof(v->reason), "flow limit");
@@ -780,7 +805,7 @@ void engine_input(struct net *n, const uint8_t *frame, size_t len)
 		return;
 	}
 	bool is_gw = net_addr_eq(&p.dst, &n->gw4) || net_addr_eq(&p.dst, &n->gw6);
-	if (!is_gw && engine_in_net(n, &p.dst)) {
+	if (!is_gw && engine_in_net(n, &p.dst) && !engine_is_broker(n, &p.dst, p.dport, p.proto)) {
 		/* slirp would take any other address of its network for the host's loopback. */
 		char dest[DNS_NAME_MAX + 8];
 		engine_dest(dest, sizeof(dest), &p.dst, echo ? 0 : p.dport);
@@ -861,7 +886,7 @@ int engine_set_policy(struct net *n, const json_t *obj, char *err, size_t errlen
 	int cut = 0;
 	for (int i = 0; i < e->cap; i++) {
 		struct flow *f = &e->flows[i];
-		if (!f->used)
+		if (!f->used || engine_is_broker(n, &f->dst, f->dport, f->proto))
 			continue;
 		struct policy_verdict v;
 		policy_decide(n->policy, &f->dst, f->dport, f->proto, &n->gw4, &n->gw6,

@@ -5,10 +5,11 @@
  *
  *   kosa8-net --id ID --frames PATH --control PATH [--policy FILE]
  *             [--dns-server IP[:PORT]]... [--hosts FILE] [--max-flows N] [--user UID:GID]
- *             [--cgroup PROCS]...
+ *             [--cgroup PROCS]... [--broker-dir DIR]
  *
  * Start-up ends with "ready\n" (or "error: <message>\n" and exit 1) on stdout, which is
  * then closed. docs/network.md describes the contract. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@
  * only an attacker makes kill) plus what slirp and the resolver need. EPERM for the
  * rest: a slirp path we did not foresee degrades instead of killing the sandbox's
  * network. */
-static int net_seccomp(void)
+static int net_seccomp(bool broker)
 {
 	static const int allow[] = {
 		SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(listen), SCMP_SYS(getsockname),
@@ -50,6 +51,10 @@ static int net_seccomp(void)
 	rc = sc_seccomp_add(ctx, SCMP_ACT_ALLOW, allow, ARRAY_SIZE(allow));
 	if (rc == 0)
 		rc = sc_seccomp_socket(ctx, families, ARRAY_SIZE(families));
+	/* With a broker, slirp makes one unix socket per broker connection and connects it
+	 * to "sock" in our cwd (the broker's directory); the jail's root has nothing else. */
+	if (rc == 0 && broker)
+		rc = sc_seccomp_socket(ctx, (const int[]){ AF_UNIX }, 1);
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
 				      SCMP_A1(SCMP_CMP_EQ, FIONREAD));
@@ -140,7 +145,8 @@ static void net_frames_input(struct net *n)
 static void net_usage(void)
 {
 	sc_die("usage: kosa8-net --id ID --frames PATH --control PATH [--policy FILE] "
-		"[--dns-server IP[:PORT]]... [--hosts FILE] [--max-flows N] [--user UID:GID]");
+		"[--dns-server IP[:PORT]]... [--hosts FILE] [--max-flows N] [--user UID:GID] "
+		"[--cgroup PROCS]... [--broker-dir DIR]");
 }
 
 int main(int argc, char **argv)
@@ -155,6 +161,7 @@ int main(int argc, char **argv)
 		{ "max-flows", required_argument, NULL, 'm' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "cgroup", required_argument, NULL, 'g' },
+		{ "broker-dir", required_argument, NULL, 'b' },
 		{ NULL, 0, NULL, 0 },
 	};
 	sc_init("kosa8-net", NULL);
@@ -162,7 +169,7 @@ int main(int argc, char **argv)
 	if (!n)
 		sc_die("out of memory");
 	const char *frames = NULL, *control = NULL, *policy_file = NULL, *hosts = "/etc/hosts";
-	const char *user = NULL, *cgroups[JAIL_MAX_CGROUPS];
+	const char *user = NULL, *cgroups[JAIL_MAX_CGROUPS], *broker_dir = NULL;
 	int ncg = 0;
 	n->max_flows = 256;
 	n->frames_fd = n->frames_lfd = -1;
@@ -177,6 +184,7 @@ int main(int argc, char **argv)
 		case 'p': policy_file = optarg; break;
 		case 'H': hosts = optarg; break;
 		case 'u': user = optarg; break;
+		case 'b': broker_dir = optarg; break;
 		case 'g':
 			if (ncg < JAIL_MAX_CGROUPS)
 				cgroups[ncg++] = optarg;
@@ -199,6 +207,14 @@ int main(int argc, char **argv)
 	}
 	if (!n->id || !frames || !control || optind != argc)
 		net_usage();
+	/* The broker's directory, opened now: the jail's root will not have it. */
+	int broker_dfd = -1;
+	if (broker_dir) {
+		broker_dfd = open(broker_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (broker_dfd < 0)
+			sc_die("--broker-dir %s: %s", broker_dir, strerror(errno));
+		n->broker = true;
+	}
 
 	sc_set_id(n->id);
 	sigset_t orig;
@@ -252,13 +268,15 @@ int main(int argc, char **argv)
 	/* Jailed before "ready", so a failure reaches the daemon as an error. */
 	if (user)
 		net_drop_privileges(user, cgroups, ncg);
+	if (broker_dfd >= 0 && (fchdir(broker_dfd) < 0 || close(broker_dfd) < 0))
+		sc_die("--broker-dir %s: %s", broker_dir, strerror(errno));
 	net_log(n, "ready: mode %s, %d rule(s), %d upstream server(s), max %d flows, %d host "
 		"address(es) refused", policy_mode_str(n->policy->mode), n->policy->nrules,
 		n->res.nservers, n->max_flows, n->policy->nhost);
 	if ((rc = sc_ready()) < 0)
 		sc_die("stdout: %s", strerror(-rc));
 	/* From here on a failure is only in the log (stderr): the daemon sees the exit. */
-	if (prctl(PR_SET_DUMPABLE, 0) < 0 || (rc = net_seccomp()) < 0)
+	if (prctl(PR_SET_DUMPABLE, 0) < 0 || (rc = net_seccomp(n->broker)) < 0)
 		sc_die("seccomp: %s", strerror(rc < 0 ? -rc : errno));
 
 	struct pollfd *pfd = NULL;

@@ -92,10 +92,11 @@ static void neigh_arp(const struct neigh_env *e, const struct pkt *p, struct nei
 	if (memcmp(a + 8, p->src_mac, 6) || !neigh_mac_ok(a + 8) ||
 	    (have_sip && (!net_addr_in(&sip, &e->net4, GUEST_PREFIX4) || sip.a[3] == 0 ||
 			  sip.a[3] == 255 || net_addr_eq(&sip, &e->gw4) ||
-			  net_addr_eq(&sip, &e->dns4))) ||
+			  net_addr_eq(&sip, &e->dns4) || net_addr_eq(&sip, &e->broker4))) ||
 	    (op != 1 && op != 2))
 		return;
-	if (op == 1 && (!memcmp(a + 24, e->gw4.a, 4) || !memcmp(a + 24, e->dns4.a, 4))) {
+	if (op == 1 && (!memcmp(a + 24, e->gw4.a, 4) || !memcmp(a + 24, e->dns4.a, 4) ||
+			(e->broker4.family == AF_INET && !memcmp(a + 24, e->broker4.a, 4)))) {
 		uint8_t mac[6];
 
 		neigh_mac4(mac, a + 24);

@@ -16,6 +16,7 @@
 /* The virtual network: 10.0.2.0/24 and fd00::/64, slirp's gateway and resolver. */
 struct neigh_env {
 	struct net_addr net4, gw4, dns4, net6, gw6, dns6;
+	struct net_addr broker4;        /* the egress broker's address; family 0: none */
 };
 
 enum neigh_verdict { NEIGH_DROPPED = 0, NEIGH_ANSWERED, NEIGH_MALFORMED };

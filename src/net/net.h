@@ -219,6 +219,9 @@ size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const u
 			uint16_t dport, uint32_t seq, uint32_t ack, uint8_t flags, uint16_t win,
 			const uint8_t *opt, size_t optlen, const uint8_t *data, size_t dlen);
 
+/* The broker's address and port, for TCP, when this sandbox has a broker. */
+bool engine_is_broker(const struct net *n, const struct net_addr *dst, uint16_t port, int proto);
+
 /* ---- hostaddr.c: the host's own addresses, kept current in the policy ---- */
 /* Open the NETLINK_ROUTE socket (address changes), then read the current addresses.
  * Start-up only (before the privilege drop and seccomp). 0 or a negative errno. */
@@ -243,6 +246,10 @@ struct net {
 	struct policy *policy;
 	int max_flows;
 	struct net_addr gw4, gw6, dns4, dns6, net4, net6, guest4, guest6;
+	/* the egress broker (--broker-dir): TCP to broker4:GUEST_BROKER_PORT goes to the
+	 * unix socket "sock" in that directory (our cwd once jailed), past the policy */
+	bool broker;
+	struct net_addr broker4;
 	int frames_lfd, frames_fd;
 	int nl_fd;                      /* hostaddr.c: NETLINK_ROUTE, address changes */
 	uint8_t *fin;                   /* frames read buffer */

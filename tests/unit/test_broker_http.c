@@ -197,6 +197,15 @@ static void test_rules(void)
 	CHECK(!broker_rule_for_host(&b, "api.openai.com:123456", 21, &idx));
 	CHECK(!broker_rule_for_host(&b, "x@api.openai.com", 16, &idx));
 	CHECK(!broker_rule_for_host(&b, "api.openai.com.evil", 19, &idx) && idx == 2);
+	/* inside a sandbox: X.broker.kosa8.internal is X; openai. and anthropic. are aliases */
+	CHECK(broker_rule_for_host(&b, "openai.broker.kosa8.internal", 28, &idx) && idx == 0);
+	CHECK(broker_rule_for_host(&b, "OpenAI.Broker.Kosa8.Internal.:80", 32, &idx) && idx == 0);
+	CHECK(broker_rule_for_host(&b, "api.openai.com.broker.kosa8.internal", 36, &idx) && idx == 0);
+	CHECK(broker_rule_for_host(&b, "h.example.broker.kosa8.internal", 31, &idx) && idx == 1);
+	CHECK(!broker_rule_for_host(&b, "anthropic.broker.kosa8.internal", 31, &idx) && idx == 2);
+	CHECK(!broker_rule_for_host(&b, "broker.kosa8.internal", 21, &idx) && idx == 2);
+	CHECK(!broker_rule_for_host(&b, "xopenai.broker.kosa8.internal", 29, &idx));
+	CHECK(!broker_rule_for_host(&b, "openaibroker.kosa8.internal", 27, &idx));
 	CHECK(broker_placeholder_ok(&b, "k8-ph-0123456789abcdef0123456789abcdef", 38));
 	CHECK(!broker_placeholder_ok(&b, "k8-ph-0123456789abcdef0123456789abcdee", 38));
 	CHECK(!broker_placeholder_ok(&b, "k8-ph-0123456789abcdef0123456789abcdef0", 39));

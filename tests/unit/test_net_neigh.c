@@ -98,6 +98,14 @@ int main(void)
 	 * nothing taught) */
 	run(f, arp(f, 1, GM, "10.0.2.15", "10.0.2.3"), &o);
 	CHECK(o.reply_len && !memcmp(o.reply + 22, "\x52\x55\x0a\x00\x02\x03", 6));
+	/* the broker's address: answered only in a sandbox that has one */
+	run(f, arp(f, 1, GM, "10.0.2.15", "10.0.2.4"), &o);
+	CHECK_EQ_INT(o.reply_len, 0);
+	net_addr_parse("10.0.2.4", &env.broker4);
+	run(f, arp(f, 1, GM, "10.0.2.15", "10.0.2.4"), &o);
+	CHECK(o.reply_len && !memcmp(o.reply + 22, "\x52\x55\x0a\x00\x02\x04", 6));
+	env.broker4 = (struct net_addr){ 0 };
+	run(f, arp(f, 1, GM, "10.0.2.15", "10.0.2.3"), &o);
 	run(f, arp(f, 2, GM, "10.0.2.15", "10.0.2.2"), &o);
 	CHECK(o.verdict == NEIGH_ANSWERED && !o.reply_len && o.teach_len);
 	run(f, arp(f, 1, GM, "0.0.0.0", "10.0.2.2"), &o);

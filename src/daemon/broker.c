@@ -1,0 +1,515 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* broker.c - a sandbox's egress broker: the rules given at create, a placeholder of its
+ * own, and its kosa8-broker process (docs/broker.md "Stage 2").
+ *
+ * The rules and the placeholder are kept in the sandbox's broker.json, which is also the
+ * file kosa8-broker reads (--rules): neither is a secret. The secrets reach the process
+ * on a pipe at start and over its control socket when they change (rotation), never in
+ * argv, the environment or a file of the sandbox. The process runs as the sandbox's
+ * broker uid (jail.h, JAIL_BROKER) and listens on a unix socket in a directory of its
+ * own, $KOSA8_HOME/run/<id>.broker.d/sock, which kosa8-net (--broker-dir) hands the
+ * guest's connections to 10.0.2.4:80: the socket belongs to the sandbox's kosa8-net uid,
+ * so nothing else unprivileged reaches it, and the host's loopback is never opened.
+ * Started before kosa8-net, stopped with it; a rewind keeps it like kosa8-net. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#include "common/guest.h"
+#include "daemon/broker.h"
+#include "daemon/api_route.h"
+#include "daemon/jail.h"
+#include "daemon/record.h"
+#include "daemon/secret.h"
+
+#define BROKER_REQ_MS 5000
+
+/* The secret a rule uses (into out), or -EINVAL for a rule of no known form. */
+static int broker_rule_secret(const char *rule, char *out, size_t n)
+{
+	const char *eq = strchr(rule, '=');
+	size_t kl = eq ? (size_t)(eq - rule) : strlen(rule);
+
+	if ((kl == 6 && !strncmp(rule, "openai", 6)) || (kl == 9 && !strncmp(rule, "anthropic", 9))) {
+		snprintf(out, n, "%s", eq ? eq + 1 : rule);
+		return 0;
+	}
+	if (strncmp(rule, "header:", 7) || !eq)
+		return -EINVAL;
+	/* header:HOST:HEADER=SECRET: a host name, a header token */
+	const char *host = rule + 7, *c = memchr(host, ':', (size_t)(eq - host));
+	if (!c || c == host || c + 1 == eq || c - host > 253)
+		return -EINVAL;
+	for (const char *p = host; p < c; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '-' || *p == '.'))
+			return -EINVAL;
+	for (const char *p = c + 1; p < eq; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+			return -EINVAL;
+	snprintf(out, n, "%s", eq + 1);
+	return 0;
+}
+
+static bool broker_has_rule(const struct sb_broker *b, const char *provider)
+{
+	size_t i, l = strlen(provider);
+	json_t *v;
+
+	json_array_foreach(b->rules, i, v) {
+		const char *s = json_string_value(v);
+		if (!strncmp(s, provider, l) && (s[l] == '\0' || s[l] == '='))
+			return true;
+	}
+	return false;
+}
+
+int broker_from_body(struct daemon *d, json_t *body, json_t **rules, struct k8_err *err)
+{
+	json_t *list = json_object_get(body, "broker"), *v;
+	char name[SECRET_NAME_MAX + 2];
+	size_t i;
+
+	*rules = NULL;
+	if (!list || json_is_null(list) || (json_is_array(list) && !json_array_size(list)))
+		return 0;
+	if (!json_is_array(list))
+		return k8_err_set(err, -EINVAL, "broker must be a list of rules");
+	if (json_array_size(list) > BROKER_MAX_RULES)
+		return k8_err_set(err, -E2BIG, "at most %d broker rules", BROKER_MAX_RULES);
+	json_array_foreach(list, i, v) {
+		const char *s = json_string_value(v);
+		char *val = NULL;
+		size_t vl = 0;
+		if (!s || strlen(s) > 400 || broker_rule_secret(s, name, sizeof(name)) < 0)
+			return k8_err_set(err, -EINVAL, "broker rule '%.80s': expected openai[=SECRET], "
+					  "anthropic[=SECRET] or header:HOST:HEADER=SECRET",
+					  s ? s : "(not a string)");
+		if (!secret_name_ok(name))
+			return k8_err_set(err, -EINVAL, "broker rule '%.80s': '%.70s' is not a secret "
+					  "name", s, name);
+		/* The secret must exist now; its value is read again at each start. */
+		if (secret_read(d->home, name, &val, &vl, err) < 0)
+			return k8_err_set(err, -ENOENT, "broker rule '%.80s': no secret '%s'; set it "
+					  "first with `kosa8 secret set %s --stdin`", s, name, name);
+		secret_wipe(val, vl);
+	}
+	*rules = json_deep_copy(list);
+	return 0;
+}
+
+static int broker_save(struct sandbox *sb, struct k8_err *err)
+{
+	cleanup_free char *path = xasprintf("%s/broker.json", sb->dir);
+	json_t *o = json_pack("{s:s,s:O}", "placeholder", sb->broker->placeholder, "rules",
+			      sb->broker->rules);
+	char *t = json_dumps(o, JSON_INDENT(2));
+	int r = write_file_atomic(path, t, strlen(t), 0600);
+
+	json_decref(o);
+	free(t);
+	if (r)
+		return k8_err_set(err, r, "writing %s: %s", path, strerror(-r));
+	return 0;
+}
+
+static struct sb_broker *broker_new(json_t *rules)
+{
+	struct sb_broker *b = xcalloc(1, sizeof(*b));
+	unsigned char rnd[16];
+
+	b->rules = rules;
+	sidecar_init(&b->sc, "kosa8-broker");
+	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+		abort();                /* never a guessable placeholder */
+	snprintf(b->placeholder, sizeof(b->placeholder), "%s", BROKER_PH_PREFIX);
+	for (int i = 0; i < 16; i++)
+		snprintf(b->placeholder + 6 + 2 * i, 3, "%02x", rnd[i]);
+	return b;
+}
+
+int broker_create(struct sandbox *sb, json_t *rules, struct k8_err *err)
+{
+	if (!rules)
+		return 0;
+	sb->broker = broker_new(rules);
+	return broker_save(sb, err);
+}
+
+int broker_fork(struct sandbox *src, struct sandbox *sb, struct k8_err *err)
+{
+	json_t *rules;
+
+	broker_load(src);
+	pthread_mutex_lock(&src->lock);
+	rules = src->broker ? json_deep_copy(src->broker->rules) : NULL;
+	pthread_mutex_unlock(&src->lock);
+	return broker_create(sb, rules, err);
+}
+
+void broker_load(struct sandbox *sb)
+{
+	cleanup_free char *path = xasprintf("%s/broker.json", sb->dir);
+	json_t *o, *rules;
+	const char *ph;
+
+	if (sb->broker || access(path, F_OK) < 0)
+		return;
+	o = json_load_file(path, 0, NULL);
+	rules = json_object_get(o, "rules");
+	ph = json_string_value(json_object_get(o, "placeholder"));
+	if (json_is_array(rules) && ph && strlen(ph) == 38) {
+		struct sb_broker *b = broker_new(json_incref(rules));
+		snprintf(b->placeholder, sizeof(b->placeholder), "%s", ph);
+		pthread_mutex_lock(&sb->lock);
+		if (!sb->broker) {
+			sb->broker = b;
+			b = NULL;
+		}
+		pthread_mutex_unlock(&sb->lock);
+		if (b) {                /* another thread loaded it first */
+			json_decref(b->rules);
+			free(b);
+		}
+	}
+	json_decref(o);
+}
+
+bool broker_dir(struct daemon *d, struct sandbox *sb, char *out, size_t n)
+{
+	broker_load(sb);
+	if (!sb->broker)
+		return false;
+	sb_sock_path(d, sb, "broker.d", out, n);
+	return true;
+}
+
+/* {"NAME": "VALUE", ...} for every secret the rules use that exists, written whole to a
+ * pipe (far below its 64 KiB: 16 rules of 4 KiB at most) whose read end is returned. */
+static int broker_secrets_pipe(struct daemon *d, struct sb_broker *b, int *rfd,
+			       struct k8_err *err)
+{
+	json_t *o = json_object(), *v;
+	char name[SECRET_NAME_MAX + 2], *text;
+	size_t i, len;
+	int p[2];
+
+	json_array_foreach(b->rules, i, v) {
+		char *val = NULL;
+		size_t vl = 0;
+		struct k8_err e2 = { 0 };
+		if (broker_rule_secret(json_string_value(v), name, sizeof(name)) < 0 ||
+		    json_object_get(o, name))
+			continue;
+		/* A secret removed since: the rule answers 503 no_secret until it is set. */
+		if (secret_read(d->home, name, &val, &vl, &e2) < 0)
+			continue;
+		json_object_set_new(o, name, json_stringn(val, vl));
+		secret_wipe(val, vl);
+	}
+	text = json_dumps(o, JSON_COMPACT);
+	const char *k;
+	json_t *s;
+	json_object_foreach(o, k, s)
+		OPENSSL_cleanse((char *)json_string_value(s), json_string_length(s));
+	json_decref(o);
+	if (!text)
+		return k8_err_set(err, -ENOMEM, "out of memory");
+	len = strlen(text);
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		OPENSSL_cleanse(text, len);
+		free(text);
+		return k8_err_set(err, -errno, "pipe: %s", strerror(errno));
+	}
+	ssize_t w = write(p[1], text, len);
+	OPENSSL_cleanse(text, len);
+	free(text);
+	close(p[1]);
+	if (w != (ssize_t)len) {
+		close(p[0]);
+		return k8_err_set(err, -EIO, "handing the secrets to kosa8-broker failed");
+	}
+	*rfd = p[0];
+	return 0;
+}
+
+static void broker_event(void *ctx, json_t *ev)
+{
+	struct sandbox *sb = ctx;
+	const char *name = json_string_value(json_object_get(ev, "event"));
+
+	if (name && !strcmp(name, "down") && sb->broker && !sb->broker->sc.closing)
+		daemon_log("sandbox %s: kosa8-broker is gone (%s): model API calls fail until "
+			   "its next boot", sb->name,
+			   json_string_value(json_object_get(ev, "why")));
+}
+
+static void broker_pid_save(struct sandbox *sb)
+{
+	cleanup_free char *path = xasprintf("%s/broker.pid", sb->dir);
+	char t[64];
+	int n = snprintf(t, sizeof(t), "%d %llu\n", (int)sb->broker->sc.pid,
+			 sb->broker->sc.pid_start);
+	write_file_atomic(path, t, (size_t)n, 0600);
+}
+
+int broker_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
+{
+	char dir[4200], sock[4300], ctl[4200], user[32];
+	cleanup_free char *exe = sidecar_exe("kosa8-broker");
+	cleanup_free char *rules = xasprintf("%s/broker.json", sb->dir);
+	cleanup_free char *log = xasprintf("%s/broker.log", sb->dir);
+	json_t *cfg;
+	char **ca, **resolve;
+	const char *argv[64];
+	int argc = 0, fd = -1, r;
+	struct sb_broker *b;
+	uid_t nuid = 0, buid = 65534;
+
+	if (!broker_dir(d, sb, dir, sizeof(dir)))
+		return 0;
+	b = sb->broker;
+	sb_sock_path(d, sb, "brokerctl", ctl, sizeof(ctl));
+	if (sidecar_alive(&b->sc)) {
+		if (sidecar_connected(&b->sc))
+			return 0;
+		return sidecar_connect(&b->sc, ctl, broker_event, sb, err);
+	}
+	if (access(exe, X_OK) < 0)
+		return k8_err_set(err, -ENOENT, "%s is missing (the sandbox has --broker rules); "
+				  "build it with `make`", exe);
+	snprintf(sock, sizeof(sock), "%s/sock", dir);
+	if ((r = mkdir_p(dir, 0700)))
+		return k8_err_set(err, r, "mkdir %s: %s", dir, strerror(-r));
+	unlink(sock);
+	if (sb->jail_index >= 0) {
+		nuid = jail_uid(&d->jail, sb->jail_index, JAIL_NET);
+		buid = jail_uid(&d->jail, sb->jail_index, JAIL_BROKER);
+	}
+	snprintf(user, sizeof(user), "%u:%u", (unsigned)buid, (unsigned)buid);
+	if ((r = broker_secrets_pipe(d, b, &fd, err)))
+		return r;
+	cfg = daemon_config(d);
+	ca = daemon_setting_list("KOSA8_BROKER_CA_FILE", cfg, "broker_ca_file");
+	resolve = daemon_setting_list("KOSA8_BROKER_RESOLVE", cfg, "broker_resolve");
+	json_decref(cfg);
+	argv[argc++] = exe;
+	argv[argc++] = "--rules";
+	argv[argc++] = rules;
+	argv[argc++] = "--listen";
+	argv[argc++] = sock;
+	argv[argc++] = "--control";
+	argv[argc++] = ctl;
+	argv[argc++] = "--secrets-fd";
+	argv[argc++] = "3";
+	if (geteuid() == 0) {
+		argv[argc++] = "--user";
+		argv[argc++] = user;
+	}
+	if (ca && ca[0]) {
+		argv[argc++] = "--ca-file";
+		argv[argc++] = ca[0];
+	}
+	for (int i = 0; resolve && resolve[i] && argc < (int)ARRAY_SIZE(argv) - 3; i++) {
+		argv[argc++] = "--resolve";
+		argv[argc++] = resolve[i];
+	}
+	argv[argc] = NULL;
+	r = sidecar_start_fds(&b->sc, argv, log, &fd, 1, ctl, broker_event, sb, err);
+	close(fd);
+	daemon_setting_list_free(ca);
+	daemon_setting_list_free(resolve);
+	if (r)
+		return r;
+	/* Only the sandbox's kosa8-net may connect (it made the socket as root, 0600). */
+	if (geteuid() == 0 && (chown(dir, nuid ? nuid : 65534, nuid ? nuid : 65534) < 0 ||
+			       chown(sock, nuid ? nuid : 65534, nuid ? nuid : 65534) < 0 ||
+			       chmod(sock, 0600) < 0)) {
+		r = k8_err_set(err, -errno, "handing %s to kosa8-net: %s", sock, strerror(errno));
+		sidecar_stop(&b->sc);
+		return r;
+	}
+	broker_pid_save(sb);
+	daemon_log("sandbox %s: kosa8-broker running (pid %d, %zu rule(s))", sb->name,
+		   (int)b->sc.pid, json_array_size(b->rules));
+	return 0;
+}
+
+void broker_adopt(struct daemon *d, struct sandbox *sb)
+{
+	cleanup_free char *path = xasprintf("%s/broker.pid", sb->dir);
+	cleanup_free char *text = NULL;
+	char ctl[4200];
+	size_t len;
+	int pid;
+	unsigned long long start;
+	struct k8_err err = { 0 };
+
+	broker_load(sb);
+	if (!sb->broker || read_file(path, 64, &text, &len) < 0 ||
+	    sscanf(text, "%d %llu", &pid, &start) != 2)
+		return;
+	sb->broker->sc.pid = pid;
+	sb->broker->sc.pid_start = start;
+	if (!sidecar_alive(&sb->broker->sc))
+		return;
+	sb_sock_path(d, sb, "brokerctl", ctl, sizeof(ctl));
+	if (sidecar_connect(&sb->broker->sc, ctl, broker_event, sb, &err))
+		daemon_log("sandbox %s: cannot reach kosa8-broker: %s", sb->name, err.msg);
+}
+
+void broker_down(struct daemon *d, struct sandbox *sb)
+{
+	json_t *st = NULL;
+	struct k8_err err = { 0 };
+	char dir[4200], p[4300];
+
+	if (!sb->broker)
+		return;
+	/* The counts since it started: one audit record (hosts, requests, refusals). */
+	if (sidecar_connected(&sb->broker->sc) &&
+	    sidecar_request(&sb->broker->sc, json_pack("{s:s}", "op", "stats"), BROKER_REQ_MS,
+			    &st, &err) == 0) {
+		json_t *s = json_object_get(st, "stats");
+		daemon_audit(d, "sandbox.broker.counts", sb->name,
+			     json_pack("{s:O?,s:O?,s:O?,s:O?}", "requests",
+				       json_object_get(s, "requests"), "refusals",
+				       json_object_get(s, "refusals"), "refused",
+				       json_object_get(s, "refused"), "hosts",
+				       json_object_get(s, "hosts")));
+	}
+	json_decref(st);
+	sb->broker->sc.closing = true;
+	sidecar_stop(&sb->broker->sc);
+	sb->broker->sc.closing = false;
+	sb_sock_path(d, sb, "brokerctl", p, sizeof(p));
+	unlink(p);
+	sb_sock_path(d, sb, "broker.d", dir, sizeof(dir));
+	snprintf(p, sizeof(p), "%s/sock", dir);
+	unlink(p);
+	rmdir(dir);
+}
+
+void broker_free(struct sandbox *sb)
+{
+	if (!sb->broker)
+		return;
+	json_decref(sb->broker->rules);
+	json_decref(sb->broker->sc.replies);
+	free(sb->broker);
+	sb->broker = NULL;
+}
+
+json_t *broker_summary(struct sandbox *sb)
+{
+	if (!sb->broker)
+		return NULL;
+	return json_pack("{s:O,s:s}", "rules", sb->broker->rules, "url",
+			 "http://" GUEST_BROKER_NAME);
+}
+
+json_t *broker_env(struct sandbox *sb)
+{
+	json_t *env = json_array();
+	struct sb_broker *b;
+
+	broker_load(sb);
+	b = sb->broker;
+	if (!b)
+		return env;
+	json_array_append_new(env, json_sprintf("KOSA8_BROKER_URL=http://%s", GUEST_BROKER_NAME));
+	json_array_append_new(env, json_sprintf("KOSA8_BROKER_PLACEHOLDER=%s", b->placeholder));
+	if (broker_has_rule(b, "openai")) {
+		json_array_append_new(env, json_sprintf("OPENAI_API_KEY=%s", b->placeholder));
+		json_array_append_new(env, json_sprintf("OPENAI_BASE_URL=http://openai.%s/v1",
+							GUEST_BROKER_NAME));
+	}
+	if (broker_has_rule(b, "anthropic")) {
+		json_array_append_new(env, json_sprintf("ANTHROPIC_API_KEY=%s", b->placeholder));
+		json_array_append_new(env, json_sprintf("ANTHROPIC_BASE_URL=http://anthropic.%s",
+							GUEST_BROKER_NAME));
+	}
+	return env;
+}
+
+static bool broker_uses(const struct sb_broker *b, const char *name)
+{
+	char s[SECRET_NAME_MAX + 2];
+	size_t i;
+	json_t *v;
+
+	json_array_foreach(b->rules, i, v)
+		if (broker_rule_secret(json_string_value(v), s, sizeof(s)) == 0 && !strcmp(s, name))
+			return true;
+	return false;
+}
+
+int broker_secret_changed(struct daemon *d, const char *name, const char *value, size_t n)
+{
+	struct sandbox *list[256];
+	int nl = 0, pushed = 0;
+
+	pthread_mutex_lock(&d->lock);
+	for (struct sandbox *sb = d->sandboxes; sb && nl < (int)ARRAY_SIZE(list); sb = sb->next) {
+		if (!sb->broker || !broker_uses(sb->broker, name))
+			continue;
+		__atomic_add_fetch(&sb->users, 1, __ATOMIC_SEQ_CST);
+		list[nl++] = sb;
+	}
+	pthread_mutex_unlock(&d->lock);
+	for (int i = 0; i < nl; i++) {
+		struct sandbox *sb = list[i];
+		struct k8_err err = { 0 };
+		if (sidecar_connected(&sb->broker->sc)) {
+			json_t *req = json_pack("{s:s,s:s,s:s%}", "op", "secret", "name", name,
+						"value", value, n);
+			if (sidecar_request(&sb->broker->sc, req, BROKER_REQ_MS, NULL, &err) == 0)
+				pushed++;
+			else
+				daemon_log("sandbox %s: kosa8-broker did not take the new value of "
+					   "'%s': %s", sb->name, name, err.msg);
+		}
+		sb_put(d, sb);
+	}
+	return pushed;
+}
+
+int broker_api_status(struct api_call *call)
+{
+	struct sandbox *sb = sb_get(call->d, api_param(call, "name"), &call->err);
+	json_t *st = NULL, *o;
+	struct k8_err e2 = { 0 };
+
+	if (!sb)
+		return call->err.code;
+	broker_load(sb);
+	if (!sb->broker) {
+		int r = k8_err_set(&call->err, -ENOENT, "sandbox '%s' has no broker; create one "
+				   "with --broker PROVIDER=SECRET", sb->name);
+		sb_put(call->d, sb);
+		return r;
+	}
+	pthread_mutex_lock(&sb->lock);
+	o = broker_summary(sb);
+	pthread_mutex_unlock(&sb->lock);
+	if (sidecar_connected(&sb->broker->sc) &&
+	    sidecar_request(&sb->broker->sc, json_pack("{s:s}", "op", "stats"), BROKER_REQ_MS,
+			    &st, &e2) == 0) {
+		json_object_set(o, "stats", json_object_get(st, "stats"));
+		json_object_set_new(o, "state", json_string("up"));
+	} else {
+		json_object_set_new(o, "state", json_string("down"));
+		if (e2.msg[0])
+			json_object_set_new(o, "why", json_string(e2.msg));
+	}
+	json_decref(st);
+	sb_put(call->d, sb);
+	call->out = o;
+	return 0;
+}
