@@ -14,7 +14,7 @@ layer() {
 	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
 	egress|mounts) echo 4 ;;             # a sandbox's parts: its network, its folders
-	sandbox) echo 5 ;;                   # a sandbox's lifecycle
+	sandbox|spare) echo 5 ;;             # a sandbox's lifecycle; its spare (rewind)
 	checkpoint|exec|containers|images|model|bundle|secret) echo 6 ;;  # other resources
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;

@@ -17,6 +17,7 @@ enum {
 	OPT_EGRESS_ALLOW = 'G', OPT_MOUNT = 'm', OPT_ENV = 'e', OPT_WORKDIR = 'w',
 	OPT_USER = 'u', OPT_INTERACTIVE = 'i', OPT_DETACH = 'd', OPT_WIPE = 'W',
 	OPT_FORCE = 'f', OPT_TIMEOUT = 't', OPT_ALLOW = 'A', OPT_REMOVE = 'R', OPT_MODE = 'O',
+	OPT_SPARE = 'S',
 };
 
 /* "/v1/sandboxes/<name><suffix>" with the name URL-encoded. */
@@ -82,13 +83,14 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		{ "cpus", 0, 1, OPT_CPUS }, { "memory", 0, 1, OPT_MEMORY },
 		{ "disk", 0, 1, OPT_DISK }, { "egress", 0, 1, OPT_EGRESS },
 		{ "egress-allow", 0, 1, OPT_EGRESS_ALLOW }, { "mount", 0, 1, OPT_MOUNT },
+		{ "rewind-spare", 0, 1, OPT_SPARE },
 		{ "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
 	};
 	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
 	long cpus = 2, mem = 1024, disk = 4;
-	const char *egress = NULL;
+	const char *egress = NULL, *spare = NULL;
 	json_t *body = NULL, *res = NULL, *allow = NULL, *mounts = NULL;
 	int rc, r, json = 0;
 
@@ -106,6 +108,7 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		case OPT_MEMORY: r = cli_parse_range("--memory", v, 128, 65536, &mem, &err); break;
 		case OPT_DISK: r = cli_parse_range("--disk", v, 1, 1024, &disk, &err); break;
 		case CLI_OPT_JSON: json = 1; break;
+		case OPT_SPARE: spare = v; break;      /* the daemon checks it */
 		case OPT_EGRESS:
 			if (strcmp(v, "deny") && strcmp(v, "allow-all"))
 				r = k8_err_set(&err, -EINVAL,
@@ -154,6 +157,8 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		json_object_set(body, "egress_allow", allow);
 	if (mounts)
 		json_object_set(body, "mounts", mounts);
+	if (spare)
+		json_object_set_new(body, "rewind_spare", json_string(spare));
 	rc = cli_post_progress(&cl, "/v1/sandboxes", body, json, &res);
 	if (rc != CLI_EXIT_OK)
 		goto out;
@@ -761,7 +766,8 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	{ "sandbox create", cmd_create, "create and boot a sandbox (a small VM)",
 	  "Usage: kosa8 sandbox create NAME [--cpus N] [--memory MIB] [--disk GB]\n"
 	  "           [--egress deny|allow-all] [--egress-allow HOST]... "
-	  "[--mount HOST:GUEST[:ro]]... [--json]\n"
+	  "[--mount HOST:GUEST[:ro]]...\n"
+	  "           [--rewind-spare latest|off|LABEL] [--json]\n"
 	  "\n"
 	  "Create a sandbox: a virtual machine with its own kernel, booted and ready to run\n"
 	  "containers. NAME is 1-63 characters: lower-case letters, digits, '_', '.', '-'\n"
@@ -781,6 +787,10 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "                         its containers; writable unless :ro (enforced on the\n"
 	  "                         host). HOST must exist and, when the daemon was started\n"
 	  "                         with --allow-mount, lie below one of those folders\n"
+	  "  --rewind-spare WHICH   keep a spare of a checkpoint, restored and stopped, so\n"
+	  "                         a rewind to it takes tens of milliseconds: latest (the\n"
+	  "                         label rewound to most recently; the default), off, or\n"
+	  "                         a LABEL. It costs the host the checkpoint's memory\n"
 	  "  --json                 progress as JSON lines, then the sandbox as one line\n"
 	  "\n"
 	  "Example:\n"

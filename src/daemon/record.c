@@ -86,6 +86,8 @@ static json_t *sb_record(struct sandbox *sb)
 						      "rules", sb->egress_rules));
 	json_object_set_new(rec, "mounts", sb_mounts_json(sb, false));
 	json_object_set_new(rec, "jail_index", json_integer(sb->jail_index));
+	if (sb->rewind_spare[0])
+		json_object_set_new(rec, "rewind_spare", json_string(sb->rewind_spare));
 	json_object_set_new(rec, "sidecars",
 			    json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "net", "pid",
 				      (json_int_t)sb->net.pid, "pid_start",

@@ -15,6 +15,7 @@
 #include "daemon/api_route.h"
 #include "daemon/audit.h"
 #include "daemon/layers.h"
+#include "daemon/spare.h"
 #include "image/image.h"
 
 #include <dirent.h>
@@ -99,6 +100,7 @@ static void sb_free(struct sandbox *sb)
 	pthread_mutex_destroy(&sb->lock);
 	pthread_mutex_destroy(&sb->audit_mu);
 	pthread_cond_destroy(&sb->cond);
+	spare_free(sb);
 	free(sb);
 }
 
@@ -133,6 +135,7 @@ static void sb_on_event(void *ctx, json_t *ev)
 
 void sb_kill_vm(struct daemon *d, struct sandbox *sb)
 {
+	spare_drop(d, sb);              /* a stopped or removed sandbox keeps no spare */
 	sb_kill_qemu(d, sb);
 	sidecar_stop(&sb->net);
 	sidecar_stop(&sb->fs);
@@ -660,6 +663,11 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 		json_object_set_new(o, "forked", json_boolean(sb->forked));
 		json_object_set_new(o, "disk_top", json_string(sb->disk[0] ? sb->disk : "scratch.qcow2"));
 		json_object_set_new(o, "paused", json_boolean(sb->paused || sb->state == SB_PAUSED));
+		json_object_set_new(o, "rewind_spare", json_string(sb->rewind_spare[0]
+			? sb->rewind_spare : SPARE_LATEST));
+		json_t *spj = spare_json(sb);
+		if (spj)
+			json_object_set_new(o, "spare", spj);
 	}
 	pthread_mutex_unlock(&sb->lock);
 	if (detail && sb->state == SB_RUNNING && !sb->paused) {
@@ -729,6 +737,11 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
 	}
 	sb->forked = json_is_true(json_object_get(rec, "forked"));
+	{
+		const char *rs = json_string_value(json_object_get(rec, "rewind_spare"));
+		if (rs && spare_setting_valid(rs))
+			snprintf(sb->rewind_spare, sizeof(sb->rewind_spare), "%s", rs);
+	}
 	{
 		json_t *ji = json_object_get(rec, "jail_index");
 		struct k8_err jerr = { 0 };
@@ -805,6 +818,7 @@ int sb_load_all(struct daemon *d)
 			daemon_log("skipping %s/%s: no readable sandbox.json", dir, de->d_name);
 			continue;
 		}
+		spare_reap(d, sb);      /* spares are not adopted */
 		if (sb->state == SB_PAUSED && sb_paused_on_disk(sb)) {
 			/* A daemon killed between the save and QEMU's end leaves it. */
 			if (vm_alive(sb->pid, sb->pid_start))
@@ -950,6 +964,10 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	    (r = body_int(body, "memory_mib", 1024, 128, 65536, &mem, err)) ||
 	    (r = body_int(body, "disk_gb", 4, 1, 1024, &disk, err)))
 		return r;
+	const char *spare = json_string_value(json_object_get(body, "rewind_spare"));
+	if ((json_object_get(body, "rewind_spare") && !spare) || (spare && !spare_setting_valid(spare)))
+		return k8_err_set(err, -EINVAL, "rewind_spare: give \"latest\", \"off\" or a "
+				  "checkpoint label (1-63 letters, digits, '-', '_', '.')");
 	if (!d->guest.kernel[0])
 		return k8_err_set(err, -ENOENT,
 				  "the guest image is missing, so no VM can boot; build it with `make`");
@@ -972,6 +990,8 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	sb->cpus = cpus;
 	sb->memory_mib = mem;
 	sb->disk_gb = disk;
+	if (spare)
+		snprintf(sb->rewind_spare, sizeof(sb->rewind_spare), "%s", spare);
 	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", mode);
 	json_decref(sb->egress_rules);
 	sb->egress_rules = rules;

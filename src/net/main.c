@@ -87,11 +87,10 @@ static void net_frames_close(struct net *n)
 	engine_guest_gone(n);
 }
 
-static void net_frames_accept(struct net *n)
+/* `fd` (a connected stream socket, ours from now on) carries the frames from now on; the
+ * old connection goes and with it every flow (engine_guest_gone), as when QEMU ends. */
+void net_frames_take(struct net *n, int fd)
 {
-	int fd = accept4(n->frames_lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0)
-		return;
 	if (n->frames_fd >= 0)
 		net_log(n, "frames: a new connection replaces the old one");
 	net_frames_close(n);
@@ -99,6 +98,13 @@ static void net_frames_accept(struct net *n)
 	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
 	n->frames_fd = fd;
+}
+
+static void net_frames_accept(struct net *n)
+{
+	int fd = accept4(n->frames_lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd >= 0)
+		net_frames_take(n, fd);
 }
 
 /* Frames from QEMU: a 4-byte big-endian length before each. */
@@ -248,7 +254,7 @@ int main(int argc, char **argv)
 	if (lfd < 0)
 		sc_die("--control %s: %s", control, strerror(-lfd));
 	sc_ctl_init(&n->ctl, lfd, &(struct sc_ctl_conf){ .line_max = CTL_LINE_MAX,
-		.max_clients = 1, .handle = ctl_handle, .ctx = n });
+		.max_clients = 1, .take_fds = true, .handle = ctl_handle, .ctx = n });
 	/* Jailed before "ready", so a failure reaches the daemon as an error. */
 	if (user)
 		net_drop_privileges(user, cgroups, ncg);
