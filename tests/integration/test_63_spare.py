@@ -147,9 +147,14 @@ def test_each_rewind_uses_a_fresh_spare(home, loaded, spsb):
 def test_rewind_right_after_another_is_cold_and_works(home, loaded, spsb):
     name, cid = spsb
     spare_ready(home, name, "clean")
-    assert rewind(home, name, "clean")["spare"] is True
     dirty(home, name, cid)
-    r = rewind(home, name, "clean")      # the next spare is still loading
+    assert rewind(home, name, "clean")["spare"] is True
+    # Back to back: the next spare is still loading (it takes a few hundred ms under
+    # TCG, the CLI a few); a second try covers a scheduler that let it finish.
+    for _ in range(3):
+        r = rewind(home, name, "clean")
+        if not r["spare"]:
+            break
     assert r["spare"] is False, r
     o = observe(home, name, cid, loaded)
     assert o["files"][:2] == ["1", "kept"] and len(o["holder"]) == 16
