@@ -35,6 +35,31 @@ static json_t *ctl_stats(struct net *n)
 			 (json_int_t)n->res.sent);
 }
 
+/* The frame connection (main.c polls it; here so that the unit tests, which link no
+ * main.c, have it too). */
+void net_frames_close(struct net *n)
+{
+	if (n->frames_fd >= 0)
+		close(n->frames_fd);
+	n->frames_fd = -1;
+	n->finlen = 0;
+	outq_reset(&n->fout);
+	engine_guest_gone(n);
+}
+
+/* `fd` (a connected stream socket, ours from now on) carries the frames from now on; the
+ * old connection goes and with it every flow (engine_guest_gone), as when QEMU ends. */
+void net_frames_take(struct net *n, int fd)
+{
+	if (n->frames_fd >= 0)
+		net_log(n, "frames: a new connection replaces the old one");
+	net_frames_close(n);
+	int sz = 1 << 20;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	n->frames_fd = fd;
+}
+
 /* "frames" with a descriptor: the daemon hands over the socket of the VM that replaces
  * the current one (a rewind through a spare, docs/design.md), already connected to that
  * QEMU's NIC. It must be a stream socket; it is put in non-blocking mode. */

@@ -77,29 +77,6 @@ static void net_drop_privileges(const char *spec, const char *const *cgroups, in
 		sc_die("jail (%s): %s", spec, jerr.msg);
 }
 
-static void net_frames_close(struct net *n)
-{
-	if (n->frames_fd >= 0)
-		close(n->frames_fd);
-	n->frames_fd = -1;
-	n->finlen = 0;
-	outq_reset(&n->fout);
-	engine_guest_gone(n);
-}
-
-/* `fd` (a connected stream socket, ours from now on) carries the frames from now on; the
- * old connection goes and with it every flow (engine_guest_gone), as when QEMU ends. */
-void net_frames_take(struct net *n, int fd)
-{
-	if (n->frames_fd >= 0)
-		net_log(n, "frames: a new connection replaces the old one");
-	net_frames_close(n);
-	int sz = 1 << 20;
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
-	n->frames_fd = fd;
-}
-
 static void net_frames_accept(struct net *n)
 {
 	int fd = accept4(n->frames_lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
