@@ -198,3 +198,32 @@ def test_setting_off_keeps_no_spare(home):
         home("sandbox", "rm", name)
     p = home("sandbox", "create", "spbad", "--rewind-spare", "../x")
     assert p.returncode != 0 and "rewind_spare" in p.stderr
+
+
+def test_a_restarted_daemon_ends_a_spare_left_behind():
+    """kill -9 of the daemon leaves the spare's QEMU running; the next daemon ends it
+    (spares are not adopted) and the sandbox's own VM is adopted as always."""
+    import signal
+    from conftest import Home, daemon_pid, new_home
+    h = Home(new_home("k8sr-"))
+    h.start()
+    try:
+        h("sandbox", "create", "r", "--cpus", "1", "--memory", "256", "--disk", "2", check=True)
+        h("checkpoint", "r", "--label", "c", check=True)
+        rewind(h, "r", "c")
+        pid = spare_ready(h, "r", "c")
+        vm = h.json("sandbox", "inspect", "r")["pid"]
+        os.kill(daemon_pid(h.path), signal.SIGKILL)
+        assert wait_for(lambda: not os.path.exists("/proc/%d" % daemon_pid(h.path)) or
+                        not alive(daemon_pid(h.path)), 10)
+        h.start()
+        assert wait_for(lambda: not alive(pid), 15), "the old spare still runs"
+        info = h.json("sandbox", "inspect", "r")
+        assert info["state"] == "running" and info["pid"] == vm and "spare" not in info
+        assert not os.path.exists(os.path.join(h.path, "sandboxes", "r", "spare.json"))
+        # and the next rewind makes a new one
+        rewind(h, "r", "c")
+        assert spare_ready(h, "r", "c") != pid
+    finally:
+        h.stop()
+        shutil.rmtree(h.path, ignore_errors=True)
