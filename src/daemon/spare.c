@@ -443,18 +443,6 @@ void spare_after_rewind(struct daemon *d, struct sandbox *sb, const char *label)
 	spare_want(d, sb, want);
 }
 
-void spare_setting_changed(struct daemon *d, struct sandbox *sb)
-{
-	struct spare *sp = spare_of(sb);
-	char cur[64], want[64];
-
-	pthread_mutex_lock(&sp->mu);
-	snprintf(cur, sizeof(cur), "%s", sp->want);
-	pthread_mutex_unlock(&sp->mu);
-	spare_wanted(sb, cur[0] ? cur : NULL, want, sizeof(want));
-	spare_want(d, sb, want);
-}
-
 int spare_take(struct daemon *d, struct sandbox *sb, const char *label, char *layer,
 	       size_t n, struct k8_err *err)
 {

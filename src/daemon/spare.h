@@ -22,9 +22,6 @@ bool spare_setting_valid(const char *v);
  * it in the background if the sandbox's setting asks for one, and drop a spare of
  * another label that the setting no longer wants. Never fails the caller. */
 void spare_after_rewind(struct daemon *d, struct sandbox *sb, const char *label);
-/* The setting changed (or a checkpoint was made that it names): start or drop a spare
- * to match. Caller holds the busy token. */
-void spare_setting_changed(struct daemon *d, struct sandbox *sb);
 
 /* A rewind to `label` through the ready spare of that label. Caller holds the busy
  * token; the sandbox runs with its sidecars up. Returns:
