@@ -8,6 +8,8 @@ echo "== images from a registry (issue 3)"
 python3 pull.py
 echo "== checkpoint and rewind (issue 6)"
 python3 checkpoint.py
+echo "== rewind through a spare against a cold rewind (issue 15)"
+python3 spare.py
 echo "== pause and resume: to disk against in memory (issue 15)"
 python3 pause.py
 echo "== what an idle sandbox costs: TCG's cache sizes, then paused by the idle pause (issue 15)"

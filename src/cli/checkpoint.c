@@ -201,8 +201,9 @@ static int cmd_rewind(const struct cli_cmd *self, int argc, char **argv, const c
 		if (cli_has_opt(&a, CLI_OPT_JSON))
 			out_json(res, 0);
 		else
-			printf("%s rewound to %s in %lld ms\n", a.pos[0], to,
-			       (long long)json_integer_value(json_object_get(res, "ms")));
+			printf("%s rewound to %s in %lld ms%s\n", a.pos[0], to,
+			       (long long)json_integer_value(json_object_get(res, "ms")),
+			       json_is_true(json_object_get(res, "spare")) ? " (spare)" : "");
 	}
 	json_decref(body);
 	json_decref(res);
@@ -221,7 +222,8 @@ const struct cli_cmd cli_rewind_cmd = {
 	"Options:\n"
 	"  -t, --to LABEL   the checkpoint\n"
 	"  -y, --yes        do not ask\n"
-	"  --json           {\"label\",\"ms\"} as one line\n"
+	"  --json           {\"label\",\"ms\",\"spare\"} as one line (spare: true when a\n"
+	"                   spare restored ahead of time was swapped in)\n"
 	"\n"
 	"Example:\n"
 	"  kosa8 rewind interp --to clean -y\n",

@@ -19,6 +19,7 @@ enum {
 	OPT_FORCE = 'f', OPT_TIMEOUT = 't', OPT_ALLOW = 'A', OPT_REMOVE = 'R', OPT_MODE = 'O',
 	OPT_IDLE_PAUSE = 'P',
 	OPT_BROKER = 'B',
+	OPT_SPARE = 'S',
 };
 
 /* "/v1/sandboxes/<name><suffix>" with the name URL-encoded. */
@@ -85,6 +86,7 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		{ "disk", 0, 1, OPT_DISK }, { "egress", 0, 1, OPT_EGRESS },
 		{ "egress-allow", 0, 1, OPT_EGRESS_ALLOW }, { "mount", 0, 1, OPT_MOUNT },
 		{ "idle-pause", 0, 1, OPT_IDLE_PAUSE }, { "broker", 0, 1, OPT_BROKER },
+		{ "rewind-spare", 0, 1, OPT_SPARE },
 		{ "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
 	};
 	json_t *broker = NULL;
@@ -94,7 +96,7 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 	long cpus = 2, mem = 1024, disk = 4;
 	uint64_t idle = 0;
 	int idle_set = 0;
-	const char *egress = NULL;
+	const char *egress = NULL, *spare = NULL;
 	json_t *body = NULL, *res = NULL, *allow = NULL, *mounts = NULL;
 	int rc, r, json = 0;
 
@@ -118,6 +120,7 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 				r = k8_err_set(&err, -EINVAL, "--idle-pause takes a duration of at "
 					       "most 30 days such as 90s, 15m, 2h or off (got '%s')", v);
 			break;
+		case OPT_SPARE: spare = v; break;      /* the daemon checks it */
 		case OPT_EGRESS:
 			if (strcmp(v, "deny") && strcmp(v, "allow-all"))
 				r = k8_err_set(&err, -EINVAL,
@@ -175,6 +178,8 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		json_object_set_new(body, "idle_pause_s", json_integer((json_int_t)idle));
 	if (broker)
 		json_object_set(body, "broker", broker);
+	if (spare)
+		json_object_set_new(body, "rewind_spare", json_string(spare));
 	rc = cli_post_progress(&cl, "/v1/sandboxes", body, json, &res);
 	if (rc != CLI_EXIT_OK)
 		goto out;
@@ -853,7 +858,8 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "Usage: kosa8 sandbox create NAME [--cpus N] [--memory MIB] [--disk GB]\n"
 	  "           [--egress deny|allow-all] [--egress-allow HOST]... "
 	  "[--mount HOST:GUEST[:ro]]...\n"
-	  "           [--idle-pause DURATION] [--broker PROVIDER=SECRET]... [--json]\n"
+	  "           [--idle-pause DURATION] [--broker PROVIDER=SECRET]...\n"
+	  "           [--rewind-spare latest|off|LABEL] [--json]\n"
 	  "\n"
 	  "Create a sandbox: a virtual machine with its own kernel, booted and ready to run\n"
 	  "containers. NAME is 1-63 characters: lower-case letters, digits, '_', '.', '-'\n"
@@ -882,6 +888,10 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "                         header:HOST:HEADER=SECRET (secrets from `kosa8 secret`);\n"
 	  "                         containers get OPENAI_API_KEY/ANTHROPIC_API_KEY (a\n"
 	  "                         placeholder) and OPENAI_BASE_URL/ANTHROPIC_BASE_URL\n"
+	  "  --rewind-spare WHICH   keep a spare of a checkpoint, restored and stopped, so\n"
+	  "                         a rewind to it takes tens of milliseconds: latest (the\n"
+	  "                         label rewound to most recently; the default), off, or\n"
+	  "                         a LABEL. It costs the host the checkpoint's memory\n"
 	  "  --json                 progress as JSON lines, then the sandbox as one line\n"
 	  "\n"
 	  "Example:\n"

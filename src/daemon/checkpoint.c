@@ -25,6 +25,7 @@
 #include "daemon/layers.h"
 #include "daemon/mounts.h"
 #include "daemon/sandbox.h"
+#include "daemon/spare.h"
 #include "daemon/api_route.h"
 
 #include <dirent.h>
@@ -222,6 +223,7 @@ static int remove_locked(struct sandbox *sb, const char *label, struct k8_err *e
 	if (access(meta, F_OK) < 0)
 		return k8_err_set(err, -ENOENT, "sandbox '%s' has no checkpoint '%s'; list them with "
 				  "`kosa8 checkpoint ls %s`", sb->name, label, sb->name);
+	spare_drop_label(sb->d, sb, label);     /* its spare goes with it */
 	unlink(meta);  /* first: from here on it is not listed */
 	rm_rf(dir);
 	ckpt_gc_layers(sb);
@@ -626,18 +628,61 @@ out:
 	return r;
 }
 
+/* Today's rewind, and the fallback of one through a spare: the VM killed, a new top
+ * layer over the frozen one, a QEMU with -incoming from the state file. Caller holds the
+ * busy token. Its new top layer's name goes to `layer`. */
+static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
+		       const char *frozen, json_t *meta, char *layer, size_t n,
+		       struct k8_err *err)
+{
+	cleanup_free char *state = NULL, *top = NULL, *cdir = NULL;
+	struct vm_image saved[K8_MAX_SLOTS];
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	int nsaved, r;
+	pid_t pid = 0;
+
+	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
+		return r;
+	nsaved = sb_images_from_json(json_object_get(meta, "images"), saved);
+	state = xasprintf("%s/checkpoints/%s/state", sb->dir, label);
+	sfd = open(state, O_RDONLY | O_CLOEXEC);
+	if (sfd < 0)
+		return k8_err_set(err, -errno, "open %s: %s", state, strerror(errno));
+	/* The old machine goes; its top layer is garbage unless a checkpoint needs it. Its
+	 * sidecars stay: kosa8-net keeps its counts, kosa8-fs takes the checkpoint's tables. */
+	pthread_mutex_lock(&sb->lock);
+	sb_kill_qemu(d, sb);
+	sb->state = SB_BOOTING;
+	pthread_mutex_unlock(&sb->lock);
+
+	new_layer_name(layer, n);
+	top = xasprintf("%s/%s", sb->dir, layer);
+	if ((r = make_top(sb, frozen, top, err)))
+		return r;
+	layers_set(sb->dir, layer, frozen);
+
+	pthread_mutex_lock(&sb->lock);
+	memcpy(sb->images, saved, sizeof(saved));
+	sb->nimages = nsaved;
+	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
+	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
+	pthread_mutex_unlock(&sb->lock);
+	cdir = ckpt_dir(sb, label);
+	if ((r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err)))
+		return r;
+	/* QEMU starts the guest by itself once the state is in. */
+	return sb_connect_vm(d, sb, pid, true, err);
+}
+
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err)
 {
-	cleanup_free char *state = NULL, *top = NULL;
 	char layer[64];
 	json_auto_t *meta = NULL;
 	const char *frozen;
-	struct vm_image saved[K8_MAX_SLOTS];
-	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
-	int nsaved = 0, r;
+	int r;
+	bool spare = false;
 	uint64_t t0 = now_mono_ns();
-	pid_t pid = 0;
 
 	if (!label_valid(label) || !(meta = meta_load(sb, label)))
 		return k8_err_set(err, -ENOENT, "sandbox '%s' has no checkpoint '%.80s'; list them "
@@ -651,43 +696,17 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 			     json_pack("{s:s,s:s}", "label", label, "error", err->msg));
 		return r;
 	}
-	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
-		return r;
-	nsaved = sb_images_from_json(json_object_get(meta, "images"), saved);
 
 	sb_busy_enter(sb);
-	state = xasprintf("%s/checkpoints/%s/state", sb->dir, label);
-	sfd = open(state, O_RDONLY | O_CLOEXEC);
-	if (sfd < 0) {
-		r = k8_err_set(err, -errno, "open %s: %s", state, strerror(errno));
-		goto out;
+	/* Through the spare when one of this label is ready (spare.c); else cold. */
+	r = spare_take(d, sb, label, layer, sizeof(layer), err);
+	if (r == 0) {
+		spare = true;
+		layers_set(sb->dir, layer, frozen);
+	} else if (r == -EAGAIN) {
+		k8_err_clear(err);
+		r = rewind_cold(d, sb, label, frozen, meta, layer, sizeof(layer), err);
 	}
-	/* The old machine goes; its top layer is garbage unless a checkpoint needs it. Its
-	 * sidecars stay: kosa8-net keeps its counts, kosa8-fs takes the checkpoint's tables. */
-	pthread_mutex_lock(&sb->lock);
-	sb_kill_qemu(d, sb);
-	sb->state = SB_BOOTING;
-	pthread_mutex_unlock(&sb->lock);
-
-	new_layer_name(layer, sizeof(layer));
-	top = xasprintf("%s/%s", sb->dir, layer);
-	if ((r = make_top(sb, frozen, top, err)))
-		goto fail;
-	layers_set(sb->dir, layer, frozen);
-
-	pthread_mutex_lock(&sb->lock);
-	memcpy(sb->images, saved, sizeof(saved));
-	sb->nimages = nsaved;
-	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
-	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
-	pthread_mutex_unlock(&sb->lock);
-	char *cdir = ckpt_dir(sb, label);
-	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
-	free(cdir);
-	if (r)
-		goto fail;
-	/* QEMU starts the guest by itself once the state is in. */
-	r = sb_connect_vm(d, sb, pid, true, err);
 	if (r == -EPROTONOSUPPORT)   /* the agent in memory is not the one meta.json named */
 		k8_err_wrap(err, "checkpoint '%s' holds an agent this kosa8 cannot talk to; the "
 			    "sandbox is stopped and boots its disk as it was before the rewind "
@@ -706,20 +725,24 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		rm_rf(pd);
 		free(pd);
 	}
-	*out = json_pack("{s:s,s:I}", "label", label, "ms",
-			 (json_int_t)((now_mono_ns() - t0) / 1000000));
+	json_int_t ms = (json_int_t)((now_mono_ns() - t0) / 1000000);
+	*out = json_pack("{s:s,s:I,s:b}", "label", label, "ms", ms, "spare", spare);
 	daemon_audit(d, "checkpoint.rewind", sb->name,
-		     json_pack("{s:s,s:I}", "label", label,
-			       "ms", (json_int_t)((now_mono_ns() - t0) / 1000000)));
+		     json_pack("{s:s,s:I,s:b}", "label", label, "ms", ms, "spare", spare));
+	spare_after_rewind(d, sb, label);       /* the next one, in the background */
 	goto out;
 fail:
 	pthread_mutex_lock(&sb->lock);
+	if (sb->state == SB_RUNNING && sb->pid > 0) {   /* failed before the VM went */
+		pthread_mutex_unlock(&sb->lock);
+		goto out;
+	}
 	sb->state = SB_FAILED;
 	snprintf(sb->error, sizeof(sb->error), "rewind to %s failed: %s", label, err->msg);
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
 	daemon_audit(d, "checkpoint.rewind.failed", sb->name,
-		     json_pack("{s:s,s:s}", "label", label, "error", err->msg));
+		     json_pack("{s:s,s:s,s:b}", "label", label, "error", err->msg, "spare", spare));
 out:
 	sb_busy_leave(sb);
 	return r;
@@ -776,6 +799,7 @@ static int pause_to_disk(struct daemon *d, struct sandbox *sb, struct k8_err *er
 	pthread_mutex_lock(&sb->lock);
 	j.user_paused = sb->paused;
 	pthread_mutex_unlock(&sb->lock);
+	spare_drop(d, sb);              /* a sandbox on disk holds no host memory */
 	if ((r = ckpt_stop_vcpus(&j, err)) || (r = ckpt_save_state(&j, err)))
 		goto out;
 	if (fsync(j.state_fd) < 0 || rename(j.tmpdir, final) < 0) {

@@ -88,6 +88,8 @@ static json_t *sb_record(struct sandbox *sb)
 	json_object_set_new(rec, "jail_index", json_integer(sb->jail_index));
 	if (sb->idle_pause_s >= 0)
 		json_object_set_new(rec, "idle_pause_s", json_integer(sb->idle_pause_s));
+	if (sb->rewind_spare[0])
+		json_object_set_new(rec, "rewind_spare", json_string(sb->rewind_spare));
 	json_object_set_new(rec, "sidecars",
 			    json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "net", "pid",
 				      (json_int_t)sb->net.pid, "pid_start",

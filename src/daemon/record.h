@@ -39,6 +39,8 @@ struct sb_mount {
  * a sandbox paused in memory is SB_RUNNING with `paused` set. */
 enum sb_state { SB_STOPPED, SB_BOOTING, SB_RUNNING, SB_FAILED, SB_REMOVING, SB_PAUSED };
 
+struct spare;
+
 struct sandbox {
 	struct sandbox *next;
 	struct daemon *d;               /* the daemon that owns it (event callbacks reach it) */
@@ -87,6 +89,10 @@ struct sandbox {
 	 * request that used it (sb_put), or of its creation or load. */
 	int idle_pause_s;
 	uint64_t last_use_ns;
+	/* rewind through a spare (spare.c): which checkpoint ("latest", "off", a label; ""
+	 * is "latest"), and the spare itself */
+	char rewind_spare[64];
+	struct spare *spare;
 };
 
 /* "stopped", "booting", ... as in sandbox.json and the API. */

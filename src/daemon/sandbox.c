@@ -16,6 +16,7 @@
 #include "daemon/api_route.h"
 #include "daemon/audit.h"
 #include "daemon/layers.h"
+#include "daemon/spare.h"
 #include "image/image.h"
 
 #include <dirent.h>
@@ -103,6 +104,7 @@ static void sb_free(struct sandbox *sb)
 	pthread_mutex_destroy(&sb->lock);
 	pthread_mutex_destroy(&sb->audit_mu);
 	pthread_cond_destroy(&sb->cond);
+	spare_free(sb);
 	free(sb);
 }
 
@@ -137,6 +139,7 @@ static void sb_on_event(void *ctx, json_t *ev)
 
 void sb_kill_vm(struct daemon *d, struct sandbox *sb)
 {
+	spare_drop(d, sb);              /* a stopped or removed sandbox keeps no spare */
 	sb_kill_qemu(d, sb);
 	sidecar_stop(&sb->net);
 	sidecar_stop(&sb->fs);
@@ -670,6 +673,11 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 		json_object_set_new(o, "idle_pause", json_pack("{s:i,s:s}", "after_s",
 			sb->idle_pause_s >= 0 ? sb->idle_pause_s : sb->d->idle_pause_s,
 			"from", sb->idle_pause_s >= 0 ? "sandbox" : "daemon"));
+		json_object_set_new(o, "rewind_spare", json_string(sb->rewind_spare[0]
+			? sb->rewind_spare : SPARE_LATEST));
+		json_t *spj = spare_json(sb);
+		if (spj)
+			json_object_set_new(o, "spare", spj);
 	}
 	pthread_mutex_unlock(&sb->lock);
 	if (detail && sb->state == SB_RUNNING && !sb->paused) {
@@ -747,6 +755,11 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			sb->idle_pause_s = (int)json_integer_value(ip);
 	}
 	{
+		const char *rs = json_string_value(json_object_get(rec, "rewind_spare"));
+		if (rs && spare_setting_valid(rs))
+			snprintf(sb->rewind_spare, sizeof(sb->rewind_spare), "%s", rs);
+	}
+	{
 		json_t *ji = json_object_get(rec, "jail_index");
 		struct k8_err jerr = { 0 };
 		sb->jail_index = json_is_integer(ji) ? (int)json_integer_value(ji) : -1;
@@ -822,6 +835,7 @@ int sb_load_all(struct daemon *d)
 			daemon_log("skipping %s/%s: no readable sandbox.json", dir, de->d_name);
 			continue;
 		}
+		spare_reap(d, sb);      /* spares are not adopted */
 		if (sb->state == SB_PAUSED && sb_paused_on_disk(sb)) {
 			/* A daemon killed between the save and QEMU's end leaves it. */
 			if (vm_alive(sb->pid, sb->pid_start))
@@ -973,6 +987,10 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	    (r = body_int(body, "disk_gb", 4, 1, 1024, &disk, err)) ||
 	    (r = body_int(body, "idle_pause_s", -1, 0, K8_IDLE_PAUSE_MAX_S, &idle, err)))
 		return r;
+	const char *spare = json_string_value(json_object_get(body, "rewind_spare"));
+	if ((json_object_get(body, "rewind_spare") && !spare) || (spare && !spare_setting_valid(spare)))
+		return k8_err_set(err, -EINVAL, "rewind_spare: give \"latest\", \"off\" or a "
+				  "checkpoint label (1-63 letters, digits, '-', '_', '.')");
 	if (!d->guest.kernel[0])
 		return k8_err_set(err, -ENOENT,
 				  "the guest image is missing, so no VM can boot; build it with `make`");
@@ -1002,6 +1020,8 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	sb->memory_mib = mem;
 	sb->disk_gb = disk;
 	sb->idle_pause_s = idle;
+	if (spare)
+		snprintf(sb->rewind_spare, sizeof(sb->rewind_spare), "%s", spare);
 	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", mode);
 	json_decref(sb->egress_rules);
 	sb->egress_rules = rules;

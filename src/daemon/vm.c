@@ -318,7 +318,7 @@ static void child_fail(const char *what)
 int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 {
 	struct argv_b a = { 0 };
-	cleanup_free char *log = xasprintf("%s/qemu.log", s->dir);
+	cleanup_free char *log = s->log ? xstrdup(s->log) : xasprintf("%s/qemu.log", s->dir);
 	cleanup_free char *scratch = s->scratch ? NULL : xasprintf("%s/scratch.qcow2", s->dir);
 	struct fdmap *m = xcalloc(1, sizeof(*m));
 	struct jail_spec jail = { .uid = s->jail_uid, .kvm = !strcmp(s->accel, "kvm") };
@@ -406,8 +406,12 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	}
 	/* The NIC: every frame goes to kosa8-net, which listens at net_path; the daemon
 	 * connects and hands QEMU the connected socket. */
-	if (s->net_path) {
-		if ((fd = vm_connect(s->net_path, err)) < 0) {
+	if (s->net_path || s->net_fd > 0) {
+		if (s->net_fd > 0 && (fd = fcntl(s->net_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+			fd = k8_err_set(err, -errno, "dup: %s", strerror(errno));
+		else if (s->net_fd <= 0)
+			fd = vm_connect(s->net_path, err);
+		if (fd < 0) {
 			r = fd;
 			goto out;
 		}

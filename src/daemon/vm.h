@@ -44,6 +44,10 @@ struct vm_spec {
 	const struct cgroup_info *cg;   /* with cg_name: QEMU enters this cgroup before exec */
 	const char *cg_name;
 	int tb_mib;                     /* TCG's translation cache (MiB); 0: 128 */
+	/* A spare (spare.c): its own log instead of <dir>/qemu.log, and its NIC on `net_fd`
+	 * (> 0: one end of a socket pair, duplicated for QEMU) instead of net_path. */
+	const char *log;
+	int net_fd;
 };
 /* Spawn QEMU detached from the daemon (own session), returns its pid. Every file and
  * socket it uses is opened here and passed as a descriptor (the qmp, agent and fs

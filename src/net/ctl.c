@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ctl.c - the daemon's requests on the control socket: policy, stats and ping, and the
+/* ctl.c - the daemon's requests on the control socket: policy, stats, frames and ping, and the
  * deny events pushed without an id. The JSON lines themselves, their limits and the
  * reply's "id" and "ok" are src/common/sidecar.c's (one client: a new connection
  * replaces the old one). */
+#include <fcntl.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <string.h>
 
 #include "common/util.h"
@@ -33,6 +35,49 @@ static json_t *ctl_stats(struct net *n)
 			 (json_int_t)n->res.sent);
 }
 
+/* The frame connection (main.c polls it; here so that the unit tests, which link no
+ * main.c, have it too). */
+void net_frames_close(struct net *n)
+{
+	if (n->frames_fd >= 0)
+		close(n->frames_fd);
+	n->frames_fd = -1;
+	n->finlen = 0;
+	outq_reset(&n->fout);
+	engine_guest_gone(n);
+}
+
+/* `fd` (a connected stream socket, ours from now on) carries the frames from now on; the
+ * old connection goes and with it every flow (engine_guest_gone), as when QEMU ends. */
+void net_frames_take(struct net *n, int fd)
+{
+	if (n->frames_fd >= 0)
+		net_log(n, "frames: a new connection replaces the old one");
+	net_frames_close(n);
+	int sz = 1 << 20;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	n->frames_fd = fd;
+}
+
+/* "frames" with a descriptor: the daemon hands over the socket of the VM that replaces
+ * the current one (a rewind through a spare, docs/design.md), already connected to that
+ * QEMU's NIC. It must be a stream socket; it is put in non-blocking mode. */
+static json_t *ctl_frames(struct net *n, int *fd, struct k8_err *err)
+{
+	int type = 0;
+	socklen_t tl = sizeof(type);
+
+	if (*fd < 0 || getsockopt(*fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 ||
+	    type != SOCK_STREAM || fcntl(*fd, F_SETFL, O_NONBLOCK) < 0) {
+		k8_err_set(err, -EINVAL, "\"frames\" needs a connected stream socket as an fd");
+		return NULL;
+	}
+	net_frames_take(n, *fd);
+	*fd = -1;
+	return json_object();
+}
+
 json_t *ctl_handle(void *net, json_t *req, int *fd, struct k8_err *err)
 {
 	struct net *n = net;
@@ -49,6 +94,8 @@ json_t *ctl_handle(void *net, json_t *req, int *fd, struct k8_err *err)
 		k8_err_set(err, -EINVAL, "%s", msg[0] ? msg : "failed");
 		return NULL;
 	}
-	k8_err_set(err, -EINVAL, "unknown op '%s': use policy, stats or ping", op);
+	if (strcmp(op, "frames") == 0)
+		return ctl_frames(n, fd, err);
+	k8_err_set(err, -EINVAL, "unknown op '%s': use policy, stats, frames or ping", op);
 	return NULL;
 }

@@ -82,28 +82,11 @@ static void net_drop_privileges(const char *spec, const char *const *cgroups, in
 		sc_die("jail (%s): %s", spec, jerr.msg);
 }
 
-static void net_frames_close(struct net *n)
-{
-	if (n->frames_fd >= 0)
-		close(n->frames_fd);
-	n->frames_fd = -1;
-	n->finlen = 0;
-	outq_reset(&n->fout);
-	engine_guest_gone(n);
-}
-
 static void net_frames_accept(struct net *n)
 {
 	int fd = accept4(n->frames_lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0)
-		return;
-	if (n->frames_fd >= 0)
-		net_log(n, "frames: a new connection replaces the old one");
-	net_frames_close(n);
-	int sz = 1 << 20;
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
-	n->frames_fd = fd;
+	if (fd >= 0)
+		net_frames_take(n, fd);
 }
 
 /* Frames from QEMU: a 4-byte big-endian length before each. */
@@ -264,7 +247,7 @@ int main(int argc, char **argv)
 	if (lfd < 0)
 		sc_die("--control %s: %s", control, strerror(-lfd));
 	sc_ctl_init(&n->ctl, lfd, &(struct sc_ctl_conf){ .line_max = CTL_LINE_MAX,
-		.max_clients = 1, .handle = ctl_handle, .ctx = n });
+		.max_clients = 1, .take_fds = true, .handle = ctl_handle, .ctx = n });
 	/* Jailed before "ready", so a failure reaches the daemon as an error. */
 	if (user)
 		net_drop_privileges(user, cgroups, ncg);

@@ -237,6 +237,10 @@ void hostaddr_close(struct net *n);
 /* ---- ctl.c: the daemon's requests on the control socket (src/common/sidecar.c serves
  * the JSON lines) ---- */
 json_t *ctl_handle(void *net, json_t *req, int *fd, struct k8_err *err);
+/* ctl.c: frames come on `fd` (connected, non-blocking, ours) from now on; the old
+ * connection and its flows go. net_frames_close: the connection goes (QEMU ended). */
+void net_frames_take(struct net *n, int fd);
+void net_frames_close(struct net *n);
 /* Push one event object (consumed); dropped when no daemon is connected. */
 void ctl_event(struct net *n, json_t *ev);
 

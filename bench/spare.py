@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: Apache-2.0
+# spare.py - rewind through a spare against a cold rewind (issue 15), side by side in one
+# run: two 1 GiB sandboxes with ~64 MiB touched by a Python container, one keeping a
+# spare (--rewind-spare latest, the default), one not (--rewind-spare off). Each rewinds
+# to its checkpoint BENCH_N times; the spare one waits for its spare to be loaded first
+# (the guide's loop: the agent thinks between runs). Reports the daemon's "ms" (median,
+# p90), the wall time seen by the CLI, and the spare's host RSS.
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from k8cli import end_home, out as k, test_image, touch_memory
+
+N = int(os.environ.get("BENCH_N", "10"))
+MIB = int(os.environ.get("BENCH_MIB", "64"))
+
+
+def p90(xs):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
+
+
+def wait_spare(home, name, label):
+    for _ in range(600):
+        s = json.loads(k(home, "sandbox", "inspect", name, "--json")).get("spare")
+        if s and s["ready"] and s["label"] == label:
+            return s
+        time.sleep(0.2)
+    raise SystemExit("the spare of %s never became ready" % name)
+
+
+def rewinds(home, name, spare):
+    ms, wall, rss, used = [], [], [], []
+    k(home, "rewind", name, "--to", "base", "-y")      # the first to a label is cold
+    for _ in range(N):
+        if spare:
+            s = wait_spare(home, name, "base")
+            rss.append(s["rss_kib"])
+        else:
+            time.sleep(1)                                # the same think time
+        t0 = time.time()
+        r = json.loads(k(home, "rewind", name, "--to", "base", "-y", "--json"))
+        wall.append(1000 * (time.time() - t0))
+        ms.append(r["ms"])
+        used.append(r["spare"])
+    if any(u != spare for u in used):
+        print("  note: %s took the %s path %d of %d times" % (
+            name, "cold" if spare else "spare", sum(u != spare for u in used), N))
+    return ms, wall, rss
+
+
+def main():
+    layout = test_image()
+    home = tempfile.mkdtemp(prefix="k8s-", dir="/tmp")
+    try:
+        k(home, "daemon", "start")
+        k(home, "image", "load", layout, "--tag", "python:3.12-slim")
+        res = {}
+        for name, setting in (("warm", "latest"), ("cold", "off")):
+            k(home, "sandbox", "create", name, "--cpus", "1", "--memory", "1024", "--disk", "2",
+              "--rewind-spare", setting)
+            k(home, "sandbox", "pull", name, "python:3.12-slim")
+            touch_memory(home, name, MIB)
+            k(home, "checkpoint", name, "--label", "base")
+        for name in ("cold", "warm"):
+            res[name] = rewinds(home, name, name == "warm")
+        for name in ("cold", "warm"):
+            ms, wall, rss = res[name]
+            print("rewind %-5s (1 GiB sandbox, ~%d MiB touched, n=%d): median %d ms, p90 %d ms "
+                  "in the daemon; %d ms median seen by the CLI%s"
+                  % ("spare" if name == "warm" else "cold", MIB, N, statistics.median(ms),
+                     p90(ms), statistics.median(wall),
+                     "; spare's QEMU RSS %d MiB" % (statistics.median(rss) // 1024)
+                     if rss else ""))
+        k(home, "daemon", "stop")
+    finally:
+        end_home(home)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
