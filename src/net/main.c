@@ -39,6 +39,9 @@ static int net_seccomp(void)
 	static const int allow[] = {
 		SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(listen), SCMP_SYS(getsockname),
 		SCMP_SYS(getpeername), SCMP_SYS(newfstatat),
+		/* published ports (inbound.c): the daemon's listener takes the place of
+		 * slirp's throwaway one; both are this process's own fds */
+		SCMP_SYS(dup2), SCMP_SYS(dup3), SCMP_SYS(accept),
 	};
 	/* New sockets: IP only (slirp's TCP, UDP and ICMP sockets, the resolver's UDP). */
 	static const int families[] = { AF_INET, AF_INET6 };
@@ -248,7 +251,7 @@ int main(int argc, char **argv)
 	if (lfd < 0)
 		sc_die("--control %s: %s", control, strerror(-lfd));
 	sc_ctl_init(&n->ctl, lfd, &(struct sc_ctl_conf){ .line_max = CTL_LINE_MAX,
-		.max_clients = 1, .handle = ctl_handle, .ctx = n });
+		.max_clients = 1, .take_fds = true, .handle = ctl_handle, .ctx = n });
 	/* Jailed before "ready", so a failure reaches the daemon as an error. */
 	if (user)
 		net_drop_privileges(user, cgroups, ncg);
