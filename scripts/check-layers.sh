@@ -13,7 +13,7 @@ layer() {
 	vm|sidecar|layers) echo 1 ;;         # processes and disks: QEMU, sidecars, layers
 	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
-	egress|mounts) echo 4 ;;             # a sandbox's parts: its network, its folders
+	egress|mounts|ports) echo 4 ;;       # a sandbox's parts: its network, its folders, its published ports
 	sandbox) echo 5 ;;                   # a sandbox's lifecycle
 	checkpoint|exec|containers|images|model|bundle|secret) echo 6 ;;  # other resources
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's

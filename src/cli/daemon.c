@@ -127,6 +127,7 @@ static const struct cli_opt start_opts[] = {
 	{ "foreground", 0, 0, 'f' },
 	{ "offline", 0, 0, 'o' },
 	{ "fs-reserve", 0, 1, 'r' },
+	{ "allow-public-ports", 0, 0, 'P' },
 	{ NULL, 0, 0, 0 },
 };
 
@@ -181,6 +182,9 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 			break;
 		case 'o':
 			args[nargs++] = (char *)"--offline";
+			break;
+		case 'P':
+			args[nargs++] = (char *)"--allow-public-ports";
 			break;
 		case 'r':
 			args[nargs++] = (char *)"--fs-reserve";
@@ -427,7 +431,7 @@ static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const c
 const struct cli_cmd cli_daemon_cmds[] = {
 	{ "daemon start", cmd_start, "start kosa8d and wait until it answers",
 	  "Usage: kosa8 daemon start [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... "
-	  "[--offline] [--fs-reserve SIZE[,PCT%]] [--foreground]\n"
+	  "[--offline] [--fs-reserve SIZE[,PCT%]] [--allow-public-ports] [--foreground]\n"
 	  "\n"
 	  "Start kosa8d, the daemon that owns all of kosa8's state, detached from this\n"
 	  "terminal (its output goes to $KOSA8_HOME/kosa8d.log), and wait until it answers\n"
@@ -446,6 +450,9 @@ const struct cli_cmd cli_daemon_cmds[] = {
 	  "                      through a share fail (ENOSPC) before the host file system\n"
 	  "                      has less free than the larger of SIZE (K, M, G, T) and PCT%\n"
 	  "                      of its size (default 1G,5%)\n"
+	  "  --allow-public-ports  let sandboxes publish ports (--publish) on addresses\n"
+	  "                      other than loopback, e.g. 0.0.0.0 (config.json\n"
+	  "                      \"allow_public_ports\": true likewise); loopback only without\n"
 	  "  --foreground        run kosa8d in this terminal instead (for systemd, debugging)\n"
 	  "\n"
 	  "The daemon program is $KOSA8D, or kosa8d in the same directory as kosa8.\n"

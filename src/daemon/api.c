@@ -16,6 +16,7 @@
 #include "daemon/sandbox.h"
 #include "daemon/checkpoint.h"
 #include "daemon/egress.h"
+#include "daemon/ports.h"
 #include "daemon/exec.h"
 #include "daemon/model.h"
 #include "daemon/bundle.h"
@@ -530,6 +531,9 @@ static const struct api_route routes[] = {
 	{ "POST",   "/v1/sandboxes/{name}/resume", ckpt_api_resume },
 	{ "GET",    "/v1/sandboxes/{name}/egress", egress_api_status },
 	{ "POST",   "/v1/sandboxes/{name}/egress", egress_api_update },
+	{ "GET",    "/v1/sandboxes/{name}/ports", ports_api_list },
+	{ "POST",   "/v1/sandboxes/{name}/ports", ports_api_publish },
+	{ "DELETE", "/v1/sandboxes/{name}/ports/{port}", ports_api_unpublish },
 	{ "GET",    "/v1/secrets", secret_api_list },
 	{ "POST",   "/v1/secrets/{name}", secret_api_set },
 	{ "DELETE", "/v1/secrets/{name}", secret_api_rm },

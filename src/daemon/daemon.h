@@ -52,6 +52,7 @@ struct daemon {
 	int stop_pipe[2];
 	volatile int stopping;
 	bool offline;                   /* --offline: never fetch (KOSA8_OFFLINE likewise) */
+	bool allow_public_ports;        /* --allow-public-ports (ports.c; or config.json) */
 	bool stop_vms;
 	struct jail_range jail;          /* config jail_uids: uids for QEMU and sidecars */
 	struct rate_limit guest_audit;  /* config.json "audit": the budget of guest records */
