@@ -220,3 +220,32 @@ def test_port_survives_rewind(home, web):
     assert home.json("sandbox", "inspect", web)["ports"][0]["host_port"] == port
     assert wait_for(lambda: try_get(port), timeout=60, step=1) == \
         (200, b"hello from the guest\n"), "the published port does not serve after a rewind"
+
+
+def test_port_survives_pause_and_resume(home, web):
+    port = home.json("sandbox", "inspect", web)["ports"][0]["host_port"]
+    home("sandbox", "pause", web, check=True, timeout=300)
+    assert home.json("sandbox", "inspect", web)["ports"][0]["host_port"] == port
+    home("sandbox", "resume", web, check=True, timeout=300)
+    assert wait_for(lambda: try_get(port), timeout=60, step=1) == \
+        (200, b"hello from the guest\n"), "the published port does not serve after a resume"
+
+
+def test_port_published_while_stopped_binds_at_boot(home, loaded):
+    """A port given at create is bound before the boot; a fork of a sandbox with ports
+    gets none of them (decided: a host port belongs to one sandbox)."""
+    name = make_sandbox(home, "p89c", "--publish", "0:8000", "--publish", "[::1]:0:8000")
+    try:
+        ports = home.json("sandbox", "inspect", name)["ports"]
+        assert [p["host_ip"] for p in ports] == ["127.0.0.1", "::1"]
+        assert listeners(net_pid(home, name)) == {(p["host_ip"], p["host_port"]) for p in ports}
+        home("checkpoint", name, "--label", "c", check=True, timeout=300)
+        home("sandbox", "fork", name, "--from", "c", "--name", "p89d", check=True, timeout=300)
+        try:
+            assert home.json("sandbox", "inspect", "p89d")["ports"] == []
+        finally:
+            home("sandbox", "rm", "p89d")
+    finally:
+        home("sandbox", "rm", name)
+    for p in ports:
+        assert refused(p["host_port"], p["host_ip"]), "a removed sandbox's port is open"
