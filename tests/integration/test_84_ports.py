@@ -6,13 +6,14 @@
 # Every connection here goes to the host's 127.0.0.1; no traffic leaves the machine.
 import json
 import os
+import signal
 import socket
 import subprocess
 import urllib.request
 
 import pytest
 
-from conftest import make_sandbox, wait_for, wait_or_fail
+from conftest import daemon_pid, make_sandbox, own_home, wait_for, wait_or_fail
 
 IMAGE = "python:3.12-slim"
 # A small HTTP server in a container of the sandbox (containers share the VM's network
@@ -249,3 +250,37 @@ def test_port_published_while_stopped_binds_at_boot(home, loaded):
         home("sandbox", "rm", name)
     for p in ports:
         assert refused(p["host_port"], p["host_ip"]), "a removed sandbox's port is open"
+
+
+@pytest.fixture(scope="module")
+def rhome(python_layout):
+    yield from own_home("k8pr-", python_layout, start_args=("--allow-public-ports",))
+
+
+def test_ports_across_daemon_restarts(rhome):
+    """kill -9 of the daemon: kosa8-net keeps serving, and the next daemon knows the port.
+    A daemon stop ends the VM and closes the port; the next boot binds the same number."""
+    h = rhome
+    name = make_sandbox(h, "pr1", "--publish", "0.0.0.0:0:8000")
+    start_server(h, name, 8000)
+    port = h.json("sandbox", "inspect", name)["ports"][0]["host_port"]
+    assert h.json("sandbox", "inspect", name)["ports"][0]["host_ip"] == "0.0.0.0"
+    wait_or_fail(lambda: try_get(port), "the guest's server", timeout=120, step=1)
+    pid = daemon_pid(h.path)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10)
+    assert get(port)[0] == 200, "kosa8-net stopped serving without the daemon"
+    h.start("--allow-public-ports")
+    st = ports_of(h, name)
+    assert [(p["host_port"], p["state"]) for p in st] == [(port, "up")]
+    # the new daemon holds no copy of the listener, and still closes it
+    h("sandbox", "port", name, "--rm", str(port), check=True)
+    assert refused(port)
+    r = h.json("sandbox", "port", name, "-p", "127.0.0.1:%d:8000" % port)
+    assert r["host_port"] == port
+    assert wait_for(lambda: try_get(port), timeout=30) == (200, b"hello from the guest\n")
+    h.stop()
+    assert refused(port), "a stopped sandbox's port is open"
+    h.start("--allow-public-ports")
+    h("sandbox", "run", name, IMAGE, "true", check=True, timeout=300)    # boots it
+    assert listeners(net_pid(h, name)) == {("127.0.0.1", port)}
