@@ -97,6 +97,9 @@ int cli_cmd_port(const struct cli_cmd *self, int argc, char **argv, const char *
 	for (int i = 0; i < a.nopts && rc == CLI_EXIT_OK; i++) {
 		const char *v = a.opts[i].arg;
 		json_t *res = NULL;
+		if (a.opts[i].id != OPT_RM && a.opts[i].id != OPT_PUBLISH)
+			continue;
+		acted = 1;
 		if (a.opts[i].id == OPT_RM) {
 			char ip[64];
 			long port;
@@ -145,7 +148,6 @@ int cli_cmd_port(const struct cli_cmd *self, int argc, char **argv, const char *
 			json_decref(one);
 		}
 		json_decref(res);
-		acted = 1;
 	}
 	if (!acted)
 		rc = cli_get_show(&cl, path, 0, json, show_ports, (void *)a.pos[0]);

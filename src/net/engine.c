@@ -794,8 +794,10 @@ static void engine_tcp(struct net *n, const struct pkt *p)
 		return;
 	}
 	f->last_ns = n->now_ns;
-	if (f->inbound)
+	if (f->inbound) {
+		f->guest_seen = true;
 		engine_inbound_bytes(n, f, p->payload_len, false);
+	}
 	uint32_t end = p->tcp_seq + (uint32_t)p->payload_len + ((fl & TH_SYN) ? 1 : 0) +
 		       ((fl & TH_FIN) ? 1 : 0);
 	if (engine_seq_after(end, f->g_next))
@@ -1019,7 +1021,12 @@ void engine_tick(struct net *n, uint64_t now_ns)
 		if (!f->used)
 			continue;
 		uint64_t idle = now_ns - f->last_ns;
-		if (f->proto == IPPROTO_TCP) {
+		if (f->inbound && !f->guest_seen &&
+		    now_ns - f->created_ns > ENGINE_INBOUND_SYN_S * ENGINE_NS) {
+			/* a guest that never answers does not keep the port's places */
+			engine_flow_cut(n, f, false);
+			engine_flow_del(n, f);
+		} else if (f->proto == IPPROTO_TCP) {
 			if (f->closing_ns && now_ns - f->closing_ns > ENGINE_TCP_LINGER_S * ENGINE_NS) {
 				engine_flow_del(n, f);
 			} else if (idle > ENGINE_TCP_IDLE_S * ENGINE_NS) {

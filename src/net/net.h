@@ -147,6 +147,7 @@ void dnssrv_free(struct net *n);
 #define ENGINE_TCP_IDLE_S 7200
 #define ENGINE_TCP_LINGER_S 30          /* after FIN both ways or RST */
 #define ENGINE_RST_PENDING 32
+#define ENGINE_INBOUND_SYN_S 75         /* an inbound connection the guest never answers */
 
 struct flow {
 	bool used;
@@ -162,6 +163,7 @@ struct flow {
 	bool inbound;                   /* opened from the host through a published port
 	                                 * (inbound.c): src/sport are the guest's published
 	                                 * side, and no policy ever judges it */
+	bool guest_seen;                /* inbound: the guest answered (any segment) */
 	int next;                       /* hash chain, -1 ends */
 };
 
