@@ -379,9 +379,12 @@ static void engine_flow_cut(struct net *n, struct flow *f, bool tell_guest)
 	uint8_t fake[256], out[256];
 	struct pkt p;
 	size_t l;
-	/* Towards slirp: from the guest, at the guest's next sequence number. */
+	/* Towards slirp: from the guest, at the guest's next sequence number; for an inbound
+	 * flow at what slirp acknowledged last, which it takes even with its window shut
+	 * (a download the host reads slowly), so the host's connection surely ends. */
+	uint32_t gseq = f->inbound && f->have_sack ? f->s_ack : f->g_next;
 	l = engine_build_tcp(fake, sizeof(fake), f->guest_mac, f->gw_mac, &f->src, &f->dst,
-			     f->sport, f->dport, f->g_next, f->r_next, TH_ACK, 0, NULL, 0, NULL, 0);
+			     f->sport, f->dport, gseq, f->r_next, TH_ACK, 0, NULL, 0, NULL, 0);
 	if (l && pkt_parse(&p, fake, l) == 0) {
 		size_t ol = pkt_build_tcp_rst_outbound(out, sizeof(out), &p);
 		if (ol)
@@ -528,8 +531,13 @@ static ssize_t engine_slirp_send(const void *buf, size_t len, void *opaque)
 			if (!(p.proto == IPPROTO_TCP && (p.tcp_flags & TH_RST)))
 				return (ssize_t)len;    /* no flow: not for the guest */
 		} else {
-			if (f->inbound)
+			if (f->inbound) {
 				engine_inbound_bytes(n, f, p.payload_len, true);
+				if (p.proto == IPPROTO_TCP && (p.tcp_flags & TH_ACK)) {
+					f->s_ack = p.tcp_ack;
+					f->have_sack = true;
+				}
+			}
 			f->last_ns = n->now_ns;
 			if (p.proto == IPPROTO_TCP) {
 				uint32_t end = p.tcp_seq + (uint32_t)p.payload_len +

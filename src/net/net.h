@@ -164,6 +164,8 @@ struct flow {
 	                                 * (inbound.c): src/sport are the guest's published
 	                                 * side, and no policy ever judges it */
 	bool guest_seen;                /* inbound: the guest answered (any segment) */
+	bool have_sack;                 /* inbound: s_ack is what slirp last acknowledged */
+	uint32_t s_ack;                 /* (its rcv_nxt: a RST there is always taken) */
 	int next;                       /* hash chain, -1 ends */
 };
 
