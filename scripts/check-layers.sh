@@ -13,7 +13,7 @@ layer() {
 	vm|sidecar|layers) echo 1 ;;         # processes and disks: QEMU, sidecars, layers
 	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
-	egress|mounts|broker|secret) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets)
+	egress|mounts|broker|secret|ports) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports
 	sandbox|spare) echo 5 ;;             # a sandbox's lifecycle; its spare (rewind)
 	checkpoint|exec|containers|archive|images|model|bundle|idle) echo 6 ;;  # other resources; the idle pause
 	docker_engine|docker_ctr) echo 6 ;;  # Docker API containers and their engine sandbox

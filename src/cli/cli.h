@@ -237,6 +237,9 @@ int cli_cmd_pause(const struct cli_cmd *self, int argc, char **argv, const char 
 int cli_cmd_cp(const struct cli_cmd *self, int argc, char **argv, const char *home); /* cp.c */
 int cli_cmd_fork(const struct cli_cmd *self, int argc, char **argv, const char *home);
 int cli_cmd_resume(const struct cli_cmd *self, int argc, char **argv, const char *home);
+/* ports.c: sandbox port, and the "published ..." lines of sandbox create */
+int cli_cmd_port(const struct cli_cmd *self, int argc, char **argv, const char *home);
+void cli_ports_print(const json_t *ports);
 
 /* main.c: print a command's --help on stdout; returns 0. */
 int cli_help(const struct cli_cmd *cmd);

@@ -128,6 +128,7 @@ static const struct cli_opt start_opts[] = {
 	{ "offline", 0, 0, 'o' },
 	{ "fs-reserve", 0, 1, 'r' },
 	{ "require-sandbox", 0, 0, 'R' },
+	{ "allow-public-ports", 0, 0, 'P' },
 	{ NULL, 0, 0, 0 },
 };
 
@@ -185,6 +186,9 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 			break;
 		case 'R':
 			args[nargs++] = (char *)"--require-sandbox";
+			break;
+		case 'P':
+			args[nargs++] = (char *)"--allow-public-ports";
 			break;
 		case 'r':
 			args[nargs++] = (char *)"--fs-reserve";
@@ -444,7 +448,8 @@ static int cmd_status(const struct cli_cmd *self, int argc, char **argv, const c
 const struct cli_cmd cli_daemon_cmds[] = {
 	{ "daemon start", cmd_start, "start kosa8d and wait until it answers",
 	  "Usage: kosa8 daemon start [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... "
-	  "[--offline] [--fs-reserve SIZE[,PCT%]] [--require-sandbox] [--foreground]\n"
+	  "[--offline] [--fs-reserve SIZE[,PCT%]] [--require-sandbox]\n"
+	  "[--allow-public-ports] [--foreground]\n"
 	  "\n"
 	  "Start kosa8d, the daemon that owns all of kosa8's state, detached from this\n"
 	  "terminal (its output goes to $KOSA8_HOME/kosa8d.log), and wait until it answers\n"
@@ -467,6 +472,9 @@ const struct cli_cmd cli_daemon_cmds[] = {
 	  "                      (VM) of its own, removed with it (config.json\n"
 	  "                      \"require_sandbox\": true does the same), instead of the\n"
 	  "                      shared docker-engine sandbox\n"
+	  "  --allow-public-ports  let sandboxes publish ports (--publish) on addresses\n"
+	  "                      other than loopback, e.g. 0.0.0.0 (config.json\n"
+	  "                      \"allow_public_ports\": true likewise); loopback only without\n"
 	  "  --foreground        run kosa8d in this terminal instead (for systemd, debugging)\n"
 	  "\n"
 	  "The daemon program is $KOSA8D, or kosa8d in the same directory as kosa8.\n"

@@ -20,6 +20,7 @@ enum {
 	OPT_IDLE_PAUSE = 'P',
 	OPT_BROKER = 'B',
 	OPT_SPARE = 'S',
+	OPT_PUBLISH = 'p',
 };
 
 /* "/v1/sandboxes/<name><suffix>" with the name URL-encoded. */
@@ -87,9 +88,11 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		{ "egress-allow", 0, 1, OPT_EGRESS_ALLOW }, { "mount", 0, 1, OPT_MOUNT },
 		{ "idle-pause", 0, 1, OPT_IDLE_PAUSE }, { "broker", 0, 1, OPT_BROKER },
 		{ "rewind-spare", 0, 1, OPT_SPARE },
+		{ "publish", 'p', 1, OPT_PUBLISH },
 		{ "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
 	};
 	json_t *broker = NULL;
+	json_t *ports = NULL;
 	struct k8_err err = { 0 };
 	struct cli_args a;
 	struct client cl;
@@ -141,6 +144,11 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 				broker = json_array();
 			json_array_append_new(broker, json_string(v));
 			break;
+		case OPT_PUBLISH:       /* [IP:]HOSTPORT:GUESTPORT, checked by the daemon */
+			if (!ports)
+				ports = json_array();
+			json_array_append_new(ports, json_string(v));
+			break;
 		case OPT_MOUNT:
 			r = cli_parse_mount(v, &m, &err);
 			if (r == 0) {
@@ -180,6 +188,8 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		json_object_set(body, "broker", broker);
 	if (spare)
 		json_object_set_new(body, "rewind_spare", json_string(spare));
+	if (ports)
+		json_object_set(body, "ports", ports);
 	rc = cli_post_progress(&cl, "/v1/sandboxes", body, json, &res);
 	if (rc != CLI_EXIT_OK)
 		goto out;
@@ -202,12 +212,14 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 	       json_integer_value(json_object_get(res, "memory_mib")) ?: (long long)mem,
 	       json_integer_value(json_object_get(res, "disk_gb")) ?: (long long)disk,
 	       json_string_value(json_object_get(res, "accel")) ?: "?");
+	cli_ports_print(json_object_get(res, "ports"));
 out:
 	json_decref(body);
 	json_decref(res);
 	json_decref(allow);
 	json_decref(mounts);
 	json_decref(broker);
+	json_decref(ports);
 	return cli_end(&a, &cl, rc);
 }
 
@@ -859,7 +871,8 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "           [--egress deny|allow-all] [--egress-allow HOST]... "
 	  "[--mount HOST:GUEST[:ro]]...\n"
 	  "           [--idle-pause DURATION] [--broker PROVIDER=SECRET]...\n"
-	  "           [--rewind-spare latest|off|LABEL] [--json]\n"
+	  "           [--rewind-spare latest|off|LABEL]\n"
+	  "           [-p|--publish [IP:]HOSTPORT:GUESTPORT]... [--json]\n"
 	  "\n"
 	  "Create a sandbox: a virtual machine with its own kernel, booted and ready to run\n"
 	  "containers. NAME is 1-63 characters: lower-case letters, digits, '_', '.', '-'\n"
@@ -892,6 +905,10 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "                         a rewind to it takes tens of milliseconds: latest (the\n"
 	  "                         label rewound to most recently; the default), off, or\n"
 	  "                         a LABEL. It costs the host the checkpoint's memory\n"
+	  "  -p, --publish [IP:]HOSTPORT:GUESTPORT  forward connections to the host's\n"
+	  "                         IP:HOSTPORT (default IP 127.0.0.1; HOSTPORT 0: any free\n"
+	  "                         port, shown) to GUESTPORT in the VM; repeat for more.\n"
+	  "                         Only loopback unless the daemon allows public ports\n"
 	  "  --json                 progress as JSON lines, then the sandbox as one line\n"
 	  "\n"
 	  "Example:\n"
@@ -1046,6 +1063,26 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "  kosa8 sandbox egress b\n"
 	  "  kosa8 sandbox egress b --allow example.org --allow '*.pythonhosted.org:443'\n"
 	  "  kosa8 sandbox egress b --mode deny\n" },
+	{ "sandbox port", cli_cmd_port, "list, publish or close a sandbox's published ports",
+	  "Usage: kosa8 sandbox port NAME [-p [IP:]HOSTPORT:GUESTPORT]... [--rm [IP:]HOSTPORT]...\n"
+	  "                          [--json]\n"
+	  "\n"
+	  "Without options: list the ports of sandbox NAME that the host forwards into its VM,\n"
+	  "with their connections and bytes. -p publishes one more on the running sandbox at\n"
+	  "once (HOSTPORT 0: any free port, printed); --rm closes one and cuts its\n"
+	  "connections. Nothing else from the host reaches the VM. Audited\n"
+	  "(sandbox.port.publish, sandbox.port.unpublish).\n"
+	  "\n"
+	  "Options:\n"
+	  "  -p, --publish SPEC   [IP:]HOSTPORT:GUESTPORT; IP 127.0.0.1 unless given (::1 in\n"
+	  "                       brackets: [::1]:8080:80); other than loopback only when\n"
+	  "                       the daemon runs with --allow-public-ports\n"
+	  "  --rm [IP:]HOSTPORT   close a published port\n"
+	  "  --json               the answer as JSON\n"
+	  "\n"
+	  "Examples:\n"
+	  "  kosa8 sandbox port web -p 127.0.0.1:0:8000\n"
+	  "  kosa8 sandbox port web --rm 8080\n" },
 	{ "sandbox rm", cmd_rm, "delete sandboxes",
 	  "Usage: kosa8 sandbox rm [--wipe] [-f] NAME...\n"
 	  "\n"

@@ -17,6 +17,7 @@
 #include "daemon/checkpoint.h"
 #include "daemon/broker.h"
 #include "daemon/egress.h"
+#include "daemon/ports.h"
 #include "daemon/exec.h"
 #include "daemon/archive.h"
 #include "daemon/model.h"
@@ -710,6 +711,9 @@ static const struct api_route routes[] = {
 	{ "GET",    "/v1/sandboxes/{name}/egress", egress_api_status },
 	{ "POST",   "/v1/sandboxes/{name}/egress", egress_api_update },
 	{ "GET",    "/v1/sandboxes/{name}/broker", broker_api_status },
+	{ "GET",    "/v1/sandboxes/{name}/ports", ports_api_list },
+	{ "POST",   "/v1/sandboxes/{name}/ports", ports_api_publish },
+	{ "DELETE", "/v1/sandboxes/{name}/ports/{port}", ports_api_unpublish },
 	{ "GET",    "/v1/secrets", secret_api_list },
 	{ "POST",   "/v1/secrets/{name}", secret_api_set },
 	{ "DELETE", "/v1/secrets/{name}", secret_api_rm },

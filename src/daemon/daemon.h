@@ -53,6 +53,7 @@ struct daemon {
 	volatile int stopping;
 	bool offline;                   /* --offline: never fetch (KOSA8_OFFLINE likewise) */
 	bool require_sandbox;           /* --require-sandbox: a sandbox per Docker container */
+	bool allow_public_ports;        /* --allow-public-ports (ports.c; or config.json) */
 	bool stop_vms;
 	struct jail_range jail;          /* config jail_uids: uids for QEMU and sidecars */
 	struct rate_limit guest_audit;  /* config.json "audit": the budget of guest records */

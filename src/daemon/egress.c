@@ -329,7 +329,8 @@ int egress_status(struct daemon *d, struct sandbox *sb, json_t **out, struct k8_
 	if (!strcmp(json_string_value(json_object_get(o, "network")), "up") &&
 	    sidecar_request(&sb->net, json_pack("{s:s}", "op", "stats"), 5000, &st, &e2) == 0) {
 		const char *keys[] = { "flows", "max_flows", "frames_in", "frames_out",
-				       "destinations", "dns", "malformed", "dropped", "tcp_merged" };
+				       "destinations", "dns", "malformed", "dropped", "tcp_merged",
+				       "ports" };
 		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
 			json_t *v = json_object_get(st, keys[i]);
 			if (v)

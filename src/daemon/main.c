@@ -37,11 +37,14 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: kosa8d [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... [--offline]\n"
-		"              [--fs-reserve SIZE[,PCT%%]] [--require-sandbox] [--foreground]\n"
+		"              [--fs-reserve SIZE[,PCT%%]] [--require-sandbox]\n"
+		"              [--allow-public-ports] [--foreground]\n"
 		"\n"
 		"The kosa8 daemon: owns all sandboxes, images and the audit log under DIR\n"
 		"(default $KOSA8_HOME or ~/.kosa8) and serves the API on DIR/kosa8d.sock.\n"
 		"--offline (or KOSA8_OFFLINE=1) fetches nothing from any registry.\n"
+		"--allow-public-ports lets sandboxes publish ports on addresses other than\n"
+		"loopback (e.g. 0.0.0.0); config.json \"allow_public_ports\": true likewise.\n"
 		"Normally started with `kosa8 daemon start`.\n");
 }
 
@@ -101,6 +104,7 @@ int main(int argc, char **argv)
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "offline", no_argument, NULL, 'o' },
 		{ "require-sandbox", no_argument, NULL, 'R' },
+		{ "allow-public-ports", no_argument, NULL, 'P' },
 		{ "fs-reserve", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -146,6 +150,9 @@ int main(int argc, char **argv)
 			break;
 		case 'R':
 			d->require_sandbox = true;
+			break;
+		case 'P':
+			d->allow_public_ports = true;
 			break;
 		case 'h':
 			usage(stdout);

@@ -85,6 +85,7 @@ static json_t *sb_record(struct sandbox *sb)
 	json_object_set_new(rec, "egress", json_pack("{s:s,s:O}", "mode", sb->egress_mode,
 						      "rules", sb->egress_rules));
 	json_object_set_new(rec, "mounts", sb_mounts_json(sb, false));
+	json_object_set_new(rec, "ports", sb_ports_json(sb));
 	json_object_set_new(rec, "jail_index", json_integer(sb->jail_index));
 	if (sb->idle_pause_s >= 0)
 		json_object_set_new(rec, "idle_pause_s", json_integer(sb->idle_pause_s));
@@ -129,6 +130,37 @@ json_t *sb_mounts_json(const struct sandbox *sb, bool for_guest)
 				    (json_int_t)sb->mounts[i].ino, "btime",
 				    (json_int_t)sb->mounts[i].btime));
 	return a;
+}
+
+json_t *sb_ports_json(const struct sandbox *sb)
+{
+	json_t *a = json_array();
+
+	for (int i = 0; i < sb->nports; i++)
+		json_array_append_new(a, json_pack("{s:s,s:i,s:i}", "host_ip", sb->ports[i].host_ip,
+						   "host_port", sb->ports[i].host_port,
+						   "guest_port", sb->ports[i].guest_port));
+	return a;
+}
+
+void sb_ports_from_json(struct sandbox *sb, json_t *arr)
+{
+	json_t *it;
+	size_t i;
+
+	json_array_foreach(arr, i, it) {
+		const char *ip = json_string_value(json_object_get(it, "host_ip"));
+		json_int_t hp = json_integer_value(json_object_get(it, "host_port"));
+		json_int_t gp = json_integer_value(json_object_get(it, "guest_port"));
+		if (sb->nports >= K8_MAX_PORTS || !ip || strlen(ip) >= sizeof(sb->ports[0].host_ip) ||
+		    hp < 1 || hp > 65535 || gp < 1 || gp > 65535)
+			continue;
+		struct sb_port *p = &sb->ports[sb->nports++];
+		snprintf(p->host_ip, sizeof(p->host_ip), "%s", ip);
+		p->host_port = (int)hp;
+		p->guest_port = (int)gp;
+		p->fd = -1;
+	}
 }
 
 /* Take the sandbox's lifecycle token; waits for another holder. */

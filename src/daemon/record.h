@@ -22,6 +22,14 @@
 #include "daemon/vm.h"
 
 #define K8_MAX_MOUNTS 8
+#define K8_MAX_PORTS 32                 /* published ports per sandbox (ports.c) */
+
+/* A published port (ports.c, docs/network.md "Published ports"). */
+struct sb_port {
+	char host_ip[46];               /* as bound: 127.0.0.1, ::1, 0.0.0.0 (when allowed) */
+	int host_port, guest_port;      /* host_port: the bound one, never 0 */
+	int fd;                         /* the daemon's listener until kosa8-net has it; -1 */
+};
 
 struct sb_broker;
 
@@ -82,6 +90,9 @@ struct sandbox {
 	int nmounts;
 	struct sidecar fs;
 	struct sb_broker *broker;       /* broker.c: NULL when the sandbox has none */
+	/* published ports (ports.c) */
+	struct sb_port ports[K8_MAX_PORTS];
+	int nports;
 	/* host identities (jail.h): block in the daemon's jail_uids range, -1 until claimed */
 	int jail_index;
 	/* idle pause (idle.c): seconds without use before a pause to disk; -1 follows the
@@ -116,6 +127,10 @@ int sb_images_from_json(json_t *arr, struct vm_image out[K8_MAX_SLOTS]);
 /* The shared folders as kept in sandbox.json (host, guest, ro, pin), or as the agent
  * gets them (index, guest, ro: never a host path). */
 json_t *sb_mounts_json(const struct sandbox *sb, bool for_guest);
+/* The published ports as kept in sandbox.json and shown: [{host_ip,host_port,guest_port}]
+ * (the reader skips entries that do not check out; their fds start at -1). */
+json_t *sb_ports_json(const struct sandbox *sb);
+void sb_ports_from_json(struct sandbox *sb, json_t *arr);
 /* $KOSA8_HOME/run/<id>.<what>: a socket of the sandbox's VM or sidecars. */
 void sb_sock_path(struct daemon *d, struct sandbox *sb, const char *what, char *out, size_t n);
 

@@ -13,6 +13,7 @@
 #include "daemon/broker.h"
 #include "daemon/egress.h"
 #include "daemon/mounts.h"
+#include "daemon/ports.h"
 #include "daemon/api_route.h"
 #include "daemon/audit.h"
 #include "daemon/layers.h"
@@ -55,6 +56,7 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 	unlink(k->fs);
 	if ((r = broker_up(d, sb, err)) || (r = net_up(d, sb, err)) || (r = fs_up(d, sb, err)))
 		return r;
+	ports_up(d, sb);
 	*spec = (struct vm_spec){ .accel = d->accel, .cpus = sb->cpus,
 				  .memory_mib = sb->memory_mib, .dir = sb->dir,
 				  .qmp_path = k->qmp, .agent_path = k->agent, .net_path = k->net,
@@ -97,6 +99,7 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 
 static void sb_free(struct sandbox *sb)
 {
+	ports_release(sb);
 	json_decref(sb->egress_rules);
 	json_decref(sb->net.replies);
 	json_decref(sb->fs.replies);
@@ -144,6 +147,7 @@ void sb_kill_vm(struct daemon *d, struct sandbox *sb)
 	sidecar_stop(&sb->net);
 	sidecar_stop(&sb->fs);
 	broker_down(d, sb);
+	ports_release(sb);              /* closed while stopped, bound again at boot */
 	daemon_audit_guest_flush(d, sb);
 }
 
@@ -648,6 +652,7 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 		      "disk_gb", sb->disk_gb, "created", sb->created, "accel", sb->accel, "pid",
 		      (json_int_t)sb->pid, "images", imgs, "egress", sb->egress_mode);
 	json_object_set_new(o, "mounts", sb_mounts_json(sb, false));
+	json_object_set_new(o, "ports", sb_ports_json(sb));
 	if (sb->state == SB_PAUSED || (sb->state == SB_RUNNING && sb->paused))
 		json_object_set_new(o, "paused_to",
 				    json_string(sb->state == SB_PAUSED ? "disk" : "memory"));
@@ -808,6 +813,7 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			mm->btime = json_integer_value(json_object_get(pin, "btime"));
 		}
 	}
+	sb_ports_from_json(sb, json_object_get(rec, "ports"));
 	sb->pid = (pid_t)pid;
 	sb->pid_start = (unsigned long long)start;
 	sb->nimages = sb_images_from_json(json_object_get(rec, "images"), sb->images);
@@ -1029,6 +1035,11 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 		memcpy(sb->mounts, mnt, sizeof(mnt[0]) * (size_t)nmnt);
 	sb->nmounts = nmnt;
 	free(mnt);
+	if ((r = ports_from_body(d, sb, json_object_get(body, "ports"), err))) {
+		daemon_audit(d, "sandbox.create.failed", name, json_pack("{s:s}", "error", err->msg));
+		sb_unreserve(d, sb);
+		return r;
+	}
 
 	if (progress)
 		progress(pctx, json_pack("{s:s,s:s}", "phase", "disks", "what", name));
@@ -1069,6 +1080,7 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 		daemon_audit(d, "sandbox.mount", name,
 			     json_pack("{s:s,s:s,s:b}", "host", sb->mounts[i].host, "guest",
 				       sb->mounts[i].guest, "ro", sb->mounts[i].ro));
+	ports_audit_created(d, sb);
 	sb_busy_leave(sb);
 	*out = sb_to_json(sb, false);
 	if (!strcmp(sb->accel, "tcg"))

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ctl.c - the daemon's requests on the control socket: policy, stats, frames and ping, and the
- * deny events pushed without an id. The JSON lines themselves, their limits and the
+/* ctl.c - the daemon's requests on the control socket: policy, stats, frames, ping, and the
+ * published ports (publish with a listening socket passed along, unpublish, ports), and
+ * the deny events pushed without an id. The JSON lines themselves, their limits and the
  * reply's "id" and "ok" are src/common/sidecar.c's (one client: a new connection
  * replaces the old one). */
 #include <fcntl.h>
@@ -21,7 +22,7 @@ static json_t *ctl_stats(struct net *n)
 	json_t *rules = json_array();
 	for (int i = 0; i < n->policy->nrules; i++)
 		json_array_append_new(rules, json_string(n->policy->rules[i].text));
-	return json_pack("{s:b,s:s,s:o,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:o,s:{s:I,s:I,s:I}}",
+	return json_pack("{s:b,s:s,s:o,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:o,s:{s:I,s:I,s:I},s:o}",
 			 "ok", 1,
 			 "mode", policy_mode_str(n->policy->mode), "rules", rules, "flows",
 			 n->eng.nflows, "max_flows", n->max_flows, "frames_in",
@@ -32,7 +33,7 @@ static json_t *ctl_stats(struct net *n)
 			 "host_addresses", n->policy->nhost, "destinations", stats_json(n), "dns", "answered",
 			 (json_int_t)n->stats.dns_answered, "refused",
 			 (json_int_t)n->stats.dns_refused, "upstream_queries",
-			 (json_int_t)n->res.sent);
+			 (json_int_t)n->res.sent, "ports", inbound_json(n));
 }
 
 /* The frame connection (main.c polls it; here so that the unit tests, which link no
@@ -88,6 +89,23 @@ json_t *ctl_handle(void *net, json_t *req, int *fd, struct k8_err *err)
 		return json_object();
 	if (strcmp(op, "stats") == 0)
 		return ctl_stats(n);
+	if (strcmp(op, "publish") == 0) {
+		json_t *out = NULL;
+		int rc = inbound_publish(n, fd, req, &out, msg, sizeof(msg));
+		if (rc == 0)
+			return out;
+		k8_err_set(err, rc, "%s", msg[0] ? msg : "failed");
+		return NULL;
+	}
+	if (strcmp(op, "unpublish") == 0) {
+		int rc = inbound_unpublish(n, req, msg, sizeof(msg));
+		if (rc == 0)
+			return json_object();
+		k8_err_set(err, rc, "%s", msg[0] ? msg : "failed");
+		return NULL;
+	}
+	if (strcmp(op, "ports") == 0)
+		return json_pack("{s:o}", "ports", inbound_json(n));
 	if (strcmp(op, "policy") == 0) {
 		if (engine_set_policy(n, req, msg, sizeof(msg)) == 0)
 			return json_object();
@@ -96,6 +114,7 @@ json_t *ctl_handle(void *net, json_t *req, int *fd, struct k8_err *err)
 	}
 	if (strcmp(op, "frames") == 0)
 		return ctl_frames(n, fd, err);
-	k8_err_set(err, -EINVAL, "unknown op '%s': use policy, stats, frames or ping", op);
+	k8_err_set(err, -EINVAL, "unknown op '%s': use policy, stats, frames, ping, publish, "
+		   "unpublish or ports", op);
 	return NULL;
 }

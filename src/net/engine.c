@@ -379,9 +379,12 @@ static void engine_flow_cut(struct net *n, struct flow *f, bool tell_guest)
 	uint8_t fake[256], out[256];
 	struct pkt p;
 	size_t l;
-	/* Towards slirp: from the guest, at the guest's next sequence number. */
+	/* Towards slirp: from the guest, at the guest's next sequence number; for an inbound
+	 * flow at what slirp acknowledged last, which it takes even with its window shut
+	 * (a download the host reads slowly), so the host's connection surely ends. */
+	uint32_t gseq = f->inbound && f->have_sack ? f->s_ack : f->g_next;
 	l = engine_build_tcp(fake, sizeof(fake), f->guest_mac, f->gw_mac, &f->src, &f->dst,
-			     f->sport, f->dport, f->g_next, f->r_next, TH_ACK, 0, NULL, 0, NULL, 0);
+			     f->sport, f->dport, gseq, f->r_next, TH_ACK, 0, NULL, 0, NULL, 0);
 	if (l && pkt_parse(&p, fake, l) == 0) {
 		size_t ol = pkt_build_tcp_rst_outbound(out, sizeof(out), &p);
 		if (ol)
@@ -416,6 +419,97 @@ static bool engine_in_net(const struct net *n, const struct net_addr *a)
 	return net_addr_in(a, &n->net6, GUEST_PREFIX6);
 }
 
+/* ---- published ports (inbound.c) ---- */
+
+static void engine_inbound_bytes(struct net *n, const struct flow *f, size_t len, bool in)
+{
+	struct inbound_port *ip = inbound_find_guest(n, f->src.family, f->sport);
+	if (!ip)
+		return;
+	if (in)
+		ip->bytes_in += len;
+	else
+		ip->bytes_out += len;
+}
+
+int engine_count_inbound(struct net *n, int family, uint16_t guest_port)
+{
+	struct engine *e = &n->eng;
+	int c = 0;
+	for (int i = 0; i < e->cap; i++) {
+		const struct flow *f = &e->flows[i];
+		if (f->used && f->inbound && !f->closing_ns && f->src.family == family &&
+		    f->sport == guest_port)
+			c++;
+	}
+	return c;
+}
+
+void engine_cut_inbound(struct net *n, int family, uint16_t guest_port)
+{
+	struct engine *e = &n->eng;
+	for (int i = 0; i < e->cap; i++) {
+		struct flow *f = &e->flows[i];
+		if (f->used && f->inbound && f->src.family == family && f->sport == guest_port) {
+			engine_flow_cut(n, f, true);
+			engine_flow_del(n, f);
+		}
+	}
+}
+
+/* slirp opens a connection towards the guest: only slirp's host forwards do that, and
+ * only the published ports have one. A published port under its cap becomes an inbound
+ * flow; over the cap (or with the flow table full) slirp gets a RST as if from the guest
+ * at the next tick, so it closes the host's connection. Any other SYN from slirp: NULL,
+ * dropped. `p` is slirp's frame (src: the remote, dst: the guest). */
+static struct flow *engine_inbound_syn(struct net *n, const struct pkt *p)
+{
+	struct engine *e = &n->eng;
+	const struct net_addr *guest = p->dst.family == AF_INET ? &n->guest4 : &n->guest6;
+	struct inbound_port *ip;
+	struct flow *f = NULL;
+	struct pkt q;
+
+	if (!net_addr_eq(&p->dst, guest) || !(ip = inbound_find_guest(n, p->dst.family, p->dport)))
+		return NULL;
+	if (engine_count_inbound(n, ip->family, ip->guest_port) < ip->max_conns) {
+		/* the flow is kept from the guest's side, as for its own connections */
+		q = *p;
+		q.src = p->dst;
+		q.dst = p->src;
+		memcpy(q.src_mac, p->dst_mac, 6);
+		memcpy(q.dst_mac, p->src_mac, 6);
+		char dest[DNS_NAME_MAX + 8];
+		snprintf(dest, sizeof(dest), "inbound:%u", ip->guest_port);
+		f = engine_flow_add(n, &q, IPPROTO_TCP, p->dport, p->sport, dest);
+	}
+	if (!f) {
+		ip->refused++;
+		if (e->nrst < ENGINE_RST_PENDING) {
+			size_t l = pkt_build_tcp_rst(e->rst[e->nrst].frame,
+						     sizeof(e->rst[e->nrst].frame), p);
+			if (l)
+				e->rst[e->nrst++].len = l;
+		}
+		return NULL;
+	}
+	f->inbound = true;
+	f->have_remote = true;
+	f->r_next = p->tcp_seq + 1;
+	ip->accepted++;
+	return f;
+}
+
+/* The RSTs decided inside slirp's callbacks, now that slirp is not running. */
+static void engine_rst_flush(struct net *n)
+{
+	struct engine *e = &n->eng;
+	int k = e->nrst;
+	e->nrst = 0;
+	for (int i = 0; i < k; i++)
+		engine_to_slirp(n, e->rst[i].frame, e->rst[i].len);
+}
+
 /* A frame from slirp to the guest. */
 static ssize_t engine_slirp_send(const void *buf, size_t len, void *opaque)
 {
@@ -424,10 +518,26 @@ static ssize_t engine_slirp_send(const void *buf, size_t len, void *opaque)
 	if (pkt_parse(&p, buf, len) == 0 && (p.l3 == PKT_IP4 || p.l3 == PKT_IP6) && !p.fragment &&
 	    (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP)) {
 		struct flow *f = engine_flow_find(n, p.proto, &p.dst, &p.src, p.dport, p.sport);
+		if (!f && p.proto == IPPROTO_TCP && (p.tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN)
+			f = engine_inbound_syn(n, &p);
+		else if (f && f->inbound && p.proto == IPPROTO_TCP &&
+			 (p.tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN && p.tcp_seq + 1 != f->r_next &&
+			 (f->closing_ns || (f->fin & 4))) {
+			/* slirp reuses the 4-tuple of a closed inbound connection: a new one. */
+			engine_flow_del(n, f);
+			f = engine_inbound_syn(n, &p);
+		}
 		if (!f) {
 			if (!(p.proto == IPPROTO_TCP && (p.tcp_flags & TH_RST)))
 				return (ssize_t)len;    /* no flow: not for the guest */
 		} else {
+			if (f->inbound) {
+				engine_inbound_bytes(n, f, p.payload_len, true);
+				if (p.proto == IPPROTO_TCP && (p.tcp_flags & TH_ACK)) {
+					f->s_ack = p.tcp_ack;
+					f->have_sack = true;
+				}
+			}
 			f->last_ns = n->now_ns;
 			if (p.proto == IPPROTO_TCP) {
 				uint32_t end = p.tcp_seq + (uint32_t)p.payload_len +
@@ -717,6 +827,10 @@ static void engine_tcp(struct net *n, const struct pkt *p)
 		return;
 	}
 	f->last_ns = n->now_ns;
+	if (f->inbound) {
+		f->guest_seen = true;
+		engine_inbound_bytes(n, f, p->payload_len, false);
+	}
 	uint32_t end = p->tcp_seq + (uint32_t)p->payload_len + ((fl & TH_SYN) ? 1 : 0) +
 		       ((fl & TH_FIN) ? 1 : 0);
 	if (engine_seq_after(end, f->g_next))
@@ -888,6 +1002,8 @@ int engine_set_policy(struct net *n, const json_t *obj, char *err, size_t errlen
 		struct flow *f = &e->flows[i];
 		if (!f->used || engine_is_broker(n, &f->dst, f->dport, f->proto))
 			continue;
+		if (f->inbound)
+			continue;               /* asked for by the host, not the egress policy's */
 		struct policy_verdict v;
 		policy_decide(n->policy, &f->dst, f->dport, f->proto, &n->gw4, &n->gw6,
 			      f->created_ns, &v);
@@ -919,6 +1035,7 @@ void engine_tick(struct net *n, uint64_t now_ns)
 {
 	struct engine *e = &n->eng;
 	engine_gro_flush(n);
+	engine_rst_flush(n);
 	int64_t now_ms = (int64_t)(now_ns / 1000000ull);
 	for (int i = 0; i < (int)ARRAY_SIZE(e->timer); i++) {
 		if (!e->timer[i].used || !e->timer[i].armed || e->timer[i].expire_ms > now_ms)
@@ -937,7 +1054,12 @@ void engine_tick(struct net *n, uint64_t now_ns)
 		if (!f->used)
 			continue;
 		uint64_t idle = now_ns - f->last_ns;
-		if (f->proto == IPPROTO_TCP) {
+		if (f->inbound && !f->guest_seen &&
+		    now_ns - f->created_ns > ENGINE_INBOUND_SYN_S * ENGINE_NS) {
+			/* a guest that never answers does not keep the port's places */
+			engine_flow_cut(n, f, false);
+			engine_flow_del(n, f);
+		} else if (f->proto == IPPROTO_TCP) {
 			if (f->closing_ns && now_ns - f->closing_ns > ENGINE_TCP_LINGER_S * ENGINE_NS) {
 				engine_flow_del(n, f);
 			} else if (idle > ENGINE_TCP_IDLE_S * ENGINE_NS) {

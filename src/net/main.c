@@ -40,6 +40,9 @@ static int net_seccomp(bool broker)
 	static const int allow[] = {
 		SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(listen), SCMP_SYS(getsockname),
 		SCMP_SYS(getpeername), SCMP_SYS(newfstatat),
+		/* published ports (inbound.c): the daemon's listener takes the place of
+		 * slirp's throwaway one; both are this process's own fds */
+		SCMP_SYS(dup2), SCMP_SYS(dup3), SCMP_SYS(accept),
 	};
 	/* New sockets: IP only (slirp's TCP, UDP and ICMP sockets, the resolver's UDP). */
 	static const int families[] = { AF_INET, AF_INET6 };

@@ -146,6 +146,8 @@ void dnssrv_free(struct net *n);
 #define ENGINE_UDP_IDLE_S 60
 #define ENGINE_TCP_IDLE_S 7200
 #define ENGINE_TCP_LINGER_S 30          /* after FIN both ways or RST */
+#define ENGINE_RST_PENDING 32
+#define ENGINE_INBOUND_SYN_S 75         /* an inbound connection the guest never answers */
 
 struct flow {
 	bool used;
@@ -158,6 +160,12 @@ struct flow {
 	bool have_remote;               /* remote seq known */
 	uint32_t isn, g_next, r_next;   /* guest ISN, next guest seq, next remote seq */
 	char dest[DNS_NAME_MAX + 8];    /* counted under */
+	bool inbound;                   /* opened from the host through a published port
+	                                 * (inbound.c): src/sport are the guest's published
+	                                 * side, and no policy ever judges it */
+	bool guest_seen;                /* inbound: the guest answered (any segment) */
+	bool have_sack;                 /* inbound: s_ack is what slirp last acknowledged */
+	uint32_t s_ack;                 /* (its rcv_nxt: a RST there is always taken) */
 	int next;                       /* hash chain, -1 ends */
 };
 
@@ -167,6 +175,13 @@ struct engine {
 	int cap, nflows, free_hint;
 	int *bucket;
 	unsigned nbuckets;
+	/* RSTs for slirp decided inside one of slirp's own callbacks (an inbound SYN over
+	 * its cap): handed to slirp at the next tick, never re-entering it. */
+	struct {
+		uint8_t frame[128];
+		size_t len;
+	} rst[ENGINE_RST_PENDING];
+	int nrst;
 	struct {                        /* slirp's one timer (router advertisements) */
 		bool used, armed;
 		int id;
@@ -221,6 +236,45 @@ size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const u
 
 /* The broker's address and port, for TCP, when this sandbox has a broker. */
 bool engine_is_broker(const struct net *n, const struct net_addr *dst, uint16_t port, int proto);
+/* Published ports (inbound.c): the inbound flows of one guest port, counted or cut. */
+int engine_count_inbound(struct net *n, int family, uint16_t guest_port);
+void engine_cut_inbound(struct net *n, int family, uint16_t guest_port);
+
+/* ---- inbound.c: published ports, connections from the host into the guest ---- */
+#define INBOUND_MAX 32                  /* published ports per sandbox */
+#define INBOUND_MAX_CONNS 64            /* default concurrent connections per port */
+
+struct inbound_port {
+	bool used;
+	int fd;                         /* the published listener, at the fd number slirp
+	                                 * holds it by */
+	int family, flags;              /* AF_INET / AF_INET6; slirp's hostfwd flags */
+	char host_ip[46];
+	uint16_t host_port, guest_port;
+	struct sockaddr_storage haddr;  /* its address: how slirp finds it to remove it */
+	socklen_t haddrlen;
+	int max_conns;
+	uint64_t accepted, refused;     /* connections let into the guest / refused at cap */
+	uint64_t bytes_in, bytes_out;   /* payload towards the guest / from the guest */
+};
+
+struct inbound {
+	struct inbound_port p[INBOUND_MAX];
+};
+
+/* {"op":"publish","guest_port":N[,"max_conns":M]} with the listening socket *fd
+ * (taken: *fd = -1 on success). *out: {"host_ip","host_port","guest_port"}.
+ * 0 or a negative errno with a message. */
+int inbound_publish(struct net *n, int *fd, const json_t *req, json_t **out, char *err,
+		    size_t errlen);
+/* {"op":"unpublish","host_ip":...,"host_port":N}: the listener is closed and the
+ * port's connections are cut. 0 or a negative errno with a message. */
+int inbound_unpublish(struct net *n, const json_t *req, char *err, size_t errlen);
+/* The published port of the guest's `guest_port` (family AF_INET/AF_INET6), or NULL. */
+struct inbound_port *inbound_find_guest(struct net *n, int family, uint16_t guest_port);
+/* [{"host_ip","host_port","guest_port","conns","max_conns","accepted","refused",
+ *   "bytes_in","bytes_out"}] */
+json_t *inbound_json(struct net *n);
 
 /* ---- hostaddr.c: the host's own addresses, kept current in the policy ---- */
 /* Open the NETLINK_ROUTE socket (address changes), then read the current addresses.
@@ -263,6 +317,7 @@ struct net {
 	struct resolver res;
 	struct stats stats;
 	struct engine eng;
+	struct inbound in;
 	struct dnssrv *dns;
 	uint64_t now_ns;                /* monotonic, refreshed each loop */
 };
