@@ -28,6 +28,7 @@
  */
 #include "daemon/docker_ctr.h"
 #include "daemon/archive.h"
+#include "daemon/ports.h"
 #include "daemon/docker_engine.h"
 #include "daemon/docker_route.h"
 #include "daemon/daemon.h"
@@ -61,6 +62,7 @@
 #define DKC_WAITERS 32
 #define DKC_START_TIMEOUT_MS 60000
 #define DKC_MAX 4096                    /* containers the Docker API keeps */
+#define DKC_PORTS_MAX 32                /* published ports per container */
 #define DKX_MAX 1024                    /* execs remembered (oldest finished dropped) */
 
 enum dkc_state { DKC_CREATED, DKC_RUNNING, DKC_EXITED, DKC_DEAD };
@@ -74,6 +76,7 @@ struct dkc {
 	json_t *config, *host;          /* Docker's Config and HostConfig, as inspect shows */
 	json_t *mounts;                 /* Docker's Mounts, as inspect shows */
 	json_t *binds;                  /* the agent's bind list: [{"src","dst","ro"}] */
+	json_t *published;              /* while it runs: [{"HostIp","HostPort","Port"}] */
 	enum dkc_state state;
 	bool removing, removed, pumping, own_sandbox;
 	int exit_code, pid;
@@ -142,6 +145,7 @@ static void dkc_unref_locked(struct dkc *c)
 	json_decref(c->host);
 	json_decref(c->mounts);
 	json_decref(c->binds);
+	json_decref(c->published);
 	if (c->stdin_r >= 0)
 		close(c->stdin_r);
 	if (c->stdin_w >= 0)
@@ -510,6 +514,16 @@ int dkc_api_create(struct api_call *call)
 		hc = NULL;
 	if (hc && (r = dkc_refuse_host(hc, &call->err)))
 		return r;
+	if (hc) {       /* malformed bindings fail here, not at start */
+		struct dn_port pt[DKC_PORTS_MAX];
+		if ((r = dn_port_bindings(json_object_get(hc, "PortBindings"), pt, DKC_PORTS_MAX,
+					  &call->err)) < 0)
+			return r;
+		for (int i = 0; i < r; i++)
+			if (pt[i].proto != DN_TCP)
+				return k8_err_set(&call->err, -EINVAL, "port %u/udp: kosa8 "
+						  "publishes TCP ports only", pt[i].ctr_port);
+	}
 	if ((r = api_query_str(call, "name", nbuf, sizeof(nbuf), &qname)))
 		return r;
 	if (qname && (r = dn_name_check(qname, name, &call->err)))
@@ -702,6 +716,7 @@ static void dkc_log_append(struct dkc_pump *p, uint16_t type, const void *data, 
 }
 
 static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb);
+static void dkc_ports_down(struct daemon *d, struct sandbox *sb, struct dkc *c);
 static bool dkc_tty(struct dkc *c);
 
 static void *dkc_pump_thread(void *arg)
@@ -792,6 +807,7 @@ static void *dkc_pump_thread(void *arg)
 			       c->exit_code, "oom", json_object_get(exit_info, "oom")));
 	json_decref(exit_info);
 	link_stream_close(l, s);
+	dkc_ports_down(p->d, p->sb, c);
 
 	pthread_mutex_lock(&dk.lock);
 	c->pumping = false;
@@ -807,6 +823,67 @@ static void *dkc_pump_thread(void *arg)
 }
 
 /* ---- start, stop, kill, restart ---- */
+
+/* ---- published ports (HostConfig.PortBindings through ports.c) ---- */
+
+
+/* Close what c published (its run ended or it failed to start). */
+static void dkc_ports_down(struct daemon *d, struct sandbox *sb, struct dkc *c)
+{
+	json_t *pub, *v;
+	size_t i;
+
+	pthread_mutex_lock(&dk.lock);
+	pub = c->published;
+	c->published = NULL;
+	pthread_mutex_unlock(&dk.lock);
+	json_array_foreach(pub, i, v) {
+		struct k8_err e = { 0 };
+		if (port_unpublish(d, sb, json_string_value(json_object_get(v, "HostIp")),
+				   (int)json_integer_value(json_object_get(v, "HostPort")), &e))
+			daemon_log("docker: %s: closing port %d: %s", c->id,
+				   (int)json_integer_value(json_object_get(v, "HostPort")), e.msg);
+	}
+	json_decref(pub);
+}
+
+/* Publish c's PortBindings on its sandbox: the container shares the VM's network, so the
+ * guest port is the container's. A binding on all interfaces (Docker's default for
+ * `-p 8000:8000`) binds loopback unless the daemon allows public ports (docs/docker.md). */
+static int dkc_ports_up(struct daemon *d, struct sandbox *sb, struct dkc *c, struct k8_err *err)
+{
+	struct dn_port pt[DKC_PORTS_MAX];
+	json_t *pub = json_array();
+	int n, r = 0;
+
+	n = dn_port_bindings(json_object_get(c->host, "PortBindings"), pt, DKC_PORTS_MAX, err);
+	if (n < 0) {
+		json_decref(pub);
+		return n;
+	}
+	for (int i = 0; i < n && !r; i++) {
+		const char *ip = pt[i].host_any ? (d->allow_public_ports ? "0.0.0.0" : "127.0.0.1")
+						: pt[i].host_ip;
+		int bound = 0;
+		if (pt[i].proto != DN_TCP) {
+			r = k8_err_set(err, -ENOTSUP, "port %u/udp: kosa8 publishes TCP ports only",
+				       pt[i].ctr_port);
+			break;
+		}
+		r = port_publish(d, sb, ip, pt[i].host_port, pt[i].ctr_port, &bound, err);
+		if (!r)
+			json_array_append_new(pub, json_pack("{s:s,s:i,s:i}", "HostIp", ip,
+							     "HostPort", bound, "Port",
+							     pt[i].ctr_port));
+	}
+	pthread_mutex_lock(&dk.lock);
+	json_decref(c->published);
+	c->published = pub;
+	pthread_mutex_unlock(&dk.lock);
+	if (r)
+		dkc_ports_down(d, sb, c);
+	return r;
+}
 
 /* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
 static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
@@ -840,6 +917,8 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		r = err->code ? err->code : -EIO;
 		goto fail;
 	}
+	if ((r = dkc_ports_up(d, sb, c, err)))
+		goto fail_sb;
 	if (c->starts) {
 		/* The agent still holds the last run's container (or, after a daemon restart,
 		 * a running one): a start is a fresh run (docs/docker.md). */
@@ -932,6 +1011,7 @@ fail_pipe:
 	if (pipefd[0] >= 0)
 		close(pipefd[0]);
 fail_sb:
+	dkc_ports_down(d, sb, c);
 	sb_put(d, sb);
 fail:
 	pthread_mutex_lock(&dk.lock);
@@ -1781,26 +1861,55 @@ static json_t *dkc_status_text(struct dkc *c)
 	}
 }
 
-/* NetworkSettings.Ports: the ExposedPorts, unpublished (published ports: later). */
+/* NetworkSettings.Ports: the ExposedPorts (null: not published) and, while it runs, what
+ * is published: {"8000/tcp": [{"HostIp","HostPort" (a string, as Docker)}]}. Caller holds
+ * dk.lock. */
 static json_t *dkc_ports_map(struct dkc *c)
 {
 	json_t *out = json_object(), *v;
 	const char *k;
+	size_t i;
 
 	json_object_foreach(json_object_get(c->config, "ExposedPorts"), k, v)
 		json_object_set_new(out, k, json_null());
+	json_array_foreach(c->published, i, v) {
+		char key[32], hp[16];
+		snprintf(key, sizeof(key), "%d/tcp", (int)json_integer_value(json_object_get(v, "Port")));
+		snprintf(hp, sizeof(hp), "%d", (int)json_integer_value(json_object_get(v, "HostPort")));
+		json_t *list = json_object_get(out, key);
+		if (!json_is_array(list)) {
+			list = json_array();
+			json_object_set_new(out, key, list);
+		}
+		json_array_append_new(list, json_pack("{s:O,s:s}", "HostIp",
+						      json_object_get(v, "HostIp"), "HostPort", hp));
+	}
 	return out;
 }
 
 /* Caller holds dk.lock. */
+/* `docker ps`'s Ports: [{"IP","PrivatePort","PublicPort","Type"}]. Caller holds dk.lock. */
+static json_t *dkc_ps_ports(struct dkc *c)
+{
+	json_t *out = json_array(), *v;
+	size_t i;
+
+	json_array_foreach(c->published, i, v)
+		json_array_append_new(out, json_pack("{s:O,s:O,s:O,s:s}", "IP",
+						     json_object_get(v, "HostIp"), "PrivatePort",
+						     json_object_get(v, "Port"), "PublicPort",
+						     json_object_get(v, "HostPort"), "Type", "tcp"));
+	return out;
+}
+
 static json_t *dkc_list_json(struct dkc *c)
 {
 	const char *nm = json_string_value(json_object_get(c->host, "NetworkMode"));
 
-	return json_pack("{s:s,s:[s+],s:s,s:s,s:o,s:I,s:[],s:O,s:s,s:o,s:{s:s},s:{s:{}},s:O}",
+	return json_pack("{s:s,s:[s+],s:s,s:s,s:o,s:I,s:o,s:O,s:s,s:o,s:{s:s},s:{s:{}},s:O}",
 			 "Id", c->id, "Names", "/", c->name, "Image", c->image, "ImageID",
 			 c->image_id, "Command", dkc_command(c), "Created",
-			 (json_int_t)(c->created_ns / 1000000000), "Ports", "Labels",
+			 (json_int_t)(c->created_ns / 1000000000), "Ports", dkc_ps_ports(c), "Labels",
 			 json_object_get(c->config, "Labels"), "State", dkc_state_names[c->state],
 			 "Status", dkc_status_text(c), "HostConfig", "NetworkMode", nm ? nm : "default",
 			 "NetworkSettings", "Networks", "Mounts", c->mounts);

@@ -288,6 +288,55 @@ def test_cp_in_and_out(dk):
         docker(dk, "rm", "-f", "cp1", "cp2")
 
 
+# A tiny HTTP server (the test image has no http.server module).
+SERVER = """
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8000))
+s.listen()
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    c.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: 3\\r\\n\\r\\nhi\\n")
+    c.close()
+"""
+
+
+def test_published_port(dk):
+    """`docker run -d -p 127.0.0.1::8000` (a random host port, read back from inspect and
+    `docker port`), HTTP from the host to the server in the container; the port closes
+    when the container stops."""
+    import urllib.request
+    ok(docker(dk, "run", "-d", "--name", "web1", "-p", "127.0.0.1::8000", IMG,
+              "python", "-c", SERVER))
+    try:
+        ins = json.loads(ok(docker(dk, "inspect", "web1")))[0]
+        b = ins["NetworkSettings"]["Ports"]["8000/tcp"][0]
+        assert b["HostIp"] == "127.0.0.1" and int(b["HostPort"]) > 0, b
+        port = int(b["HostPort"])
+        assert ok(docker(dk, "port", "web1")).strip().endswith("127.0.0.1:%d" % port)
+        ps = ok(docker(dk, "ps", "--format", "{{.Ports}}", "--filter", "name=web1"))
+        assert "127.0.0.1:%d->8000/tcp" % port in ps, ps
+
+        def fetch():
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=5) as r:
+                    return r.read() == b"hi\n"
+            except OSError:
+                return False
+        wait_or_fail(fetch, "the published port to answer", timeout=60)
+        ok(docker(dk, "stop", "-t", "1", "web1"))
+        s = socket.socket()
+        s.settimeout(5)
+        assert s.connect_ex(("127.0.0.1", port)) != 0, "port still open after stop"
+        s.close()
+        p = docker(dk, "run", "--rm", "-p", "127.0.0.1::53/udp", IMG, "true", timeout=60)
+        assert p.returncode != 0 and "TCP ports only" in p.stderr, p.stderr
+    finally:
+        docker(dk, "rm", "-f", "web1")
+
+
 @needs_py
 def test_autogen_sequence(dk):
     """AutoGen's DockerCommandLineCodeExecutor: a tty container with the work folder bound,
