@@ -1192,15 +1192,17 @@ int fs_ctr_clone(const struct agent *a, const struct launch *l, int fds[FS_MAX_M
 }
 
 /* Create what a mount will cover at `path` in the container's root: a directory, or
- * an empty file for a file bind. */
-static int fs_ctr_target(const char *path, int fd)
+ * an empty file for a file bind. A shared folder is always a directory: only a bind is
+ * asked (fstat on the clone is a FUSE request, which would wait while the host's file
+ * server is away, and a run must start then: its requests are resent later). */
+static int fs_ctr_target(const char *path, int fd, int may_be_file)
 {
 	struct stat st;
 	char parent[FS_MAX_GUEST + 1];
 	char *slash;
 	int r, f;
 
-	if (fstat(fd, &st) < 0 || S_ISDIR(st.st_mode))
+	if (!may_be_file || fstat(fd, &st) < 0 || S_ISDIR(st.st_mode))
 		return mkdir_p(path, 0755);
 	snprintf(parent, sizeof(parent), "%s", path);
 	slash = strrchr(parent, '/');
@@ -1231,7 +1233,7 @@ int fs_ctr_attach(const struct agent *a, const struct launch *l, int fds[FS_MAX_
 
 		/* In the container's own root now (an overlay: the directories land in its
 		 * writable layer); symlinks of the image resolve inside it. */
-		if ((r = fs_ctr_target(guest, fds[i])) < 0) {
+		if ((r = fs_ctr_target(guest, fds[i], l->binds_given)) < 0) {
 			snprintf(msg, msglen, "shared folder %s: mkdir in the container: %s", guest,
 				 strerror(-r));
 			return r;
