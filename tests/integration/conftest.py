@@ -3,9 +3,11 @@
 #
 # One daemon and one booted sandbox are shared by the whole session (booting under TCG
 # costs seconds); tests that must break things (kill -9, tampering) use their own home.
+import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -157,3 +159,28 @@ def wait_or_fail(pred, what, timeout=30, step=0.2):
     v = wait_for(pred, timeout, step)
     assert v, "timed out after %ss waiting for %s" % (timeout, what)
     return v
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    """HTTP/1.1 over a daemon's unix socket."""
+
+    def __init__(self, path, timeout=120):
+        super().__init__("kosa8", timeout=timeout)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def sock_api(home, method, url, body=None, sock="kosa8d.sock"):
+    """One request on a socket of home's daemon: (status, headers, body bytes). A body is
+    sent at once (an empty Expect header: no wait for 100 Continue)."""
+    c = UnixHTTP(os.path.join(home.path, sock))
+    c.request(method, url, body=body, headers={"Expect": ""} if body is not None else {})
+    r = c.getresponse()
+    data = r.read()
+    hdrs = dict(r.getheaders())
+    c.close()
+    return r.status, hdrs, data

@@ -6,14 +6,13 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import tempfile
 
 import pytest
 
-from conftest import Home, new_home
+from conftest import Home, UnixHTTP, new_home
 from test_50_registry import Registry
 
 needs_registry = pytest.mark.skipif(
@@ -54,19 +53,8 @@ def sock(dh):
     return os.path.join(dh[0].path, "docker.sock")
 
 
-class UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path):
-        super().__init__("localhost", timeout=60)
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(60)
-        self.sock.connect(self.path)
-
-
 def call(dh, method, path, body=None):
-    c = UnixHTTP(sock(dh))
+    c = UnixHTTP(sock(dh), timeout=60)
     c.request(method, path, body=body)
     r = c.getresponse()
     data = r.read()

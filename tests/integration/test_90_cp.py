@@ -4,45 +4,22 @@
 # one, modes, times and symlinks kept, `-` for a tar on stdout/stdin, a missing path's
 # error, the Path-Stat header, and the size cap on what goes in.
 import base64
-import http.client
 import io
 import json
 import os
-import socket
 import stat
 import subprocess
 import tarfile
 
 import pytest
 
-from conftest import KOSA8, wait_for
+from conftest import KOSA8, sock_api as api, wait_for
 
 IMAGE = "python:3.12-slim"
 
 SETUP = ("mkdir -p /d/sub && echo hello > /d/sub/f && chmod 640 /d/sub/f && "
          "touch -d 2020-01-02T03:04:05 /d/sub/f && ln -s sub/f /d/rel && ln -s / /d/root && "
          "touch /ready && exec sleep 100000")
-
-
-class UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path):
-        super().__init__("kosa8", timeout=120)
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(120)
-        self.sock.connect(self.path)
-
-
-def api(home, method, url, body=None):
-    c = UnixHTTP(os.path.join(home.path, "kosa8d.sock"))
-    c.request(method, url, body=body, headers={"Expect": ""} if body is not None else {})
-    r = c.getresponse()
-    data = r.read()
-    hdrs = dict(r.getheaders())
-    c.close()
-    return r.status, hdrs, data
 
 
 @pytest.fixture(scope="module")

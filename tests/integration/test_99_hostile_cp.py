@@ -5,7 +5,6 @@
 # planting symlinks to / and .. and magic links for the copy-out to follow. Each is refused
 # or contained in the container's root: nothing lands outside the destination, the VM's own
 # files (/scratch, /images) never show, and the daemon keeps serving.
-import http.client
 import io
 import os
 import socket
@@ -13,31 +12,11 @@ import tarfile
 
 import pytest
 
-from conftest import daemon_pid, wait_for
+from conftest import daemon_pid, sock_api as api, wait_for
 
 pytestmark = pytest.mark.hostile
 
 IMAGE = "python:3.12-slim"
-
-
-class UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path):
-        super().__init__("kosa8", timeout=120)
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(120)
-        self.sock.connect(self.path)
-
-
-def api(home, method, url, body=None):
-    c = UnixHTTP(os.path.join(home.path, "kosa8d.sock"))
-    c.request(method, url, body=body, headers={"Expect": ""} if body is not None else {})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, data
 
 
 def tar_of(entries):
@@ -98,7 +77,7 @@ def ls_root(home, sandbox, cid):
 def test_hostile_tar_refused(home, sandbox, ctr, what, body):
     pid = daemon_pid(home.path)
     before = ls_root(home, sandbox, ctr)
-    s, data = api(home, "PUT", "/v1/sandboxes/%s/containers/%s/archive?path=/dst"
+    s, _, data = api(home, "PUT", "/v1/sandboxes/%s/containers/%s/archive?path=/dst"
                   % (sandbox, ctr), body=body)
     assert s == 400, (what, s, data)
     after = ls_root(home, sandbox, ctr)
@@ -107,7 +86,7 @@ def test_hostile_tar_refused(home, sandbox, ctr, what, body):
     assert before.split("/dst:")[0] == after.split("/dst:")[0], (what, before, after)
     assert before.split("\n")[-3:] == after.split("\n")[-3:], (what, before, after)
     assert daemon_pid(home.path) == pid
-    s, _ = api(home, "GET", "/v1/status")
+    s, _, _ = api(home, "GET", "/v1/status")
     assert s == 200
 
 
@@ -116,20 +95,20 @@ def test_symlinks_to_root_stay_in_the_container(home, sandbox, ctr):
     # Through a link to / or up past the root, by name and followed (trailing slash):
     # always the container's root (its /marker), never the VM's (/scratch, /images).
     for link in ("/dst/root", "/dst/up", "/dst/up/../.."):
-        s, data = api(home, "GET", base + "/stat?path=%s/marker" % link)
+        s, _, data = api(home, "GET", base + "/stat?path=%s/marker" % link)
         assert s == 200, (link, s, data)
         for vm_only in ("scratch", "images", "run/kosa8"):
-            s, data = api(home, "GET", base + "/stat?path=%s/%s" % (link, vm_only))
+            s, _, data = api(home, "GET", base + "/stat?path=%s/%s" % (link, vm_only))
             assert s == 404, (link, vm_only, s, data)
-        s, data = api(home, "GET", base + "?path=%s/marker" % link)
+        s, _, data = api(home, "GET", base + "?path=%s/marker" % link)
         assert s == 200
         assert tarfile.open(fileobj=io.BytesIO(data)).extractfile("marker").read() == \
             b"container\n"
     # a followed link to / is the container's root folder
-    s, data = api(home, "GET", base + "/stat?path=/dst/root/")
+    s, _, data = api(home, "GET", base + "/stat?path=/dst/root/")
     assert s == 200 and data.startswith(b'{"name":"root"'), data
     # a magic link (/proc/1/root) is not followed at all
-    s, data = api(home, "GET", base + "?path=/dst/magic/etc/hostname")
+    s, _, data = api(home, "GET", base + "?path=/dst/magic/etc/hostname")
     assert s in (400, 404), (s, data)
 
 
@@ -188,7 +167,7 @@ def test_clients_that_vanish_mid_copy(home, sandbox, ctr):
     recs = wait_for(both_failed, 60)
     assert recs, cp_records(home, sandbox)[n0:]
     assert daemon_pid(home.path) == pid
-    st, data = api(home, "GET", "/v1/sandboxes/%s/containers/%s/archive/stat?path=/big"
+    st, _, data = api(home, "GET", "/v1/sandboxes/%s/containers/%s/archive/stat?path=/big"
                    % (sandbox, ctr))
     assert st == 200 and b'"size":33554432' in data, data
     p = home("sandbox", "exec", sandbox, ctr, "echo", "alive", timeout=120)
