@@ -360,7 +360,8 @@ def test_autogen_sequence(dk):
         assert r.exit_code == 124
     finally:
         ct.stop(timeout=1)
-    wait_or_fail(lambda: not c.containers.list(all=True, filters={"id": ct.id}), "auto remove")
+    # the low-level list: containers.list() inspects each entry and races the removal
+    wait_or_fail(lambda: not c.api.containers(all=True, filters={"id": ct.id}), "auto remove")
 
 
 def test_bad_input_keeps_serving(dk):
