@@ -779,6 +779,8 @@ static void *dkc_pump_thread(void *arg)
 	if (p->stdin_r >= 0)
 		close(p->stdin_r);
 	close(p->logfd);
+	/* before the exit is told (stop, wait): once `docker stop` returns, its ports are shut */
+	dkc_ports_down(p->d, p->sb, c);
 
 	pthread_mutex_lock(&dk.lock);
 	if (exit_info) {
@@ -807,7 +809,6 @@ static void *dkc_pump_thread(void *arg)
 			       c->exit_code, "oom", json_object_get(exit_info, "oom")));
 	json_decref(exit_info);
 	link_stream_close(l, s);
-	dkc_ports_down(p->d, p->sb, c);
 
 	pthread_mutex_lock(&dk.lock);
 	c->pumping = false;
