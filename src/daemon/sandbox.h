@@ -51,6 +51,7 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 		     struct vm_spec *spec, struct k8_err *err);
 int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
 		  struct k8_err *err);
+/* link_request on the sandbox's agent: takes req. */
 int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,
 		     struct stream **stream, struct k8_err *err);
 json_t *sb_containers_json(struct sandbox *sb, json_t *agent_list);
