@@ -218,37 +218,34 @@ static int sb_mount_images(struct sandbox *sb, struct k8_err *err)
 	return 0;
 }
 
-static int sb_init_guest(struct daemon *d, struct sandbox *sb, bool restored,
-			 struct k8_err *err)
+/* The init request (docs/protocol.md): the clock, a fresh RNG seed, the hostname and
+ * the limits; on a fresh boot also the network and the shared folders (a restored guest
+ * kept its own: those are set once per boot). NULL when the host has no randomness. */
+static json_t *sb_init_req(struct sandbox *sb, bool restored)
 {
 	unsigned char seed[32];
-	char hex[65];
-	json_t *resp = NULL;
-	int r;
+	char hex[65], host[K8_NAME_MAX + 1];
+	json_t *req;
 
 	if (getrandom(seed, sizeof(seed), 0) != sizeof(seed))
-		return k8_err_set(err, -EIO, "getrandom failed");
+		return NULL;
 	k8_hex(seed, 32, hex);
-	char host[K8_NAME_MAX + 1];
+	explicit_bzero(seed, sizeof(seed));
 	/* The guest's hostname: the sandbox name with '_' (not valid there) as '-'. */
 	snprintf(host, sizeof(host), "%s", sb->name);
 	for (char *c = host; *c; c++)
 		if (*c == '_')
 			*c = '-';
-	json_t *req = json_pack("{s:s,s:I,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
-				(json_int_t)now_real_ns(), "hostname", host, "seed", hex, "limits",
-				"pids", 1024, "memory_reserve_mib", 64);
-	/* A restored guest kept its network and mounts: those are set once per boot. */
+	req = json_pack("{s:s,s:I,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
+			(json_int_t)now_real_ns(), "hostname", host, "seed", hex, "limits", "pids",
+			1024, "memory_reserve_mib", 64);
+	explicit_bzero(hex, sizeof(hex));
 	if (!restored) {
 		json_object_set_new(req, "net", net_guest_config());
 		if (sb->nmounts)
 			json_object_set_new(req, "mounts", sb_mounts_json(sb, true));
 	}
-	r = link_request(&sb->link, req, REQ_TIMEOUT_MS, &resp, NULL, err);
-	json_decref(resp);
-	if (r)
-		return k8_err_wrap(err, "initialising the guest");
-	return sb_mount_images(sb, err);
+	return req;
 }
 
 /* Add to the end of err's message (a k8_err_wrap the other way round). */
@@ -263,6 +260,22 @@ static void sb_err_append(struct k8_err *err, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Connect to a restored agent's port and greet it at once: it believes its host is still
+ * there, so it would say nothing until it noticed the port close and open (and it may
+ * not notice: docs/protocol.md, "Connections"). */
+static int sb_link_restored(struct sandbox *sb, const char *agent_path, struct k8_err *err)
+{
+	static const char hello[] = "{\"proto\":1}";
+	int r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
+
+	if (!r)
+		link_send(&sb->link, PROTO_HELLO, 0, 0, hello, sizeof(hello) - 1);
+	return r;
+}
+
+/* Milliseconds of a span of now_mono_ns(), for the phase log lines. */
+#define SB_MS(ns) ((unsigned long long)((ns) / 1000000))
+
 /* After QEMU was spawned (a fresh boot, or restored from a checkpoint): reach its
  * monitor, put it in its cgroup, reach the agent, agree on the protocol version and
  * initialise the guest. On failure the VM is killed and err holds the reason with the
@@ -272,8 +285,12 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 		  struct k8_err *err)
 {
 	char qmp_path[4200], agent_path[4200], tail[1024] = "";
+	json_t *init;
+	uint64_t t[7];
+	bool linked = false;
 	int r;
 
+	t[0] = now_mono_ns();
 	sb_paths(d, sb, qmp_path, agent_path, sizeof(qmp_path));
 	pthread_mutex_lock(&sb->lock);
 	sb->pid = pid;
@@ -293,12 +310,14 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 		}
 		goto fail;
 	}
+	t[1] = now_mono_ns();
 	if (fs_attach_port(d, sb, err))   /* kosa8-fs cannot connect itself (mounts.c) */
 		goto fail;
 	if (cgroup_apply(&d->cg, sb->name, pid, sb->cpus,
 			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
 			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
 		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
+	t[2] = now_mono_ns();
 	if (restored) {
 		/* A checkpoint is saved with the vCPUs stopped, and QEMU keeps a restored
 		 * machine in the state it was saved in: wait for the state to be in, then
@@ -321,6 +340,13 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 			if (running)
 				break;
 			if (!in) {
+				/* The agent's port connected before the vCPUs run: the restored
+				 * guest then never sees it close and open again (QEMU compares the
+				 * saved connection state with the current one when it starts), and
+				 * our HELLO is the first thing its agent reads. */
+				if ((r = sb_link_restored(sb, agent_path, err)))
+					goto fail;
+				linked = true;
 				if ((r = qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, err)))
 					goto fail;
 				break;
@@ -332,29 +358,43 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 			usleep(2000);
 		}
 	}
-	r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
+	t[3] = now_mono_ns();
+	if (restored && !linked)
+		r = sb_link_restored(sb, agent_path, err);
+	else if (!restored)
+		r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
 	if (r)
 		goto fail;
-	if (restored) {
-		/* The restored agent believes its host is still there: greet it now
-		 * rather than after a second of silence. */
-		static const char hello[] = "{\"proto\":1}";
-		link_send(&sb->link, PROTO_HELLO, 0, 0, hello, sizeof(hello) - 1);
-	}
 	r = link_wait_hello(&sb->link, BOOT_TIMEOUT_MS, err);
-	if (!r)
-		r = link_negotiate(&sb->link, err);
-	if (r == -EPROTONOSUPPORT && !restored)
+	t[4] = now_mono_ns();
+	if (r)
+		goto fail;
+	/* The version's choice and the init in one round trip: the agent reads them in
+	 * order (once it has said HELLO it reads what follows), answers both in one turn. */
+	if (!(init = sb_init_req(sb, restored))) {
+		r = k8_err_set(err, -EIO, "getrandom failed");
+		goto fail;
+	}
+	r = link_negotiate_then(&sb->link, init, REQ_TIMEOUT_MS, NULL, err);
+	t[5] = now_mono_ns();
+	if (r == -EPROTONOSUPPORT && !sb->link.proto && !restored)
 		sb_err_append(err, ". The guest image does not match this kosa8d: rebuild it "
 			      "(`make guest`) or reinstall kosa8");
+	if (r && sb->link.proto)        /* chosen: the init's own error */
+		k8_err_wrap(err, "initialising the guest");
 	if (r)
 		goto fail;
 	if (restored)
 		for (int i = 0; i < sb->nimages; i++)
 			sb->images[i].mounted = true;
-	r = sb_init_guest(d, sb, restored, err);
-	if (r)
+	if ((r = sb_mount_images(sb, err)))
 		goto fail;
+	t[6] = now_mono_ns();
+	if (restored)
+		daemon_log("sandbox %s: restored VM connected in %llu ms: monitor %llu, cgroup "
+			   "%llu, running %llu, HELLO %llu, version and init %llu", sb->name,
+			   SB_MS(t[6] - t[0]), SB_MS(t[1] - t[0]), SB_MS(t[2] - t[1]),
+			   SB_MS(t[3] - t[2]), SB_MS(t[4] - t[3]), SB_MS(t[5] - t[4]));
 	return 0;
 fail:
 	if (r != -EPROTONOSUPPORT)
