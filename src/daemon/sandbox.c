@@ -108,6 +108,7 @@ static void sb_free(struct sandbox *sb)
 	pthread_mutex_destroy(&sb->audit_mu);
 	pthread_cond_destroy(&sb->cond);
 	spare_free(sb);
+	json_decref(sb->listing);
 	free(sb);
 }
 
@@ -683,11 +684,12 @@ int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	return r;
 }
 
-json_t *sb_to_json(struct sandbox *sb, bool detail)
+/* What `sandbox ls` shows of a sandbox, and the start of what inspect does. Caller holds
+ * sb->lock. */
+static json_t *sb_summary_locked(struct sandbox *sb)
 {
 	json_t *o, *imgs = json_array();
 
-	pthread_mutex_lock(&sb->lock);
 	for (int i = 0; i < sb->nimages; i++)
 		json_array_append_new(imgs, json_pack("{s:s,s:s,s:i}", "ref", sb->images[i].ref,
 						      "digest", sb->images[i].digest, "slot",
@@ -701,12 +703,21 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 	if (sb->state == SB_PAUSED || (sb->state == SB_RUNNING && sb->paused))
 		json_object_set_new(o, "paused_to",
 				    json_string(sb->state == SB_PAUSED ? "disk" : "memory"));
+	if (sb->error[0])
+		json_object_set_new(o, "error", json_string(sb->error));
+	return o;
+}
+
+json_t *sb_to_json(struct sandbox *sb, bool detail)
+{
+	json_t *o;
+
+	pthread_mutex_lock(&sb->lock);
+	o = sb_summary_locked(sb);
 	if (detail)
 		json_object_set_new(o, "network", egress_summary(sb));
 	if (detail && sb->broker)
 		json_object_set_new(o, "broker", broker_summary(sb));
-	if (sb->error[0])
-		json_object_set_new(o, "error", json_string(sb->error));
 	if (detail) {
 		json_object_set_new(o, "dir", json_string(sb->dir));
 		json_object_set_new(o, "limits", json_pack("{s:s}", "host",
@@ -750,14 +761,45 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 	return o;
 }
 
+/* `sandbox ls` waits at most this long in all for sandboxes' locks (held across a
+ * record's fsync, a QMP exchange or a QEMU's end); past it, a sandbox whose lock is still
+ * held is shown as ls last saw it. */
+#define SB_LIST_WAIT_MS 20
+
+/* The listing: each sandbox's summary, read under its lock. The table lock is held
+ * throughout (it guards the list and each sb->listing), so the wait is bounded: a
+ * sandbox whose lock is held past SB_LIST_WAIT_MS (a state change under way) is shown as
+ * the previous ls saw it, or by name and state alone if none did; the change shows in the
+ * next ls. */
 json_t *sb_list_json(struct daemon *d)
 {
 	json_t *arr = json_array();
+	struct timespec dl;
 
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_nsec += SB_LIST_WAIT_MS * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
 	pthread_mutex_lock(&d->lock);
-	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next)
-		if (sb->state != SB_REMOVING)
-			json_array_append_new(arr, sb_to_json(sb, false));
+	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next) {
+		json_t *o;
+		if (sb->state == SB_REMOVING)
+			continue;
+		if (pthread_mutex_timedlock(&sb->lock, &dl) == 0) {
+			o = sb_summary_locked(sb);
+			pthread_mutex_unlock(&sb->lock);
+			json_decref(sb->listing);
+			sb->listing = json_deep_copy(o);
+		} else if (sb->listing) {
+			o = json_deep_copy(sb->listing);
+		} else {
+			o = json_pack("{s:s,s:s}", "name", sb->name, "state",
+				      sb_state_name(__atomic_load_n(&sb->state, __ATOMIC_RELAXED)));
+		}
+		json_array_append_new(arr, o);
+	}
 	pthread_mutex_unlock(&d->lock);
 	return arr;
 }
