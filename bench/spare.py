@@ -64,7 +64,7 @@ def phases(home):
     except OSError:
         return
     for line in log:
-        m = re.search(r"sandbox (\w+): (rewound to \w+ through its spare|restored VM "
+        m = re.search(r"sandbox ([\w-]+): (rewound to \w+ through its spare|restored VM "
                       r"connected in \d+ ms|rewind to \w+ recorded): (.*)", line)
         if not m:
             continue
