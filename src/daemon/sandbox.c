@@ -278,8 +278,9 @@ static int sb_link_restored(struct sandbox *sb, const char *agent_path, struct k
 #define SB_MS(ns) ((unsigned long long)((ns) / 1000000))
 
 /* After QEMU was spawned (a fresh boot, or restored from a checkpoint): reach its
- * monitor, put it in its cgroup, reach the agent, agree on the protocol version and
- * initialise the guest. On failure the VM is killed and err holds the reason with the
+ * monitor and the agent (a restored agent before its vCPUs run, see sb_link_restored),
+ * confirm its cgroup, then agree on the protocol version and initialise the guest in one
+ * exchange (link_negotiate_then). On failure the VM is killed and err holds the reason with the
  * guest console's tail; an agent of another protocol gives -EPROTONOSUPPORT (and no
  * console: the guest is fine, it is not ours). */
 int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
