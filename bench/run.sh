@@ -10,6 +10,8 @@ echo "== checkpoint and rewind (issue 6)"
 python3 checkpoint.py
 echo "== rewind through a spare against a cold rewind (issue 15)"
 python3 spare.py
+echo "== fork from a checkpoint against a cold rewind, and what a fork shares (issue 15)"
+python3 fork.py
 echo "== pause and resume: to disk against in memory (issue 15)"
 python3 pause.py
 echo "== what an idle sandbox costs: TCG's cache sizes, then paused by the idle pause (issue 15)"

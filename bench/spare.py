@@ -7,6 +7,7 @@
 # p90), the wall time seen by the CLI, and the spare's host RSS.
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -52,6 +53,32 @@ def rewinds(home, name, spare):
     return ms, wall, rss
 
 
+def phases(home):
+    """Median of each phase the daemon logs for a rewind (kosa8d.log): the swap's own
+    line ("through its spare") and sb_connect_vm's ("restored VM connected"), for the
+    spare sandbox and the cold one apart."""
+    rows = {}
+    try:
+        with open(os.path.join(home, "kosa8d.log")) as f:
+            log = f.read().splitlines()
+    except OSError:
+        return
+    for line in log:
+        m = re.search(r"sandbox ([\w-]+): (rewound to \w+ through its spare|restored VM "
+                      r"connected in \d+ ms|rewind to \w+ recorded): (.*)", line)
+        if not m:
+            continue
+        what = ("swap" if "spare" in m.group(2) else
+                "records" if "recorded" in m.group(2) else "connect")
+        for part in m.group(3).split(","):
+            pm = re.match(r"\s*(.*?) (\d+)(?: ms)?$", part)
+            if pm:
+                rows.setdefault((m.group(1), what, pm.group(1)), []).append(int(pm.group(2)))
+    for (name, what, phase), xs in sorted(rows.items()):
+        print("  %-5s %-7s %-28s median %3d ms (n=%d)" % (name, what, phase,
+                                                            statistics.median(xs), len(xs)))
+
+
 def main():
     layout = test_image()
     home = tempfile.mkdtemp(prefix="k8s-", dir="/tmp")
@@ -75,6 +102,7 @@ def main():
                      p90(ms), statistics.median(wall),
                      "; spare's QEMU RSS %d MiB" % (statistics.median(rss) // 1024)
                      if rss else ""))
+        phases(home)
         k(home, "daemon", "stop")
     finally:
         end_home(home)

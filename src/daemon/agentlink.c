@@ -411,6 +411,13 @@ int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err)
 	return r;
 }
 
+static struct stream *stream_open(struct agentlink *l, uint32_t id);
+static int link_req_send(struct agentlink *l, struct pending *pd, json_t *req,
+			 struct stream **stream, struct k8_err *err);
+static int link_req_wait(struct agentlink *l, struct pending *pd, int r,
+			 const struct timespec *ts, int timeout_ms, json_t **resp,
+			 struct k8_err *err);
+
 static void range_text(char *out, size_t n, unsigned lo, unsigned hi)
 {
 	if (lo == hi)
@@ -419,35 +426,56 @@ static void range_text(char *out, size_t n, unsigned lo, unsigned hi)
 		snprintf(out, n, "%u..%u", lo, hi);
 }
 
-int link_negotiate(struct agentlink *l, struct k8_err *err)
+int link_negotiate_then(struct agentlink *l, json_t *then, int then_timeout_ms,
+			json_t **then_resp, struct k8_err *err)
 {
+	struct timespec ts = deadline_ts(PROTO_REQ_TIMEOUT_MS);
+	struct timespec tt = deadline_ts(then_timeout_ms);
+	struct pending pv = { 0 }, pt = { 0 };
 	unsigned lo = 0, hi = 0;
 	json_t *hello, *resp = NULL;
 	char theirs[32];
-	int v, r;
+	int v, r, rt = 0;
 
 	pthread_mutex_lock(&l->lock);
 	hello = json_incref(l->hello_info);
 	pthread_mutex_unlock(&l->lock);
 	r = proto_hello_range(hello, &lo, &hi);
 	json_decref(hello);
-	if (r)
+	if (r) {
+		json_decref(then);
 		return k8_err_set(err, -EPROTONOSUPPORT,
 				  "the guest agent's HELLO names no valid protocol version; this "
 				  "kosa8d speaks protocol %u..%u", K8D_PROTO_MIN, K8D_PROTO_MAX);
+	}
 	range_text(theirs, sizeof(theirs), lo, hi);
 	v = proto_pick(K8D_PROTO_MIN, K8D_PROTO_MAX, lo, hi);
-	if (v < 0)
+	if (v < 0) {
+		json_decref(then);
 		return k8_err_set(err, -EPROTONOSUPPORT,
 				  "the guest agent speaks protocol %s; this kosa8d speaks %u..%u",
 				  theirs, K8D_PROTO_MIN, K8D_PROTO_MAX);
+	}
 	if (v >= 2) {
-		/* Version 1 has no such request: its agent knows it by default. */
-		r = link_request(l, json_pack("{s:s,s:i}", "op", "proto", "version", v),
-				 PROTO_REQ_TIMEOUT_MS, &resp, NULL, err);
+		/* Version 1 has no such request: its agent knows it by default. `then` goes
+		 * right behind it: the agent handles frames in order, so it has its version
+		 * before it reads `then`, and both are answered in one turn of the guest. */
+		struct k8_err terr = { 0 };
+		r = link_req_send(l, &pv, json_pack("{s:s,s:i}", "op", "proto", "version", v),
+				  NULL, err);
+		if (!r && then)
+			rt = link_req_send(l, &pt, then, NULL, &terr);
+		else
+			json_decref(then);
+		r = link_req_wait(l, &pv, r, &ts, PROTO_REQ_TIMEOUT_MS, &resp, err);
 		if (!r && json_integer_value(json_object_get(resp, "proto")) != v)
 			r = k8_err_set(err, -EPROTONOSUPPORT, "it answered another version");
 		json_decref(resp);
+		if (then) {      /* its answer, or only off the list when the choice failed */
+			rt = link_req_wait(l, &pt, r ? -ECANCELED : rt, &tt, then_timeout_ms,
+					   then_resp, &terr);
+			then = NULL;
+		}
 		if (r == -ETIMEDOUT || r == -ECONNRESET || r == -ENOTCONN)
 			return r;
 		if (r) {
@@ -455,13 +483,22 @@ int link_negotiate(struct agentlink *l, struct k8_err *err)
 			err->code = -EPROTONOSUPPORT;
 			return -EPROTONOSUPPORT;
 		}
+		if (rt)
+			*err = terr;
 	}
 	pthread_mutex_lock(&l->lock);
 	l->proto = (unsigned)v;
 	l->proto_min = lo;
 	l->proto_max = hi;
 	pthread_mutex_unlock(&l->lock);
-	return 0;
+	if (then)
+		rt = link_request(l, then, then_timeout_ms, then_resp, NULL, err);
+	return rt;
+}
+
+int link_negotiate(struct agentlink *l, struct k8_err *err)
+{
+	return link_negotiate_then(l, NULL, 0, NULL, err);
 }
 
 int link_send(struct agentlink *l, uint16_t type, uint16_t flags, uint32_t id,
@@ -547,15 +584,14 @@ void link_stream_consumed(struct agentlink *l, struct stream *s, size_t n)
 	link_send(l, PROTO_CREDIT, 0, s->id, c, 4);
 }
 
-int link_request(struct agentlink *l, json_t *req, int timeout_ms, json_t **resp,
-		 struct stream **stream, struct k8_err *err)
+/* A request on its way: link_req_send puts it on the pending list and sends it;
+ * link_req_wait waits for its answer and takes it off. Several may be sent before the
+ * first is waited for: the agent answers them in order, in one turn of the guest. */
+static int link_req_send(struct agentlink *l, struct pending *pd, json_t *req,
+			 struct stream **stream, struct k8_err *err)
 {
-	struct timespec ts = deadline_ts(timeout_ms);
-	struct pending pd = { 0 };
-	struct stream *s = NULL;
-	struct pending **pp;
 	char *text;
-	int r = 0;
+	int r;
 
 	pthread_mutex_lock(&l->lock);
 	if (l->broken || l->fd < 0) {
@@ -565,34 +601,50 @@ int link_request(struct agentlink *l, json_t *req, int timeout_ms, json_t **resp
 				  l->broken_why[0] ? l->broken_why : "not started");
 	}
 	do
-		pd.id = l->next_id++;
-	while (pd.id == 0);
-	pd.next = l->pending;
-	l->pending = &pd;
+		pd->id = l->next_id++;
+	while (pd->id == 0);
+	pd->next = l->pending;
+	l->pending = pd;
 	pthread_mutex_unlock(&l->lock);
 
 	if (stream)
-		s = stream_open(l, pd.id);
+		*stream = stream_open(l, pd->id);
 	text = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
 	if (!text || strlen(text) > PROTO_MAX_JSON) {
-		r = k8_err_set(err, -E2BIG, "request too large for the agent protocol");
 		free(text);
-		goto out;
+		return k8_err_set(err, -E2BIG, "request too large for the agent protocol");
 	}
-	r = link_send(l, PROTO_REQ, 0, pd.id, text, strlen(text));
+	r = link_send(l, PROTO_REQ, 0, pd->id, text, strlen(text));
 	free(text);
-	if (r) {
-		k8_err_set(err, r, "cannot send to the guest agent: %s", strerror(-r));
-		goto out;
-	}
+	if (r)
+		return k8_err_set(err, r, "cannot send to the guest agent: %s", strerror(-r));
+	return 0;
+}
+
+/* Wait for pd's answer unless `r` (link_req_send's result) says it was not sent, take
+ * pd off the pending list, and turn the answer into 0 or an error. */
+static int link_req_wait(struct agentlink *l, struct pending *pd, int r,
+			 const struct timespec *ts, int timeout_ms, json_t **resp,
+			 struct k8_err *err)
+{
+	struct pending **pp;
+
 	pthread_mutex_lock(&l->lock);
-	while (!pd.done && !l->broken) {
-		if (pthread_cond_timedwait(&l->cond, &l->lock, &ts) == ETIMEDOUT)
+	while (!r && !pd->done && !l->broken) {
+		if (pthread_cond_timedwait(&l->cond, &l->lock, ts) == ETIMEDOUT)
 			break;
 	}
+	for (pp = &l->pending; *pp; pp = &(*pp)->next) {
+		if (*pp == pd) {
+			*pp = pd->next;
+			break;
+		}
+	}
 	pthread_mutex_unlock(&l->lock);
-	if (!pd.done) {
+	if (r)
+		goto out;
+	if (!pd->done) {
 		r = l->broken ? k8_err_set(err, -ECONNRESET, "the guest agent went away: %s",
 					   l->broken_why)
 			      : k8_err_set(err, -ETIMEDOUT,
@@ -600,9 +652,9 @@ int link_request(struct agentlink *l, json_t *req, int timeout_ms, json_t **resp
 					   timeout_ms / 1000);
 		goto out;
 	}
-	if (!json_is_true(json_object_get(pd.resp, "ok"))) {
-		json_int_t e = json_integer_value(json_object_get(pd.resp, "errno"));
-		const char *msg = json_string_value(json_object_get(pd.resp, "error"));
+	if (!json_is_true(json_object_get(pd->resp, "ok"))) {
+		json_int_t e = json_integer_value(json_object_get(pd->resp, "errno"));
+		const char *msg = json_string_value(json_object_get(pd->resp, "error"));
 		char safe[512];
 		/* The message comes from the guest: keep it short and printable. */
 		str_escape_to(safe, sizeof(safe), msg ? msg : "the agent refused the request");
@@ -610,19 +662,25 @@ int link_request(struct agentlink *l, json_t *req, int timeout_ms, json_t **resp
 		goto out;
 	}
 	if (resp) {
-		*resp = pd.resp;
-		pd.resp = NULL;
+		*resp = pd->resp;
+		pd->resp = NULL;
 	}
 out:
-	pthread_mutex_lock(&l->lock);
-	for (pp = &l->pending; *pp; pp = &(*pp)->next) {
-		if (*pp == &pd) {
-			*pp = pd.next;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&l->lock);
-	json_decref(pd.resp);
+	json_decref(pd->resp);
+	pd->resp = NULL;
+	return r;
+}
+
+int link_request(struct agentlink *l, json_t *req, int timeout_ms, json_t **resp,
+		 struct stream **stream, struct k8_err *err)
+{
+	struct timespec ts = deadline_ts(timeout_ms);
+	struct pending pd = { 0 };
+	struct stream *s = NULL;
+	int r;
+
+	r = link_req_send(l, &pd, req, stream ? &s : NULL, err);
+	r = link_req_wait(l, &pd, r, &ts, timeout_ms, resp, err);
 	if (r) {
 		link_stream_close(l, s);
 		s = NULL;

@@ -65,6 +65,13 @@ int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err);
  * message naming both ranges when there is none in common or the agent refused it; the
  * caller adds what to do. */
 int link_negotiate(struct agentlink *l, struct k8_err *err);
+/* link_negotiate, then the request `then` (taken; NULL: none), sent right behind the
+ * version's so that both are answered in one round trip; *then_resp gets its answer
+ * (then_resp may be NULL), waited for up to then_timeout_ms.
+ * An error of `then` is returned as link_request's would be; the version's come first
+ * and, when the choice fails, `then` was not run or its answer is not looked at. */
+int link_negotiate_then(struct agentlink *l, json_t *then, int then_timeout_ms,
+			json_t **then_resp, struct k8_err *err);
 /* The versions this kosa8d speaks. */
 void link_proto_range(unsigned *min, unsigned *max);
 /* Send a REQ and wait for its RESP. The request is taken (decref'ed here, whatever the

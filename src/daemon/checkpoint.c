@@ -682,7 +682,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	const char *frozen;
 	int r;
 	bool spare = false;
-	uint64_t t0 = now_mono_ns();
+	uint64_t t0 = now_mono_ns(), tl, t1, t2, t3;
 
 	if (!label_valid(label) || !(meta = meta_load(sb, label)))
 		return k8_err_set(err, -ENOENT, "sandbox '%s' has no checkpoint '%.80s'; list them "
@@ -700,12 +700,14 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb_busy_enter(sb);
 	/* Through the spare when one of this label is ready (spare.c); else cold. */
 	r = spare_take(d, sb, label, layer, sizeof(layer), err);
+	tl = now_mono_ns();
 	if (r == 0) {
 		spare = true;
 		layers_set(sb->dir, layer, frozen);
 	} else if (r == -EAGAIN) {
 		k8_err_clear(err);
 		r = rewind_cold(d, sb, label, frozen, meta, layer, sizeof(layer), err);
+		tl = now_mono_ns();     /* rewind_cold wrote layers.json before QEMU */
 	}
 	if (r == -EPROTONOSUPPORT)   /* the agent in memory is not the one meta.json named */
 		k8_err_wrap(err, "checkpoint '%s' holds an agent this kosa8 cannot talk to; the "
@@ -713,22 +715,31 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 			    "when next used", label);
 	if (r)
 		goto fail;
+	t1 = now_mono_ns();
 	pthread_mutex_lock(&sb->lock);
 	snprintf(sb->disk, sizeof(sb->disk), "%s", layer);
 	sb->state = SB_RUNNING;
 	sb->error[0] = '\0';
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
+	t2 = now_mono_ns();
 	ckpt_gc_layers(sb);
 	{
 		char *pd = xasprintf("%s/paused", sb->dir);  /* a rewind of one paused to disk */
 		rm_rf(pd);
 		free(pd);
 	}
-	json_int_t ms = (json_int_t)((now_mono_ns() - t0) / 1000000);
+	t3 = now_mono_ns();
+	json_int_t ms = (json_int_t)((t3 - t0) / 1000000);
 	*out = json_pack("{s:s,s:I,s:b}", "label", label, "ms", ms, "spare", spare);
 	daemon_audit(d, "checkpoint.rewind", sb->name,
 		     json_pack("{s:s,s:I,s:b}", "label", label, "ms", ms, "spare", spare));
+	daemon_log("sandbox %s: rewind to %s recorded: layers.json %llu ms, sandbox.json %llu "
+		   "ms, layer gc %llu ms, audit %llu ms", sb->name, label,
+		   (unsigned long long)((t1 - tl) / 1000000),
+		   (unsigned long long)((t2 - t1) / 1000000),
+		   (unsigned long long)((t3 - t2) / 1000000),
+		   (unsigned long long)((now_mono_ns() - t3) / 1000000));
 	spare_after_rewind(d, sb, label);       /* the next one, in the background */
 	goto out;
 fail:

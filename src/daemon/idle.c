@@ -162,7 +162,11 @@ static void *idle_loop(void *arg)
 		pthread_mutex_lock(&d->lock);
 		for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next) {
 			bool due;
-			pthread_mutex_lock(&sb->lock);
+			/* A sandbox whose lock is held is being worked on: not idle now. Waiting
+			 * for it here would hold the table lock, and with it every request that
+			 * looks a sandbox up, for as long (a record's fsync, a QEMU's end). */
+			if (pthread_mutex_trylock(&sb->lock))
+				continue;
 			due = !sb->busy && idle_due(sb, 0, now);
 			pthread_mutex_unlock(&sb->lock);
 			if (!due)

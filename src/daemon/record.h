@@ -104,6 +104,9 @@ struct sandbox {
 	 * is "latest"), and the spare itself */
 	char rewind_spare[64];
 	struct spare *spare;
+	/* `sandbox ls`'s last entry for it, guarded by the daemon's table lock: what ls shows
+	 * of a sandbox whose lock stays held past its wait (sb_list_json) */
+	json_t *listing;
 };
 
 /* "stopped", "booting", ... as in sandbox.json and the API. */

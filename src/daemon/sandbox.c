@@ -108,6 +108,7 @@ static void sb_free(struct sandbox *sb)
 	pthread_mutex_destroy(&sb->audit_mu);
 	pthread_cond_destroy(&sb->cond);
 	spare_free(sb);
+	json_decref(sb->listing);
 	free(sb);
 }
 
@@ -218,37 +219,34 @@ static int sb_mount_images(struct sandbox *sb, struct k8_err *err)
 	return 0;
 }
 
-static int sb_init_guest(struct daemon *d, struct sandbox *sb, bool restored,
-			 struct k8_err *err)
+/* The init request (docs/protocol.md): the clock, a fresh RNG seed, the hostname and
+ * the limits; on a fresh boot also the network and the shared folders (a restored guest
+ * kept its own: those are set once per boot). NULL when the host has no randomness. */
+static json_t *sb_init_req(struct sandbox *sb, bool restored)
 {
 	unsigned char seed[32];
-	char hex[65];
-	json_t *resp = NULL;
-	int r;
+	char hex[65], host[K8_NAME_MAX + 1];
+	json_t *req;
 
 	if (getrandom(seed, sizeof(seed), 0) != sizeof(seed))
-		return k8_err_set(err, -EIO, "getrandom failed");
+		return NULL;
 	k8_hex(seed, 32, hex);
-	char host[K8_NAME_MAX + 1];
+	explicit_bzero(seed, sizeof(seed));
 	/* The guest's hostname: the sandbox name with '_' (not valid there) as '-'. */
 	snprintf(host, sizeof(host), "%s", sb->name);
 	for (char *c = host; *c; c++)
 		if (*c == '_')
 			*c = '-';
-	json_t *req = json_pack("{s:s,s:I,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
-				(json_int_t)now_real_ns(), "hostname", host, "seed", hex, "limits",
-				"pids", 1024, "memory_reserve_mib", 64);
-	/* A restored guest kept its network and mounts: those are set once per boot. */
+	req = json_pack("{s:s,s:I,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
+			(json_int_t)now_real_ns(), "hostname", host, "seed", hex, "limits", "pids",
+			1024, "memory_reserve_mib", 64);
+	explicit_bzero(hex, sizeof(hex));
 	if (!restored) {
 		json_object_set_new(req, "net", net_guest_config());
 		if (sb->nmounts)
 			json_object_set_new(req, "mounts", sb_mounts_json(sb, true));
 	}
-	r = link_request(&sb->link, req, REQ_TIMEOUT_MS, &resp, NULL, err);
-	json_decref(resp);
-	if (r)
-		return k8_err_wrap(err, "initialising the guest");
-	return sb_mount_images(sb, err);
+	return req;
 }
 
 /* Add to the end of err's message (a k8_err_wrap the other way round). */
@@ -263,17 +261,38 @@ static void sb_err_append(struct k8_err *err, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Connect to a restored agent's port and greet it at once: it believes its host is still
+ * there, so it would say nothing until it noticed the port close and open (and it may
+ * not notice: docs/protocol.md, "Connections"). */
+static int sb_link_restored(struct sandbox *sb, const char *agent_path, struct k8_err *err)
+{
+	static const char hello[] = "{\"proto\":1}";
+	int r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
+
+	if (!r)
+		link_send(&sb->link, PROTO_HELLO, 0, 0, hello, sizeof(hello) - 1);
+	return r;
+}
+
+/* Milliseconds of a span of now_mono_ns(), for the phase log lines. */
+#define SB_MS(ns) ((unsigned long long)((ns) / 1000000))
+
 /* After QEMU was spawned (a fresh boot, or restored from a checkpoint): reach its
- * monitor, put it in its cgroup, reach the agent, agree on the protocol version and
- * initialise the guest. On failure the VM is killed and err holds the reason with the
+ * monitor and the agent (a restored agent before its vCPUs run, see sb_link_restored),
+ * confirm its cgroup, then agree on the protocol version and initialise the guest in one
+ * exchange (link_negotiate_then). On failure the VM is killed and err holds the reason with the
  * guest console's tail; an agent of another protocol gives -EPROTONOSUPPORT (and no
  * console: the guest is fine, it is not ours). */
 int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
 		  struct k8_err *err)
 {
 	char qmp_path[4200], agent_path[4200], tail[1024] = "";
+	json_t *init;
+	uint64_t t[7], tc;
+	bool linked = false;
 	int r;
 
+	t[0] = now_mono_ns();
 	sb_paths(d, sb, qmp_path, agent_path, sizeof(qmp_path));
 	pthread_mutex_lock(&sb->lock);
 	sb->pid = pid;
@@ -293,12 +312,10 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 		}
 		goto fail;
 	}
+	t[1] = now_mono_ns();
 	if (fs_attach_port(d, sb, err))   /* kosa8-fs cannot connect itself (mounts.c) */
 		goto fail;
-	if (cgroup_apply(&d->cg, sb->name, pid, sb->cpus,
-			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
-			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
-		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
+	t[2] = now_mono_ns();
 	if (restored) {
 		/* A checkpoint is saved with the vCPUs stopped, and QEMU keeps a restored
 		 * machine in the state it was saved in: wait for the state to be in, then
@@ -321,6 +338,13 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 			if (running)
 				break;
 			if (!in) {
+				/* The agent's port connected before the vCPUs run: the restored
+				 * guest then never sees it close and open again (QEMU compares the
+				 * saved connection state with the current one when it starts), and
+				 * our HELLO is the first thing its agent reads. */
+				if ((r = sb_link_restored(sb, agent_path, err)))
+					goto fail;
+				linked = true;
 				if ((r = qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, err)))
 					goto fail;
 				break;
@@ -332,29 +356,52 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 			usleep(2000);
 		}
 	}
-	r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
+	t[3] = now_mono_ns();
+	if (restored && !linked)
+		r = sb_link_restored(sb, agent_path, err);
+	else if (!restored)
+		r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
 	if (r)
 		goto fail;
-	if (restored) {
-		/* The restored agent believes its host is still there: greet it now
-		 * rather than after a second of silence. */
-		static const char hello[] = "{\"proto\":1}";
-		link_send(&sb->link, PROTO_HELLO, 0, 0, hello, sizeof(hello) - 1);
-	}
+	/* QEMU runs under the sandbox's limits from its start (vm.c puts it in its cgroup,
+	 * a spare in <name>+spare with the same limits): this moves a spare's and says
+	 * what they are, while the guest works on our HELLO. */
+	if (cgroup_apply(&d->cg, sb->name, pid, sb->cpus,
+			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
+			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
+		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
+	tc = now_mono_ns();
 	r = link_wait_hello(&sb->link, BOOT_TIMEOUT_MS, err);
-	if (!r)
-		r = link_negotiate(&sb->link, err);
-	if (r == -EPROTONOSUPPORT && !restored)
+	t[4] = now_mono_ns();
+	if (r)
+		goto fail;
+	/* The version's choice and the init in one round trip: the agent reads them in
+	 * order (once it has said HELLO it reads what follows), answers both in one turn. */
+	if (!(init = sb_init_req(sb, restored))) {
+		r = k8_err_set(err, -EIO, "getrandom failed");
+		goto fail;
+	}
+	r = link_negotiate_then(&sb->link, init, REQ_TIMEOUT_MS, NULL, err);
+	t[5] = now_mono_ns();
+	if (r == -EPROTONOSUPPORT && !sb->link.proto && !restored)
 		sb_err_append(err, ". The guest image does not match this kosa8d: rebuild it "
 			      "(`make guest`) or reinstall kosa8");
+	if (r && sb->link.proto)        /* chosen: the init's own error */
+		k8_err_wrap(err, "initialising the guest");
 	if (r)
 		goto fail;
 	if (restored)
 		for (int i = 0; i < sb->nimages; i++)
 			sb->images[i].mounted = true;
-	r = sb_init_guest(d, sb, restored, err);
-	if (r)
+	if ((r = sb_mount_images(sb, err)))
 		goto fail;
+	t[6] = now_mono_ns();
+	if (restored)
+		daemon_log("sandbox %s: restored VM connected in %llu ms: monitor %llu, files "
+			   "%llu, running %llu, HELLO %llu, cgroup meanwhile %llu, version and "
+			   "init %llu", sb->name, SB_MS(t[6] - t[0]), SB_MS(t[1] - t[0]),
+			   SB_MS(t[2] - t[1]), SB_MS(t[3] - t[2]), SB_MS(t[4] - t[3]),
+			   SB_MS(tc - t[3]), SB_MS(t[5] - t[4]));
 	return 0;
 fail:
 	if (r != -EPROTONOSUPPORT)
@@ -638,11 +685,12 @@ int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	return r;
 }
 
-json_t *sb_to_json(struct sandbox *sb, bool detail)
+/* What `sandbox ls` shows of a sandbox, and the start of what inspect does. Caller holds
+ * sb->lock. */
+static json_t *sb_summary_locked(struct sandbox *sb)
 {
 	json_t *o, *imgs = json_array();
 
-	pthread_mutex_lock(&sb->lock);
 	for (int i = 0; i < sb->nimages; i++)
 		json_array_append_new(imgs, json_pack("{s:s,s:s,s:i}", "ref", sb->images[i].ref,
 						      "digest", sb->images[i].digest, "slot",
@@ -656,12 +704,21 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 	if (sb->state == SB_PAUSED || (sb->state == SB_RUNNING && sb->paused))
 		json_object_set_new(o, "paused_to",
 				    json_string(sb->state == SB_PAUSED ? "disk" : "memory"));
+	if (sb->error[0])
+		json_object_set_new(o, "error", json_string(sb->error));
+	return o;
+}
+
+json_t *sb_to_json(struct sandbox *sb, bool detail)
+{
+	json_t *o;
+
+	pthread_mutex_lock(&sb->lock);
+	o = sb_summary_locked(sb);
 	if (detail)
 		json_object_set_new(o, "network", egress_summary(sb));
 	if (detail && sb->broker)
 		json_object_set_new(o, "broker", broker_summary(sb));
-	if (sb->error[0])
-		json_object_set_new(o, "error", json_string(sb->error));
 	if (detail) {
 		json_object_set_new(o, "dir", json_string(sb->dir));
 		json_object_set_new(o, "limits", json_pack("{s:s}", "host",
@@ -705,14 +762,45 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 	return o;
 }
 
+/* `sandbox ls` waits at most this long in all for sandboxes' locks (held across a
+ * record's fsync, a QMP exchange or a QEMU's end); past it, a sandbox whose lock is still
+ * held is shown as ls last saw it. */
+#define SB_LIST_WAIT_MS 20
+
+/* The listing: each sandbox's summary, read under its lock. The table lock is held
+ * throughout (it guards the list and each sb->listing), so the wait is bounded: a
+ * sandbox whose lock is held past SB_LIST_WAIT_MS (a state change under way) is shown as
+ * the previous ls saw it, or by name and state alone if none did; the change shows in the
+ * next ls. */
 json_t *sb_list_json(struct daemon *d)
 {
 	json_t *arr = json_array();
+	struct timespec dl;
 
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_nsec += SB_LIST_WAIT_MS * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
 	pthread_mutex_lock(&d->lock);
-	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next)
-		if (sb->state != SB_REMOVING)
-			json_array_append_new(arr, sb_to_json(sb, false));
+	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next) {
+		json_t *o;
+		if (sb->state == SB_REMOVING)
+			continue;
+		if (pthread_mutex_timedlock(&sb->lock, &dl) == 0) {
+			o = sb_summary_locked(sb);
+			pthread_mutex_unlock(&sb->lock);
+			json_decref(sb->listing);
+			sb->listing = json_deep_copy(o);
+		} else if (sb->listing) {
+			o = json_deep_copy(sb->listing);
+		} else {
+			o = json_pack("{s:s,s:s}", "name", sb->name, "state",
+				      sb_state_name(__atomic_load_n(&sb->state, __ATOMIC_RELAXED)));
+		}
+		json_array_append_new(arr, o);
+	}
 	pthread_mutex_unlock(&d->lock);
 	return arr;
 }

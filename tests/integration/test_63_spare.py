@@ -66,8 +66,17 @@ def observe(home, name, cid, loaded):
                  "test -e /dirty; echo $?; cat /kept; ls /data").stdout.split()
     rnd = home("sandbox", "run", name, loaded, "python3", "-c", RANDOM, check=True).stdout
     eg = home.json("sandbox", "egress", name)
+    t0 = time.time()
+    guest = home("sandbox", "exec", name, cid, "date", "+%s", check=True).stdout.split()
     return {"files": files, "holder": ask(home, name, cid), "random": rnd.strip(),
-            "egress": (eg["mode"], eg.get("rules"), eg["network"])}
+            "egress": (eg["mode"], eg.get("rules"), eg["network"]),
+            "clock_ok": abs(int(guest[0]) - t0) < 5 + (time.time() - t0)}
+
+
+def kosa8_cgroups(pid):
+    """The kosa8 cgroups QEMU runs in (v2, or each v1 controller's), by path."""
+    with open("/proc/%d/cgroup" % pid) as f:
+        return {ln.split(":", 2)[2].strip() for ln in f if "/kosa8/" in ln}
 
 
 @pytest.fixture(scope="module")
@@ -107,17 +116,22 @@ def test_spare_and_cold_rewind_give_the_same_state(home, loaded, spsb, share):
     assert first["spare"] is False       # the first rewind to a label is cold
     cold = observe(home, name, cid, loaded)
     assert cold["files"][:2] == ["1", "kept"] and "host-file" in cold["files"], cold
+    assert cold["clock_ok"], cold
     pid = spare_ready(home, name, "clean")
     dirty(home, name, cid)
+    time.sleep(6)        # the spare's clock stands where the checkpoint left it
     r = rewind(home, name, "clean")
     assert r["spare"] is True, r
     warm = observe(home, name, cid, loaded)
     assert warm["files"] == cold["files"] and warm["holder"] == cold["holder"]
     assert warm["egress"] == cold["egress"]
     assert warm["random"] != cold["random"], "the RNG was not reseeded"
-    # The spare is the sandbox's VM now; the old QEMU is gone.
+    assert warm["clock_ok"], "the guest's clock was not set"
+    # The spare is the sandbox's VM now, in the sandbox's cgroup; the old QEMU is gone.
     info = home.json("sandbox", "inspect", name)
     assert info["pid"] == pid and info["state"] == "running"
+    cgs = kosa8_cgroups(pid)       # none: the host gives kosa8 no cgroups
+    assert all(c.endswith("/kosa8/" + name) for c in cgs), cgs
     recs = [x for x in home.json("audit", "ls", "--sandbox", name)
             if x["action"] == "checkpoint.rewind"]
     assert [x["details"]["spare"] for x in recs[-2:]] == [False, True], recs[-2:]

@@ -9,6 +9,7 @@
 #include "daemon/agentlink.h"
 #include "t.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -85,6 +86,10 @@ struct fake {
 	int proto_reqs;          /* {"op":"proto"} requests seen */
 	int version;             /* the last one's "version" */
 	char first_op[32];
+	bool hold;               /* answer "proto" only once more input came (or 2 s passed) */
+	bool more_before_answer; /* the host sent its next request before our answer */
+	bool fail_init;          /* answer "init" with an error */
+	int inits;
 };
 
 static void *fake_agent(void *arg)
@@ -115,9 +120,14 @@ static void *fake_agent(void *arg)
 		if (!f->first_op[0])
 			snprintf(f->first_op, sizeof(f->first_op), "%s", op ? op : "?");
 		if (op && !strcmp(op, "proto")) {
+			struct pollfd pfd = { .fd = fd, .events = POLLIN };
 			f->proto_reqs++;
 			f->version = (int)json_integer_value(json_object_get(req, "version"));
+			if (f->hold)
+				f->more_before_answer = poll(&pfd, 1, 2000) == 1;
 		}
+		if (op && !strcmp(op, "init"))
+			f->inits++;
 		if (op && !strcmp(op, "proto") && f->answer == A_ACCEPT)
 			ans = json_pack("{s:b,s:i}", "ok", 1, "proto", f->version);
 		else if (op && !strcmp(op, "proto") && f->answer == A_OTHER)
@@ -129,6 +139,9 @@ static void *fake_agent(void *arg)
 		else if (op && !strcmp(op, "proto"))   /* a version 1 agent */
 			ans = json_pack("{s:b,s:s,s:i}", "ok", 0, "error", "unknown op 'proto'",
 					"errno", EOPNOTSUPP);
+		else if (op && !strcmp(op, "init") && f->fail_init)
+			ans = json_pack("{s:b,s:s,s:i}", "ok", 0, "error", "field 'seed' is not hex",
+					"errno", EINVAL);
 		else
 			ans = json_pack("{s:b}", "ok", 1);
 		text = json_dumps(ans, JSON_COMPACT);
@@ -180,6 +193,83 @@ static int negotiate(const char *hello, enum answer answer, struct fake *f, unsi
 	close(f->lfd);
 	unlink(f->path);
 	return r;
+}
+
+/* link_negotiate_then against a fake agent that holds its answer to "proto" until the
+ * host sent more: the init must come without waiting for that answer. */
+static int negotiate_then(const char *hello, enum answer answer, bool fail_init,
+			  struct fake *f, unsigned *l_proto, char *msg, size_t msglen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct agentlink l;
+	struct k8_err err = { 0 };
+	pthread_t t;
+	int r;
+
+	memset(f, 0, sizeof(*f));
+	f->hello = hello;
+	f->answer = answer;
+	f->hold = true;
+	f->fail_init = fail_init;
+	snprintf(f->path, sizeof(f->path), "/tmp/k8-proto-%d.sock", (int)getpid());
+	unlink(f->path);
+	strcpy(sa.sun_path, f->path);
+	f->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(f->lfd, 1))
+		return -EIO;
+	pthread_create(&t, NULL, fake_agent, f);
+	memset(&l, 0, sizeof(l));
+	r = link_connect(&l, f->path, NULL, NULL, &err);
+	if (!r)
+		r = link_wait_hello(&l, 5000, &err);
+	if (!r)
+		r = link_negotiate_then(&l, json_pack("{s:s}", "op", "init"), 5000, NULL, &err);
+	*l_proto = l.proto;
+	snprintf(msg, msglen, "%s", err.msg);
+	link_close(&l);
+	pthread_join(t, NULL);
+	close(f->lfd);
+	unlink(f->path);
+	return r;
+}
+
+static void test_negotiate_then(void)
+{
+	struct fake f;
+	unsigned v;
+	char msg[1024];
+
+	/* 1..2: the choice, and the init right behind it, answered together. */
+	CHECK_EQ_INT(negotiate_then("{\"proto\":1,\"proto_min\":1,\"proto_max\":2}", A_ACCEPT,
+				    false, &f, &v, msg, sizeof(msg)), 0);
+	CHECK_EQ_INT(v, 2);
+	CHECK_STR(f.first_op, "proto");
+	CHECK(f.more_before_answer);
+	CHECK_EQ_INT(f.inits, 1);
+
+	/* Version 1: no choice to make, the init alone. */
+	CHECK_EQ_INT(negotiate_then("{\"proto\":1}", A_UNKNOWN_OP, false, &f, &v, msg,
+				    sizeof(msg)), 0);
+	CHECK_EQ_INT(v, 1);
+	CHECK_EQ_INT(f.proto_reqs, 0);
+	CHECK_EQ_INT(f.inits, 1);
+
+	/* The init's own error comes back as such, the version still chosen. */
+	CHECK_EQ_INT(negotiate_then("{\"proto\":1,\"proto_min\":1,\"proto_max\":2}", A_ACCEPT,
+				    true, &f, &v, msg, sizeof(msg)), -EINVAL);
+	CHECK_EQ_INT(v, 2);
+	CHECK(strstr(msg, "not hex") != NULL);
+
+	/* A refused choice wins over whatever the init got. */
+	CHECK_EQ_INT(negotiate_then("{\"proto\":2,\"proto_min\":1,\"proto_max\":2}", A_REFUSE,
+				    false, &f, &v, msg, sizeof(msg)), -EPROTONOSUPPORT);
+	CHECK_EQ_INT(v, 0);
+	CHECK(strstr(msg, "7..9") != NULL);
+
+	/* Nothing in common: nothing sent, not even the init. */
+	CHECK_EQ_INT(negotiate_then("{\"proto\":3,\"proto_min\":3,\"proto_max\":3}", A_ACCEPT,
+				    false, &f, &v, msg, sizeof(msg)), -EPROTONOSUPPORT);
+	CHECK_EQ_INT(f.inits, 0);
 }
 
 static void test_negotiate(void)
@@ -242,5 +332,6 @@ int main(void)
 	test_pick();
 	test_hello_range();
 	test_negotiate();
+	test_negotiate_then();
 	return T_DONE();
 }
