@@ -5,7 +5,7 @@
  *
  *   kosa8-broker --rules FILE --listen PATH [--listen-tcp IP:PORT] [--control PATH]
  *                [--secrets-fd N] [--ca-file FILE] [--resolve HOST:ADDR[:PORT]]...
- *                [--max-body BYTES] [--connect-timeout MS] [--idle-timeout MS]
+ *                [--local-model IP:PORT] [--max-body BYTES] [--connect-timeout MS] [--idle-timeout MS]
  *                [--workers N] [--user UID:GID] [--verbose]
  *
  * Started as root, it drops to --user (default 65534:65534, nobody) before it serves.
@@ -13,7 +13,7 @@
  * Start-up ends with "ready\n" (or "error: <message>\n" and exit 1) on stdout, which is
  * then closed. The control socket takes one JSON object per line and answers one per
  * line: {"op":"stats"}, {"op":"secret","name":N,"value":V} (set or rotate),
- * {"op":"ping"}. docs/broker.md describes the contract. */
+ * {"op":"unset","name":N} (the secret was removed), {"op":"ping"}. docs/broker.md describes the contract. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -264,6 +264,18 @@ static json_t *broker_control(void *ctx, json_t *req, int *fd, struct k8_err *er
 		sc_log("secret '%s' set", name);
 		return json_object();
 	}
+	if (!strcmp(op, "unset")) {
+		const char *name = json_string_value(json_object_get(req, "name"));
+		if (!name) {
+			k8_err_set(err, -EINVAL, "expected name");
+			return NULL;
+		}
+		/* Gone already (never handed over, or a repeated rm) is not an error. */
+		bool had = broker_secret_unset(b, name) == 0;
+		if (had)
+			sc_log("secret '%s' removed", name);
+		return json_pack("{s:b}", "removed", had);
+	}
 	k8_err_set(err, -EINVAL, "unknown op");
 	return NULL;
 }
@@ -272,7 +284,7 @@ static void broker_usage(void)
 {
 	sc_die("usage: kosa8-broker --rules FILE --listen PATH [--listen-tcp IP:PORT] "
 		   "[--control PATH] [--secrets-fd N] [--ca-file FILE] [--resolve HOST:ADDR[:PORT]]... "
-		   "[--max-body BYTES] [--connect-timeout MS] [--idle-timeout MS] [--workers N] "
+		   "[--local-model IP:PORT] [--max-body BYTES] [--connect-timeout MS] [--idle-timeout MS] [--workers N] "
 		   "[--user UID:GID] [--verbose]");
 }
 
@@ -295,6 +307,7 @@ int main(int argc, char **argv)
 		{ "secrets-fd", required_argument, NULL, 's' },
 		{ "ca-file", required_argument, NULL, 'a' },
 		{ "resolve", required_argument, NULL, 'R' },
+		{ "local-model", required_argument, NULL, 'L' },
 		{ "max-body", required_argument, NULL, 'm' },
 		{ "connect-timeout", required_argument, NULL, 'C' },
 		{ "idle-timeout", required_argument, NULL, 'I' },
@@ -330,6 +343,11 @@ int main(int argc, char **argv)
 		case 'C': b.connect_ms = (int)broker_num("connect-timeout", optarg, 100, 600000); break;
 		case 'I': b.idle_ms = (int)broker_num("idle-timeout", optarg, 100, 3600000); break;
 		case 'w': workers = (int)broker_num("workers", optarg, 1, 1024); break;
+		case 'L':
+			if (broker_parse_addr(optarg, &b.local, &b.local_len, -1) < 0 ||
+			    b.local.ss_family == AF_UNSPEC)
+				sc_die("--local-model %s: expected IP:PORT", optarg);
+			break;
 		case 'R': {
 			char *colon = strchr(optarg, ':');
 			struct broker_resolve *r = &b.resolve[b.nresolve];

@@ -139,6 +139,31 @@ static int proxy_check_placeholder(struct conn *c, const struct http_msg *m,
 				   const struct broker_rule *r, bool *bearer, const char **msg)
 {
 	bool in_auth = false;
+	if (r->kind == RULE_LOCAL) {
+		/* No key to add: the placeholder still decides. OpenAI clients send it as a
+		 * bearer token, Anthropic ones in x-api-key. */
+		int f = proxy_find_one(m, "authorization"), x = proxy_find_one(m, "x-api-key");
+		if (f == -2 || x == -2)
+			return *msg = "more than one credential header", REF_BAD_REQUEST;
+		const char *v = f >= 0 ? m->h[f].value : x >= 0 ? m->h[x].value : NULL;
+		size_t n = f >= 0 ? m->h[f].vlen : x >= 0 ? m->h[x].vlen : 0;
+		if (!v)
+			return *msg = "missing placeholder: send the sandbox's placeholder as "
+				"'Authorization: Bearer <placeholder>' or in 'x-api-key'",
+			       REF_PLACEHOLDER_MISSING;
+		if (f >= 0) {
+			if (n <= 7 || strncasecmp(v, "Bearer ", 7))
+				return *msg = "missing placeholder: expected 'Authorization: Bearer "
+					"<placeholder>'", REF_PLACEHOLDER_MISSING;
+			for (v += 7, n -= 7; n && *v == ' '; v++, n--)
+				;
+		}
+		*bearer = false;
+		if (!broker_placeholder_ok(c->b, v, n))
+			return *msg = "wrong placeholder: this is not the placeholder of this sandbox",
+			       REF_PLACEHOLDER_WRONG;
+		return REF_N;
+	}
 	int found = proxy_find_one(m, r->header);
 	if (found == -1 && strcasecmp(r->header, "authorization") != 0) {
 		found = proxy_find_one(m, "authorization");
@@ -193,7 +218,7 @@ static int proxy_build_head(char *out, size_t cap, const struct http_msg *m,
 	PUTS(" ");
 	PUT(m->target, m->tlen);
 	PUTS(" HTTP/1.1\r\nHost: ");
-	PUTS(r->host);
+	PUTS(r->kind == RULE_LOCAL ? "localhost" : r->host);
 	PUTS("\r\n");
 	for (int i = 0; i < m->nh; i++) {
 		const struct http_hdr *h = &m->h[i];
@@ -204,10 +229,13 @@ static int proxy_build_head(char *out, size_t cap, const struct http_msg *m,
 		PUT(h->value, h->vlen);
 		PUTS("\r\n");
 	}
-	PUTS(r->header);
-	PUTS(bearer ? ": Bearer " : ": ");
-	PUTS(key);
-	PUTS("\r\n\r\n");
+	if (r->kind != RULE_LOCAL) {            /* the model server takes no key */
+		PUTS(r->header);
+		PUTS(bearer ? ": Bearer " : ": ");
+		PUTS(key);
+		PUTS("\r\n");
+	}
+	PUTS("\r\n");
 #undef PUTS
 #undef PUT
 	return (int)n;
@@ -304,7 +332,7 @@ static int proxy_response(struct conn *c, const struct http_msg *req, struct htt
 	}
 	size_t hl = rm->head_len;
 	/* An upstream that reflects the request's headers would hand the key to the sandbox. */
-	if (memmem(c->rbuf, hl, key, klen)) {
+	if (klen && memmem(c->rbuf, hl, key, klen)) {
 		*why = REF_UPSTREAM_PROTOCOL;
 		*msg = "the upstream's answer contained the API key; it was not passed on";
 		return -1;
@@ -341,7 +369,7 @@ static int proxy_response(struct conn *c, const struct http_msg *req, struct htt
 				return -2;
 			take = (size_t)t;
 		}
-		if (memmem(c->rbuf, take, key, klen))
+		if (klen && memmem(c->rbuf, take, key, klen))
 			return -3;      /* the key in the body: cut off before it is passed on */
 		if (write_full(c->fd, c->rbuf, take) < 0)
 			return -2;
@@ -393,7 +421,10 @@ static bool proxy_request(struct conn *c, struct http_msg *m)
 
 	/* wiped on every way out of this function */
 	char key[BROKER_SECRET_MAX + 1] __attribute__((cleanup(proxy_wipe_key)));
-	int klen = broker_secret_get(b, r->secret, key, sizeof(key));
+	int klen = 0;
+	key[0] = '\0';
+	if (r->kind != RULE_LOCAL)
+		klen = broker_secret_get(b, r->secret, key, sizeof(key));
 	if (klen < 0) {
 		snprintf(text, sizeof(text), "secret '%s' is not set on the host (kosa8 secret set "
 			 "%s --stdin)", r->secret, r->secret);
@@ -420,7 +451,7 @@ static bool proxy_request(struct conn *c, struct http_msg *m)
 			if (upstream_open(b, c->rule, &c->up, &uw, &err) < 0) {
 				OPENSSL_cleanse(head, (size_t)hn);
 				free(head);
-				proxy_refuse(c, m, 502, uw, err.msg);
+				proxy_refuse(c, m, uw == REF_NO_MODEL ? 503 : 502, uw, err.msg);
 				return false;
 			}
 			fresh = true;

@@ -29,11 +29,34 @@
 
 #define BROKER_REQ_MS 5000
 
-/* The secret a rule uses (into out), or -EINVAL for a rule of no known form. */
+#define BROKER_LOCAL "local-model"
+
+/* Whether a rule is local-model[=MODEL]; *model is the model's name or NULL. */
+static bool broker_rule_local(const char *rule, const char **model)
+{
+	size_t l = sizeof(BROKER_LOCAL) - 1;
+
+	if (strncmp(rule, BROKER_LOCAL, l) || (rule[l] != '\0' && rule[l] != '='))
+		return false;
+	*model = rule[l] == '=' ? rule + l + 1 : NULL;
+	return true;
+}
+
+/* The secret a rule uses (into out; empty for local-model, which uses none), or -EINVAL
+ * for a rule of no known form. */
 static int broker_rule_secret(const char *rule, char *out, size_t n)
 {
-	const char *eq = strchr(rule, '=');
+	const char *eq = strchr(rule, '='), *model;
 	size_t kl = eq ? (size_t)(eq - rule) : strlen(rule);
+
+	if (broker_rule_local(rule, &model)) {
+		/* a model's name as the store takes it (model.c) */
+		if (model && (!*model || strlen(model) > 128 ||
+			      strspn(model, "abcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(model)))
+			return -EINVAL;
+		snprintf(out, n, "%s", "");
+		return 0;
+	}
 
 	if ((kl == 6 && !strncmp(rule, "openai", 6)) || (kl == 9 && !strncmp(rule, "anthropic", 9))) {
 		snprintf(out, n, "%s", eq ? eq + 1 : rule);
@@ -87,10 +110,22 @@ int broker_from_body(struct daemon *d, json_t *body, json_t **rules, struct k8_e
 		const char *s = json_string_value(v);
 		char *val = NULL;
 		size_t vl = 0;
+		const char *model;
+		char addr[160];
 		if (!s || strlen(s) > 400 || broker_rule_secret(s, name, sizeof(name)) < 0)
 			return k8_err_set(err, -EINVAL, "broker rule '%.80s': expected openai[=SECRET], "
-					  "anthropic[=SECRET] or header:HOST:HEADER=SECRET",
-					  s ? s : "(not a string)");
+					  "anthropic[=SECRET], header:HOST:HEADER=SECRET or "
+					  "local-model[=MODEL]", s ? s : "(not a string)");
+		if (broker_rule_local(s, &model)) {
+			/* the server must run now; its address is looked up again at each start */
+			struct k8_err e2 = { 0 };
+			if (!d->model_addr)
+				return k8_err_set(err, -ENOENT, "broker rule '%s': no model servers "
+						  "in this daemon", s);
+			if (d->model_addr(d, model, addr, sizeof(addr), &e2) < 0)
+				return k8_err_set(err, e2.code, "broker rule '%.80s': %s", s, e2.msg);
+			continue;
+		}
 		if (!secret_name_ok(name))
 			return k8_err_set(err, -EINVAL, "broker rule '%.80s': '%.70s' is not a secret "
 					  "name", s, name);
@@ -205,7 +240,7 @@ static int broker_secrets_pipe(struct daemon *d, struct sb_broker *b, int *rfd,
 		size_t vl = 0;
 		struct k8_err e2 = { 0 };
 		if (broker_rule_secret(json_string_value(v), name, sizeof(name)) < 0 ||
-		    json_object_get(o, name))
+		    !name[0] || json_object_get(o, name))
 			continue;
 		/* A secret removed since: the rule answers 503 no_secret until it is set. */
 		if (secret_read(d->home, name, &val, &vl, &e2) < 0)
@@ -315,6 +350,24 @@ int broker_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (ca && ca[0]) {
 		argv[argc++] = "--ca-file";
 		argv[argc++] = ca[0];
+	}
+	char maddr[160];
+	size_t ri;
+	json_t *rv;
+	json_array_foreach(b->rules, ri, rv) {
+		const char *model;
+		struct k8_err e2 = { 0 };
+		if (!broker_rule_local(json_string_value(rv), &model))
+			continue;
+		/* The server as it runs now; none: the rule answers 503 no_model until the
+		 * sandbox's next boot finds one. */
+		if (d->model_addr && d->model_addr(d, model, maddr, sizeof(maddr), &e2) == 0) {
+			argv[argc++] = "--local-model";
+			argv[argc++] = maddr;
+		} else {
+			daemon_log("sandbox %s: broker rule %s: %s", sb->name,
+				   json_string_value(rv), e2.msg[0] ? e2.msg : "no model servers");
+		}
 	}
 	for (int i = 0; resolve && resolve[i] && argc < (int)ARRAY_SIZE(argv) - 3; i++) {
 		argv[argc++] = "--resolve";
@@ -435,6 +488,22 @@ json_t *broker_env(struct sandbox *sb)
 		json_array_append_new(env, json_sprintf("ANTHROPIC_BASE_URL=http://anthropic.%s",
 							GUEST_BROKER_NAME));
 	}
+	/* The local model answers both APIs: it takes the standard variables a hosted
+	 * provider's rule has not taken. */
+	if (broker_has_rule(b, BROKER_LOCAL)) {
+		json_array_append_new(env, json_sprintf("KOSA8_LOCAL_MODEL_URL=http://%s.%s/v1",
+							BROKER_LOCAL, GUEST_BROKER_NAME));
+		if (!broker_has_rule(b, "openai")) {
+			json_array_append_new(env, json_sprintf("OPENAI_API_KEY=%s", b->placeholder));
+			json_array_append_new(env, json_sprintf("OPENAI_BASE_URL=http://%s.%s/v1",
+								BROKER_LOCAL, GUEST_BROKER_NAME));
+		}
+		if (!broker_has_rule(b, "anthropic")) {
+			json_array_append_new(env, json_sprintf("ANTHROPIC_API_KEY=%s", b->placeholder));
+			json_array_append_new(env, json_sprintf("ANTHROPIC_BASE_URL=http://%s.%s",
+								BROKER_LOCAL, GUEST_BROKER_NAME));
+		}
+	}
 	return env;
 }
 
@@ -445,7 +514,8 @@ static bool broker_uses(const struct sb_broker *b, const char *name)
 	json_t *v;
 
 	json_array_foreach(b->rules, i, v)
-		if (broker_rule_secret(json_string_value(v), s, sizeof(s)) == 0 && !strcmp(s, name))
+		if (broker_rule_secret(json_string_value(v), s, sizeof(s)) == 0 && s[0] &&
+		    !strcmp(s, name))
 			return true;
 	return false;
 }
@@ -467,13 +537,14 @@ int broker_secret_changed(struct daemon *d, const char *name, const char *value,
 		struct sandbox *sb = list[i];
 		struct k8_err err = { 0 };
 		if (sidecar_connected(&sb->broker->sc)) {
-			json_t *req = json_pack("{s:s,s:s,s:s%}", "op", "secret", "name", name,
-						"value", value, n);
+			json_t *req = value ? json_pack("{s:s,s:s,s:s%}", "op", "secret", "name", name,
+							"value", value, n) :
+				json_pack("{s:s,s:s}", "op", "unset", "name", name);
 			if (sidecar_request(&sb->broker->sc, req, BROKER_REQ_MS, NULL, &err) == 0)
 				pushed++;
 			else
-				daemon_log("sandbox %s: kosa8-broker did not take the new value of "
-					   "'%s': %s", sb->name, name, err.msg);
+				daemon_log("sandbox %s: kosa8-broker did not take the %s of '%s': %s",
+					   sb->name, value ? "new value" : "removal", name, err.msg);
 		}
 		sb_put(d, sb);
 	}

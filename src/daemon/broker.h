@@ -52,7 +52,8 @@ json_t *broker_summary(struct sandbox *sb);
 /* KEY=VALUE strings every container of the sandbox gets (an empty array without a
  * broker). */
 json_t *broker_env(struct sandbox *sb);
-/* A secret was set: every running broker using it gets the new value. Returns how many. */
+/* A secret was set (value, n) or removed (value NULL): every running broker using it
+ * takes the new value or forgets it. Returns how many did. */
 int broker_secret_changed(struct daemon *d, const char *name, const char *value, size_t n);
 
 /* API handler (api_route.h; the table is in api.c): GET /v1/sandboxes/{name}/broker */
