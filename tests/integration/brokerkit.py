@@ -8,7 +8,8 @@
 # The address range is checked against `ip route` first; the next /30 is taken when in use.
 # Nothing leaves the machine: the upstream answers on 198.18.7.2:443 (certificate from
 # test CA 1 for api.openai.com, api.anthropic.com, api.example.com) and :8443 (from test
-# CA 2, which the broker does not trust, for bad.example.com).
+# CA 2, which the broker does not trust, for bad.example.com), and plain HTTP on :8080
+# (PLAIN_PORT: a stand-in for the local model server).
 import json
 import os
 import secrets as pysecrets
@@ -23,6 +24,7 @@ TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 BIN = os.environ.get("KOSA8_BIN", os.path.join(TOP, "build", "bin"))
 BROKER = os.path.join(BIN, "kosa8-broker")
 HOSTS = ["api.openai.com", "api.anthropic.com", "api.example.com"]
+PLAIN_PORT = 8080
 
 
 def sh(*args, **kw):
@@ -87,7 +89,8 @@ class Upstream:
             self.proc = subprocess.Popen(
                 ns + ["python3", os.path.join(HERE, "broker_upstream.py"), "--port", "443",
                       "--cert", self.good[0], "--key", self.good[1], "--port2", "8443",
-                      "--cert2", self.bad[0], "--key2", self.bad[1], "--log", self.log],
+                      "--cert2", self.bad[0], "--key2", self.bad[1], "--log", self.log,
+                      "--plain-port", str(PLAIN_PORT)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             line = self.proc.stdout.readline()
             assert line.strip() == "ready", "upstream did not start: %r" % line
