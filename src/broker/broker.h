@@ -66,8 +66,6 @@ struct broker {
 	char placeholder[BROKER_PH_LEN + 1];
 	struct broker_resolve resolve[BROKER_MAX_RESOLVE];
 	int nresolve;
-	struct sockaddr_storage local;  /* --local-model: the model server (RULE_LOCAL) */
-	socklen_t local_len;            /* 0: none given */
 	uint64_t max_body;              /* bytes of one request body */
 	int connect_ms, idle_ms;        /* upstream connect+handshake; any read or write */
 	SSL_CTX *ssl;
@@ -77,6 +75,8 @@ struct broker {
 	struct broker_secret secrets[BROKER_MAX_SECRETS];
 	int nsecrets;
 	struct broker_hoststats hs[BROKER_MAX_RULES + 1]; /* [nrules]: hosts without a rule */
+	struct sockaddr_storage local;  /* the model server (RULE_LOCAL): --local-model, or the */
+	socklen_t local_len;            /* control op "local-model"; 0: none runs */
 	uint64_t connections;
 };
 

@@ -13,7 +13,8 @@
  * Start-up ends with "ready\n" (or "error: <message>\n" and exit 1) on stdout, which is
  * then closed. The control socket takes one JSON object per line and answers one per
  * line: {"op":"stats"}, {"op":"secret","name":N,"value":V} (set or rotate),
- * {"op":"unset","name":N} (the secret was removed), {"op":"ping"}. docs/broker.md describes the contract. */
+ * {"op":"unset","name":N} (the secret was removed), {"op":"local-model","addr":A}
+ * (the model server moved), {"op":"ping"}. docs/broker.md describes the contract. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -262,6 +263,24 @@ static json_t *broker_control(void *ctx, json_t *req, int *fd, struct k8_err *er
 		if (broker_secret_set(b, name, json_string_value(v), json_string_length(v), err) < 0)
 			return NULL;
 		sc_log("secret '%s' set", name);
+		return json_object();
+	}
+	if (!strcmp(op, "local-model")) {
+		/* the daemon's model server for the local-model rule moved (served, stopped):
+		 * "IP:PORT", or null for none */
+		json_t *a = json_object_get(req, "addr");
+		struct sockaddr_storage ss = { 0 };
+		socklen_t sl = 0;
+		if (!json_is_null(a) && (!json_is_string(a) ||
+		    broker_parse_addr(json_string_value(a), &ss, &sl, -1) < 0)) {
+			k8_err_set(err, -EINVAL, "expected addr: \"IP:PORT\" or null");
+			return NULL;
+		}
+		pthread_mutex_lock(&b->lock);
+		b->local = ss;
+		b->local_len = sl;
+		pthread_mutex_unlock(&b->lock);
+		sc_log("local model: %s", sl ? json_string_value(a) : "none");
 		return json_object();
 	}
 	if (!strcmp(op, "unset")) {

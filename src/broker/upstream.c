@@ -119,13 +119,18 @@ int upstream_open(struct broker *b, int rule, struct upstream *u, enum broker_re
 	if (b->rules[rule].kind == RULE_LOCAL) {
 		/* The model server on the host: plain HTTP on its loopback address, reached by
 		 * this process only (the guest never gets a route to the host's loopback). */
-		if (!b->local_len) {
+		struct sockaddr_storage sa;
+		pthread_mutex_lock(&b->lock);   /* the daemon may move it (control op) */
+		socklen_t sl = b->local_len;
+		sa = b->local;
+		pthread_mutex_unlock(&b->lock);
+		if (!sl) {
 			*why = REF_NO_MODEL;
-			return k8_err_set(err, -ENOENT, "no model server for this sandbox: start one "
-					  "with `kosa8 model serve NAME`, then restart the sandbox");
+			return k8_err_set(err, -ENOENT, "no model server is running for this "
+					  "sandbox's local-model rule: start one with `kosa8 model "
+					  "serve NAME`");
 		}
-		int fd = upstream_connect_addr((struct sockaddr *)&b->local, b->local_len,
-					       b->connect_ms);
+		int fd = upstream_connect_addr((struct sockaddr *)&sa, sl, b->connect_ms);
 		if (fd < 0)
 			return k8_err_set(err, fd, "connecting to the local model server: %s "
 					  "(is `kosa8 model serve` still running?)", strerror(-fd));

@@ -551,6 +551,54 @@ int broker_secret_changed(struct daemon *d, const char *name, const char *value,
 	return pushed;
 }
 
+/* The model a sandbox's local-model rule names (NULL: the default pick); false when it
+ * has no such rule. */
+static bool broker_local_rule(const struct sb_broker *b, const char **model)
+{
+	size_t i;
+	json_t *v;
+
+	json_array_foreach(b->rules, i, v)
+		if (broker_rule_local(json_string_value(v), model))
+			return true;
+	return false;
+}
+
+int broker_model_changed(struct daemon *d)
+{
+	struct sandbox *list[256];
+	int nl = 0, told = 0;
+
+	pthread_mutex_lock(&d->lock);
+	for (struct sandbox *sb = d->sandboxes; sb && nl < (int)ARRAY_SIZE(list); sb = sb->next) {
+		const char *model;
+		if (!sb->broker || !broker_local_rule(sb->broker, &model))
+			continue;
+		__atomic_add_fetch(&sb->users, 1, __ATOMIC_SEQ_CST);
+		list[nl++] = sb;
+	}
+	pthread_mutex_unlock(&d->lock);
+	for (int i = 0; i < nl; i++) {
+		struct sandbox *sb = list[i];
+		struct k8_err err = { 0 }, e2 = { 0 };
+		const char *model = NULL;
+		char addr[160];
+		broker_local_rule(sb->broker, &model);
+		bool have = d->model_addr && d->model_addr(d, model, addr, sizeof(addr), &e2) == 0;
+		if (sidecar_connected(&sb->broker->sc)) {
+			json_t *req = json_pack("{s:s,s:s?}", "op", "local-model", "addr",
+						have ? addr : NULL);
+			if (sidecar_request(&sb->broker->sc, req, BROKER_REQ_MS, NULL, &err) == 0)
+				told++;
+			else
+				daemon_log("sandbox %s: kosa8-broker did not take the local model's "
+					   "address: %s", sb->name, err.msg);
+		}
+		sb_put(d, sb);
+	}
+	return told;
+}
+
 int broker_api_status(struct api_call *call)
 {
 	struct sandbox *sb = sb_get(call->d, api_param(call, "name"), &call->err);

@@ -56,6 +56,10 @@ json_t *broker_env(struct sandbox *sb);
  * takes the new value or forgets it. Returns how many did. */
 int broker_secret_changed(struct daemon *d, const char *name, const char *value, size_t n);
 
+/* A model server was started or stopped: every running broker with a local-model rule
+ * gets the address of the server its rule now picks (or none). Returns how many. */
+int broker_model_changed(struct daemon *d);
+
 /* API handler (api_route.h; the table is in api.c): GET /v1/sandboxes/{name}/broker */
 int broker_api_status(struct api_call *call);
 

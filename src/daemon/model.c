@@ -13,6 +13,7 @@
  * by `ps`, stopped by `stop` or with the daemon.
  */
 #include "daemon/model.h"
+#include "daemon/broker.h"
 #include "daemon/daemon.h"
 #include "daemon/sidecar.h"
 #include "daemon/api_route.h"
@@ -893,6 +894,7 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 	}
 	daemon_audit(d, "model.serve", NULL, json_pack("{s:s,s:s,s:i}", "name", name, "host", host,
 							 "port", (int)port));
+	broker_model_changed(d);        /* sandboxes' local-model rules follow it */
 	*out = json_pack("{s:s,s:i,s:s,s:i,s:s}", "name", name, "pid", (int)pid, "host", host, "port",
 			 (int)port, "log", log);
 	return 0;
@@ -962,6 +964,7 @@ int model_stop(struct daemon *d, const char *name, struct k8_err *err)
 	srv_reap();
 	pthread_mutex_unlock(&srv_lock);
 	daemon_audit(d, "model.stop", NULL, json_pack("{s:s}", "name", name));
+	broker_model_changed(d);
 	return 0;
 }
 

@@ -205,3 +205,21 @@ def test_local_model_rule_needs_a_running_server(h, model):
     assert p.returncode != 0, p.stdout
     assert "model 'absent' is not being served" in p.stderr, p.stderr
     assert h("sandbox", "inspect", "nomodel").returncode != 0
+
+
+def test_local_model_follows_the_server(h, agent, model):
+    # stopped: the running broker is told at once (503 no_model, not a connect error)
+    assert h("model", "stop", "tiny", timeout=60).returncode == 0
+    try:
+        out = req(h, agent, "KOSA8_LOCAL_MODEL_URL", "/chat/completions",
+                  "Authorization: Bearer PH")
+        assert out.startswith("503 ") and "no_model" in out and "kosa8 model serve" in out, out
+    finally:
+        # served again on another port: the same sandbox, no restart, finds it
+        port = free_port()
+        h.json("model", "serve", "tiny", "--port", str(port), "--threads", "1", "--ctx", "512",
+               timeout=200)
+    out = req(h, agent, "KOSA8_LOCAL_MODEL_URL", "/chat/completions", "Authorization: Bearer PH")
+    assert out.startswith("200 ") and "Hello from the local model" in out, out
+    assert h.json("sandbox", "broker", agent)["stats"]["hosts"]["local-model"]["refused"][
+        "no_model"] >= 1
