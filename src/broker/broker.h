@@ -69,6 +69,8 @@ struct broker {
 	uint64_t max_body;              /* bytes of one request body */
 	int connect_ms, idle_ms;        /* upstream connect+handshake; any read or write */
 	SSL_CTX *ssl;
+	SSL_CTX *tls;                   /* interception: the server side, picks by SNI */
+	SSL_CTX *leaf[BROKER_MAX_RULES]; /* per rule host: its certificate (NULL: none) */
 	bool verbose;
 
 	pthread_mutex_t lock;           /* secrets and stats below */
@@ -126,8 +128,16 @@ int upstream_write(struct upstream *u, const void *buf, size_t n);
 bool upstream_stale(struct upstream *u);
 SSL_CTX *upstream_ctx(const char *ca_file, struct k8_err *err);
 
-/* proxy.c: serve one client connection until it closes; closes fd. */
-void proxy_serve(struct broker *b, int fd);
+/* intercept.c: interception mode (--listen-tls). Read the sandbox CA (PEM certificate
+ * and key) from fd, make every rule host's certificate, drop the CA's key. */
+int intercept_init(struct broker *b, int fd, struct k8_err *err);
+/* The TLS handshake on a client connection: the session, *rule the rule its SNI named;
+ * NULL when the handshake failed (no SNI, no rule for it, the client gave up). */
+SSL *intercept_accept(struct broker *b, int fd, int *rule);
+
+/* proxy.c: serve one client connection until it closes; closes fd. tls: it came on the
+ * interception listener (TLS, the rule fixed by the SNI). */
+void proxy_serve(struct broker *b, int fd, bool tls);
 /* A refusal on a fresh connection when every worker is busy. */
 void proxy_refuse_busy(struct broker *b, int fd);
 

@@ -241,6 +241,7 @@ static int sb_init_guest(struct daemon *d, struct sandbox *sb, bool restored,
 	/* A restored guest kept its network and mounts: those are set once per boot. */
 	if (!restored) {
 		json_object_set_new(req, "net", net_guest_config());
+		broker_guest_net(sb, json_object_get(req, "net"));
 		if (sb->nmounts)
 			json_object_set_new(req, "mounts", sb_mounts_json(sb, true));
 	}
