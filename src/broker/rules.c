@@ -383,5 +383,8 @@ void broker_free(struct broker *b)
 	b->nsecrets = 0;
 	if (b->ssl)
 		SSL_CTX_free(b->ssl);
+	SSL_CTX_free(b->tls);
+	for (int i = 0; i < BROKER_MAX_RULES; i++)
+		SSL_CTX_free(b->leaf[i]);
 	pthread_mutex_destroy(&b->lock);
 }

@@ -90,6 +90,71 @@ def agent(h):
                         "--egress", "deny")
 
 
+def test_broker_tls_listener_standalone(tmp, up):
+    """kosa8-broker alone: the leaf for a rule host verifies against the sandbox CA, the
+    real key goes upstream; no SNI or a name without a rule ends the handshake; a Host
+    that is not the SNI's is refused."""
+    import socket
+    import ssl
+    import subprocess
+    ca = bk.make_ca(tmp, "sbca")
+    ph = bk.placeholder()
+    rules = os.path.join(tmp, "ic.rules.json")
+    with open(rules, "w") as f:
+        json.dump({"placeholder": ph, "rules": ["openai=openai", "local-model"]}, f)
+    tls = os.path.join(tmp, "ic.tls")
+    sr, sw = os.pipe()
+    cr, cw = os.pipe()
+    log = open(os.path.join(tmp, "ic.log"), "w")
+    p = subprocess.Popen([bk.BROKER, "--rules", rules, "--listen", os.path.join(tmp, "ic.sock"),
+                          "--listen-tls", tls, "--intercept-ca-fd", str(cr), "--secrets-fd",
+                          str(sr), "--ca-file", up.ca1[0], "--resolve",
+                          "api.openai.com:" + up.ip],
+                         pass_fds=(sr, cr), stdout=subprocess.PIPE, stderr=log, text=True)
+    os.close(sr)
+    os.close(cr)
+    os.write(sw, json.dumps({"openai": KEY}).encode())
+    os.close(sw)
+    with open(ca[0], "rb") as f1, open(ca[1], "rb") as f2:
+        os.write(cw, f1.read() + f2.read())
+    os.close(cw)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+
+        def go(sni, host):
+            ctx = ssl.create_default_context(cafile=ca[0])
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(tls)
+            try:
+                t = ctx.wrap_socket(s, server_hostname=sni)
+            except ssl.SSLError as e:
+                return "tls-failed %s" % e
+            t.sendall(("GET /v1/models HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+                       "Connection: close\r\n\r\n" % (host, ph)).encode())
+            out = b""
+            while True:
+                d = t.recv(65536)
+                if not d:
+                    break
+                out += d
+            return out.decode(errors="replace")
+
+        n0 = len(up.records())
+        out = go("api.openai.com", "api.openai.com")
+        assert out.startswith("HTTP/1.1 200"), out
+        hdr = {k.lower(): v for k, v in up.records()[n0]["headers"]}
+        assert hdr["authorization"] == "Bearer " + KEY
+        assert "UNRECOGNIZED_NAME" in go("api.example.com", "api.example.com").upper()
+        assert "UNRECOGNIZED_NAME" in go("local-model", "local-model").upper()
+        out = go("api.openai.com", "openai.broker.kosa8.internal")
+        assert out.startswith("HTTP/1.1 421") and "TLS server name" in out, out
+        assert len(up.records()) == n0 + 1
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+        log.close()
+
+
 def run(h, name, *args):
     p = h("sandbox", "run", name, "python:3.12-slim", "python3", "-c", CLIENT, *args,
           timeout=300)
