@@ -219,3 +219,24 @@ def test_ca_key_stays_on_the_host(h, agent):
         assert KEY.encode() not in data
     # still working after the checkpoint
     assert "status 200" in run(h, agent, "api.openai.com")
+
+
+def test_fork_keeps_the_ca_with_a_placeholder_of_its_own(h, agent, up):
+    # test_ca_key_stays_on_the_host made checkpoint "ic"
+    p = h("sandbox", "fork", agent, "--from", "ic", "--name", "agentifork", timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        n0 = len(up.records())
+        out = run(h, "agentifork", "api.openai.com")
+        assert "addr 10.0.2.4" in out and "status 200" in out, out
+        hdr = {k.lower(): v for k, v in up.records()[n0]["headers"]}
+        assert hdr["authorization"] == "Bearer " + KEY
+        keys = glob.glob(os.path.join(h.path, "**", "broker-ca.key"), recursive=True)
+        assert len(keys) == 2 and all(stat.S_IMODE(os.stat(k).st_mode) == 0o600 for k in keys)
+        ph = h("sandbox", "run", "agentifork", "python:3.12-slim", "sh", "-c",
+               "echo $OPENAI_API_KEY", timeout=300).stdout.strip()
+        src = h("sandbox", "run", agent, "python:3.12-slim", "sh", "-c",
+                "echo $OPENAI_API_KEY", timeout=300).stdout.strip()
+        assert ph.startswith("k8-ph-") and ph != src
+    finally:
+        h("sandbox", "rm", "-f", "agentifork", timeout=300)
