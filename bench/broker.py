@@ -13,6 +13,10 @@
 #   added latency   median (and p90) of GET round trips, broker minus direct
 #   first byte      time to the first streamed byte of an SSE answer, both ways
 #   requests/s      32 concurrent clients (4 processes x 8 threads) for BENCH_BROKER_S s
+#   intercepted     interception mode: the client does TLS (SNI api.example.com, the sandbox
+#                   CA) to the broker's TLS listener, the broker does TLS upstream; against
+#                   the same client doing TLS to the upstream directly (both sides pay the
+#                   client's TLS: this is what interception adds)
 #   local model     the local-model rule (plain HTTP upstream, no key): round trip and first
 #                   streamed byte against the same client talking plain HTTP to the
 #                   upstream's plain port (a stand-in for `kosa8 model serve`, whose own
@@ -104,6 +108,45 @@ class PlainHTTP(http.client.HTTPConnection):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+class InterceptHTTPS(http.client.HTTPConnection):
+    """HTTPS over the broker's TLS listener (a unix socket), as a guest's client sees it."""
+
+    def __init__(self, path, cafile, name="api.example.com"):
+        super().__init__(name)
+        self.path, self.ctx, self.name = path, ssl.create_default_context(cafile=cafile), name
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(self.path)
+        self.sock = self.ctx.wrap_socket(s, server_hostname=self.name)
+
+
+def intercepted(b, up, sbca):
+    b_conn, d_conn = InterceptHTTPS(b.tls, sbca[0]), direct_conn(up)
+    round_trips(b_conn, b.placeholder, 20)
+    round_trips(d_conn, KEY, 20)
+    bro, dir_ = [], []
+    for _ in range(4):
+        bro += round_trips(b_conn, b.placeholder, N // 4)
+        dir_ += round_trips(d_conn, KEY, N // 4)
+    mb, md = statistics.median(bro), statistics.median(dir_)
+    print("intercepted, round trip: direct median %s, broker median %s (+%s)" % (
+        ms(md), ms(mb), ms(mb - md)))
+    # a new connection each time: the extra TLS handshake interception costs
+    hs_b, hs_d = [], []
+    for _ in range(30):
+        for conns, out in ((lambda: InterceptHTTPS(b.tls, sbca[0]), hs_b),
+                           (lambda: direct_conn(up), hs_d)):
+            c = conns()
+            t = time.perf_counter()
+            round_trips(c, b.placeholder if out is hs_b else KEY, 1)
+            out.append(time.perf_counter() - t)
+            c.close()
+    print("intercepted, new connection each time: direct median %s, broker median %s (+%s)" % (
+        ms(statistics.median(hs_d)), ms(statistics.median(hs_b)),
+        ms(statistics.median(hs_b) - statistics.median(hs_d))))
+
+
 def local_round_trips(conn, auth, n):
     out = []
     for _ in range(n):
@@ -176,9 +219,11 @@ def main():
     up = b = None
     try:
         up = bk.Upstream(d)
+        sbca = bk.make_ca(d, "sandboxca")
         b = bk.Broker(d, "bench", ["header:api.example.com:X-Api-Key=ex",
                                    "openai=openai", "local-model"], {"ex": KEY, "openai": KEY},
-                      upstream=up, extra=["--local-model", "%s:%d" % (up.ip, bk.PLAIN_PORT)])
+                      upstream=up, extra=["--local-model", "%s:%d" % (up.ip, bk.PLAIN_PORT)],
+                      intercept_ca=sbca)
         b_conn, d_conn = UnixHTTP(b.sock), direct_conn(up)
         round_trips(b_conn, b.placeholder, 20)          # warm both paths
         round_trips(d_conn, KEY, 20)
@@ -205,6 +250,7 @@ def main():
         r_b = rps("broker", b.sock, b.placeholder)
         print("32 concurrent clients: direct %.0f req/s, broker %.0f req/s (%.0f%%)" % (
             r_d, r_b, 100.0 * r_b / r_d if r_d else 0))
+        intercepted(b, up, sbca)
         local_model(b, up)
         st = b.stats()
         print("broker stats: %d requests, %d refusals, %d connections" % (

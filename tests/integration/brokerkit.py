@@ -120,7 +120,7 @@ class Broker:
     """A kosa8-broker started standalone. `secrets` go in on a pipe, never argv/env."""
 
     def __init__(self, d, name, rules, secrets, upstream=None, ca=None, extra=(),
-                 tcp_port=None, user=None):
+                 tcp_port=None, user=None, intercept_ca=None):
         self.dir = d
         self.placeholder = placeholder()
         self.sock = os.path.join(d, name + ".sock")
@@ -143,11 +143,22 @@ class Broker:
         args += list(extra)
         r, w = os.pipe()
         args += ["--secrets-fd", str(r)]
+        fds = [r]
+        self.tls = None
+        if intercept_ca:        # (cert, key) files: interception's listener and CA pipe
+            self.tls = os.path.join(d, name + ".tls")
+            cr, cw = os.pipe()
+            args += ["--listen-tls", self.tls, "--intercept-ca-fd", str(cr)]
+            fds.append(cr)
+            with open(intercept_ca[0], "rb") as f1, open(intercept_ca[1], "rb") as f2:
+                os.write(cw, f1.read() + f2.read())
+            os.close(cw)
         self.args = args
         with open(self.log, "w") as logf:
-            self.proc = subprocess.Popen(args, pass_fds=(r,), stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen(args, pass_fds=tuple(fds), stdout=subprocess.PIPE,
                                          stderr=logf, text=True)
-        os.close(r)
+        for fd in fds:
+            os.close(fd)
         os.write(w, json.dumps(secrets).encode())
         os.close(w)
         line = self.proc.stdout.readline()
