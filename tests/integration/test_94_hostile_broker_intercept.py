@@ -196,6 +196,26 @@ def test_no_rule_not_intercepted_and_host_must_match_sni(h, agent, up):
     assert len(up.records()) == n0, "a refused request reached the upstream"
 
 
+def test_garbage_on_the_tls_port_leaves_the_broker_serving(h, agent, up):
+    probe = (r"""
+import socket
+for data in (b"GET / HTTP/1.1\r\nHost: api.openai.com\r\n\r\n", b"\x16\x03\x01\xff\xff" + b"A" * 70000,
+             b"\x00" * 10):
+    s = socket.create_connection(("10.0.2.4", 443), timeout=30)
+    try:
+        s.sendall(data)
+        print("answer", repr(s.recv(100)[:20]))
+    except OSError as e:
+        print("closed", type(e).__name__)
+""")
+    p = h("sandbox", "run", agent, "python:3.12-slim", "python3", "-c", probe, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "HTTP/1.1 200" not in p.stdout, p.stdout
+    st = h.json("sandbox", "broker", agent)
+    assert st["state"] == "up", st
+    assert "status 200" in run(h, agent, "api.openai.com")
+
+
 def test_ca_key_stays_on_the_host(h, agent):
     sbdirs = glob.glob(os.path.join(h.path, "**", "broker-ca.key"), recursive=True)
     assert len(sbdirs) == 1, sbdirs

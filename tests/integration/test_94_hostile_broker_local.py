@@ -157,6 +157,12 @@ def test_wrong_placeholder_and_host_loopback_refused(h, agent, model):
     p = h("sandbox", "run", agent, "python:3.12-slim", "python3", "-c", probe, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "open" not in p.stdout and p.stdout.count("refused") == 2, p.stdout
+    # no --broker-intercept: the broker's address has no TLS port
+    p = h("sandbox", "run", agent, "python:3.12-slim", "python3", "-c",
+          "import socket\ntry:\n    socket.create_connection(('10.0.2.4', 443), timeout=5)\n"
+          "    print('open')\nexcept OSError as e:\n    print('refused', type(e).__name__)",
+          timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("refused"), p.stdout + p.stderr
     st = h.json("sandbox", "broker", agent)
     refused = st["stats"]["hosts"]["local-model"]["refused"]
     assert refused.get("placeholder_wrong", 0) >= 1 and refused.get("placeholder_missing", 0) >= 1
