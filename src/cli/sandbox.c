@@ -718,6 +718,8 @@ static int show_broker(const json_t *res, void *ctx)
 	printf("rules:\n");
 	json_array_foreach(rules, i, v)
 		printf("  %s\n", json_string_value(v));
+	if (json_is_true(json_object_get(res, "intercept")))
+		printf("intercepting HTTPS to the rules' hosts (--broker-intercept)\n");
 	if (!st)
 		return CLI_EXIT_OK;
 	printf("requests %lld, refused %lld, bytes up %lld, down %lld\n\n",

@@ -1076,7 +1076,8 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 			       "egress_allow", sb->egress_rules));
 	if (sb->broker)
 		daemon_audit(d, "sandbox.broker", name,
-			     json_pack("{s:O}", "rules", sb->broker->rules));
+			     json_pack("{s:O,s:b}", "rules", sb->broker->rules, "intercept",
+				       sb->broker->intercept));
 	for (int i = 0; i < sb->nmounts; i++)
 		daemon_audit(d, "sandbox.mount", name,
 			     json_pack("{s:s,s:s,s:b}", "host", sb->mounts[i].host, "guest",

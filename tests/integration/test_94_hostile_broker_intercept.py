@@ -179,6 +179,9 @@ def test_hard_coded_https_reaches_upstream_with_the_real_key(h, agent, up):
     assert "k8-ph-" not in json.dumps(recs[0])
     st = h.json("sandbox", "broker", agent)
     assert st["intercept"] is True
+    assert "intercepting HTTPS" in h("sandbox", "broker", agent).stdout
+    recs = [r for r in h.json("audit", "ls", timeout=60) if r["action"] == "sandbox.broker"]
+    assert recs and recs[-1]["details"] == {"rules": ["openai=openai"], "intercept": True}
     assert st["stats"]["hosts"]["api.openai.com"]["requests"] >= 1
 
 
