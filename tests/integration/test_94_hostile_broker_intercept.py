@@ -263,3 +263,9 @@ def test_fork_keeps_the_ca_with_a_placeholder_of_its_own(h, agent, up):
         assert ph.startswith("k8-ph-") and ph != src
     finally:
         h("sandbox", "rm", "-f", "agentifork", timeout=300)
+
+
+def test_intercept_needs_hosted_rules(h):
+    p = h("sandbox", "create", "icnorules", "--broker-intercept", timeout=120)
+    assert p.returncode != 0 and "needs --broker rules" in p.stderr, p.stderr
+    assert h("sandbox", "inspect", "icnorules").returncode != 0
