@@ -13,6 +13,14 @@
 #   added latency   median (and p90) of GET round trips, broker minus direct
 #   first byte      time to the first streamed byte of an SSE answer, both ways
 #   requests/s      32 concurrent clients (4 processes x 8 threads) for BENCH_BROKER_S s
+#   intercepted     interception mode: the client does TLS (SNI api.example.com, the sandbox
+#                   CA) to the broker's TLS listener, the broker does TLS upstream; against
+#                   the same client doing TLS to the upstream directly (both sides pay the
+#                   client's TLS: this is what interception adds)
+#   local model     the local-model rule (plain HTTP upstream, no key): round trip and first
+#                   streamed byte against the same client talking plain HTTP to the
+#                   upstream's plain port (a stand-in for `kosa8 model serve`, whose own
+#                   generation time would hide the broker's)
 #
 # Environment: BENCH_N (round trips per side, default 400), BENCH_BROKER_S (seconds of the
 # throughput run, default 5), KOSA8_BIN (default build/bin). Needs root (netns).
@@ -94,6 +102,84 @@ def first_byte(conn, key, host, auth):
     return dt
 
 
+class PlainHTTP(http.client.HTTPConnection):
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class InterceptHTTPS(http.client.HTTPConnection):
+    """HTTPS over the broker's TLS listener (a unix socket), as a guest's client sees it."""
+
+    def __init__(self, path, cafile, name="api.example.com"):
+        super().__init__(name)
+        self.path, self.ctx, self.name = path, ssl.create_default_context(cafile=cafile), name
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(self.path)
+        self.sock = self.ctx.wrap_socket(s, server_hostname=self.name)
+
+
+def intercepted(b, up, sbca):
+    b_conn, d_conn = InterceptHTTPS(b.tls, sbca[0]), direct_conn(up)
+    round_trips(b_conn, b.placeholder, 20)
+    round_trips(d_conn, KEY, 20)
+    bro, dir_ = [], []
+    for _ in range(4):
+        bro += round_trips(b_conn, b.placeholder, N // 4)
+        dir_ += round_trips(d_conn, KEY, N // 4)
+    mb, md = statistics.median(bro), statistics.median(dir_)
+    print("intercepted, round trip: direct median %s, broker median %s (+%s)" % (
+        ms(md), ms(mb), ms(mb - md)))
+    # a new connection each time: the extra TLS handshake interception costs
+    hs_b, hs_d = [], []
+    for _ in range(30):
+        for conns, out in ((lambda: InterceptHTTPS(b.tls, sbca[0]), hs_b),
+                           (lambda: direct_conn(up), hs_d)):
+            c = conns()
+            t = time.perf_counter()
+            round_trips(c, b.placeholder if out is hs_b else KEY, 1)
+            out.append(time.perf_counter() - t)
+            c.close()
+    print("intercepted, new connection each time: direct median %s, broker median %s (+%s)" % (
+        ms(statistics.median(hs_d)), ms(statistics.median(hs_b)),
+        ms(statistics.median(hs_b) - statistics.median(hs_d))))
+
+
+def local_round_trips(conn, auth, n):
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        conn.request("GET", "/v1/models", headers={"Host": "local-model", "Authorization": auth})
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200, r.status
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def local_model(b, up):
+    """The local-model rule, side by side with plain HTTP straight to the same server."""
+    b_conn, d_conn = UnixHTTP(b.sock), PlainHTTP(up.ip, bk.PLAIN_PORT)
+    auth = "Bearer " + b.placeholder
+    local_round_trips(b_conn, auth, 20)
+    local_round_trips(d_conn, "Bearer none", 20)
+    bro, dir_ = [], []
+    for _ in range(4):
+        bro += local_round_trips(b_conn, auth, N // 4)
+        dir_ += local_round_trips(d_conn, "Bearer none", N // 4)
+    mb, md = statistics.median(bro), statistics.median(dir_)
+    print("local model, round trip: direct median %s, broker median %s (+%s)" % (
+        ms(md), ms(mb), ms(mb - md)))
+    fb_b = [first_byte(b_conn, None, "local-model", ("Authorization", auth)) for _ in range(30)]
+    fb_d = [first_byte(d_conn, None, "local-model", ("Authorization", "Bearer none"))
+            for _ in range(30)]
+    print("local model, first streamed byte: direct median %s, broker median %s (+%s)" % (
+        ms(statistics.median(fb_d)), ms(statistics.median(fb_b)),
+        ms(statistics.median(fb_b) - statistics.median(fb_d))))
+
+
 def _worker(args):
     kind, target, key, deadline, nthreads = args
     counts = [0] * nthreads
@@ -133,8 +219,11 @@ def main():
     up = b = None
     try:
         up = bk.Upstream(d)
+        sbca = bk.make_ca(d, "sandboxca")
         b = bk.Broker(d, "bench", ["header:api.example.com:X-Api-Key=ex",
-                                   "openai=openai"], {"ex": KEY, "openai": KEY}, upstream=up)
+                                   "openai=openai", "local-model"], {"ex": KEY, "openai": KEY},
+                      upstream=up, extra=["--local-model", "%s:%d" % (up.ip, bk.PLAIN_PORT)],
+                      intercept_ca=sbca)
         b_conn, d_conn = UnixHTTP(b.sock), direct_conn(up)
         round_trips(b_conn, b.placeholder, 20)          # warm both paths
         round_trips(d_conn, KEY, 20)
@@ -161,6 +250,8 @@ def main():
         r_b = rps("broker", b.sock, b.placeholder)
         print("32 concurrent clients: direct %.0f req/s, broker %.0f req/s (%.0f%%)" % (
             r_d, r_b, 100.0 * r_b / r_d if r_d else 0))
+        intercepted(b, up, sbca)
+        local_model(b, up)
         st = b.stats()
         print("broker stats: %d requests, %d refusals, %d connections" % (
             st["requests"], st["refusals"], st["connections"]))

@@ -176,6 +176,7 @@ struct sync_wait {
 #define NET_MAX_DNS 3          /* glibc's resolver reads at most three */
 #define NET_ADDR_LEN 46        /* INET6_ADDRSTRLEN */
 
+#define NET_CA_MAX 8192           /* bytes of the broker CA's PEM, with its NUL */
 struct net_cfg {
 	char ip[NET_ADDR_LEN];     /* IPv4, dotted */
 	int prefix;                /* 1..32 */
@@ -185,6 +186,9 @@ struct net_cfg {
 	char ip6[NET_ADDR_LEN];    /* "" if none */
 	int prefix6;               /* 1..128 */
 	char gateway6[NET_ADDR_LEN];
+	/* the sandbox broker's CA (interception mode, docs/broker.md): a PEM certificate
+	 * that containers trust; "" for none */
+	char broker_ca[NET_CA_MAX];
 };
 
 /* ---- shared folders (fs.c) ---- */

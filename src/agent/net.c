@@ -84,6 +84,16 @@ int net_parse(json_t *o, struct net_cfg *c, struct k8_err *err)
 		return r;
 	if (c->gateway6[0] && !c->ip6[0])
 		return k8_err_set(err, -EINVAL, "field 'net.gateway6' needs 'net.ip6'");
+	e = json_object_get(o, "broker_ca");
+	if (e && !json_is_null(e)) {
+		const char *pem = json_string_value(e);
+		static const char begin[] = "-----BEGIN CERTIFICATE-----\n";
+		if (!pem || json_string_length(e) >= NET_CA_MAX || strlen(pem) != json_string_length(e) ||
+		    strncmp(pem, begin, sizeof(begin) - 1) || !strstr(pem, "-----END CERTIFICATE-----"))
+			return k8_err_set(err, -EINVAL, "field 'net.broker_ca' must be one PEM "
+					  "certificate of less than %d bytes", NET_CA_MAX);
+		memcpy(c->broker_ca, pem, strlen(pem) + 1);
+	}
 	dns = json_object_get(o, "dns");
 	if (dns && !json_is_null(dns)) {
 		if (!json_is_array(dns) || json_array_size(dns) > NET_MAX_DNS)
@@ -437,6 +447,55 @@ int net_ctr_netns(char *msg, size_t msglen)
 	return r;
 }
 
+/* Interception mode: the broker's CA in the container, alone (for NODE_EXTRA_CA_CERTS)
+ * and appended to the image's bundle, written as /etc/kosa8/ca-bundle.crt (for
+ * SSL_CERT_FILE and the like) and over the image's own bundle when it has one (the
+ * container's trust store; its writable layer, the image is untouched). */
+#define NET_BUNDLE_MAX (4 << 20)
+static int net_ctr_ca(const char *pem, char *msg, size_t msglen)
+{
+	static const char *const system = "/etc/ssl/certs/ca-certificates.crt";
+	char *sys = NULL, *bundle;
+	size_t n = 0;
+	struct stat st;
+	int r;
+
+	if (mkdir("/etc/kosa8", 0755) < 0 && errno != EEXIST) {
+		r = -errno;
+		snprintf(msg, msglen, "mkdir /etc/kosa8 in the container: %s", strerror(errno));
+		return r;
+	}
+	if ((r = net_ctr_put("/etc/kosa8/broker-ca.crt", pem, msg, msglen)) < 0)
+		return r;
+	int has = lstat(system, &st) == 0 && S_ISREG(st.st_mode) &&
+		   read_file(system, NET_BUNDLE_MAX, &sys, &n) == 0;
+	if (has && strstr(sys, pem)) {          /* there already (a restarted container) */
+		r = net_ctr_put("/etc/kosa8/ca-bundle.crt", sys, msg, msglen);
+		free(sys);
+		return r;
+	}
+	bundle = malloc(n + strlen(pem) + 2);
+	if (!bundle) {
+		free(sys);
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	bundle[0] = '\0';
+	if (has) {
+		memcpy(bundle, sys, n);
+		bundle[n] = '\0';
+		if (n && bundle[n - 1] != '\n')
+			strcat(bundle, "\n");
+	}
+	strcat(bundle, pem);
+	free(sys);
+	r = net_ctr_put("/etc/kosa8/ca-bundle.crt", bundle, msg, msglen);
+	if (r == 0 && has)
+		r = net_ctr_put(system, bundle, msg, msglen);
+	free(bundle);
+	return r;
+}
+
 int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, char *msg,
 		  size_t msglen)
 {
@@ -453,6 +512,8 @@ int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, ch
 	 * resolv.conf stays (nothing would answer). */
 	if (a->resolv_conf && !own_netns &&
 	    (r = net_ctr_put("/etc/resolv.conf", a->resolv_conf, msg, msglen)) < 0)
+		return r;
+	if (a->net_up && a->net.broker_ca[0] && (r = net_ctr_ca(a->net.broker_ca, msg, msglen)) < 0)
 		return r;
 	/* An image's own non-empty /etc/hosts is kept; otherwise localhost and our name. */
 	if (lstat("/etc/hosts", &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)

@@ -24,20 +24,23 @@
 #define BROKER_PH_PREFIX "k8-ph-"
 #define BROKER_PH_LEN (6 + 32)          /* "k8-ph-" and 32 hex digits */
 
-enum broker_kind { RULE_OPENAI, RULE_ANTHROPIC, RULE_HEADER };
+/* RULE_LOCAL: the model server kosa8 runs on the host (--local-model ADDR), plain HTTP,
+ * no key: the placeholder is checked and every credential stripped as for the others. */
+enum broker_kind { RULE_OPENAI, RULE_ANTHROPIC, RULE_HEADER, RULE_LOCAL };
+#define BROKER_LOCAL_HOST "local-model"  /* a RULE_LOCAL's host, as the Host header names it */
 
 struct broker_rule {
 	enum broker_kind kind;
 	char host[254];                 /* lower case, no port */
 	char header[BROKER_NAME_MAX];   /* the credential header sent upstream */
-	char secret[BROKER_NAME_MAX];   /* the secret's name */
+	char secret[BROKER_NAME_MAX];   /* the secret's name; empty for RULE_LOCAL */
 };
 
 /* Why a request was refused; the names are the keys of the stats' "refused" objects. */
 enum broker_refusal {
 	REF_BAD_REQUEST, REF_NO_RULE, REF_PLACEHOLDER_MISSING, REF_PLACEHOLDER_WRONG,
 	REF_TOO_LARGE, REF_NO_SECRET, REF_UPSTREAM_CONNECT, REF_UPSTREAM_TLS,
-	REF_UPSTREAM_PROTOCOL, REF_BUSY, REF_TIMEOUT, REF_N,
+	REF_UPSTREAM_PROTOCOL, REF_BUSY, REF_TIMEOUT, REF_NO_MODEL, REF_N,
 };
 extern const char *const broker_refusal_names[REF_N];
 
@@ -66,17 +69,22 @@ struct broker {
 	uint64_t max_body;              /* bytes of one request body */
 	int connect_ms, idle_ms;        /* upstream connect+handshake; any read or write */
 	SSL_CTX *ssl;
+	SSL_CTX *tls;                   /* interception: the server side, picks by SNI */
+	SSL_CTX *leaf[BROKER_MAX_RULES]; /* per rule host: its certificate (NULL: none) */
 	bool verbose;
 
 	pthread_mutex_t lock;           /* secrets and stats below */
 	struct broker_secret secrets[BROKER_MAX_SECRETS];
 	int nsecrets;
 	struct broker_hoststats hs[BROKER_MAX_RULES + 1]; /* [nrules]: hosts without a rule */
+	struct sockaddr_storage local;  /* the model server (RULE_LOCAL): --local-model, or the */
+	socklen_t local_len;            /* control op "local-model"; 0: none runs */
 	uint64_t connections;
 };
 
 /* rules.c */
-/* Parse one rule: "openai[=SECRET]", "anthropic[=SECRET]", "header:HOST:HEADER=SECRET". */
+/* Parse one rule: "openai[=SECRET]", "anthropic[=SECRET]", "header:HOST:HEADER=SECRET",
+ * "local-model[=MODEL]" (MODEL is the daemon's business: it picks the server). */
 int broker_rule_parse(const char *spec, struct broker_rule *r, struct k8_err *err);
 /* The rules file: {"placeholder": "k8-ph-...", "rules": ["openai=openai", ...]}. */
 int broker_load_rules(struct broker *b, json_t *obj, struct k8_err *err);
@@ -86,6 +94,9 @@ bool broker_secret_value_ok(const char *v, size_t n);
 /* Set or replace (rotation) a secret; the old value is zeroed. Thread-safe. */
 int broker_secret_set(struct broker *b, const char *name, const char *value, size_t n,
 		      struct k8_err *err);
+/* Forget a secret (`kosa8 secret rm`): its value is zeroed; rules using it answer 503
+ * no_secret until it is set again. -ENOENT when it was not there. Thread-safe. */
+int broker_secret_unset(struct broker *b, const char *name);
 /* {"name": "value", ...}: the secrets handed over at start-up. */
 int broker_secrets_load(struct broker *b, json_t *obj, struct k8_err *err);
 /* Copy the current value of `name` into out[cap]; its length, or -ENOENT. */
@@ -101,10 +112,11 @@ void broker_free(struct broker *b);
 /* upstream.c */
 struct upstream {
 	int fd;
-	SSL *ssl;
+	SSL *ssl;                       /* NULL: plain TCP (RULE_LOCAL) */
 	int rule;                       /* which rule's host it is connected to */
 };
-/* Connect to the rule's host (or its --resolve override) and verify its certificate.
+/* Connect to the rule's host (or its --resolve override) and verify its certificate;
+ * a RULE_LOCAL to --local-model, plain TCP (REF_NO_MODEL when there is none).
  * On failure *why is REF_UPSTREAM_CONNECT or REF_UPSTREAM_TLS and err says why. */
 int upstream_open(struct broker *b, int rule, struct upstream *u, enum broker_refusal *why,
 		  struct k8_err *err);
@@ -116,8 +128,16 @@ int upstream_write(struct upstream *u, const void *buf, size_t n);
 bool upstream_stale(struct upstream *u);
 SSL_CTX *upstream_ctx(const char *ca_file, struct k8_err *err);
 
-/* proxy.c: serve one client connection until it closes; closes fd. */
-void proxy_serve(struct broker *b, int fd);
+/* intercept.c: interception mode (--listen-tls). Read the sandbox CA (PEM certificate
+ * and key) from fd, make every rule host's certificate, drop the CA's key. */
+int intercept_init(struct broker *b, int fd, struct k8_err *err);
+/* The TLS handshake on a client connection: the session, *rule the rule its SNI named;
+ * NULL when the handshake failed (no SNI, no rule for it, the client gave up). */
+SSL *intercept_accept(struct broker *b, int fd, int *rule);
+
+/* proxy.c: serve one client connection until it closes; closes fd. tls: it came on the
+ * interception listener (TLS, the rule fixed by the SNI). */
+void proxy_serve(struct broker *b, int fd, bool tls);
 /* A refusal on a fresh connection when every worker is busy. */
 void proxy_refuse_busy(struct broker *b, int fd);
 

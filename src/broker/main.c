@@ -5,6 +5,7 @@
  *
  *   kosa8-broker --rules FILE --listen PATH [--listen-tcp IP:PORT] [--control PATH]
  *                [--secrets-fd N] [--ca-file FILE] [--resolve HOST:ADDR[:PORT]]...
+ *                [--local-model IP:PORT] [--listen-tls PATH --intercept-ca-fd N]
  *                [--max-body BYTES] [--connect-timeout MS] [--idle-timeout MS]
  *                [--workers N] [--user UID:GID] [--verbose]
  *
@@ -13,7 +14,8 @@
  * Start-up ends with "ready\n" (or "error: <message>\n" and exit 1) on stdout, which is
  * then closed. The control socket takes one JSON object per line and answers one per
  * line: {"op":"stats"}, {"op":"secret","name":N,"value":V} (set or rotate),
- * {"op":"ping"}. docs/broker.md describes the contract. */
+ * {"op":"unset","name":N} (the secret was removed), {"op":"local-model","addr":A}
+ * (the model server moved), {"op":"ping"}. docs/broker.md describes the contract. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -34,6 +36,7 @@
 #include "common/sidecar.h"
 
 #define QUEUE_CAP 256
+#define QUEUE_TLS (1 << 30)             /* a queued fd from the interception listener */
 #define CTL_LINE_MAX (64 << 10)
 #define SECRETS_MAX (1 << 20)
 
@@ -218,25 +221,29 @@ static void *broker_worker(void *arg)
 		while (p->len == 0)
 			pthread_cond_wait(&p->cond, &p->lock);
 		p->idle--;
-		int fd = p->q[p->head];
+		int fd = p->q[p->head] & ~QUEUE_TLS;
+		bool tls = p->q[p->head] & QUEUE_TLS;
 		p->head = (p->head + 1) % QUEUE_CAP;
 		p->len--;
 		pthread_mutex_unlock(&p->lock);
-		proxy_serve(p->b, fd);
+		proxy_serve(p->b, fd, tls);
 	}
 	return NULL;
 }
 
-static void broker_dispatch(struct pool *p, int fd)
+static void broker_dispatch(struct pool *p, int fd, bool tls)
 {
 	pthread_mutex_lock(&p->lock);
 	/* Connections beyond the idle workers wait in the queue, up to its size. */
-	if (p->len >= QUEUE_CAP || p->len - p->idle >= 64) {
+	if (p->len >= QUEUE_CAP || p->len - p->idle >= 64 || fd >= QUEUE_TLS) {
 		pthread_mutex_unlock(&p->lock);
-		proxy_refuse_busy(p->b, fd);
+		if (tls)
+			close(fd);      /* no plain-text refusal into a TLS handshake */
+		else
+			proxy_refuse_busy(p->b, fd);
 		return;
 	}
-	p->q[(p->head + p->len) % QUEUE_CAP] = fd;
+	p->q[(p->head + p->len) % QUEUE_CAP] = fd | (tls ? QUEUE_TLS : 0);
 	p->len++;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
@@ -264,6 +271,36 @@ static json_t *broker_control(void *ctx, json_t *req, int *fd, struct k8_err *er
 		sc_log("secret '%s' set", name);
 		return json_object();
 	}
+	if (!strcmp(op, "local-model")) {
+		/* the daemon's model server for the local-model rule moved (served, stopped):
+		 * "IP:PORT", or null for none */
+		json_t *a = json_object_get(req, "addr");
+		struct sockaddr_storage ss = { 0 };
+		socklen_t sl = 0;
+		if (!json_is_null(a) && (!json_is_string(a) ||
+		    broker_parse_addr(json_string_value(a), &ss, &sl, -1) < 0)) {
+			k8_err_set(err, -EINVAL, "expected addr: \"IP:PORT\" or null");
+			return NULL;
+		}
+		pthread_mutex_lock(&b->lock);
+		b->local = ss;
+		b->local_len = sl;
+		pthread_mutex_unlock(&b->lock);
+		sc_log("local model: %s", sl ? json_string_value(a) : "none");
+		return json_object();
+	}
+	if (!strcmp(op, "unset")) {
+		const char *name = json_string_value(json_object_get(req, "name"));
+		if (!name) {
+			k8_err_set(err, -EINVAL, "expected name");
+			return NULL;
+		}
+		/* Gone already (never handed over, or a repeated rm) is not an error. */
+		bool had = broker_secret_unset(b, name) == 0;
+		if (had)
+			sc_log("secret '%s' removed", name);
+		return json_pack("{s:b}", "removed", had);
+	}
 	k8_err_set(err, -EINVAL, "unknown op");
 	return NULL;
 }
@@ -272,7 +309,7 @@ static void broker_usage(void)
 {
 	sc_die("usage: kosa8-broker --rules FILE --listen PATH [--listen-tcp IP:PORT] "
 		   "[--control PATH] [--secrets-fd N] [--ca-file FILE] [--resolve HOST:ADDR[:PORT]]... "
-		   "[--max-body BYTES] [--connect-timeout MS] [--idle-timeout MS] [--workers N] "
+		   "[--local-model IP:PORT] [--listen-tls PATH --intercept-ca-fd N] [--max-body BYTES] [--connect-timeout MS] [--idle-timeout MS] [--workers N] "
 		   "[--user UID:GID] [--verbose]");
 }
 
@@ -295,6 +332,9 @@ int main(int argc, char **argv)
 		{ "secrets-fd", required_argument, NULL, 's' },
 		{ "ca-file", required_argument, NULL, 'a' },
 		{ "resolve", required_argument, NULL, 'R' },
+		{ "local-model", required_argument, NULL, 'L' },
+		{ "listen-tls", required_argument, NULL, 'T' },
+		{ "intercept-ca-fd", required_argument, NULL, 'A' },
 		{ "max-body", required_argument, NULL, 'm' },
 		{ "connect-timeout", required_argument, NULL, 'C' },
 		{ "idle-timeout", required_argument, NULL, 'I' },
@@ -305,6 +345,8 @@ int main(int argc, char **argv)
 	};
 	static struct broker b;
 	const char *rules = NULL, *listen_path = NULL, *listen_tcp = NULL, *control = NULL;
+	const char *listen_tls = NULL;
+	int ca_fd = -1;
 	const char *ca_file = "/etc/ssl/certs/ca-certificates.crt", *user = NULL;
 	int secrets_fd = -1, workers = 64;
 	struct k8_err err = { 0 };
@@ -330,6 +372,13 @@ int main(int argc, char **argv)
 		case 'C': b.connect_ms = (int)broker_num("connect-timeout", optarg, 100, 600000); break;
 		case 'I': b.idle_ms = (int)broker_num("idle-timeout", optarg, 100, 3600000); break;
 		case 'w': workers = (int)broker_num("workers", optarg, 1, 1024); break;
+		case 'T': listen_tls = optarg; break;
+		case 'A': ca_fd = (int)broker_num("intercept-ca-fd", optarg, 3, 1 << 20); break;
+		case 'L':
+			if (broker_parse_addr(optarg, &b.local, &b.local_len, -1) < 0 ||
+			    b.local.ss_family == AF_UNSPEC)
+				sc_die("--local-model %s: expected IP:PORT", optarg);
+			break;
 		case 'R': {
 			char *colon = strchr(optarg, ':');
 			struct broker_resolve *r = &b.resolve[b.nresolve];
@@ -348,7 +397,7 @@ int main(int argc, char **argv)
 			broker_usage();
 		}
 	}
-	if (!rules || (!listen_path && !listen_tcp) || optind != argc)
+	if (!rules || (!listen_path && !listen_tcp) || optind != argc || (!listen_tls != (ca_fd < 0)))
 		broker_usage();
 
 	/* Blocked before the workers start, so they inherit the mask: only the loop's
@@ -373,16 +422,20 @@ int main(int argc, char **argv)
 	b.ssl = upstream_ctx(ca_file, &err);
 	if (!b.ssl)
 		sc_die("%s", err.msg);
+	if (ca_fd >= 0 && intercept_init(&b, ca_fd, &err) < 0)
+		sc_die("%s", err.msg);
 	/* Load what the resolver would load lazily (NSS modules) while that is still allowed. */
 	struct addrinfo *ai = NULL;
 	if (getaddrinfo("localhost", "443", NULL, &ai) == 0)
 		freeaddrinfo(ai);
 
-	int lfd = -1, tfd = -1, clfd = -1;
+	int lfd = -1, tfd = -1, clfd = -1, sfd = -1;
 	if (listen_path && (lfd = sc_listen(listen_path, 128, false)) < 0)
 		sc_die("--listen %s: %s", listen_path, strerror(-lfd));
 	if (listen_tcp && (tfd = broker_listen_tcp(listen_tcp)) < 0)
 		sc_die("--listen-tcp %s: %s", listen_tcp, strerror(-tfd));
+	if (listen_tls && (sfd = sc_listen(listen_tls, 128, false)) < 0)
+		sc_die("--listen-tls %s: %s", listen_tls, strerror(-sfd));
 	if (control && (clfd = sc_listen(control, 128, true)) < 0)
 		sc_die("--control %s: %s", control, strerror(-clfd));
 	/* One client (the newest wins); its lines may hold secret values: wiped. */
@@ -432,21 +485,22 @@ int main(int argc, char **argv)
 		sc_die("stdout: %s", strerror(-rc));
 
 	while (!sc_stopping()) {
-		struct pollfd p[2 + 1 + SC_CTL_MAX_CLIENTS] = {
+		struct pollfd p[3 + 1 + SC_CTL_MAX_CLIENTS] = {
 			{ .fd = lfd, .events = POLLIN }, { .fd = tfd, .events = POLLIN },
+			{ .fd = sfd, .events = POLLIN },
 		};
 		struct timespec ts = { .tv_sec = 1 };
-		sc_ctl_poll_fill(&ctl, p + 2);
-		if (ppoll(p, (nfds_t)(2 + sc_ctl_nfds(&ctl)), &ts, &orig) < 0)
+		sc_ctl_poll_fill(&ctl, p + 3);
+		if (ppoll(p, (nfds_t)(3 + sc_ctl_nfds(&ctl)), &ts, &orig) < 0)
 			continue;
-		for (int i = 0; i < 2; i++) {
+		for (int i = 0; i < 3; i++) {
 			if (!(p[i].revents & POLLIN))
 				continue;
 			int fd = accept4(p[i].fd, NULL, NULL, SOCK_CLOEXEC);
 			if (fd >= 0)
-				broker_dispatch(&pool, fd);
+				broker_dispatch(&pool, fd, i == 2);
 		}
-		sc_ctl_poll_done(&ctl, p + 2);
+		sc_ctl_poll_done(&ctl, p + 3);
 	}
 	sc_log("stopping");
 	sc_ctl_free(&ctl);

@@ -43,6 +43,8 @@ struct conn {
 	int rule;
 	uint64_t up_bytes, down_bytes;
 	bool replied;                   /* a response head went to the client */
+	SSL *tls;                       /* interception: the client's TLS session, else NULL */
+	int sni_rule;                   /* interception: the rule its SNI named, else -1 */
 	char method[17];                /* for the log: the request's bytes move on */
 };
 
@@ -60,6 +62,38 @@ static void proxy_log(struct conn *c, int status, const char *why)
 	sc_log("%s %s -> %d%s%s (up %llu, down %llu bytes)", host,
 		c->method[0] ? c->method : "-", status, why ? ": " : "", why ? why : "", (unsigned long long)c->up_bytes,
 		(unsigned long long)c->down_bytes);
+}
+
+/* The client's bytes: the socket, or the TLS session of an intercepted connection. */
+static int proxy_write(struct conn *c, const void *buf, size_t n)
+{
+	if (!c->tls)
+		return write_full(c->fd, buf, n);
+	size_t done = 0;
+	while (done < n) {
+		size_t w = 0;
+		if (SSL_write_ex(c->tls, (const char *)buf + done, n - done, &w) != 1)
+			return -EPIPE;
+		done += w;
+	}
+	return 0;
+}
+
+static ssize_t proxy_read(struct conn *c, char *buf, size_t n)
+{
+	if (!c->tls)
+		return read(c->fd, buf, n);
+	size_t got = 0;
+	errno = 0;
+	if (SSL_read_ex(c->tls, buf, n, &got) == 1)
+		return (ssize_t)got;
+	int e = SSL_get_error(c->tls, 0);
+	if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0))
+		return 0;
+	if (errno == EAGAIN || errno == EWOULDBLOCK)
+		return -1;              /* errno says: the idle timeout */
+	errno = EPROTO;
+	return -1;
 }
 
 /* A refusal: the JSON error body, counted, logged; the connection is then closed. */
@@ -88,8 +122,8 @@ static void proxy_refuse(struct conn *c, const struct http_msg *m, int status,
 	int hn = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
 			  "Content-Length: %zu\r\nConnection: close\r\n\r\n", status, reason,
 			  strlen(body));
-	if (write_full(c->fd, head, (size_t)hn) == 0)
-		write_full(c->fd, body, strlen(body));
+	if (proxy_write(c, head, (size_t)hn) == 0)
+		proxy_write(c, body, strlen(body));
 	free(body);
 	c->replied = true;
 }
@@ -100,7 +134,7 @@ static ssize_t proxy_fill(struct conn *c)
 	if (c->inlen >= IN_CAP)
 		return -ENOBUFS;
 	for (;;) {
-		ssize_t r = read(c->fd, c->in + c->inlen, IN_CAP - c->inlen);
+		ssize_t r = proxy_read(c, c->in + c->inlen, IN_CAP - c->inlen);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
@@ -139,6 +173,31 @@ static int proxy_check_placeholder(struct conn *c, const struct http_msg *m,
 				   const struct broker_rule *r, bool *bearer, const char **msg)
 {
 	bool in_auth = false;
+	if (r->kind == RULE_LOCAL) {
+		/* No key to add: the placeholder still decides. OpenAI clients send it as a
+		 * bearer token, Anthropic ones in x-api-key. */
+		int f = proxy_find_one(m, "authorization"), x = proxy_find_one(m, "x-api-key");
+		if (f == -2 || x == -2)
+			return *msg = "more than one credential header", REF_BAD_REQUEST;
+		const char *v = f >= 0 ? m->h[f].value : x >= 0 ? m->h[x].value : NULL;
+		size_t n = f >= 0 ? m->h[f].vlen : x >= 0 ? m->h[x].vlen : 0;
+		if (!v)
+			return *msg = "missing placeholder: send the sandbox's placeholder as "
+				"'Authorization: Bearer <placeholder>' or in 'x-api-key'",
+			       REF_PLACEHOLDER_MISSING;
+		if (f >= 0) {
+			if (n <= 7 || strncasecmp(v, "Bearer ", 7))
+				return *msg = "missing placeholder: expected 'Authorization: Bearer "
+					"<placeholder>'", REF_PLACEHOLDER_MISSING;
+			for (v += 7, n -= 7; n && *v == ' '; v++, n--)
+				;
+		}
+		*bearer = false;
+		if (!broker_placeholder_ok(c->b, v, n))
+			return *msg = "wrong placeholder: this is not the placeholder of this sandbox",
+			       REF_PLACEHOLDER_WRONG;
+		return REF_N;
+	}
 	int found = proxy_find_one(m, r->header);
 	if (found == -1 && strcasecmp(r->header, "authorization") != 0) {
 		found = proxy_find_one(m, "authorization");
@@ -193,7 +252,7 @@ static int proxy_build_head(char *out, size_t cap, const struct http_msg *m,
 	PUTS(" ");
 	PUT(m->target, m->tlen);
 	PUTS(" HTTP/1.1\r\nHost: ");
-	PUTS(r->host);
+	PUTS(r->kind == RULE_LOCAL ? "localhost" : r->host);
 	PUTS("\r\n");
 	for (int i = 0; i < m->nh; i++) {
 		const struct http_hdr *h = &m->h[i];
@@ -204,10 +263,13 @@ static int proxy_build_head(char *out, size_t cap, const struct http_msg *m,
 		PUT(h->value, h->vlen);
 		PUTS("\r\n");
 	}
-	PUTS(r->header);
-	PUTS(bearer ? ": Bearer " : ": ");
-	PUTS(key);
-	PUTS("\r\n\r\n");
+	if (r->kind != RULE_LOCAL) {            /* the model server takes no key */
+		PUTS(r->header);
+		PUTS(bearer ? ": Bearer " : ": ");
+		PUTS(key);
+		PUTS("\r\n");
+	}
+	PUTS("\r\n");
 #undef PUTS
 #undef PUT
 	return (int)n;
@@ -304,12 +366,12 @@ static int proxy_response(struct conn *c, const struct http_msg *req, struct htt
 	}
 	size_t hl = rm->head_len;
 	/* An upstream that reflects the request's headers would hand the key to the sandbox. */
-	if (memmem(c->rbuf, hl, key, klen)) {
+	if (klen && memmem(c->rbuf, hl, key, klen)) {
 		*why = REF_UPSTREAM_PROTOCOL;
 		*msg = "the upstream's answer contained the API key; it was not passed on";
 		return -1;
 	}
-	if (write_full(c->fd, c->rbuf, hl) < 0)
+	if (proxy_write(c, c->rbuf, hl) < 0)
 		return -2;
 	c->replied = true;
 	c->down_bytes += hl;
@@ -341,9 +403,9 @@ static int proxy_response(struct conn *c, const struct http_msg *req, struct htt
 				return -2;
 			take = (size_t)t;
 		}
-		if (memmem(c->rbuf, take, key, klen))
+		if (klen && memmem(c->rbuf, take, key, klen))
 			return -3;      /* the key in the body: cut off before it is passed on */
-		if (write_full(c->fd, c->rbuf, take) < 0)
+		if (proxy_write(c, c->rbuf, take) < 0)
 			return -2;
 		c->down_bytes += take;
 		memmove(c->rbuf, c->rbuf + take, c->rlen - take);
@@ -357,6 +419,18 @@ static int proxy_response(struct conn *c, const struct http_msg *req, struct htt
 static void proxy_wipe_key(char (*k)[BROKER_SECRET_MAX + 1])
 {
 	OPENSSL_cleanse(*k, sizeof(*k));
+}
+
+/* Host header value `v` (a port and a trailing dot allowed) is exactly `host`: not one
+ * of the broker's alias names. */
+static bool proxy_host_is(const char *v, size_t n, const char *host)
+{
+	const char *colon = memchr(v, ':', n);
+	if (colon)
+		n = (size_t)(colon - v);
+	if (n && v[n - 1] == '.')
+		n--;
+	return n == strlen(host) && !strncasecmp(v, host, n);
 }
 
 /* One request whose head is parsed. true when the client connection stays open. */
@@ -379,6 +453,16 @@ static bool proxy_request(struct conn *c, struct http_msg *m)
 		proxy_refuse(c, m, 421, REF_NO_RULE, text);
 		return false;
 	}
+	if (c->sni_rule >= 0 && (c->rule != c->sni_rule ||
+				 !proxy_host_is(host->value, host->vlen, r->host))) {
+		/* intercepted: the Host must name the host the TLS session was made for */
+		snprintf(text, sizeof(text), "Host '%.*s' is not the TLS server name '%s'",
+			 (int)(host->vlen > 200 ? 200 : host->vlen), host->value,
+			 b->rules[c->sni_rule].host);
+		c->rule = c->sni_rule;
+		proxy_refuse(c, m, 421, REF_NO_RULE, text);
+		return false;
+	}
 	int why = proxy_check_placeholder(c, m, r, &bearer, &msg);
 	if (why != REF_N) {
 		proxy_refuse(c, m, why == REF_BAD_REQUEST ? 400 : 403, (enum broker_refusal)why, msg);
@@ -393,7 +477,10 @@ static bool proxy_request(struct conn *c, struct http_msg *m)
 
 	/* wiped on every way out of this function */
 	char key[BROKER_SECRET_MAX + 1] __attribute__((cleanup(proxy_wipe_key)));
-	int klen = broker_secret_get(b, r->secret, key, sizeof(key));
+	int klen = 0;
+	key[0] = '\0';
+	if (r->kind != RULE_LOCAL)
+		klen = broker_secret_get(b, r->secret, key, sizeof(key));
 	if (klen < 0) {
 		snprintf(text, sizeof(text), "secret '%s' is not set on the host (kosa8 secret set "
 			 "%s --stdin)", r->secret, r->secret);
@@ -420,7 +507,7 @@ static bool proxy_request(struct conn *c, struct http_msg *m)
 			if (upstream_open(b, c->rule, &c->up, &uw, &err) < 0) {
 				OPENSSL_cleanse(head, (size_t)hn);
 				free(head);
-				proxy_refuse(c, m, 502, uw, err.msg);
+				proxy_refuse(c, m, uw == REF_NO_MODEL ? 503 : 502, uw, err.msg);
 				return false;
 			}
 			fresh = true;
@@ -439,7 +526,7 @@ static bool proxy_request(struct conn *c, struct http_msg *m)
 		return false;
 	}
 	c->up_bytes += (uint64_t)hn;
-	if (m->expect_continue && write_full(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0) {
+	if (m->expect_continue && proxy_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0) {
 		upstream_close(&c->up);
 		return false;
 	}
@@ -487,20 +574,30 @@ static void proxy_drain(int fd)
 			break;
 }
 
-void proxy_serve(struct broker *b, int fd)
+void proxy_serve(struct broker *b, int fd, bool tls)
 {
-	struct conn c = { .b = b, .fd = fd, .up = { .fd = -1, .rule = -1 }, .rule = -1 };
+	struct conn c = { .b = b, .fd = fd, .up = { .fd = -1, .rule = -1 }, .rule = -1,
+			  .sni_rule = -1 };
 	struct timeval tv = { .tv_sec = b->idle_ms / 1000, .tv_usec = (b->idle_ms % 1000) * 1000 };
 
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  /* TCP clients; unix: no-op */
-	c.in = malloc(IN_CAP);
-	c.rbuf = malloc(IN_CAP);
 	pthread_mutex_lock(&b->lock);
 	b->connections++;
 	pthread_mutex_unlock(&b->lock);
+	if (tls && !(c.tls = intercept_accept(b, fd, &c.sni_rule))) {
+		/* no SNI, a name without a rule, or a client that does not trust the CA */
+		c.rule = b->nrules;
+		broker_count(b, b->nrules, REF_NO_RULE, 0, 0, true);
+		proxy_log(&c, 0, "TLS handshake refused (server name without a rule, or the "
+			  "client gave up)");
+		close(fd);
+		return;
+	}
+	c.in = malloc(IN_CAP);
+	c.rbuf = malloc(IN_CAP);
 	bool keep = c.in && c.rbuf;
 	while (keep) {
 		struct http_msg m;
@@ -532,8 +629,13 @@ void proxy_serve(struct broker *b, int fd)
 	upstream_close(&c.up);
 	free(c.in);
 	free(c.rbuf);
-	shutdown(fd, SHUT_WR);
-	proxy_drain(fd);
+	if (c.tls) {
+		SSL_shutdown(c.tls);    /* one close_notify; the client's is not awaited */
+		SSL_free(c.tls);
+	} else {
+		shutdown(fd, SHUT_WR);
+		proxy_drain(fd);
+	}
 	close(fd);
 }
 

@@ -25,6 +25,7 @@ const char *const broker_refusal_names[REF_N] = {
 	[REF_UPSTREAM_PROTOCOL] = "upstream_protocol",
 	[REF_BUSY] = "busy",
 	[REF_TIMEOUT] = "timeout",
+	[REF_NO_MODEL] = "no_model",
 };
 
 bool broker_secret_name_ok(const char *name)
@@ -88,6 +89,14 @@ int broker_rule_parse(const char *spec, struct broker_rule *r, struct k8_err *er
 		r->kind = RULE_ANTHROPIC;
 		strcpy(r->host, "api.anthropic.com");
 		strcpy(r->header, "x-api-key");
+	} else if (!strcmp(buf, BROKER_LOCAL_HOST)) {
+		/* no key: "=MODEL" names the daemon's model server, nothing the broker uses */
+		if (secret && (!*secret || strlen(secret) > 128 ||
+			       strspn(secret, "abcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(secret)))
+			return k8_err_set(err, -EINVAL, "broker rule '%s': bad model name", spec);
+		r->kind = RULE_LOCAL;
+		strcpy(r->host, BROKER_LOCAL_HOST);
+		return 0;
 	} else if (!strncmp(buf, "header:", 7)) {
 		char *host = buf + 7, *hdr = strchr(host, ':');
 		if (!hdr || !secret)
@@ -183,6 +192,28 @@ int broker_secret_set(struct broker *b, const char *name, const char *value, siz
 		return k8_err_set(err, -ENOSPC, "too many secrets (at most %d)", BROKER_MAX_SECRETS);
 	}
 	return 0;
+}
+
+int broker_secret_unset(struct broker *b, const char *name)
+{
+	int rc = -ENOENT;
+	pthread_mutex_lock(&b->lock);
+	for (int i = 0; i < b->nsecrets; i++) {
+		struct broker_secret *s = &b->secrets[i];
+		if (strcmp(s->name, name))
+			continue;
+		if (s->value) {
+			OPENSSL_cleanse(s->value, s->len);
+			free(s->value);
+		}
+		/* the slot goes: the stats' "secrets" list names the ones held */
+		b->secrets[i] = b->secrets[--b->nsecrets];
+		memset(&b->secrets[b->nsecrets], 0, sizeof(b->secrets[0]));
+		rc = 0;
+		break;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return rc;
 }
 
 int broker_secrets_load(struct broker *b, json_t *obj, struct k8_err *err)
@@ -310,9 +341,12 @@ json_t *broker_stats_json(struct broker *b)
 				      (json_int_t)h->bytes_down, "refusals", (json_int_t)n,
 				      "refused", r);
 		if (i < b->nrules) {
-			json_object_set_new(o, "rule", json_string(b->rules[i].kind == RULE_OPENAI ?
-				"openai" : b->rules[i].kind == RULE_ANTHROPIC ? "anthropic" : "header"));
-			json_object_set_new(o, "secret", json_string(b->rules[i].secret));
+			static const char *const kinds[] = { [RULE_OPENAI] = "openai",
+				[RULE_ANTHROPIC] = "anthropic", [RULE_HEADER] = "header",
+				[RULE_LOCAL] = BROKER_LOCAL_HOST };
+			json_object_set_new(o, "rule", json_string(kinds[b->rules[i].kind]));
+			if (b->rules[i].secret[0])
+				json_object_set_new(o, "secret", json_string(b->rules[i].secret));
 		}
 		if (i < b->nrules || h->requests)
 			json_object_set_new(hosts, i < b->nrules ? b->rules[i].host : "(no rule)", o);
@@ -349,5 +383,8 @@ void broker_free(struct broker *b)
 	b->nsecrets = 0;
 	if (b->ssl)
 		SSL_CTX_free(b->ssl);
+	SSL_CTX_free(b->tls);
+	for (int i = 0; i < BROKER_MAX_RULES; i++)
+		SSL_CTX_free(b->leaf[i]);
 	pthread_mutex_destroy(&b->lock);
 }

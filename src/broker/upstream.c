@@ -116,6 +116,29 @@ int upstream_open(struct broker *b, int rule, struct upstream *u, enum broker_re
 	u->ssl = NULL;
 	u->rule = -1;
 	*why = REF_UPSTREAM_CONNECT;
+	if (b->rules[rule].kind == RULE_LOCAL) {
+		/* The model server on the host: plain HTTP on its loopback address, reached by
+		 * this process only (the guest never gets a route to the host's loopback). */
+		struct sockaddr_storage sa;
+		pthread_mutex_lock(&b->lock);   /* the daemon may move it (control op) */
+		socklen_t sl = b->local_len;
+		sa = b->local;
+		pthread_mutex_unlock(&b->lock);
+		if (!sl) {
+			*why = REF_NO_MODEL;
+			return k8_err_set(err, -ENOENT, "no model server is running for this "
+					  "sandbox's local-model rule: start one with `kosa8 model "
+					  "serve NAME`");
+		}
+		int fd = upstream_connect_addr((struct sockaddr *)&sa, sl, b->connect_ms);
+		if (fd < 0)
+			return k8_err_set(err, fd, "connecting to the local model server: %s "
+					  "(is `kosa8 model serve` still running?)", strerror(-fd));
+		upstream_timeouts(fd, b->idle_ms);
+		u->fd = fd;
+		u->rule = rule;
+		return 0;
+	}
 	int fd = upstream_tcp(b, host, err);
 	if (fd < 0)
 		return fd;
@@ -165,6 +188,16 @@ void upstream_close(struct upstream *u)
 ssize_t upstream_read(struct upstream *u, char *buf, size_t n)
 {
 	size_t got = 0;
+	if (!u->ssl) {
+		for (;;) {
+			ssize_t r = read(u->fd, buf, n);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0)
+				return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+			return r;
+		}
+	}
 	ERR_clear_error();
 	errno = 0;
 	if (SSL_read_ex(u->ssl, buf, n, &got) == 1)
@@ -187,6 +220,10 @@ ssize_t upstream_read(struct upstream *u, char *buf, size_t n)
 int upstream_write(struct upstream *u, const void *buf, size_t n)
 {
 	size_t done = 0;
+	if (!u->ssl) {
+		int rc = write_full(u->fd, buf, n);
+		return rc == -EAGAIN || rc == -EWOULDBLOCK ? -ETIMEDOUT : rc;
+	}
 	while (done < n) {
 		size_t w = 0;
 		ERR_clear_error();
@@ -201,7 +238,7 @@ int upstream_write(struct upstream *u, const void *buf, size_t n)
 bool upstream_stale(struct upstream *u)
 {
 	struct pollfd p = { .fd = u->fd, .events = POLLIN | POLLRDHUP };
-	if (SSL_pending(u->ssl) > 0)
+	if (u->ssl && SSL_pending(u->ssl) > 0)
 		return true;
 	return poll(&p, 1, 0) != 0;
 }

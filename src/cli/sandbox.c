@@ -19,6 +19,7 @@ enum {
 	OPT_FORCE = 'f', OPT_TIMEOUT = 't', OPT_ALLOW = 'A', OPT_REMOVE = 'R', OPT_MODE = 'O',
 	OPT_IDLE_PAUSE = 'P',
 	OPT_BROKER = 'B',
+	OPT_INTERCEPT = 'I',
 	OPT_SPARE = 'S',
 	OPT_PUBLISH = 'p',
 };
@@ -88,10 +89,11 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		{ "egress-allow", 0, 1, OPT_EGRESS_ALLOW }, { "mount", 0, 1, OPT_MOUNT },
 		{ "idle-pause", 0, 1, OPT_IDLE_PAUSE }, { "broker", 0, 1, OPT_BROKER },
 		{ "rewind-spare", 0, 1, OPT_SPARE },
-		{ "publish", 'p', 1, OPT_PUBLISH },
+		{ "publish", 'p', 1, OPT_PUBLISH }, { "broker-intercept", 0, 0, OPT_INTERCEPT },
 		{ "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 },
 	};
 	json_t *broker = NULL;
+	int intercept = 0;
 	json_t *ports = NULL;
 	struct k8_err err = { 0 };
 	struct cli_args a;
@@ -138,6 +140,9 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 			if (!allow)
 				allow = json_array();
 			json_array_append_new(allow, json_string(v));
+			break;
+		case OPT_INTERCEPT:
+			intercept = 1;
 			break;
 		case OPT_BROKER:        /* checked by the daemon (it knows the secrets) */
 			if (!broker)
@@ -186,6 +191,8 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 		json_object_set_new(body, "idle_pause_s", json_integer((json_int_t)idle));
 	if (broker)
 		json_object_set(body, "broker", broker);
+	if (intercept)
+		json_object_set_new(body, "broker_intercept", json_true());
 	if (spare)
 		json_object_set_new(body, "rewind_spare", json_string(spare));
 	if (ports)
@@ -711,6 +718,8 @@ static int show_broker(const json_t *res, void *ctx)
 	printf("rules:\n");
 	json_array_foreach(rules, i, v)
 		printf("  %s\n", json_string_value(v));
+	if (json_is_true(json_object_get(res, "intercept")))
+		printf("intercepting HTTPS to the rules' hosts (--broker-intercept)\n");
 	if (!st)
 		return CLI_EXIT_OK;
 	printf("requests %lld, refused %lld, bytes up %lld, down %lld\n\n",
@@ -870,7 +879,7 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "Usage: kosa8 sandbox create NAME [--cpus N] [--memory MIB] [--disk GB]\n"
 	  "           [--egress deny|allow-all] [--egress-allow HOST]... "
 	  "[--mount HOST:GUEST[:ro]]...\n"
-	  "           [--idle-pause DURATION] [--broker PROVIDER=SECRET]...\n"
+	  "           [--idle-pause DURATION] [--broker PROVIDER=SECRET]... [--broker-intercept]\n"
 	  "           [--rewind-spare latest|off|LABEL]\n"
 	  "           [-p|--publish [IP:]HOSTPORT:GUESTPORT]... [--json]\n"
 	  "\n"
@@ -901,6 +910,9 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "                         header:HOST:HEADER=SECRET (secrets from `kosa8 secret`);\n"
 	  "                         containers get OPENAI_API_KEY/ANTHROPIC_API_KEY (a\n"
 	  "                         placeholder) and OPENAI_BASE_URL/ANTHROPIC_BASE_URL\n"
+	  "  --broker-intercept     also catch HTTPS to the rules' hosts (tools that hard-code\n"
+	  "                         https://api.openai.com): a CA of the sandbox's own is\n"
+	  "                         trusted in its containers (SSL_CERT_FILE and the like)\n"
 	  "  --rewind-spare WHICH   keep a spare of a checkpoint, restored and stopped, so\n"
 	  "                         a rewind to it takes tens of milliseconds: latest (the\n"
 	  "                         label rewound to most recently; the default), off, or\n"

@@ -162,6 +162,9 @@ static int rm_one(struct client *cl, const char *name, void *ctx, struct k8_err 
 		return r;
 	if (*(const int *)ctx)
 		out_json(res, 0);
+	else if (json_integer_value(json_object_get(res, "brokers")) > 0)
+		printf("removed secret %s (%lld running broker(s) refuse its rules now)\n", name,
+		       (long long)json_integer_value(json_object_get(res, "brokers")));
 	else
 		printf("removed secret %s\n", name);
 	json_decref(res);

@@ -60,6 +60,11 @@ struct daemon {
 	bool jail_off;                   /* QEMU unjailed: config "jail": false, or not root */
 	char jail_why[256];              /* the warning, when jail_off */
 	int idle_pause_s;                /* config.json "idle_pause" (idle.c), 0: off */
+	/* model.c's model_server_addr, set by main.c: the broker's local-model rule (broker.c
+	 * sits below model.c). "IP:PORT" of the server named (or the one running) into out;
+	 * a negative errno with err when none runs. */
+	int (*model_addr)(struct daemon *d, const char *name, char *out, size_t n,
+			  struct k8_err *err);
 };
 
 /* The longest idle pause a sandbox or config.json may ask for: 30 days. */

@@ -266,9 +266,15 @@ int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 		}
 	}
 	char bdir[4200];
+	char ihosts[8][254];
 	if (broker_dir(d, sb, bdir, sizeof(bdir))) {
 		argv[argc++] = "--broker-dir";
 		argv[argc++] = bdir;
+		/* interception: the rules' hosts resolve to the broker (docs/broker.md) */
+		for (int i = 0, n = broker_intercept_hosts(sb, ihosts, 8); i < n; i++) {
+			argv[argc++] = "--broker-intercept";
+			argv[argc++] = ihosts[i];
+		}
 	}
 	for (int i = 0; dns && dns[i] && argc < (int)ARRAY_SIZE(argv) - 3; i++) {
 		argv[argc++] = "--dns-server";

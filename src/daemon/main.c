@@ -207,6 +207,7 @@ int main(int argc, char **argv)
 		}
 	}
 	pthread_mutex_init(&d->lock, NULL);
+	d->model_addr = model_server_addr;
 	d->started_mono = now_mono_ns();
 	if (pipe2(d->stop_pipe, O_CLOEXEC) < 0)
 		return 1;

@@ -13,6 +13,7 @@
  * by `ps`, stopped by `stop` or with the daemon.
  */
 #include "daemon/model.h"
+#include "daemon/broker.h"
 #include "daemon/daemon.h"
 #include "daemon/sidecar.h"
 #include "daemon/api_route.h"
@@ -893,6 +894,7 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 	}
 	daemon_audit(d, "model.serve", NULL, json_pack("{s:s,s:s,s:i}", "name", name, "host", host,
 							 "port", (int)port));
+	broker_model_changed(d);        /* sandboxes' local-model rules follow it */
 	*out = json_pack("{s:s,s:i,s:s,s:i,s:s}", "name", name, "pid", (int)pid, "host", host, "port",
 			 (int)port, "log", log);
 	return 0;
@@ -911,6 +913,44 @@ json_t *model_ps_json(struct daemon *d)
 	return a;
 }
 
+int model_server_addr(struct daemon *d, const char *name, char *out, size_t n,
+		      struct k8_err *err)
+{
+	(void)d;
+	struct msrv *pick = NULL;
+	int running = 0, rc = 0;
+
+	pthread_mutex_lock(&srv_lock);
+	srv_reap();
+	for (struct msrv *s = servers; s; s = s->next) {
+		running++;
+		if (name ? !strcmp(s->name, name) : s->port == 7434)
+			pick = s;
+	}
+	if (!pick && !name && running == 1)
+		pick = servers;
+	if (!pick && name)
+		rc = k8_err_set(err, -ENOENT, "model '%s' is not being served; start it with "
+				"`kosa8 model serve %s`", name, name);
+	else if (!pick && running == 0)
+		rc = k8_err_set(err, -ENOENT, "no model server is running; start one with "
+				"`kosa8 model serve NAME`");
+	else if (!pick)
+		rc = k8_err_set(err, -EEXIST, "%d model servers are running and none on port 7434: "
+				"name one with local-model=NAME", running);
+	if (pick) {
+		/* a wildcard listen address is reached on the loopback */
+		const char *h = pick->host;
+		if (!strcmp(h, "0.0.0.0") || !strcmp(h, "localhost"))
+			h = "127.0.0.1";
+		else if (!strcmp(h, "::"))
+			h = "::1";
+		snprintf(out, n, strchr(h, ':') ? "[%s]:%d" : "%s:%d", h, pick->port);
+	}
+	pthread_mutex_unlock(&srv_lock);
+	return rc;
+}
+
 int model_stop(struct daemon *d, const char *name, struct k8_err *err)
 {
 	pthread_mutex_lock(&srv_lock);
@@ -924,6 +964,7 @@ int model_stop(struct daemon *d, const char *name, struct k8_err *err)
 	srv_reap();
 	pthread_mutex_unlock(&srv_lock);
 	daemon_audit(d, "model.stop", NULL, json_pack("{s:s}", "name", name));
+	broker_model_changed(d);
 	return 0;
 }
 

@@ -243,6 +243,7 @@ static json_t *sb_init_req(struct sandbox *sb, bool restored)
 	explicit_bzero(hex, sizeof(hex));
 	if (!restored) {
 		json_object_set_new(req, "net", net_guest_config());
+		broker_guest_net(sb, json_object_get(req, "net"));
 		if (sb->nmounts)
 			json_object_set_new(req, "mounts", sb_mounts_json(sb, true));
 	}
@@ -1163,7 +1164,8 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 			       "egress_allow", sb->egress_rules));
 	if (sb->broker)
 		daemon_audit(d, "sandbox.broker", name,
-			     json_pack("{s:O}", "rules", sb->broker->rules));
+			     json_pack("{s:O,s:b}", "rules", sb->broker->rules, "intercept",
+				       sb->broker->intercept));
 	for (int i = 0; i < sb->nmounts; i++)
 		daemon_audit(d, "sandbox.mount", name,
 			     json_pack("{s:s,s:s,s:b}", "host", sb->mounts[i].host, "guest",

@@ -220,6 +220,11 @@ int secret_api_rm(struct api_call *call)
 
 	if (rc < 0)
 		return rc;
-	daemon_audit(call->d, "secret.rm", NULL, json_pack("{s:s}", "name", name));
+	/* Running brokers forget it at once: their rules using it answer 503 no_secret
+	 * until `secret set` hands them a value again. */
+	int brokers = broker_secret_changed(call->d, name, NULL, 0);
+	daemon_audit(call->d, "secret.rm", NULL, json_pack("{s:s,s:i}", "name", name,
+							    "brokers", brokers));
+	call->out = json_pack("{s:s,s:i}", "name", name, "brokers", brokers);
 	return 0;
 }

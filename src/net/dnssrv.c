@@ -200,6 +200,16 @@ static bool dnssrv_broker_name(const struct net *n, const char *name)
 	return l == bl || name[l - bl - 1] == '.';
 }
 
+/* A rule host of interception mode: answered with the broker's address (IPv4 only, so
+ * that no client goes around it over IPv6), in every egress mode. */
+static bool dnssrv_intercepted(const struct net *n, const char *name)
+{
+	for (int i = 0; n->broker && i < n->nintercept; i++)
+		if (!strcmp(n->intercept[i], name))
+			return true;
+	return false;
+}
+
 /* One query message from the guest; `tmpl` says where the reply goes. */
 static void dnssrv_query(struct net *n, const uint8_t *msg, size_t len, struct dnssrv_ctx *tmpl,
 			 const uint8_t *frame, size_t flen)
@@ -217,7 +227,7 @@ static void dnssrv_query(struct net *n, const uint8_t *msg, size_t len, struct d
 		dnssrv_reply(n, &x, out, dns_build_error(out, sizeof(out), &x.q, DNS_R_NOTIMP));
 		return;
 	}
-	if (dnssrv_broker_name(n, x.q.name)) {
+	if (dnssrv_broker_name(n, x.q.name) || dnssrv_intercepted(n, x.q.name)) {
 		/* The broker's names: answered here in every mode (the broker is not egress). */
 		n->stats.dns_answered++;
 		dnssrv_reply(n, &x, out, dns_build_answer(out, sizeof(out), &x.q, &n->broker4,

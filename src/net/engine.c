@@ -689,7 +689,8 @@ int engine_init(struct net *n, char *err, size_t errlen)
 	if (n->broker) {
 		struct in_addr ba;
 		memcpy(&ba, n->broker4.a, 4);
-		if (slirp_add_unix(e->slirp, "sock", &ba, GUEST_BROKER_PORT) < 0) {
+		if (slirp_add_unix(e->slirp, "sock", &ba, GUEST_BROKER_PORT) < 0 ||
+		    (n->nintercept && slirp_add_unix(e->slirp, "tls", &ba, 443) < 0)) {
 			snprintf(err, errlen, "libslirp refused the broker's address");
 			return -EINVAL;
 		}
@@ -772,7 +773,8 @@ static bool engine_from_guest(const struct net *n, const struct pkt *p)
 
 bool engine_is_broker(const struct net *n, const struct net_addr *dst, uint16_t port, int proto)
 {
-	return n->broker && proto == IPPROTO_TCP && port == GUEST_BROKER_PORT &&
+	return n->broker && proto == IPPROTO_TCP &&
+	       (port == GUEST_BROKER_PORT || (port == 443 && n->nintercept)) &&
 	       net_addr_eq(dst, &n->broker4);
 }
 

@@ -148,6 +148,7 @@ int main(int argc, char **argv)
 		{ "user", required_argument, NULL, 'u' },
 		{ "cgroup", required_argument, NULL, 'g' },
 		{ "broker-dir", required_argument, NULL, 'b' },
+		{ "broker-intercept", required_argument, NULL, 'I' },
 		{ NULL, 0, NULL, 0 },
 	};
 	sc_init("kosa8-net", NULL);
@@ -171,6 +172,15 @@ int main(int argc, char **argv)
 		case 'H': hosts = optarg; break;
 		case 'u': user = optarg; break;
 		case 'b': broker_dir = optarg; break;
+		case 'I': {
+			size_t l = strlen(optarg);
+			if (n->nintercept >= (int)ARRAY_SIZE(n->intercept) || l == 0 || l > 253 ||
+			    strspn(optarg, "abcdefghijklmnopqrstuvwxyz0123456789-.") != l)
+				sc_die("--broker-intercept %s: expected a lower-case host name (at most "
+				       "%zu)", optarg, ARRAY_SIZE(n->intercept));
+			memcpy(n->intercept[n->nintercept++], optarg, l + 1);
+			break;
+		}
 		case 'g':
 			if (ncg < JAIL_MAX_CGROUPS)
 				cgroups[ncg++] = optarg;
@@ -191,7 +201,7 @@ int main(int argc, char **argv)
 			net_usage();
 		}
 	}
-	if (!n->id || !frames || !control || optind != argc)
+	if (!n->id || !frames || !control || optind != argc || (n->nintercept && !broker_dir))
 		net_usage();
 	/* The broker's directory, opened now: the jail's root will not have it. */
 	int broker_dfd = -1;

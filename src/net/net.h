@@ -308,6 +308,10 @@ struct net {
 	 * unix socket "sock" in that directory (our cwd once jailed), past the policy */
 	bool broker;
 	struct net_addr broker4;
+	/* interception (--broker-intercept HOST): these names resolve to broker4, and TCP to
+	 * broker4:443 goes to the unix socket "tls" in the broker's directory */
+	char intercept[16][254];
+	int nintercept;
 	int frames_lfd, frames_fd;
 	int nl_fd;                      /* hostaddr.c: NETLINK_ROUTE, address changes */
 	uint8_t *fin;                   /* frames read buffer */

@@ -4,6 +4,7 @@
 # namespace):
 #
 #   python3 broker_upstream.py --cert C --key K --port 443 --log FILE.jsonl [--port2 P --cert2 ...]
+#                              [--plain-port P]
 #
 # Prints "ready" once listening. Every request is appended to the log as one JSON line:
 # path, method, headers (as received), body length, and for streams the wall-clock time
@@ -13,6 +14,8 @@
 #   /reflect, /reflect-head   echo the request's headers in the body (and X-Echo)
 #   anything else             {"ok": true, "path": ...} (or the number of bytes received)
 # A request body containing "slow" makes a stream pause 300 ms between events.
+# --plain-port: the same answers over plain HTTP (a stand-in for `kosa8 model serve`, the
+# broker's local-model rule, in the bench).
 import argparse
 import json
 import socket
@@ -167,12 +170,13 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def serve(port, cert, key, log):
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
     h = type("H%d" % port, (Handler,), {"log_path": log})
     srv = ThreadingHTTPServer(("0.0.0.0", port), h)
     srv.daemon_threads = True
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    if cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     return srv
@@ -186,11 +190,14 @@ def main():
     ap.add_argument("--port2", type=int)
     ap.add_argument("--cert2")
     ap.add_argument("--key2")
+    ap.add_argument("--plain-port", type=int)
     ap.add_argument("--log", required=True)
     a = ap.parse_args()
     serve(a.port, a.cert, a.key, a.log)
     if a.port2:
         serve(a.port2, a.cert2, a.key2, a.log)
+    if a.plain_port:
+        serve(a.plain_port, None, None, a.log)
     print("ready", flush=True)
     try:
         sys.stdin.read()        # until the test closes our stdin

@@ -8,7 +8,8 @@
 # The address range is checked against `ip route` first; the next /30 is taken when in use.
 # Nothing leaves the machine: the upstream answers on 198.18.7.2:443 (certificate from
 # test CA 1 for api.openai.com, api.anthropic.com, api.example.com) and :8443 (from test
-# CA 2, which the broker does not trust, for bad.example.com).
+# CA 2, which the broker does not trust, for bad.example.com), and plain HTTP on :8080
+# (PLAIN_PORT: a stand-in for the local model server).
 import json
 import os
 import secrets as pysecrets
@@ -23,6 +24,7 @@ TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
 BIN = os.environ.get("KOSA8_BIN", os.path.join(TOP, "build", "bin"))
 BROKER = os.path.join(BIN, "kosa8-broker")
 HOSTS = ["api.openai.com", "api.anthropic.com", "api.example.com"]
+PLAIN_PORT = 8080
 
 
 def sh(*args, **kw):
@@ -87,7 +89,8 @@ class Upstream:
             self.proc = subprocess.Popen(
                 ns + ["python3", os.path.join(HERE, "broker_upstream.py"), "--port", "443",
                       "--cert", self.good[0], "--key", self.good[1], "--port2", "8443",
-                      "--cert2", self.bad[0], "--key2", self.bad[1], "--log", self.log],
+                      "--cert2", self.bad[0], "--key2", self.bad[1], "--log", self.log,
+                      "--plain-port", str(PLAIN_PORT)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             line = self.proc.stdout.readline()
             assert line.strip() == "ready", "upstream did not start: %r" % line
@@ -117,7 +120,7 @@ class Broker:
     """A kosa8-broker started standalone. `secrets` go in on a pipe, never argv/env."""
 
     def __init__(self, d, name, rules, secrets, upstream=None, ca=None, extra=(),
-                 tcp_port=None, user=None):
+                 tcp_port=None, user=None, intercept_ca=None):
         self.dir = d
         self.placeholder = placeholder()
         self.sock = os.path.join(d, name + ".sock")
@@ -140,11 +143,22 @@ class Broker:
         args += list(extra)
         r, w = os.pipe()
         args += ["--secrets-fd", str(r)]
+        fds = [r]
+        self.tls = None
+        if intercept_ca:        # (cert, key) files: interception's listener and CA pipe
+            self.tls = os.path.join(d, name + ".tls")
+            cr, cw = os.pipe()
+            args += ["--listen-tls", self.tls, "--intercept-ca-fd", str(cr)]
+            fds.append(cr)
+            with open(intercept_ca[0], "rb") as f1, open(intercept_ca[1], "rb") as f2:
+                os.write(cw, f1.read() + f2.read())
+            os.close(cw)
         self.args = args
         with open(self.log, "w") as logf:
-            self.proc = subprocess.Popen(args, pass_fds=(r,), stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen(args, pass_fds=tuple(fds), stdout=subprocess.PIPE,
                                          stderr=logf, text=True)
-        os.close(r)
+        for fd in fds:
+            os.close(fd)
         os.write(w, json.dumps(secrets).encode())
         os.close(w)
         line = self.proc.stdout.readline()

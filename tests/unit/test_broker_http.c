@@ -170,9 +170,15 @@ static void test_rules(void)
 	CHECK_STR(r.header, "x-api-key");
 	CHECK_EQ_INT(broker_rule_parse("header:API.Example.com:X-Api-Key=ex", &r, &err), 0);
 	CHECK(r.kind == RULE_HEADER && !strcmp(r.host, "api.example.com") && !strcmp(r.header, "X-Api-Key"));
+	/* the local model: no secret, no header; "=MODEL" is the daemon's */
+	CHECK_EQ_INT(broker_rule_parse("local-model", &r, &err), 0);
+	CHECK(r.kind == RULE_LOCAL && !strcmp(r.host, "local-model") && !r.secret[0] && !r.header[0]);
+	CHECK_EQ_INT(broker_rule_parse("local-model=qwen2.5-0.5b", &r, &err), 0);
+	CHECK(r.kind == RULE_LOCAL && !r.secret[0]);
 	const char *bad[] = {
 		"gemini=x", "header:a.com:X", "header:a.com=x", "header:a/b:X=s", "header:a.com:X Y=s",
-		"openai=../x", "openai=", "header::X=s",
+		"openai=../x", "openai=", "header::X=s", "local-model=", "local-model=../m",
+		"local-model=Big", "local-models",
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		struct k8_err e = { 0 };
@@ -215,6 +221,16 @@ static void test_rules(void)
 	CHECK_EQ_INT(broker_secret_get(&b, "k", out, sizeof(out)), 3);
 	CHECK_STR(out, "v22");
 	CHECK_EQ_INT(broker_secret_get(&b, "nope", out, sizeof(out)), -ENOENT);
+	/* secret rm: gone (its rules answer no_secret), then set again */
+	CHECK_EQ_INT(broker_secret_set(&b, "k2", "w", 1, &err), 0);
+	CHECK_EQ_INT(broker_secret_unset(&b, "k"), 0);
+	CHECK_EQ_INT(broker_secret_get(&b, "k", out, sizeof(out)), -ENOENT);
+	CHECK_EQ_INT(broker_secret_unset(&b, "k"), -ENOENT);
+	CHECK_EQ_INT(broker_secret_get(&b, "k2", out, sizeof(out)), 1);
+	CHECK_EQ_INT(b.nsecrets, 1);
+	CHECK_EQ_INT(broker_secret_set(&b, "k", "v3", 2, &err), 0);
+	CHECK_EQ_INT(broker_secret_get(&b, "k", out, sizeof(out)), 2);
+	CHECK_STR(out, "v3");
 	o = json_pack("{s:s}", "placeholder", "k8-ph-XYZ");
 	static struct broker b2;
 	struct k8_err e2 = { 0 };
