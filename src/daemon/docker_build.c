@@ -16,9 +16,13 @@
  * in the context is copied as a symlink).
  */
 #include "daemon/docker_build.h"
+#include "daemon/agentlink.h"
+#include "daemon/archive.h"
+#include "daemon/docker_engine.h"
 #include "daemon/docker_route.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"
+#include "common/proto.h"
 #include "common/sha.h"
 #include "docker/dockerfile.h"
 #include "docker/dockerignore.h"
@@ -31,9 +35,12 @@
 #include <stdarg.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +50,9 @@
 #define DKB_FILES_MAX    100000u        /* entries one COPY/ADD takes */
 #define DKB_DEPTH_MAX    256u           /* directory depth one COPY/ADD walks */
 #define DKB_QUERY_JSON   (64u << 10)    /* buildargs / labels query values */
+#define DKB_LAYER_MAX    (4ull << 30)   /* bytes of the layer one RUN makes */
+#define DKB_LAYER_ENTRIES 1000000u      /* entries in it (the store's own cap) */
+#define DKB_RUN_START_MS 120000         /* the agent starts a RUN's process within this */
 
 /* ---- the request: query, body into a file ---- */
 
@@ -212,6 +222,8 @@ struct dkb {
 	/* the image so far: manifest, config, its id (config digest; "" for scratch) */
 	json_t *manifest, *config;
 	char id[80];
+	char mdg[80];               /* the image so far: its manifest digest */
+	char sbname[32];            /* the build's own sandbox (RUN), "" until needed */
 	bool cmd_set;               /* CMD seen in this stage (ENTRYPOINT then keeps it) */
 };
 
@@ -297,6 +309,7 @@ static int dkb_from(struct dkb *b, const char *image, struct k8_err *err)
 				      "os", "linux", "config", "rootfs", "type", "layers",
 				      "diff_ids", "history");
 		b->id[0] = '\0';
+		b->mdg[0] = '\0';
 		return 0;
 	}
 	r = image_read(b->d->images, image, mdg, &b->manifest, &b->config, err);
@@ -312,6 +325,7 @@ static int dkb_from(struct dkb *b, const char *image, struct k8_err *err)
 		return r;
 	if (!json_is_object(json_object_get(b->config, "config")))
 		json_object_set_new(b->config, "config", json_object());
+	snprintf(b->mdg, sizeof(b->mdg), "%s", mdg);
 	snprintf(b->id, sizeof(b->id), "%s",
 		 json_string_value(json_object_get(json_object_get(b->manifest, "config"),
 						   "digest")) ?: "");
@@ -332,6 +346,7 @@ static bool dkb_cached(struct dkb *b, const char *key)
 	json_decref(b->config);
 	b->manifest = m;
 	b->config = c;
+	snprintf(b->mdg, sizeof(b->mdg), "%s", mdg);
 	snprintf(b->id, sizeof(b->id), "%s",
 		 json_string_value(json_object_get(json_object_get(m, "config"), "digest")) ?: "");
 	return true;
@@ -394,6 +409,7 @@ static int dkb_commit(struct dkb *b, const char *created_by, int layer_fd, const
 	r = image_commit(b->d->images, b->manifest, name, mdg, err);
 	if (r)
 		return r;
+	snprintf(b->mdg, sizeof(b->mdg), "%s", mdg);
 	snprintf(b->id, sizeof(b->id), "sha256:%s", chex);
 	return 0;
 }
@@ -913,6 +929,277 @@ out:
 	return r;
 }
 
+/* ---- RUN: a container in the build's own sandbox, its writable layer taken back ---- */
+
+/* Output of the RUN's process as stream lines; bytes that are not UTF-8 become '?'. */
+static void dkb_output(struct dkb *b, const unsigned char *p, size_t n)
+{
+	json_t *v;
+
+	if (b->quiet || !n)
+		return;
+	v = json_stringn(p ? (const char *)p : "", n);
+	if (!v) {
+		char *t = xmalloc(n + 1);
+		for (size_t i = 0; i < n; i++)
+			t[i] = p[i] < 0x80 && p[i] ? (char)p[i] : '?';
+		v = json_stringn(t, n);
+		free(t);
+	}
+	if (v)
+		api_job_progress(b->j, json_pack("{s:o}", "stream", v));
+}
+
+static void dkb_rand_id(char out[13])
+{
+	unsigned char r[6] = { 0 };
+
+	if (getrandom(r, sizeof(r), 0) != sizeof(r)) {
+		uint64_t t = now_real_ns();
+		memcpy(r, &t, sizeof(r));
+	}
+	k8_hex(r, sizeof(r), out);
+	out[12] = '\0';
+}
+
+/* Check the layer the guest sent (hostile: the RUN's process wrote that tree): every
+ * path relative, cleaned, without `..`, at most 4096 bytes and 256 components; only
+ * files, directories, symlinks and hard links to earlier entries; sizes within the cap. */
+static int dkb_check_layer(int fd, struct k8_err *err)
+{
+	struct archive *a = archive_read_new();
+	struct archive_entry *e;
+	uint64_t total = 0;
+	unsigned n = 0;
+	int r = 0, ar;
+
+	archive_read_support_format_tar(a);
+	archive_read_support_format_gnutar(a);
+	lseek(fd, 0, SEEK_SET);
+	if (archive_read_open_fd(a, fd, 65536) != ARCHIVE_OK) {
+		r = k8_err_set(err, -EINVAL, "the RUN's layer is not a tar: %s",
+			       archive_error_string(a) ?: "error");
+		goto out;
+	}
+	while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+		const char *p = archive_entry_pathname(e), *hl = archive_entry_hardlink(e);
+		mode_t t = archive_entry_filetype(e);
+		char clean[4200];
+		unsigned depth = 0;
+
+		if (++n > DKB_LAYER_ENTRIES) {
+			r = k8_err_set(err, -E2BIG, "the RUN's layer has more than %u entries",
+				       DKB_LAYER_ENTRIES);
+			break;
+		}
+		for (int k = 0; k < 2 && !r; k++) {
+			const char *q = k ? hl : p;
+			if (k && !q)
+				break;
+			if (!q || !*q || strlen(q) >= 4096 || q[0] == '/') {
+				r = k8_err_set(err, -EPERM, "the RUN's layer has an entry with a bad "
+					       "name");
+				break;
+			}
+			snprintf(clean, sizeof(clean), "%s", q);
+			dignore_clean(clean);
+			if (!strcmp(clean, "..") || !strncmp(clean, "../", 3)) {
+				r = k8_err_set(err, -EPERM, "the RUN's layer has an entry leaving "
+					       "the root: %.200s", q);
+				break;
+			}
+			for (const char *c = clean; *c; c++)
+				depth += *c == '/';
+			if (depth >= 256)
+				r = k8_err_set(err, -EPERM, "the RUN's layer nests deeper than 256");
+		}
+		if (r)
+			break;
+		if (hl && t != AE_IFREG && t != 0) {
+			r = k8_err_set(err, -EPERM, "the RUN's layer has a malformed hard link");
+			break;
+		}
+		if (!hl && t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK) {
+			r = k8_err_set(err, -ENOTSUP, "the RUN step made %.200s, a device, FIFO or "
+				       "socket: kosa8 does not keep those in an image", p);
+			break;
+		}
+		if (archive_entry_size(e) < 0 ||
+		    (total += (uint64_t)archive_entry_size(e)) > DKB_LAYER_MAX) {
+			r = k8_err_set(err, -EFBIG, "the RUN's layer is larger than %llu bytes",
+				       (unsigned long long)DKB_LAYER_MAX);
+			break;
+		}
+	}
+	if (!r && ar != ARCHIVE_EOF)
+		r = k8_err_set(err, -EINVAL, "the RUN's layer is damaged: %s",
+			       archive_error_string(a) ?: "error");
+out:
+	archive_read_free(a);
+	return r;
+}
+
+/* The build's sandbox, running, with the current image attached (a fresh sandbox once
+ * the one in use has no free image slot). A reference for the caller (sb_put). */
+static struct sandbox *dkb_sandbox(struct dkb *b, struct vm_image *img, struct k8_err *err)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		struct sandbox *sb;
+		json_t *icfg = NULL;
+		int r;
+
+		if (!b->sbname[0]) {
+			char id[13];
+			dkb_rand_id(id);
+			snprintf(b->sbname, sizeof(b->sbname), "dkb-%s", id);
+			dkb_say(b, " ---> Starting build sandbox %s\n", b->sbname);
+		}
+		sb = dke_get(b->d, b->sbname, err);
+		if (!sb)
+			return NULL;
+		r = sb_image_for_run(b->d, sb, b->mdg, img, &icfg, err);
+		json_decref(icfg);
+		if (!r)
+			return sb;
+		sb_put(b->d, sb);
+		if (r != -ENOSPC || attempt)
+			return NULL;
+		k8_err_clear(err);      /* every slot taken: a new sandbox */
+		sb_remove(b->d, b->sbname, false, err);
+		k8_err_clear(err);
+		b->sbname[0] = '\0';
+	}
+	return NULL;
+}
+
+/* Copy the exited container's layer into fd (capped). */
+static int dkb_take_layer(struct dkb *b, struct sandbox *sb, const char *ctr, int fd,
+			  struct k8_err *err)
+{
+	struct archive_xfer *x = NULL;
+	char *buf;
+	uint64_t total = 0;
+	ssize_t n;
+	int r = archive_layer_open(b->d, sb, ctr, &x, err);
+
+	if (r)
+		return r;
+	buf = xmalloc(65536);
+	while ((n = archive_get_read(x, buf, 65536, err)) > 0) {
+		if ((total += (uint64_t)n) > DKB_LAYER_MAX + (64u << 20)) {
+			r = k8_err_set(err, -EFBIG, "the RUN's layer is larger than %llu bytes",
+				       (unsigned long long)DKB_LAYER_MAX);
+			break;
+		}
+		if ((r = write_full(fd, buf, (size_t)n))) {
+			k8_err_set(err, r, "writing the RUN's layer: %s", strerror(-r));
+			break;
+		}
+	}
+	if (!r && n < 0)
+		r = (int)n;
+	free(buf);
+	archive_close(x);
+	return r ? r : dkb_check_layer(fd, err);
+}
+
+/* Run the step's command in a container of the current image; its layer into fd. */
+static int dkb_run_cmd(struct dkb *b, const struct df_step *s, int fd, struct k8_err *err)
+{
+	struct vm_image img;
+	struct sandbox *sb = dkb_sandbox(b, &img, err);
+	json_t *c, *argv, *env, *req, *resp = NULL, *exit_info = NULL, *v;
+	const char *wd, *user;
+	struct stream *st = NULL;
+	struct agentlink *l;
+	char ctr[13];
+	size_t i;
+	int r, code;
+
+	if (!sb)
+		return err->code ? err->code : -EIO;
+	dkb_rand_id(ctr);
+	c = dkb_cfg(b);
+	argv = dkb_argv(s);
+	env = json_array();
+	json_array_foreach(json_object_get(c, "Env"), i, v)
+		if (json_is_string(v))
+			json_array_append(env, v);
+	for (i = 0; i < s->run_env.n; i++)
+		json_array_append_new(env, json_string(s->run_env.v[i]));
+	wd = json_string_value(json_object_get(c, "WorkingDir"));
+	user = json_string_value(json_object_get(c, "User"));
+	req = json_pack("{s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:b,s:b,s:b,s:s,s:[]}", "op", "run",
+			"container", ctr, "image", img.digest, "argv", argv, "env", env, "cwd",
+			wd && *wd ? wd : "/", "user", user && *user ? user : "0", "stdin", 0, "rm",
+			0, "detach", 0, "netns", "vm", "binds");
+	dkb_say(b, " ---> Running in %s\n", ctr);
+	r = sb_agent_request(sb, req, DKB_RUN_START_MS, &resp, &st, err);
+	json_decref(req);
+	json_decref(resp);
+	if (r) {
+		sb_put(b->d, sb);
+		return r;
+	}
+	l = &sb->link;
+	for (;;) {
+		struct sframe *f;
+		struct pollfd pfd;
+		bool done, broken;
+
+		while ((f = link_stream_pop(l, st))) {
+			size_t len = f->len;
+			if (len && (f->type == PROTO_STDOUT || f->type == PROTO_STDERR))
+				dkb_output(b, f->data, len);
+			free(f);
+			if (len)
+				link_stream_consumed(l, st, len);
+		}
+		pthread_mutex_lock(&l->lock);
+		done = st->exited && !st->head;
+		broken = l->broken && !st->exited;
+		if (done)
+			exit_info = json_incref(st->exit_info);
+		pthread_mutex_unlock(&l->lock);
+		if (done || broken)
+			break;
+		pfd = (struct pollfd){ .fd = st->efd, .events = POLLIN };
+		if (poll(&pfd, 1, 1000) > 0) {
+			uint64_t x;
+			(void)!read(st->efd, &x, sizeof(x));
+		}
+	}
+	link_stream_close(l, st);
+	code = exit_info ? (int)json_integer_value(json_object_get(exit_info, "code")) : -1;
+	if (!exit_info) {
+		r = k8_err_set(err, -EIO, "the build sandbox's VM or agent went away during RUN");
+	} else if (code != 0) {
+		cleanup_free char *cmd = NULL;
+		json_t *a = dkb_argv(s);
+		cmd = s->json ? json_dumps(a, JSON_COMPACT) : xasprintf("/bin/sh -c %s",
+									 s->argv.n ? s->argv.v[0] : "");
+		json_decref(a);
+		r = k8_err_set(err, -ECANCELED, "The command '%s' returned a non-zero code: %d%s",
+			       cmd ? cmd : "?", code,
+			       json_is_true(json_object_get(exit_info, "oom")) ? " (out of memory)"
+			       : "");
+	} else {
+		r = dkb_take_layer(b, sb, ctr, fd, err);
+	}
+	json_decref(exit_info);
+	req = json_pack("{s:s,s:s}", "op", "rm", "container", ctr);
+	{
+		struct k8_err e2 = { 0 };
+		json_t *rr = NULL;
+		sb_agent_request(sb, req, 30000, &rr, NULL, &e2);
+		json_decref(rr);
+	}
+	json_decref(req);
+	dkb_say(b, " ---> Removed intermediate container %s\n", ctr);
+	sb_put(b->d, sb);
+	return r;
+}
+
 /* ---- the job ---- */
 
 static int dkb_step(struct dkb *b, struct df_state *st, const struct df_step *s,
@@ -922,25 +1209,32 @@ static int dkb_step(struct dkb *b, struct df_state *st, const struct df_step *s,
 	cleanup_close int fd = -1;
 	int r;
 
-	if (s->kind == DF_RUN)
-		return k8_err_set(err, -ENOTSUP, "Dockerfile line %u: RUN is not supported by "
-				  "kosa8 yet (see docs/docker.md)", s->line);
-	if (s->kind == DF_COPY || s->kind == DF_ADD) {
+	if (s->kind == DF_RUN || s->kind == DF_COPY || s->kind == DF_ADD) {
 		cleanup_free char *tmp = xasprintf("%s/layer.tar", b->dir);
 		unlink(tmp);
 		fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (fd < 0)
 			return k8_err_set(err, -errno, "%s: %s", tmp, strerror(errno));
 		unlink(tmp);
+	}
+	if (s->kind == DF_COPY || s->kind == DF_ADD) {
 		r = dkb_copy(b, st, s, fd, digest, err);
 		if (r)
 			return r;
 	}
-	if (df_step_key(b->id, s, fd >= 0 ? digest : NULL, key))
+	if (df_step_key(b->id, s, s->kind != DF_RUN && fd >= 0 ? digest : NULL, key))
 		return k8_err_set(err, -ENOMEM, "step key: out of memory");
 	if (dkb_cached(b, key)) {
 		dkb_say(b, " ---> Using cache\n");
 		return 0;
+	}
+	if (s->kind == DF_RUN) {
+		if (!b->mdg[0])
+			return k8_err_set(err, -ENOTSUP, "Dockerfile line %u: RUN on an image FROM "
+					  "scratch with no layer: there is no shell to run", s->line);
+		r = dkb_run_cmd(b, s, fd, err);
+		if (r)
+			return r;
 	}
 	dkb_apply_meta(b, st, s);
 	cleanup_free char *by = xasprintf("%s%.4000s", fd >= 0 ? "" : "/bin/sh -c #(nop) ",
@@ -1083,6 +1377,10 @@ static int dkb_job(struct api_job *j, json_t **result, struct k8_err *err)
 	image_hold(j->d->images);
 	r = dkb_run(&b, j->body, &res, err);
 	image_release(j->d->images);
+	if (b.sbname[0]) {
+		struct k8_err e2 = { 0 };
+		sb_remove(j->d, b.sbname, false, &e2);
+	}
 	if (!r) {
 		daemon_audit(j->d, "image.build", NULL,
 			     json_pack("{s:O,s:O,s:s}", "id", json_object_get(res, "id"), "ref",

@@ -82,20 +82,25 @@ print(os.environ["GREETING"], os.getcwd(), open("data/d.txt").read().strip(),
 def test_metadata_and_copy_then_run(dk):
     d = context({"Dockerfile": "FROM python:3.12-slim\nENV GREETING=hello\nWORKDIR /app\n"
                                "COPY hello.py .\nCOPY data/ ./data/\nCOPY . /all/\n"
+                               "RUN echo built > /built.txt && echo said-$GREETING && "
+                               "rm -r /etc/debian_version /all/data && mkdir -p /all/data\n"
                                "LABEL purpose=test\nCMD [\"python\", \"hello.py\"]\n",
                  "hello.py": HELLO, "data/d.txt": "datum\n", "secret.txt": "no\n",
                  ".dockerignore": "secret.txt\n"})
     t0 = time.time()
     out = ok(docker(dk, "build", "-t", "mine", ".", cwd=d))
     took = time.time() - t0
-    print("docker build (5 steps, no RUN): %.2f s" % took)
-    assert "Step 1/8 : FROM python:3.12-slim" in out, out
+    print("docker build (9 steps, one RUN, build sandbox boot included): %.2f s" % took)
+    assert "Step 1/9 : FROM python:3.12-slim" in out, out
+    assert "said-hello" in out, out
     assert "Successfully built " in out and "Successfully tagged mine:latest" in out, out
     p = docker(dk, "run", "--rm", "mine")
-    assert p.returncode == 0 and p.stdout == "hello /app datum False -\n", (p.stdout, p.stderr)
+    assert p.returncode == 0 and p.stdout == "hello /app datum False built\n", (p.stdout, p.stderr)
     # the ignored file is not in the image either way (COPY . /all/)
-    p = docker(dk, "run", "--rm", "mine", "ls", "/all")
+    p = docker(dk, "run", "--rm", "mine", "sh", "-c",
+               "ls /all; ls -A /all/data | wc -l; test -e /etc/debian_version || echo gone")
     assert p.returncode == 0 and "secret.txt" not in p.stdout and "hello.py" in p.stdout, p
+    assert p.stdout.endswith("\n0\ngone\n"), p.stdout
     insp = json.loads(ok(docker(dk, "image", "inspect", "mine")))[0]
     assert insp["Config"]["WorkingDir"] == "/app"
     assert insp["Config"]["Labels"]["purpose"] == "test"
@@ -105,9 +110,26 @@ def test_metadata_and_copy_then_run(dk):
     assert "docker.io/library/mine:latest" in refs, refs
     assert not [r for r in refs if "kosa8-build-cache" in r], refs
     # a second identical build takes every step from the cache, same image
+    t0 = time.time()
     out2 = ok(docker(dk, "build", "-t", "mine", ".", cwd=d))
-    assert out2.count("Using cache") == 7, out2
+    print("the same build again, every step cached: %.2f s" % (time.time() - t0))
+    assert out2.count("Using cache") == 8 and "Running in" not in out2, out2
     assert out2.split("Successfully built ")[1][:12] == out.split("Successfully built ")[1][:12]
+    shutil.rmtree(d)
+
+
+def test_failing_run_ends_the_build(dk):
+    d = context({"Dockerfile": "FROM python:3.12-slim\nRUN echo before; false\nCMD true\n"})
+    p = docker(dk, "build", "-t", "fails", ".", cwd=d)
+    assert p.returncode == 1, p
+    assert "The command '/bin/sh -c echo before; false' returned a non-zero code: 1" in \
+        p.stderr, (p.stdout, p.stderr)
+    assert "before" in p.stdout
+    assert "fails" not in ok(docker(dk, "images"))
+    # the build's sandbox is gone with the build
+    sbs = dk.json("sandbox", "ls")
+    names = [s["name"] for s in (sbs if isinstance(sbs, list) else sbs["sandboxes"])]
+    assert not [n for n in names if n.startswith("dkb-")], names
     shutil.rmtree(d)
 
 
