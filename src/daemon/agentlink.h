@@ -67,7 +67,9 @@ int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err);
 int link_negotiate(struct agentlink *l, struct k8_err *err);
 /* The versions this kosa8d speaks. */
 void link_proto_range(unsigned *min, unsigned *max);
-/* Send a REQ and wait for its RESP. *resp gets the whole RESP object (caller decrefs).
+/* Send a REQ and wait for its RESP. The request is taken (decref'ed here, whatever the
+ * outcome): callers must not touch req after the call. *resp gets the whole RESP object
+ * (caller decrefs).
  * An "ok":false answer becomes an error with the agent's message and errno. If `stream`
  * is non-NULL a stream with the REQ's id is opened first (so no output is lost) and
  * returned; on failure it is closed. */

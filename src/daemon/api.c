@@ -217,11 +217,21 @@ static void job_unref(struct job *j)
 static void job_line(struct job *j, json_t *v)
 {
 	char *t = v ? json_dumps(v, JSON_COMPACT) : NULL;
+	size_t n;
+
 	json_decref(v);
 	if (!t)
 		return;
+	/* the line and its newline in one write: a client reading the newline alone after
+	 * the last object (docker-py's json_stream) fails to decode it */
+	n = strlen(t);
+	t = realloc(t, n + 2);
+	if (!t)
+		abort();
+	t[n++] = '\n';
+	t[n] = '\0';
 	pthread_mutex_lock(&j->wlock);
-	if (j->wfd >= 0 && (write_full(j->wfd, t, strlen(t)) < 0 || write_full(j->wfd, "\n", 1) < 0)) {
+	if (j->wfd >= 0 && write_full(j->wfd, t, n) < 0) {
 		close(j->wfd);   /* the client left: the work goes on, quietly */
 		j->wfd = -1;
 	}

@@ -16,7 +16,9 @@
 #include "daemon/docker_route.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"
+#include "docker/filters.h"
 #include "docker/query.h"
+#include "docker/stream.h"
 #include "image/image.h"
 
 #include <stdio.h>
@@ -287,19 +289,104 @@ static int docker_info(struct api_call *call)
 
 /* ---- images ---- */
 
+/* Does image `v` (docker_images' shape) pass the filters? before/since compare with
+ * `mark`'s Created (resolved by the caller). */
+static bool docker_image_match(json_t *v, const struct dfilters *f, json_int_t before,
+			       json_int_t since)
+{
+	json_t *tags = json_object_get(v, "RepoTags"), *labels = json_object_get(v, "Labels");
+	json_int_t created = json_integer_value(json_object_get(v, "Created"));
+	const char *names[64], *keys[256], *vals[256];
+	size_t n = 0, nl = 0, i;
+	const char *k;
+	json_t *x;
+
+	if (dfilters_has(f, "dangling") && dfilters_match_exact(f, "dangling", "true"))
+		return false;   /* kosa8 keeps no untagged images: none dangles */
+	if ((before && created >= before) || (since && created <= since))
+		return false;
+	json_array_foreach(tags, i, x)
+		if (n < 64)
+			names[n++] = json_string_value(x);
+	if (!dfilters_match_reference(f, names, n))
+		return false;
+	json_object_foreach(labels, k, x)
+		if (nl < 256 && json_is_string(x)) {
+			keys[nl] = k;
+			vals[nl++] = json_string_value(x);
+		}
+	return dfilters_match_labels(f, keys, vals, nl);
+}
+
+/* before=/since=: the Created of the image the (single) value names; 0 when absent. */
+static int docker_image_mark(struct api_call *call, const struct dfilters *f,
+			     const char *name, json_t *imgs, json_int_t *at)
+{
+	size_t n, i;
+	char *const *v = dfilters_get(f, name, &n);
+	struct image_info info;
+	json_t *x;
+
+	*at = 0;
+	if (!v)
+		return 0;
+	if (n != 1)
+		return k8_err_set(&call->err, -EINVAL, "filter %s takes one image", name);
+	if (image_resolve(call->d->images, v[0], &info, &call->err))
+		return docker_no_such_image(call, v[0], -ENOENT);
+	json_array_foreach(imgs, i, x)
+		if (!strcmp(json_string_value(json_object_get(x, "kosa8_digest")) ?: "",
+			    info.digest))
+			*at = json_integer_value(json_object_get(x, "Created"));
+	image_info_clear(&info);
+	return 0;
+}
+
 static int docker_images_list(struct api_call *call)
 {
-	json_t *v;
-	size_t i;
+	static const char *const allowed[] = { "reference", "label", "dangling", "before",
+					       "since", NULL };
+	char fbuf[DF_FILTER_JSON_MAX + 1];
+	const char *fj = NULL;
+	struct dfilters f = { 0 };
+	json_int_t before = 0, since = 0;
+	json_t *v, *all;
+	size_t i, nd;
+	char *const *dv;
+	int r;
 
-	call->out = docker_images(call->d, &call->err);
-	if (!call->out)
-		return call->err.code ? call->err.code : -EIO;
-	json_array_foreach(call->out, i, v) {
+	if ((r = api_query_str(call, "filters", fbuf, sizeof(fbuf), &fj)))
+		return r;
+	if (fj && (r = dfilters_parse(fj, allowed, &f, &call->err)))
+		goto out;
+	dv = dfilters_get(&f, "dangling", &nd);
+	for (i = 0; dv && i < nd; i++)
+		if (strcmp(dv[i], "true") && strcmp(dv[i], "false")) {
+			r = k8_err_set(&call->err, -EINVAL, "Invalid filter 'dangling=%s'", dv[i]);
+			goto out;
+		}
+	all = docker_images(call->d, &call->err);
+	if (!all) {
+		r = call->err.code ? call->err.code : -EIO;
+		goto out;
+	}
+	if ((r = docker_image_mark(call, &f, "before", all, &before)) ||
+	    (r = docker_image_mark(call, &f, "since", all, &since))) {
+		json_decref(all);
+		goto out;
+	}
+	call->out = json_array();
+	json_array_foreach(all, i, v) {
+		if (!docker_image_match(v, &f, before, since))
+			continue;
 		json_object_del(v, "kosa8_digest");
 		json_object_del(v, "kosa8_created");
+		json_array_append(call->out, v);
 	}
-	return 0;
+	json_decref(all);
+out:
+	dfilters_free(&f);
+	return r;
 }
 
 static int docker_image_inspect(struct api_call *call)
@@ -377,7 +464,12 @@ static int docker_pull_job(struct api_job *j, json_t **result, struct k8_err *er
 					      strchr(fam, '/') ? fam : "library/", strchr(fam, '/')
 					      ? "" : fam, "id", tag));
 	}
-	r = sb_image_pull(j->d, j->arg, docker_pull_progress, j, &res, err);
+	/* X-Registry-Auth, decoded by docker_image_create: used for this pull, then wiped */
+	json_t *auth = json_object_get(j->body, "kosa8_registry_auth");
+	const char *basic = json_string_value(auth);
+	r = sb_image_pull_as(j->d, j->arg, basic, docker_pull_progress, j, &res, err);
+	if (basic)
+		explicit_bzero((char *)basic, strlen(basic));
 	if (r)
 		return r;
 	docker_familiar(json_string_value(json_object_get(res, "ref")) ?: j->arg, fam,
@@ -405,6 +497,16 @@ static int docker_image_create(struct api_call *call)
 				  "by kosa8 (see docs/docker.md)");
 	if (!from)
 		return k8_err_set(&call->err, -EINVAL, "fromImage is required");
+	const char *hdr = call->header ? call->header(call->query_ctx, "X-Registry-Auth") : NULL;
+	json_object_del(call->body, "kosa8_registry_auth");     /* only from the header */
+	if (hdr && *hdr) {
+		char basic[1024];
+		if (ds_registry_auth(hdr, basic, sizeof(basic), &call->err))
+			return call->err.code;
+		if (basic[0])
+			json_object_set_new(call->body, "kosa8_registry_auth", json_string(basic));
+		explicit_bzero(basic, sizeof(basic));
+	}
 	if (!tag)
 		n = snprintf(ref, sizeof(ref), "%s", from);
 	else

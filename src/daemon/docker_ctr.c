@@ -926,8 +926,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		json_t *rm = json_pack("{s:s,s:s}", "op", "rm", "container", c->agent_id);
 		struct k8_err e2 = { 0 };
 		json_t *rr = NULL;
-		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);
-		json_decref(rm);
+		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);      /* takes rm */
 		json_decref(rr);
 	}
 	r = sb_image_for_run(d, sb, c->image_id[0] ? c->image_id : c->image, &img, &icfg, err);
@@ -970,8 +969,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		r = k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 		goto fail_pipe;
 	}
-	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);
-	json_decref(req);
+	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);    /* takes req */
 	if (r) {
 		close(logfd);
 		goto fail_pipe;
@@ -1056,8 +1054,7 @@ static int dkc_stop(struct daemon *d, struct dkc *c, int signal, int t_ms, struc
 		return -ENOENT;
 	req = json_pack("{s:s,s:s,s:i,s:i}", "op", "stop", "container", c->agent_id, "signal",
 			signal, "timeout_ms", t_ms);
-	r = sb_agent_request(sb, req, t_ms + 30000, &resp, NULL, err);
-	json_decref(req);
+	r = sb_agent_request(sb, req, t_ms + 30000, &resp, NULL, err);  /* takes req */
 	json_decref(resp);
 	sb_put(d, sb);
 	if (r && r != -ENOENT)
@@ -1267,8 +1264,7 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb)
 		sb = own = sb_get(d, c->sandbox, &err);
 	if (ran && sb && !c->own_sandbox) {
 		json_t *req = json_pack("{s:s,s:s}", "op", "rm", "container", c->agent_id), *resp = NULL;
-		sb_agent_request(sb, req, 30000, &resp, NULL, &err);
-		json_decref(req);
+		sb_agent_request(sb, req, 30000, &resp, NULL, &err);  /* takes req */
 		json_decref(resp);
 	}
 	if (own)
@@ -2398,7 +2394,9 @@ int dkc_api_exec_start(struct api_call *call)
 		dkc_unref(c);
 		goto fail;
 	}
-	r = sb_agent_request(xr->sb, req, DKC_START_TIMEOUT_MS, &resp, &xr->s, &call->err);
+	/* the request is taken by the call: keep ours for the audit record below */
+	r = sb_agent_request(xr->sb, json_incref(req), DKC_START_TIMEOUT_MS, &resp, &xr->s,
+			     &call->err);
 	if (r) {
 		int code = r == -ENOENT ? 127 : (r == -EACCES || r == -ENOEXEC) ? 126 : 125;
 		dkc_unref(c);

@@ -1202,6 +1202,13 @@ static void pull_progress_cb(void *ctx, const char *phase, const char *what, uin
 int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, json_t *),
 		  void *pctx, json_t **out, struct k8_err *err)
 {
+	return sb_image_pull_as(d, ref, NULL, progress, pctx, out, err);
+}
+
+int sb_image_pull_as(struct daemon *d, const char *ref, const char *basic,
+		     void (*progress)(void *, json_t *), void *pctx, json_t **out,
+		     struct k8_err *err)
+{
 	struct pull_progress pp = { progress, pctx };
 	const char *dc = getenv("DOCKER_CONFIG");
 	const char *home = getenv("HOME");
@@ -1217,6 +1224,7 @@ int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, js
 		.docker_config = docker,
 		.insecure = (const char *const *)insecure,
 		.mirrors = (const char *const *)mirrors,
+		.basic = basic,
 	};
 	int r;
 

@@ -29,6 +29,10 @@ int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
  * and insecure registries from the daemon's environment); audited as image.pull. */
 int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, json_t *),
 		  void *pctx, json_t **out, struct k8_err *err);
+/* The same with "user:password" given by the client (NULL: the stored credentials). */
+int sb_image_pull_as(struct daemon *d, const char *ref, const char *basic,
+		     void (*progress)(void *, json_t *), void *pctx, json_t **out,
+		     struct k8_err *err);
 int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err);
 void sb_stop_all(struct daemon *d);
 int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
@@ -47,6 +51,7 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 		     struct vm_spec *spec, struct k8_err *err);
 int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
 		  struct k8_err *err);
+/* link_request on the sandbox's agent: takes req. */
 int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,
 		     struct stream **stream, struct k8_err *err);
 json_t *sb_containers_json(struct sandbox *sb, json_t *agent_list);

@@ -3,6 +3,7 @@
 #include "docker/filters.h"
 
 #include <ctype.h>
+#include <fnmatch.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -331,5 +332,31 @@ bool dfilters_match_ancestor(const struct dfilters *f, const char *image_ref,
 		    !strcmp(want, have))
 			return true;
 	}
+	return false;
+}
+
+bool dfilters_match_reference(const struct dfilters *f, const char *const *names, size_t n)
+{
+	size_t nv;
+	char *const *v = dfilters_get(f, "reference", &nv);
+	char repo[512];
+
+	if (!v)
+		return true;
+	for (size_t i = 0; i < nv; i++)
+		for (size_t j = 0; j < n; j++) {
+			const char *slash = strrchr(names[j], '/');
+			const char *colon = strrchr(slash ? slash : names[j], ':');
+			size_t len = colon ? (size_t)(colon - names[j]) : strlen(names[j]);
+
+			if (!fnmatch(v[i], names[j], FNM_PATHNAME))
+				return true;
+			if (len < sizeof(repo)) {
+				memcpy(repo, names[j], len);
+				repo[len] = '\0';
+				if (!fnmatch(v[i], repo, FNM_PATHNAME))
+					return true;
+			}
+		}
 	return false;
 }

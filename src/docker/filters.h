@@ -67,6 +67,12 @@ bool dfilters_match_exact(const struct dfilters *f, const char *name, const char
 bool dfilters_match_ancestor(const struct dfilters *f, const char *image_ref,
 			     const char *image_id);
 
+/* reference=: true when absent or one value matches one of the image's familiar names
+ * ("python:3.12-slim", "127.0.0.1:5000/library/python:3.12"), as moby's FamiliarMatch:
+ * a shell glob ('*' stops at '/') against the whole name, then against the name without
+ * its tag, so "python" and "py*" find "python:3.12-slim". */
+bool dfilters_match_reference(const struct dfilters *f, const char *const *names, size_t n);
+
 /* Unanchored match of the regular-expression subset above; exposed for tests. A pattern
  * outside the subset returns -1. Otherwise 1 (match) or 0. */
 int dfilters_regex(const char *re, const char *s);

@@ -381,3 +381,50 @@ out:
 	}
 	return rc;
 }
+
+int ds_registry_auth(const char *hdr, char *basic, size_t len, struct k8_err *err)
+{
+	size_t n = strlen(hdr), i;
+	const char *u, *p;
+	char *std;
+	uint8_t *raw;
+	ssize_t got;
+	json_t *o;
+	int r = 0;
+
+	basic[0] = '\0';
+	if (n > DS_REGISTRY_AUTH_MAX)
+		return k8_err_set(err, -EINVAL, "X-Registry-Auth is longer than %d bytes",
+				  DS_REGISTRY_AUTH_MAX);
+	std = xmalloc(n + 4);
+	for (i = 0; i < n; i++)
+		std[i] = hdr[i] == '-' ? '+' : hdr[i] == '_' ? '/' : hdr[i];
+	while (i % 4)
+		std[i++] = '=';
+	raw = xmalloc(i / 4 * 3 + 1);
+	got = ds_b64_decode(std, i, raw);
+	explicit_bzero(std, i);
+	free(std);
+	o = got < 0 ? NULL : json_loadb((const char *)raw, (size_t)got, 0, NULL);
+	if (got > 0)
+		explicit_bzero(raw, (size_t)got);
+	free(raw);
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return k8_err_set(err, -EINVAL, "X-Registry-Auth is not base64 of a JSON object");
+	}
+	u = json_string_value(json_object_get(o, "username"));
+	p = json_string_value(json_object_get(o, "password"));
+	if (u && *u && p) {
+		if (strchr(u, ':'))
+			r = k8_err_set(err, -EINVAL, "X-Registry-Auth: a username has no ':'");
+		else if ((size_t)snprintf(basic, len, "%s:%s", u, p) >= len)
+			r = k8_err_set(err, -EINVAL, "X-Registry-Auth: credentials too long");
+		if (r)
+			explicit_bzero(basic, len);
+	}
+	if (p)
+		explicit_bzero((char *)p, strlen(p));
+	json_decref(o);
+	return r;
+}

@@ -105,4 +105,12 @@ int ds_parse_rfc3339(const char *s, int64_t *sec, int32_t *nsec);
 size_t ds_b64_encode(const uint8_t *in, size_t n, char *out);
 ssize_t ds_b64_decode(const char *in, size_t n, uint8_t *out);
 
+/* The X-Registry-Auth header of a pull: base64 (URL-safe, as the docker CLI and
+ * docker-py send it, or standard; padding optional) of a JSON object. Fills `basic`
+ * with "username:password" when both are given, else leaves it "" (an empty object,
+ * or an identitytoken kosa8 does not use: the stored credentials apply). At most
+ * 8 KiB of header; -EINVAL with a message for anything malformed. */
+#define DS_REGISTRY_AUTH_MAX 8192
+int ds_registry_auth(const char *hdr, char *basic, size_t len, struct k8_err *err);
+
 #endif

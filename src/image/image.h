@@ -67,6 +67,8 @@ struct pull_opts {
 	const char *docker_config;    /* ~/.docker/config.json path, may be NULL */
 	const char *const *insecure;  /* registries allowed over plain http besides loopback */
 	const char *const *mirrors;   /* for docker.io: "http(s)://host:port", tried first */
+	const char *basic;            /* "user:password" given with this pull (Docker's
+				       * X-Registry-Auth); before the files when set */
 };
 int image_pull(struct image_store *st, const char *ref, const struct pull_opts *opts,
 	       image_progress_fn progress, void *ctx, json_t **result, struct k8_err *err);

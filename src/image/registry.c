@@ -1418,7 +1418,13 @@ int image_pull(struct image_store *st, const char *ref, const struct pull_opts *
 			return k8_err_set(err, -ENETUNREACH, "KOSA8_OFFLINE is set: not fetching %s; "
 					  "load it with kosa8 image load", g.norm);
 	}
-	if (opts->auth_file && (r = reg_creds_from(opts->auth_file, g.rp.domain, g.basic,
+	if (opts->basic && *opts->basic &&
+	    (size_t)snprintf(g.basic, sizeof(g.basic), "%s", opts->basic) >= sizeof(g.basic)) {
+		r = k8_err_set(err, -EINVAL, "registry credentials longer than %zu bytes",
+			       sizeof(g.basic) - 1);
+		goto done;
+	}
+	if (!g.basic[0] && opts->auth_file && (r = reg_creds_from(opts->auth_file, g.rp.domain, g.basic,
 						   sizeof(g.basic), err)))
 		goto done;
 	if (!g.basic[0] && opts->docker_config &&

@@ -70,11 +70,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *s = strndup((const char *)p, n);
 	if (!s)
 		return 0;
-	static const char *const allowed[] = { "label", "name", "id", "status", "ancestor", NULL };
+	static const char *const allowed[] = { "label", "name", "id", "status", "ancestor",
+					       "reference", NULL };
 	struct dfilters f;
 	if (dfilters_parse(s, allowed, &f, &err) == 0) {
 		const char *k[] = { "a" }, *v[] = { "b" };
+		const char *refs[] = { "python:3.12-slim", "127.0.0.1:5000/library/python:3" };
 		dfilters_match_labels(&f, k, v, 1);
+		dfilters_match_reference(&f, refs, 2);
 		dfilters_match_regex(&f, "name", "/web-1");
 		dfilters_match_ancestor(&f, "python:3.12", "sha256:abcd");
 		dfilters_check_status(&f, &err);
@@ -86,6 +89,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	char name[DN_NAME_MAX + 1];
 	dn_name_check(s, name, &err);
+	char basic[64];
+	if (ds_registry_auth(s, basic, sizeof(basic), &err) == 0 && basic[0] && !strchr(basic, ':'))
+		abort();
 	free(s);
 	return 0;
 }

@@ -212,3 +212,45 @@ def test_docker_py(dh, reg):
         assert c.images.list() == []
     finally:
         c.close()
+
+
+@needs_py
+@needs_registry
+def test_pull_with_x_registry_auth(dh, python_layout):
+    """docker-py's auth_config travels as X-Registry-Auth and is used for that pull only:
+    a registry that wants a password refuses the pull without it or with a wrong one."""
+    from test_50_registry import bcrypt_htpasswd
+    line, why = bcrypt_htpasswd("kuser", "k-secret")
+    if not line:
+        pytest.skip(why)
+    r = Registry(htpasswd=line)
+    c = dockerpy.DockerClient(base_url="unix://" + sock(dh))
+    try:
+        r.push(python_layout, creds="kuser:k-secret")
+        repo, tag = r.image.rsplit(":", 1)
+
+        def pull_error(**kw):
+            """The error line of the pull's progress stream (docker-py raises nothing)."""
+            return " ".join(m.get("error", "") for m in
+                            c.api.pull(repo, tag=tag, stream=True, decode=True, **kw))
+        err = pull_error()
+        assert "password" in err or "credentials" in err, err
+        err = pull_error(auth_config={"username": "kuser", "password": "no"})
+        assert "refused the credentials" in err, err
+        im = c.images.pull(repo, tag=tag,
+                           auth_config={"username": "kuser", "password": "k-secret"})
+        assert im.id.startswith("sha256:")
+        # filters on /images/json: reference (a glob), dangling, label
+        assert [i.id for i in c.images.list(name=repo)] == [im.id]
+        assert c.images.list(name="nothing-like-it") == []
+        assert c.images.list(filters={"dangling": True}) == []
+        assert [i.id for i in c.images.list(filters={"dangling": False})] == [im.id]
+        with pytest.raises(dockerpy.errors.APIError):
+            c.images.list(filters={"nonsense": "x"})
+        c.images.remove(r.image)
+    finally:
+        c.close()
+        r.stop()
+    with open(os.path.join(dh[0].path, "audit.log")) as f:
+        assert "k-secret" not in f.read()
+    assert not os.path.exists(os.path.join(dh[0].path, "auth.json"))

@@ -124,6 +124,24 @@ static void test_filters(void)
 	CHECK(dfilters_match_ancestor(&f, "alpine", "sha256:ab12cdef"));
 	CHECK(!dfilters_match_ancestor(&f, "alpine", "sha256:ffff"));
 	dfilters_free(&f);
+
+	/* reference: a glob on the familiar name, then on the name without its tag. */
+	static const char *const img_filters[] = { "reference", NULL };
+	const char *names[] = { "python:3.12-slim", "127.0.0.1:5000/library/python:3.12" };
+	CHECK_EQ_INT(dfilters_parse("{\"reference\":{\"python\":true}}", img_filters, &f, &e), 0);
+	CHECK(dfilters_match_reference(&f, names, 1));
+	CHECK(!dfilters_match_reference(&f, names + 1, 1));     /* '*' never crosses '/' */
+	dfilters_free(&f);
+	CHECK_EQ_INT(dfilters_parse("{\"reference\":[\"py*:3.12*\"]}", img_filters, &f, &e), 0);
+	CHECK(dfilters_match_reference(&f, names, 1));
+	dfilters_free(&f);
+	CHECK_EQ_INT(dfilters_parse("{\"reference\":[\"*/library/python\"]}", img_filters, &f,
+				    &e), 0);
+	CHECK(!dfilters_match_reference(&f, names, 1));
+	CHECK(dfilters_match_reference(&f, names, 2));
+	CHECK(!dfilters_match_reference(&f, NULL, 0));
+	dfilters_free(&f);
+	CHECK(dfilters_match_reference(&f, NULL, 0));           /* absent: everything */
 }
 
 static void test_regex(void)

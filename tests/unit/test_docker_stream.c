@@ -197,6 +197,37 @@ static void test_path_stat(void)
 	CHECK_EQ_INT(ds_b64_decode("YQ==YQ==", 8, o), -EINVAL);
 }
 
+static void test_registry_auth(void)
+{
+	struct k8_err e = { 0 };
+	char basic[64];
+
+	memset(&e, 0, sizeof(e));
+	CHECK_EQ_INT(ds_registry_auth("eyJ1c2VybmFtZSI6Imt1c2VyIiwicGFzc3dvcmQiOiJwPz5-czp3Iiwic2VydmVyYWRkcmVzcyI6IjEyNy4wLjAuMTo1MDAwIn0=", basic, sizeof(basic), &e), 0);
+	CHECK_STR(basic, "kuser:p?>~s:w");
+	memset(&e, 0, sizeof(e));
+	CHECK_EQ_INT(ds_registry_auth("eyJ1c2VybmFtZSI6Imt1c2VyIiwicGFzc3dvcmQiOiJwPz5+czp3In0", basic, sizeof(basic), &e), 0);
+	CHECK_STR(basic, "kuser:p?>~s:w");
+	memset(&e, 0, sizeof(e));
+	CHECK_EQ_INT(ds_registry_auth("e30=", basic, sizeof(basic), &e), 0);
+	CHECK_STR(basic, "");
+	memset(&e, 0, sizeof(e));
+	CHECK_EQ_INT(ds_registry_auth("eyJpZGVudGl0eXRva2VuIjoidG9rIn0=", basic, sizeof(basic), &e), 0);
+	CHECK_STR(basic, "");
+	memset(&e, 0, sizeof(e));
+	CHECK_EQ_INT(ds_registry_auth("eyJ1c2VybmFtZSI6ImE6YiIsInBhc3N3b3JkIjoieCJ9", basic, sizeof(basic), &e), -EINVAL);
+	CHECK_STR(basic, "");
+	memset(&e, 0, sizeof(e));
+	CHECK_EQ_INT(ds_registry_auth("WzFd", basic, sizeof(basic), &e), -EINVAL);
+	CHECK_STR(basic, "");
+	memset(&e, 0, sizeof(e));
+	CHECK_EQ_INT(ds_registry_auth("!!!", basic, sizeof(basic), &e), -EINVAL);
+	CHECK_STR(basic, "");
+	/* too long for the buffer: refused, nothing half-written */
+	CHECK_EQ_INT(ds_registry_auth("eyJ1c2VybmFtZSI6Imt1c2VyIiwicGFzc3dvcmQiOiJwPz5-czp3Iiwic2VydmVyYWRkcmVzcyI6IjEyNy4wLjAuMTo1MDAwIn0=", basic, 8, &e), -EINVAL);
+	CHECK_STR(basic, "");
+}
+
 int main(void)
 {
 	test_frames();
@@ -204,5 +235,6 @@ int main(void)
 	test_modes();
 	test_time();
 	test_path_stat();
+	test_registry_auth();
 	return T_DONE();
 }
