@@ -343,7 +343,7 @@ int ctr_image_in_use(struct agent *a, const char *hex);
 void ctr_boot_cleanup(struct agent *a);
 
 /* ---- archive.c ---- */
-enum archive_op { ARCHIVE_STAT, ARCHIVE_GET, ARCHIVE_PUT };
+enum archive_op { ARCHIVE_STAT, ARCHIVE_GET, ARCHIVE_PUT, ARCHIVE_LAYER };
 /* Fork the helper that copies `path` (absolute, checked by req.c) of container `c` in or
  * out, and answer REQ `id` once it resolved the path: {"stat"} (stat), {"pid","stat"}
  * and the tar on the stream (get), {"pid"} and the tar taken from the stream (put).

@@ -42,6 +42,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <sys/sysmacros.h>
 #include <time.h>
 
@@ -57,6 +58,7 @@ struct ar_ctx {
 	int rootfd;                /* the container's root */
 	int procfd;                /* the VM's /proc, opened before entering */
 	int out;                   /* get: the tar goes here */
+	int layer;                 /* layer: overlay whiteouts become OCI ones */
 	unsigned char *buf;        /* get: output buffer */
 	size_t blen;
 	struct { dev_t dev; ino_t ino; char *name; } *links;
@@ -258,6 +260,41 @@ static const char *ar_hardlink(struct ar_ctx *x, const struct stat *st, const ch
 	return NULL;
 }
 
+/* layer: an overlay whiteout (a 0/0 character device) becomes an empty regular file
+ * `.wh.<name>` beside it; an opaque directory (xattr trusted.overlay.opaque "y") gets
+ * `<dir>/.wh..wh..opq` (`inner` = ".wh..opq"), as the OCI image spec has them. */
+static int ar_whiteout(struct ar_ctx *x, const char *arcname, const char *inner)
+{
+	struct tar_entry *e = xcalloc(1, sizeof(*e));
+	const char *slash = strrchr(arcname, '/');
+	int n, r;
+
+	if (inner)
+		n = snprintf(e->name, sizeof(e->name), "%s/.wh.%s", arcname, inner);
+	else
+		n = snprintf(e->name, sizeof(e->name), "%.*s%s.wh.%s",
+			     slash ? (int)(slash - arcname) : 0, arcname, slash ? "/" : "",
+			     slash ? slash + 1 : arcname);
+	if (n < 0 || n >= TAR_NAME_MAX) {
+		free(e);
+		fprintf(stderr, "left out (name too long): a whiteout of %s\n", arcname);
+		return 0;
+	}
+	e->type = TAR_REG;
+	e->mode = 0644;
+	r = ar_put_header(x, e);
+	free(e);
+	return r;
+}
+
+static int ar_opaque(int dfd)
+{
+	char v[4];
+	ssize_t n = fgetxattr(dfd, "trusted.overlay.opaque", v, sizeof(v));
+
+	return n == 1 && v[0] == 'y';
+}
+
 /* One entry and, for a directory, everything below it. Symlinks are stored, never
  * followed: every name is one component opened with O_NOFOLLOW below a directory fd. An
  * entry that vanished meanwhile is left out; only a failed write to the host stops. */
@@ -270,6 +307,10 @@ static int ar_walk(struct ar_ctx *x, int dfd, const char *name, const char *arcn
 
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || strlen(arcname) > TAR_NAME_MAX - 1)
 		goto out;
+	if (x->layer && S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) {
+		r = ar_whiteout(x, arcname, NULL);
+		goto out;
+	}
 	if (S_ISREG(st.st_mode)) {
 		fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 		if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
@@ -310,6 +351,10 @@ static int ar_walk(struct ar_ctx *x, int dfd, const char *name, const char *arcn
 		if (fd < 0 || !(d = fdopendir(fd)))
 			goto out;
 		fd = -1; /* the DIR owns it */
+		if (x->layer && ar_opaque(dirfd(d)) && (r = ar_whiteout(x, arcname, ".wh..opq")) < 0) {
+			closedir(d);
+			goto out;
+		}
 		child = xmalloc(TAR_NAME_MAX + 2);
 		while (r == 0 && (de = readdir(d))) {
 			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
@@ -625,6 +670,48 @@ static void ar_status(int fd, json_t *st, const struct k8_err *err)
 	close(fd);
 }
 
+/* archive.layer: the stopped container's upper directory (on the VM's scratch disk; the
+ * helper stays in the VM's root and never follows a symlink of it) as a layer tar:
+ * entries relative to the container's root, OCI whiteouts. The host checks every entry
+ * again (docker_build.c): the container wrote this tree. */
+static int ar_layer(struct ar_ctx *x, struct ctr *c)
+{
+	char dir[PATH_MAX];
+	unsigned char z[2 * TAR_BLOCK] = { 0 };
+	struct dirent *de;
+	DIR *d;
+	int fd, r = 0;
+
+	snprintf(dir, sizeof(dir), "%s/%s/upper", AGENT_CTR_DIR, c->id);
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		r = k8_err_set(&x->err, -errno, "%s: %s", dir, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		ar_status(3, NULL, &x->err);
+		return -r > 0 && -r < 256 ? -r : EIO;
+	}
+	ar_status(3, json_object(), NULL);
+	x->out = 1;
+	x->layer = 1;
+	x->buf = xmalloc(AR_IOBUF);
+	while (r == 0 && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		r = ar_walk(x, dirfd(d), de->d_name, de->d_name);
+	}
+	closedir(d);
+	if (r == 0)
+		r = ar_write(x, z, sizeof(z));
+	if (r == 0)
+		r = ar_flush(x);
+	if (r < 0) {
+		fprintf(stderr, "writing the layer: %s\n", strerror(-r));
+		return EPIPE;
+	}
+	return 0;
+}
+
 /* The helper's body; returns its exit code (0, or the errno of the failure). */
 static int ar_child(struct agent *a, struct ctr *c, enum archive_op op, const char *path,
 		    int no_overwrite)
@@ -635,6 +722,8 @@ static int ar_child(struct agent *a, struct ctr *c, enum archive_op op, const ch
 	int dirfd = -1, r;
 
 	x.procfd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (op == ARCHIVE_LAYER)
+		return ar_layer(&x, c);
 	if ((r = ar_enter(a, c, &x.err)) < 0)
 		goto fail;
 	x.rootfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -744,7 +833,10 @@ int archive_start(struct agent *a, uint32_t id, struct ctr *c, enum archive_op o
 	pid_t pid;
 	int r;
 
-	if (!c->running) {
+	if (op == ARCHIVE_LAYER && c->running)
+		return k8_err_set(err, -EBUSY, "container %s is running: its layer is taken once "
+				  "it has exited", c->id);
+	if (!c->running && op != ARCHIVE_LAYER) {
 		struct stat sb;
 		char dir[PATH_MAX];
 		int mounted = 0;

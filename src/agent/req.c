@@ -561,6 +561,13 @@ static int req_archive_put(struct agent *a, uint32_t id, json_t *req, struct k8_
 	return req_archive(a, id, req, ARCHIVE_PUT, err);
 }
 
+/* archive.layer: {container, path "/"}: a stopped container's writable layer as an OCI
+ * layer tar (docker build's RUN; archive.c). */
+static int req_archive_layer(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	return req_archive(a, id, req, ARCHIVE_LAYER, err);
+}
+
 static uint64_t req_meminfo(const char *key)
 {
 	char *buf = NULL, *p;
@@ -682,6 +689,7 @@ static const struct {
 	{ "rm", req_rm },       { "stat", req_stat },
 	{ "sync", req_sync },
 	{ "archive.stat", req_archive_stat }, { "archive.get", req_archive_get },
+	{ "archive.layer", req_archive_layer },
 	{ "archive.put", req_archive_put },
 };
 

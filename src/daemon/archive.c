@@ -147,8 +147,8 @@ static uint64_t archive_cap(struct daemon *d)
 }
 
 static int archive_open(struct daemon *d, struct sandbox *sb, const char *ctr, const char *path,
-			bool put, bool no_overwrite, json_t **stat, struct archive_xfer **out,
-			struct k8_err *err)
+			bool put, bool no_overwrite, bool layer, json_t **stat,
+			struct archive_xfer **out, struct k8_err *err)
 {
 	struct archive_xfer *x;
 	json_t *req, *resp = NULL;
@@ -166,8 +166,8 @@ static int archive_open(struct daemon *d, struct sandbox *sb, const char *ctr, c
 	x->cap = put ? archive_cap(d) : 0;
 	snprintf(x->ctr, sizeof(x->ctr), "%s", ctr);
 	snprintf(x->path, sizeof(x->path), "%s", path);
-	req = json_pack("{s:s,s:s,s:s}", "op", put ? "archive.put" : "archive.get", "container", ctr,
-			"path", path);
+	req = json_pack("{s:s,s:s,s:s}", "op", put ? "archive.put" : layer ? "archive.layer"
+			: "archive.get", "container", ctr, "path", path);
 	if (put)
 		json_object_set_new(req, "noOverwriteDirNonDir", json_boolean(no_overwrite));
 	r = sb_agent_request(sb, req, ARCHIVE_REQ_TIMEOUT_MS, &resp, &x->s, err);
@@ -186,13 +186,19 @@ static int archive_open(struct daemon *d, struct sandbox *sb, const char *ctr, c
 int archive_get_open(struct daemon *d, struct sandbox *sb, const char *ctr, const char *path,
 		     json_t **stat, struct archive_xfer **out, struct k8_err *err)
 {
-	return archive_open(d, sb, ctr, path, false, false, stat, out, err);
+	return archive_open(d, sb, ctr, path, false, false, false, stat, out, err);
+}
+
+int archive_layer_open(struct daemon *d, struct sandbox *sb, const char *ctr,
+		       struct archive_xfer **out, struct k8_err *err)
+{
+	return archive_open(d, sb, ctr, "/", false, false, true, NULL, out, err);
 }
 
 int archive_put_open(struct daemon *d, struct sandbox *sb, const char *ctr, const char *path,
 		     bool no_overwrite_dir_nondir, struct archive_xfer **out, struct k8_err *err)
 {
-	return archive_open(d, sb, ctr, path, true, no_overwrite_dir_nondir, NULL, out, err);
+	return archive_open(d, sb, ctr, path, true, no_overwrite_dir_nondir, false, NULL, out, err);
 }
 
 uint64_t archive_bytes(const struct archive_xfer *x)

@@ -44,6 +44,12 @@ int archive_get_open(struct daemon *d, struct sandbox *sb, const char *ctr, cons
  * tar is then incomplete: a reply already started must be cut, not ended). */
 ssize_t archive_get_read(struct archive_xfer *x, void *buf, size_t max, struct k8_err *err);
 
+/* Start reading the writable layer of the exited container `ctr` as an OCI layer tar
+ * (overlay whiteouts as `.wh.` files; the agent's archive.layer, docs/protocol.md); read
+ * it with archive_get_read. docker build's RUN. */
+int archive_layer_open(struct daemon *d, struct sandbox *sb, const char *ctr,
+		       struct archive_xfer **out, struct k8_err *err);
+
 /* Start extracting a tar into the directory `path` (which must exist). With
  * no_overwrite_dir_nondir a directory never replaces a non-directory or the reverse. */
 int archive_put_open(struct daemon *d, struct sandbox *sb, const char *ctr, const char *path,

@@ -11,6 +11,7 @@
  * a message that says so; anything else is moby's 404 "page not found".
  */
 #include "daemon/docker_api.h"
+#include "daemon/docker_build.h"
 #include "daemon/docker_ctr.h"
 #include "daemon/docker_route.h"
 #include "daemon/daemon.h"
@@ -645,10 +646,11 @@ static const struct api_route docker_routes[] = {
 	{ "POST",   "/exec/{id}/start", dkc_api_exec_start },
 	{ "GET",    "/exec/{id}/json", dkc_api_exec_inspect },
 	{ "POST",   "/exec/{id}/resize", dkc_api_exec_resize },
+	{ "POST",   "/build", dkb_api_build },
 };
 
 /* Routes that take their request body as a stream (api_take_body). */
-static const api_handler docker_streamed[] = { dkc_api_archive_put, NULL };
+static const api_handler docker_streamed[] = { dkc_api_archive_put, dkb_api_build, NULL };
 
 static const char *const docker_headers[] = {
 	"Api-Version", DQ_API_VERSION,

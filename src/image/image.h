@@ -106,4 +106,27 @@ int image_remove(struct image_store *st, const char *ref, struct k8_err *err);
 int image_unpack_layer(int rootfd, const char *layer_path, uint64_t max_bytes,
 		       struct k8_err *err);
 
+/* ---- Images made here (commit.c): docker build ----
+ *
+ * A builder holds the store (image_hold .. image_release) from its first blob to its
+ * last name, so a GC in between never takes what it added. */
+void image_hold(struct image_store *st);
+void image_release(struct image_store *st);
+/* Add a blob (at most 4 MiB from memory; a layer from an open file, read from its
+ * start); its sha256 hex out. A blob already stored is kept as it is. */
+int image_blob_add(struct image_store *st, const void *buf, size_t n, char hex[65],
+		   struct k8_err *err);
+int image_blob_add_fd(struct image_store *st, int fd, char hex[65], uint64_t *size,
+		      struct k8_err *err);
+/* The manifest and config of the image `ref` resolves to; its manifest digest out. */
+int image_read(struct image_store *st, const char *ref, char mdigest[80], json_t **manifest,
+	       json_t **config, struct k8_err *err);
+/* Store `manifest` (whose config and layers must be stored) and, when `name` is not
+ * NULL, name it (normalised; a tag, never a digest). The manifest digest out. */
+int image_commit(struct image_store *st, json_t *manifest, const char *name, char mdigest[80],
+		 struct k8_err *err);
+/* Names under this repository are the build cache's (one per step key): they keep the
+ * step images alive and are left out of image_list. */
+#define IMAGE_CACHE_REPO "localhost/kosa8-build-cache"
+
 #endif

@@ -701,7 +701,8 @@ int image_list(struct image_store *st, json_t **out, struct k8_err *err)
 	pthread_mutex_lock(&st->lock);
 	keys = xcalloc(json_object_size(st->refs) + 1, sizeof(*keys));
 	json_object_foreach(st->refs, k, v)
-		keys[n++] = k;
+		if (strncmp(k, IMAGE_CACHE_REPO ":", sizeof(IMAGE_CACHE_REPO)))
+			keys[n++] = k;
 	qsort(keys, n, sizeof(*keys), store_cmp_str);
 	for (size_t i = 0; i < n; i++) {
 		const char *d = json_string_value(json_object_get(st->refs, keys[i]));

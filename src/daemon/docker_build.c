@@ -1,0 +1,1398 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* docker_build.c - docker.sock's POST /build, the classic builder (docs/docker.md,
+ * "Build").
+ *
+ * Theory of operation. The request body (a tar of the build context, maybe compressed)
+ * streams into $KOSA8_HOME/docker/build/<n>/context.tar, capped; then a job unpacks it
+ * with the image store's own layer unpacker (the same checks as a pulled layer: no
+ * absolute or `..` paths, nothing through a symlink, no device nodes) into ctx/, parses
+ * the Dockerfile (src/docker/dockerfile.c) and runs the steps one by one, writing
+ * Docker's JSON-lines stream ({"stream": "Step 1/4 : ..."}). Every step that changes
+ * the image makes a new image in the store (a new config over the parent's layers, plus
+ * a layer for COPY/ADD/RUN) and names it IMAGE_CACHE_REPO:<step key>, which is the
+ * build cache: the next build computes the same key and takes that image. The last
+ * image gets the requested tag. Nothing of the context is followed out of ctx/: sources
+ * are opened with openat2(RESOLVE_IN_ROOT), the walk never follows a symlink (a symlink
+ * in the context is copied as a symlink).
+ */
+#include "daemon/docker_build.h"
+#include "daemon/agentlink.h"
+#include "daemon/archive.h"
+#include "daemon/docker_engine.h"
+#include "daemon/docker_route.h"
+#include "daemon/daemon.h"
+#include "daemon/sandbox.h"
+#include "common/proto.h"
+#include "common/sha.h"
+#include "docker/dockerfile.h"
+#include "docker/dockerignore.h"
+#include "docker/query.h"
+#include "image/image.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DKB_CONTEXT_MAX  (1ull << 30)   /* bytes of the context as sent (maybe compressed) */
+#define DKB_UNPACK_MAX   (2ull << 30)   /* bytes of the context unpacked */
+#define DKB_FILES_MAX    100000u        /* entries one COPY/ADD takes */
+#define DKB_DEPTH_MAX    256u           /* directory depth one COPY/ADD walks */
+#define DKB_QUERY_JSON   (64u << 10)    /* buildargs / labels query values */
+#define DKB_LAYER_MAX    (4ull << 30)   /* bytes of the layer one RUN makes */
+#define DKB_LAYER_ENTRIES 1000000u      /* entries in it (the store's own cap) */
+#define DKB_RUN_START_MS 120000         /* the agent starts a RUN's process within this */
+
+/* ---- the request: query, body into a file ---- */
+
+struct dkb_upload {
+	int fd;
+	uint64_t size;
+	char *dir;                  /* the build's directory; NULL once the job owns it */
+};
+
+static int dkb_upload_write(void *ctx, const void *p, size_t n, struct k8_err *err)
+{
+	struct dkb_upload *u = ctx;
+	int r;
+
+	if (u->size + n > DKB_CONTEXT_MAX)
+		return k8_err_set(err, -E2BIG, "the build context is larger than %llu bytes "
+				  "(kosa8's limit; see docs/docker.md)",
+				  (unsigned long long)DKB_CONTEXT_MAX);
+	r = write_full(u->fd, p, n);
+	if (r)
+		return k8_err_set(err, r, "writing the build context: %s", strerror(-r));
+	u->size += n;
+	return 0;
+}
+
+static int dkb_job(struct api_job *j, json_t **result, struct k8_err *err);
+
+static int dkb_upload_done(struct api_call *call, void *ctx)
+{
+	struct dkb_upload *u = ctx;
+	int r;
+
+	if (fsync(u->fd) < 0)
+		return k8_err_set(&call->err, -errno, "writing the build context: %s",
+				  strerror(errno));
+	json_object_set_new(call->body, "dir", json_string(u->dir));
+	r = api_reply_job(call, dkb_job, NULL);
+	if (!r) {
+		free(u->dir);   /* the job removes the directory */
+		u->dir = NULL;
+	}
+	return r;
+}
+
+static void dkb_upload_free(void *ctx)
+{
+	struct dkb_upload *u = ctx;
+
+	if (u->fd >= 0)
+		close(u->fd);
+	if (u->dir)
+		rm_rf(u->dir);
+	free(u->dir);
+	free(u);
+}
+
+/* A JSON object of strings (or null values for buildargs) from a query argument. */
+static int dkb_query_map(struct api_call *call, const char *key, bool nulls, json_t **out)
+{
+	cleanup_free char *buf = xmalloc(DKB_QUERY_JSON);
+	const char *v = NULL, *k;
+	json_t *m, *x;
+
+	*out = json_object();
+	if (api_query_str(call, key, buf, DKB_QUERY_JSON, &v))
+		return call->err.code;
+	if (!v)
+		return 0;
+	m = json_loads(v, JSON_REJECT_DUPLICATES, NULL);
+	if (!json_is_object(m) || json_object_size(m) > DF_MAX_ARGS) {
+		json_decref(m);
+		return k8_err_set(&call->err, -EINVAL, "%s must be a JSON object of at most %d "
+				  "strings", key, DF_MAX_ARGS);
+	}
+	json_object_foreach(m, k, x)
+		if (!json_is_string(x) && !(nulls && json_is_null(x))) {
+			json_decref(m);
+			return k8_err_set(&call->err, -EINVAL, "%s: the value of '%.64s' is not "
+					  "a string", key, k);
+		}
+	json_decref(*out);
+	*out = m;
+	return 0;
+}
+
+int dkb_api_build(struct api_call *call)
+{
+	char tbuf[API_SEG_LEN], fbuf[API_SEG_LEN], rbuf[16];
+	const char *tag = NULL, *dockerfile = "Dockerfile", *remote = NULL;
+	json_t *bargs = NULL, *labels = NULL;
+	bool q = false, nocache = false;
+	struct dkb_upload *u;
+	struct api_sink sink;
+	int r;
+
+	if (api_query_str(call, "t", tbuf, sizeof(tbuf), &tag) ||
+	    api_query_str(call, "dockerfile", fbuf, sizeof(fbuf), &dockerfile))
+		return call->err.code;
+	if (api_query_str(call, "remote", rbuf, sizeof(rbuf), &remote) == 0 && remote)
+		return k8_err_set(&call->err, -ENOSYS, "a remote build context is not supported "
+				  "by kosa8: send the context as a tar (see docs/docker.md)");
+	k8_err_clear(&call->err);
+	if (call->query) {
+		q = dq_bool(call->query(call->query_ctx, "q"));
+		nocache = dq_bool(call->query(call->query_ctx, "nocache"));
+	}
+	if (dkb_query_map(call, "buildargs", true, &bargs) ||
+	    dkb_query_map(call, "labels", false, &labels)) {
+		json_decref(bargs);
+		json_decref(labels);
+		return call->err.code;
+	}
+	if (tag) {
+		char norm[512];
+		if ((r = image_ref_normalize(tag, norm, sizeof(norm), &call->err)) ||
+		    (strchr(norm, '@') && (r = k8_err_set(&call->err, -EINVAL, "invalid tag "
+							   "'%s': a digest is not a tag", tag)))) {
+			json_decref(bargs);
+			json_decref(labels);
+			return r;
+		}
+	}
+	json_object_set_new(call->body, "t", tag ? json_string(tag) : json_null());
+	json_object_set_new(call->body, "dockerfile", json_string(dockerfile));
+	json_object_set_new(call->body, "buildargs", bargs);
+	json_object_set_new(call->body, "labels", labels);
+	json_object_set_new(call->body, "q", json_boolean(q));
+	json_object_set_new(call->body, "nocache", json_boolean(nocache));
+
+	u = xcalloc(1, sizeof(*u));
+	u->fd = -1;
+	cleanup_free char *base = xasprintf("%s/docker/build", call->d->home);
+	if (mkdir_p(base, 0700) < 0) {
+		free(u);
+		return k8_err_set(&call->err, -errno, "%s: %s", base, strerror(errno));
+	}
+	u->dir = xasprintf("%s/b-XXXXXX", base);
+	if (!mkdtemp(u->dir)) {
+		r = k8_err_set(&call->err, -errno, "%s: %s", base, strerror(errno));
+		free(u->dir);
+		free(u);
+		return r;
+	}
+	cleanup_free char *path = xasprintf("%s/context.tar", u->dir);
+	u->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (u->fd < 0) {
+		r = k8_err_set(&call->err, -errno, "%s: %s", path, strerror(errno));
+		dkb_upload_free(u);
+		return r;
+	}
+	sink.write = dkb_upload_write;
+	sink.done = dkb_upload_done;
+	sink.free = dkb_upload_free;
+	sink.ctx = u;
+	return api_take_body(call, &sink);
+}
+
+/* ---- the build ---- */
+
+struct dkb {
+	struct api_job *j;
+	struct daemon *d;
+	char *dir;
+	int ctxfd;
+	bool quiet, nocache;
+	struct dignore ig;
+	/* the image so far: manifest, config, its id (config digest; "" for scratch) */
+	json_t *manifest, *config;
+	char id[80];
+	char mdg[80];               /* the image so far: its manifest digest */
+	char sbname[32];            /* the build's own sandbox (RUN), "" until needed */
+	bool cmd_set;               /* CMD seen in this stage (ENTRYPOINT then keeps it) */
+};
+
+static void dkb_say(struct dkb *b, const char *fmt, ...) K8_PRINTF(2, 3);
+static void dkb_say(struct dkb *b, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	if (b->quiet)
+		return;
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	if (!s)
+		return;
+	json_t *v = json_pack("{s:s}", "stream", s);
+	if (!v)
+		v = json_pack("{s:s}", "stream", "(output that is not UTF-8)\n");
+	api_job_progress(b->j, v);
+	free(s);
+}
+
+/* A file of the context (the Dockerfile, .dockerignore): inside ctx/ only, regular,
+ * at most max bytes. -ENOENT when absent. */
+static int dkb_read_ctx(struct dkb *b, const char *name, size_t max, char **out, size_t *len,
+			struct k8_err *err)
+{
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
+				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+	cleanup_close int fd = (int)syscall(SYS_openat2, b->ctxfd, name, &how, sizeof(how));
+	struct stat s;
+	char *buf;
+	int r;
+
+	if (fd < 0)
+		return k8_err_set(err, -errno, "%s: %s", name, strerror(errno));
+	if (fstat(fd, &s) < 0 || !S_ISREG(s.st_mode))
+		return k8_err_set(err, -EINVAL, "%s is not a regular file", name);
+	if ((uint64_t)s.st_size > max)
+		return k8_err_set(err, -E2BIG, "%s is larger than %zu bytes", name, max);
+	buf = xmalloc((size_t)s.st_size + 1);
+	if ((r = read_full(fd, buf, (size_t)s.st_size))) {
+		free(buf);
+		return k8_err_set(err, r, "reading %s: %s", name, strerror(-r));
+	}
+	buf[s.st_size] = '\0';
+	*out = buf;
+	*len = (size_t)s.st_size;
+	return 0;
+}
+
+static const char *dkb_now(char out[40])
+{
+	struct timespec ts;
+	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(out, 40, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(out + strlen(out), 20, ".%09ldZ", ts.tv_nsec);
+	return out;
+}
+
+/* The base image of FROM (pulled when the store lacks it) or scratch. */
+static int dkb_from(struct dkb *b, const char *image, struct k8_err *err)
+{
+	char mdg[80];
+	json_t *res = NULL;
+	int r;
+
+	json_decref(b->manifest);
+	json_decref(b->config);
+	b->manifest = b->config = NULL;
+	b->cmd_set = false;
+	if (!strcmp(image, "scratch")) {
+		b->manifest = json_pack("{s:i,s:s,s:{s:s,s:s,s:i},s:[]}", "schemaVersion", 2,
+					"mediaType", "application/vnd.oci.image.manifest.v1+json",
+					"config", "mediaType", "application/vnd.oci.image.config.v1+json",
+					"digest", "", "size", 0, "layers");
+		b->config = json_pack("{s:s,s:s,s:{},s:{s:s,s:[]},s:[]}", "architecture", "amd64",
+				      "os", "linux", "config", "rootfs", "type", "layers",
+				      "diff_ids", "history");
+		b->id[0] = '\0';
+		b->mdg[0] = '\0';
+		return 0;
+	}
+	r = image_read(b->d->images, image, mdg, &b->manifest, &b->config, err);
+	if (r == -ENOENT) {
+		k8_err_clear(err);
+		dkb_say(b, "Pulling %s\n", image);
+		r = sb_image_pull(b->d, image, NULL, NULL, &res, err);
+		json_decref(res);
+		if (!r)
+			r = image_read(b->d->images, image, mdg, &b->manifest, &b->config, err);
+	}
+	if (r)
+		return r;
+	if (!json_is_object(json_object_get(b->config, "config")))
+		json_object_set_new(b->config, "config", json_object());
+	snprintf(b->mdg, sizeof(b->mdg), "%s", mdg);
+	snprintf(b->id, sizeof(b->id), "%s",
+		 json_string_value(json_object_get(json_object_get(b->manifest, "config"),
+						   "digest")) ?: "");
+	return 0;
+}
+
+/* Take the image a cache name holds, if any. */
+static bool dkb_cached(struct dkb *b, const char *key)
+{
+	cleanup_free char *name = xasprintf("%s:%s", IMAGE_CACHE_REPO, key);
+	json_t *m = NULL, *c = NULL;
+	struct k8_err e = { 0 };
+	char mdg[80];
+
+	if (b->nocache || image_read(b->d->images, name, mdg, &m, &c, &e))
+		return false;
+	json_decref(b->manifest);
+	json_decref(b->config);
+	b->manifest = m;
+	b->config = c;
+	snprintf(b->mdg, sizeof(b->mdg), "%s", mdg);
+	snprintf(b->id, sizeof(b->id), "%s",
+		 json_string_value(json_object_get(json_object_get(m, "config"), "digest")) ?: "");
+	return true;
+}
+
+/* The current config (changed by the step) and, when layer_fd >= 0, a new layer, as a
+ * new image named by the step's cache key. */
+static int dkb_commit(struct dkb *b, const char *created_by, int layer_fd, const char *key,
+		      struct k8_err *err)
+{
+	cleanup_free char *ctext = NULL;
+	cleanup_free char *name = xasprintf("%s:%s", IMAGE_CACHE_REPO, key);
+	char chex[65], lhex[65], now[40], mdg[80];
+	json_t *rootfs, *hist, *h;
+	uint64_t lsize = 0;
+	int r;
+
+	dkb_now(now);
+	if (layer_fd >= 0) {
+		r = image_blob_add_fd(b->d->images, layer_fd, lhex, &lsize, err);
+		if (r)
+			return r;
+		rootfs = json_object_get(b->config, "rootfs");
+		if (!json_is_object(rootfs)) {
+			rootfs = json_pack("{s:s,s:[]}", "type", "layers", "diff_ids");
+			json_object_set_new(b->config, "rootfs", rootfs);
+		}
+		if (!json_is_array(json_object_get(rootfs, "diff_ids")))
+			json_object_set_new(rootfs, "diff_ids", json_array());
+		json_array_append_new(json_object_get(rootfs, "diff_ids"),
+				      json_sprintf("sha256:%s", lhex));
+		json_array_append_new(json_object_get(b->manifest, "layers"),
+				      json_pack("{s:s,s:s+,s:I}", "mediaType",
+						"application/vnd.oci.image.layer.v1.tar", "digest",
+						"sha256:", lhex, "size", (json_int_t)lsize));
+	}
+	hist = json_object_get(b->config, "history");
+	if (!json_is_array(hist)) {
+		hist = json_array();
+		json_object_set_new(b->config, "history", hist);
+	}
+	h = json_pack("{s:s,s:s}", "created", now, "created_by", created_by);
+	if (layer_fd < 0)
+		json_object_set_new(h, "empty_layer", json_true());
+	json_array_append_new(hist, h);
+	json_object_set_new(b->config, "created", json_string(now));
+	ctext = json_dumps(b->config, JSON_COMPACT);
+	if (!ctext)
+		return k8_err_set(err, -ENOMEM, "the new image's config: out of memory");
+	r = image_blob_add(b->d->images, ctext, strlen(ctext), chex, err);
+	if (r)
+		return r;
+	json_object_set_new(b->manifest, "config",
+			    json_pack("{s:s,s:s+,s:I}", "mediaType",
+				      "application/vnd.oci.image.config.v1+json", "digest",
+				      "sha256:", chex, "size", (json_int_t)strlen(ctext)));
+	json_object_set_new(b->manifest, "schemaVersion", json_integer(2));
+	json_object_set_new(b->manifest, "mediaType",
+			    json_string("application/vnd.oci.image.manifest.v1+json"));
+	r = image_commit(b->d->images, b->manifest, name, mdg, err);
+	if (r)
+		return r;
+	snprintf(b->mdg, sizeof(b->mdg), "%s", mdg);
+	snprintf(b->id, sizeof(b->id), "sha256:%s", chex);
+	return 0;
+}
+
+static json_t *dkb_cfg(struct dkb *b)
+{
+	json_t *c = json_object_get(b->config, "config");
+
+	if (!json_is_object(c)) {
+		c = json_object();
+		json_object_set_new(b->config, "config", c);
+	}
+	return c;
+}
+
+static json_t *dkb_argv(const struct df_step *s)
+{
+	json_t *a = json_array();
+
+	if (!s->json) {
+		json_array_append_new(a, json_string("/bin/sh"));
+		json_array_append_new(a, json_string("-c"));
+	}
+	for (size_t i = 0; i < s->argv.n; i++)
+		json_array_append_new(a, json_string(s->argv.v[i]));
+	return a;
+}
+
+/* A metadata step: the config changes, no layer. */
+static void dkb_apply_meta(struct dkb *b, const struct df_state *st, const struct df_step *s)
+{
+	json_t *c = dkb_cfg(b), *x;
+
+	switch (s->kind) {
+	case DF_ENV:
+		x = json_array();
+		for (size_t i = 0; i < st->env.n; i++)
+			json_array_append_new(x, json_string(st->env.v[i]));
+		json_object_set_new(c, "Env", x);
+		break;
+	case DF_LABEL:
+		x = json_object_get(c, "Labels");
+		if (!json_is_object(x)) {
+			x = json_object();
+			json_object_set_new(c, "Labels", x);
+		}
+		for (size_t i = 0; i < s->keys.n; i++)
+			json_object_set_new(x, s->keys.v[i], json_string(s->vals.v[i] ?: ""));
+		break;
+	case DF_WORKDIR:
+		json_object_set_new(c, "WorkingDir", json_string(s->argv.n ? s->argv.v[0] : "/"));
+		break;
+	case DF_USER:
+		json_object_set_new(c, "User", json_string(s->argv.n ? s->argv.v[0] : ""));
+		break;
+	case DF_CMD:
+		json_object_set_new(c, "Cmd", dkb_argv(s));
+		b->cmd_set = true;
+		break;
+	case DF_ENTRYPOINT:
+		json_object_set_new(c, "Entrypoint", dkb_argv(s));
+		if (!b->cmd_set)  /* as Docker: an inherited CMD goes with a new ENTRYPOINT */
+			json_object_set_new(c, "Cmd", json_null());
+		break;
+	case DF_EXPOSE:
+		x = json_object_get(c, "ExposedPorts");
+		if (!json_is_object(x)) {
+			x = json_object();
+			json_object_set_new(c, "ExposedPorts", x);
+		}
+		for (size_t i = 0; i < s->argv.n; i++)
+			json_object_set_new(x, s->argv.v[i], json_object());
+		break;
+	default:
+		break;
+	}
+}
+
+/* ---- COPY / ADD: a layer from the context ---- */
+
+struct dkb_copy {
+	struct dkb *b;
+	struct archive *a;          /* the layer being written */
+	struct df_copy_file *files;
+	size_t n, cap;
+	bool chown;
+	uint32_t uid, gid;
+	bool add;                   /* ADD: a local tar archive is extracted */
+	struct k8_err *err;
+};
+
+static void dkb_copy_free(struct dkb_copy *c)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		free((char *)c->files[i].path);
+		free((char *)c->files[i].link_target);
+		free((char *)c->files[i].sha256);
+	}
+	free(c->files);
+	if (c->a)
+		archive_write_free(c->a);
+}
+
+static int dkb_copy_note(struct dkb_copy *c, const char *path, const struct stat *s,
+			 const char *link, const char *sha)
+{
+	struct df_copy_file *f;
+
+	if (c->n >= DKB_FILES_MAX)
+		return k8_err_set(c->err, -E2BIG, "COPY takes more than %u files (kosa8's limit)",
+				  DKB_FILES_MAX);
+	if (c->n == c->cap) {
+		c->cap = c->cap ? c->cap * 2 : 64;
+		c->files = realloc(c->files, c->cap * sizeof(*c->files));
+		if (!c->files)
+			abort();
+	}
+	f = &c->files[c->n++];
+	memset(f, 0, sizeof(*f));
+	f->path = xstrdup(path);
+	f->mode = s->st_mode;
+	f->uid = c->chown ? c->uid : 0;
+	f->gid = c->chown ? c->gid : 0;
+	f->size = S_ISREG(s->st_mode) ? (uint64_t)s->st_size : 0;
+	f->link_target = link ? xstrdup(link) : NULL;
+	f->sha256 = sha ? xstrdup(sha) : NULL;
+	return 0;
+}
+
+static int dkb_ar_err(struct dkb_copy *c, const char *what)
+{
+	return k8_err_set(c->err, -EIO, "writing the layer (%s): %s", what,
+			  archive_error_string(c->a) ?: "error");
+}
+
+/* One entry of the layer: `dst` relative to / (no leading '/'), from an open fd (a
+ * regular file, read whole and hashed) or a link target. */
+static int dkb_copy_entry(struct dkb_copy *c, const char *dst, const struct stat *s, int fd,
+			  const char *link)
+{
+	struct archive_entry *e = archive_entry_new();
+	char sha[65] = "", buf[65536];
+	sha256_ctx h = NULL;
+	uint64_t left = (uint64_t)s->st_size;
+	int r = 0;
+
+	archive_entry_set_pathname(e, dst);
+	archive_entry_set_mode(e, s->st_mode & (S_IFMT | 07777));
+	archive_entry_set_uid(e, c->chown ? c->uid : 0);
+	archive_entry_set_gid(e, c->chown ? c->gid : 0);
+	archive_entry_set_mtime(e, s->st_mtim.tv_sec, s->st_mtim.tv_nsec);
+	if (S_ISLNK(s->st_mode))
+		archive_entry_set_symlink(e, link);
+	archive_entry_set_size(e, S_ISREG(s->st_mode) ? s->st_size : 0);
+	if (archive_write_header(c->a, e) != ARCHIVE_OK) {
+		archive_entry_free(e);
+		return dkb_ar_err(c, dst);
+	}
+	archive_entry_free(e);
+	if (S_ISREG(s->st_mode)) {
+		h = sha256_begin();
+		while (left > 0) {
+			ssize_t n = read(fd, buf, left < sizeof(buf) ? left : sizeof(buf));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {   /* it shrank under us: the tar entry must stay whole */
+				r = k8_err_set(c->err, -EIO, "reading %s from the context failed",
+					       dst);
+				break;
+			}
+			sha256_add(h, buf, (size_t)n);
+			if (archive_write_data(c->a, buf, (size_t)n) != n) {
+				r = dkb_ar_err(c, dst);
+				break;
+			}
+			left -= (uint64_t)n;
+		}
+		sha256_end(h, sha);
+		if (r)
+			return r;
+	}
+	return dkb_copy_note(c, dst, s, link, sha[0] ? sha : NULL);
+}
+
+/* Is the context path excluded by .dockerignore? */
+static bool dkb_ignored(struct dkb *b, const char *rel)
+{
+	return b->ig.n && dignore_excluded(&b->ig, rel);
+}
+
+/* Copy the directory dirfd (context path `rel`) into `dst`, never following a symlink. */
+static int dkb_copy_dir(struct dkb_copy *c, int dirfd, const char *rel, const char *dst,
+			unsigned depth)
+{
+	int fd2 = dup(dirfd), r = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (depth > DKB_DEPTH_MAX)
+		return k8_err_set(c->err, -E2BIG, "%s: directories nest deeper than %u", rel,
+				  DKB_DEPTH_MAX);
+	if (fd2 < 0 || !(d = fdopendir(fd2))) {
+		if (fd2 >= 0)
+			close(fd2);
+		return k8_err_set(c->err, -errno, "%s: %s", rel, strerror(errno));
+	}
+	rewinddir(d);
+	while (!r && (de = readdir(d))) {
+		struct stat s;
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		cleanup_free char *crel = !strcmp(rel, ".") ? xstrdup(de->d_name)
+							     : xasprintf("%s/%s", rel, de->d_name);
+		cleanup_free char *cdst = dst[0] ? xasprintf("%s/%s", dst, de->d_name)
+						 : xstrdup(de->d_name);
+		if (dkb_ignored(c->b, crel))
+			continue;
+		if (fstatat(dirfd, de->d_name, &s, AT_SYMLINK_NOFOLLOW) < 0) {
+			r = k8_err_set(c->err, -errno, "%s: %s", crel, strerror(errno));
+			break;
+		}
+		if (S_ISDIR(s.st_mode)) {
+			cleanup_close int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY |
+						       O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0) {
+				r = k8_err_set(c->err, -errno, "%s: %s", crel, strerror(errno));
+				break;
+			}
+			r = dkb_copy_entry(c, cdst, &s, -1, NULL);
+			if (!r)
+				r = dkb_copy_dir(c, sub, crel, cdst, depth + 1);
+		} else if (S_ISREG(s.st_mode)) {
+			cleanup_close int f = openat(dirfd, de->d_name, O_RDONLY | O_NOFOLLOW |
+						     O_CLOEXEC);
+			if (f < 0)
+				r = k8_err_set(c->err, -errno, "%s: %s", crel, strerror(errno));
+			else
+				r = dkb_copy_entry(c, cdst, &s, f, NULL);
+		} else if (S_ISLNK(s.st_mode)) {
+			char t[4097];
+			ssize_t n = readlinkat(dirfd, de->d_name, t, sizeof(t) - 1);
+			if (n < 0) {
+				r = k8_err_set(c->err, -errno, "%s: %s", crel, strerror(errno));
+				break;
+			}
+			t[n] = '\0';
+			r = dkb_copy_entry(c, cdst, &s, -1, t);
+		}       /* the unpacker never made anything else */
+	}
+	closedir(d);
+	return r;
+}
+
+static bool dkb_is_glob(const char *s)
+{
+	return strpbrk(s, "*?[") != NULL;
+}
+
+/* ADD of a local archive: its entries under `dst`, each path checked and cleaned. */
+static int dkb_add_archive(struct dkb_copy *c, int fd, const char *dst, bool *was)
+{
+	struct archive *in = archive_read_new();
+	struct archive_entry *e;
+	int r = 0, ar;
+
+	*was = false;
+	archive_read_support_filter_all(in);
+	archive_read_support_format_tar(in);
+	archive_read_support_format_gnutar(in);
+	if (archive_read_open_fd(in, fd, 65536) != ARCHIVE_OK) {
+		archive_read_free(in);
+		lseek(fd, 0, SEEK_SET);
+		return 0;       /* not an archive: copied as a file */
+	}
+	while ((ar = archive_read_next_header(in, &e)) == ARCHIVE_OK) {
+		const char *p = archive_entry_pathname(e);
+		mode_t t = archive_entry_filetype(e);
+		char clean[4200], buf[65536];
+		sha256_ctx h;
+		char sha[65];
+		struct archive_entry *o;
+		ssize_t n;
+
+		*was = true;
+		if (!p || strlen(p) >= 4096)
+			return archive_read_free(in), k8_err_set(c->err, -EINVAL, "ADD: an entry "
+								  "of the archive has no usable name");
+		snprintf(clean, sizeof(clean), "%s", p[0] == '/' ? p + 1 : p);
+		dignore_clean(clean);
+		if (!strncmp(clean, "../", 3) || !strcmp(clean, ".."))
+			return archive_read_free(in), k8_err_set(c->err, -EPERM, "ADD: the archive's "
+								  "entry '%.200s' leaves its directory", p);
+		if (t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK)
+			continue;       /* no devices, FIFOs, sockets; hard links not kept */
+		cleanup_free char *path = !strcmp(clean, ".") ? xstrdup(dst)
+				: dst[0] ? xasprintf("%s/%s", dst, clean) : xstrdup(clean);
+		o = archive_entry_clone(e);
+		archive_entry_set_pathname(o, path);
+		archive_entry_set_uid(o, c->chown ? c->uid : archive_entry_uid(e));
+		archive_entry_set_gid(o, c->chown ? c->gid : archive_entry_gid(e));
+		archive_entry_set_uname(o, NULL);
+		archive_entry_set_gname(o, NULL);
+		archive_entry_set_hardlink(o, NULL);
+		if (t != AE_IFREG)
+			archive_entry_set_size(o, 0);
+		if (archive_write_header(c->a, o) != ARCHIVE_OK) {
+			archive_entry_free(o);
+			archive_read_free(in);
+			return dkb_ar_err(c, path);
+		}
+		h = sha256_begin();
+		while (t == AE_IFREG && (n = archive_read_data(in, buf, sizeof(buf))) > 0) {
+			sha256_add(h, buf, (size_t)n);
+			if (archive_write_data(c->a, buf, (size_t)n) != n) {
+				sha256_end(h, NULL);
+				archive_entry_free(o);
+				archive_read_free(in);
+				return dkb_ar_err(c, path);
+			}
+		}
+		sha256_end(h, sha);
+		struct stat s = { .st_mode = archive_entry_mode(o),
+				  .st_size = archive_entry_size(o) };
+		r = dkb_copy_note(c, path, &s, t == AE_IFLNK ? archive_entry_symlink(e) : NULL,
+				  t == AE_IFREG ? sha : NULL);
+		archive_entry_free(o);
+		if (r)
+			break;
+	}
+	if (!r && ar != ARCHIVE_EOF && *was)
+		r = k8_err_set(c->err, -EINVAL, "ADD: the archive is damaged: %s",
+			       archive_error_string(in) ?: "error");
+	archive_read_free(in);
+	if (!*was)
+		lseek(fd, 0, SEEK_SET);
+	return r;
+}
+
+/* One source (context path, cleaned) to `dst` (a directory when dst_dir). */
+static int dkb_copy_src(struct dkb_copy *c, const char *src, const char *dst, bool dst_dir)
+{
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+	cleanup_close int pfd = (int)syscall(SYS_openat2, c->b->ctxfd, src, &how, sizeof(how));
+	const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
+	struct stat s;
+
+	if (pfd < 0)
+		return k8_err_set(c->err, -ENOENT, "COPY failed: file not found in build context "
+				  "or excluded by .dockerignore: stat %s: %s", src, strerror(errno));
+	if (fstat(pfd, &s) < 0)
+		return k8_err_set(c->err, -errno, "%s: %s", src, strerror(errno));
+	if (S_ISDIR(s.st_mode)) {
+		how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+		cleanup_close int dfd = (int)syscall(SYS_openat2, c->b->ctxfd, src, &how,
+						     sizeof(how));
+		if (dfd < 0)
+			return k8_err_set(c->err, -errno, "%s: %s", src, strerror(errno));
+		if (dst[0]) {
+			struct stat ds = s;     /* the destination directory: root's, 0755 */
+			ds.st_mode = S_IFDIR | 0755;
+			int r = dkb_copy_entry(c, dst, &ds, -1, NULL);
+			if (r)
+				return r;
+		}
+		return dkb_copy_dir(c, dfd, src, dst, 0);
+	}
+	if (!S_ISREG(s.st_mode))
+		return k8_err_set(c->err, -EINVAL, "COPY failed: %s is not a file or a directory",
+				  src);
+	if (dkb_ignored(c->b, src))
+		return k8_err_set(c->err, -ENOENT, "COPY failed: file not found in build context "
+				  "or excluded by .dockerignore: stat %s: file does not exist", src);
+	how.flags = O_RDONLY | O_CLOEXEC;
+	cleanup_close int fd = (int)syscall(SYS_openat2, c->b->ctxfd, src, &how, sizeof(how));
+	if (fd < 0)
+		return k8_err_set(c->err, -errno, "%s: %s", src, strerror(errno));
+	if (c->add) {
+		bool was;
+		int r = dkb_add_archive(c, fd, dst, &was);
+		if (r || was)
+			return r;
+	}
+	cleanup_free char *to = !dst_dir ? xstrdup(dst) : dst[0] ? xasprintf("%s/%s", dst, base)
+								 : xstrdup(base);
+	return dkb_copy_entry(c, to, &s, fd, NULL);
+}
+
+/* Context paths matching a glob, at any depth, not below an earlier match. */
+static int dkb_glob(struct dkb_copy *c, int dirfd, const char *rel, const char *pat,
+		    struct df_strv *out, unsigned depth)
+{
+	int fd2 = dup(dirfd), r = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (depth > DKB_DEPTH_MAX || fd2 < 0 || !(d = fdopendir(fd2))) {
+		if (fd2 >= 0)
+			close(fd2);
+		return 0;
+	}
+	while (!r && (de = readdir(d))) {
+		struct stat s;
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		cleanup_free char *crel = rel[0] ? xasprintf("%s/%s", rel, de->d_name)
+						 : xstrdup(de->d_name);
+		if (dignore_glob(pat, crel) == 1) {
+			if (out->n >= DKB_FILES_MAX)
+				r = k8_err_set(c->err, -E2BIG, "%s matches too many files", pat);
+			else
+				out->v = realloc(out->v, (out->n + 1) * sizeof(char *)),
+				out->v[out->n++] = xstrdup(crel);
+			continue;
+		}
+		if (fstatat(dirfd, de->d_name, &s, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(s.st_mode)) {
+			cleanup_close int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY |
+						       O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0)
+				r = dkb_glob(c, sub, crel, pat, out, depth + 1);
+		}
+	}
+	closedir(d);
+	return r;
+}
+
+/* --chown=UID[:GID] (numbers, or root). */
+static int dkb_chown(const char *spec, uint32_t *uid, uint32_t *gid, struct k8_err *err)
+{
+	char u[64] = "", g[64] = "";
+	const char *colon = strchr(spec, ':');
+	char *end;
+	unsigned long v;
+
+	snprintf(u, sizeof(u), "%.*s", colon ? (int)(colon - spec) : (int)strlen(spec), spec);
+	snprintf(g, sizeof(g), "%s", colon ? colon + 1 : u);
+	for (int i = 0; i < 2; i++) {
+		const char *s = i ? g : u;
+		if (!strcmp(s, "root")) {
+			v = 0;
+		} else {
+			errno = 0;
+			v = strtoul(s, &end, 10);
+			if (!*s || *end || errno || v > 0xfffffffful)
+				return k8_err_set(err, -ENOTSUP, "--chown=%.64s: kosa8 takes numeric "
+						  "ids (or root) only; user and group names are "
+						  "not looked up in the image", spec);
+		}
+		*(i ? gid : uid) = (uint32_t)v;
+	}
+	return 0;
+}
+
+/* The layer of a COPY/ADD step into the open file `fd`; its content digest out. */
+static int dkb_copy(struct dkb *b, const struct df_state *st, const struct df_step *s, int fd,
+		    char digest[65], struct k8_err *err)
+{
+	struct dkb_copy c = { .b = b, .err = err, .add = s->kind == DF_ADD };
+	const char *dest = s->argv.v[s->argv.n - 1];
+	char dst[8192];
+	size_t nsrc = s->argv.n - 1;
+	bool dst_dir;
+	int r = 0;
+
+	if (s->chown && (r = dkb_chown(s->chown, &c.uid, &c.gid, err)))
+		return r;
+	c.chown = s->chown != NULL;
+	/* The destination: absolute, or below the WORKDIR; cleaned; without its '/'. */
+	if (dest[0] == '/')
+		snprintf(dst, sizeof(dst), "%s", dest + 1);
+	else
+		snprintf(dst, sizeof(dst), "%s/%s", st->workdir ? st->workdir + 1 : "", dest);
+	dst_dir = nsrc > 1 || dest[strlen(dest) - 1] == '/' || !strcmp(dest, ".");
+	dignore_clean(dst);
+	while (!strncmp(dst, "../", 3))         /* nothing climbs above / */
+		memmove(dst, dst + 3, strlen(dst + 3) + 1);
+	if (!strcmp(dst, ".") || !strcmp(dst, ".."))
+		dst[0] = '\0';
+	c.a = archive_write_new();
+	archive_write_set_format_pax_restricted(c.a);
+	if (archive_write_open_fd(c.a, fd) != ARCHIVE_OK) {
+		r = dkb_ar_err(&c, "open");
+		goto out;
+	}
+	for (size_t i = 0; i < nsrc && !r; i++) {
+		char src[4200];
+		snprintf(src, sizeof(src), "%s", s->argv.v[i][0] == '/' ? s->argv.v[i] + 1
+									  : s->argv.v[i]);
+		dignore_clean(src);
+		if (!strcmp(src, "..") || !strncmp(src, "../", 3)) {
+			r = k8_err_set(err, -EPERM, "COPY failed: forbidden path outside the build "
+				       "context: %s", s->argv.v[i]);
+			break;
+		}
+		if (dkb_is_glob(src)) {
+			struct df_strv m = { 0 };
+			r = dkb_glob(&c, b->ctxfd, "", src, &m, 0);
+			if (!r && !m.n)
+				r = k8_err_set(err, -ENOENT, "COPY failed: no source files were "
+					       "specified (%s matches nothing)", src);
+			for (size_t k = 0; k < m.n; k++) {
+				if (!r)
+					r = dkb_copy_src(&c, m.v[k], dst, dst_dir || m.n > 1);
+				free(m.v[k]);
+			}
+			free(m.v);
+		} else {
+			r = dkb_copy_src(&c, src, dst, dst_dir);
+		}
+	}
+	if (!r && archive_write_close(c.a) != ARCHIVE_OK)
+		r = dkb_ar_err(&c, "close");
+	if (!r && df_content_digest(c.files, c.n, digest))
+		r = k8_err_set(err, -EINVAL, "COPY: a path in the context is not text");
+out:
+	dkb_copy_free(&c);
+	return r;
+}
+
+/* ---- RUN: a container in the build's own sandbox, its writable layer taken back ---- */
+
+/* Output of the RUN's process as stream lines; bytes that are not UTF-8 become '?'. */
+static void dkb_output(struct dkb *b, const unsigned char *p, size_t n)
+{
+	json_t *v;
+
+	if (b->quiet || !n)
+		return;
+	v = json_stringn(p ? (const char *)p : "", n);
+	if (!v) {
+		char *t = xmalloc(n + 1);
+		for (size_t i = 0; i < n; i++)
+			t[i] = p[i] < 0x80 && p[i] ? (char)p[i] : '?';
+		v = json_stringn(t, n);
+		free(t);
+	}
+	if (v)
+		api_job_progress(b->j, json_pack("{s:o}", "stream", v));
+}
+
+static void dkb_rand_id(char out[13])
+{
+	unsigned char r[6] = { 0 };
+
+	if (getrandom(r, sizeof(r), 0) != sizeof(r)) {
+		uint64_t t = now_real_ns();
+		memcpy(r, &t, sizeof(r));
+	}
+	k8_hex(r, sizeof(r), out);
+	out[12] = '\0';
+}
+
+/* Check the layer the guest sent (hostile: the RUN's process wrote that tree): every
+ * path relative, cleaned, without `..`, at most 4096 bytes and 256 components; only
+ * files, directories, symlinks and hard links to earlier entries; sizes within the cap. */
+static int dkb_check_layer(int fd, struct k8_err *err)
+{
+	struct archive *a = archive_read_new();
+	struct archive_entry *e;
+	uint64_t total = 0;
+	unsigned n = 0;
+	int r = 0, ar;
+
+	archive_read_support_format_tar(a);
+	archive_read_support_format_gnutar(a);
+	lseek(fd, 0, SEEK_SET);
+	if (archive_read_open_fd(a, fd, 65536) != ARCHIVE_OK) {
+		r = k8_err_set(err, -EINVAL, "the RUN's layer is not a tar: %s",
+			       archive_error_string(a) ?: "error");
+		goto out;
+	}
+	while ((ar = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+		const char *p = archive_entry_pathname(e), *hl = archive_entry_hardlink(e);
+		mode_t t = archive_entry_filetype(e);
+		char clean[4200];
+		unsigned depth = 0;
+
+		if (++n > DKB_LAYER_ENTRIES) {
+			r = k8_err_set(err, -E2BIG, "the RUN's layer has more than %u entries",
+				       DKB_LAYER_ENTRIES);
+			break;
+		}
+		for (int k = 0; k < 2 && !r; k++) {
+			const char *q = k ? hl : p;
+			if (k && !q)
+				break;
+			if (!q || !*q || strlen(q) >= 4096 || q[0] == '/') {
+				r = k8_err_set(err, -EPERM, "the RUN's layer has an entry with a bad "
+					       "name");
+				break;
+			}
+			snprintf(clean, sizeof(clean), "%s", q);
+			dignore_clean(clean);
+			if (!strcmp(clean, "..") || !strncmp(clean, "../", 3)) {
+				r = k8_err_set(err, -EPERM, "the RUN's layer has an entry leaving "
+					       "the root: %.200s", q);
+				break;
+			}
+			for (const char *c = clean; *c; c++)
+				depth += *c == '/';
+			if (depth >= 256)
+				r = k8_err_set(err, -EPERM, "the RUN's layer nests deeper than 256");
+		}
+		if (r)
+			break;
+		if (hl && t != AE_IFREG && t != 0) {
+			r = k8_err_set(err, -EPERM, "the RUN's layer has a malformed hard link");
+			break;
+		}
+		if (!hl && t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK) {
+			r = k8_err_set(err, -ENOTSUP, "the RUN step made %.200s, a device, FIFO or "
+				       "socket: kosa8 does not keep those in an image", p);
+			break;
+		}
+		if (archive_entry_size(e) < 0 ||
+		    (total += (uint64_t)archive_entry_size(e)) > DKB_LAYER_MAX) {
+			r = k8_err_set(err, -EFBIG, "the RUN's layer is larger than %llu bytes",
+				       (unsigned long long)DKB_LAYER_MAX);
+			break;
+		}
+	}
+	if (!r && ar != ARCHIVE_EOF)
+		r = k8_err_set(err, -EINVAL, "the RUN's layer is damaged: %s",
+			       archive_error_string(a) ?: "error");
+out:
+	archive_read_free(a);
+	return r;
+}
+
+/* The build's sandbox, running, with the current image attached (a fresh sandbox once
+ * the one in use has no free image slot). A reference for the caller (sb_put). */
+static struct sandbox *dkb_sandbox(struct dkb *b, struct vm_image *img, struct k8_err *err)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		struct sandbox *sb;
+		json_t *icfg = NULL;
+		int r;
+
+		if (!b->sbname[0]) {
+			char id[13];
+			dkb_rand_id(id);
+			snprintf(b->sbname, sizeof(b->sbname), "dkb-%s", id);
+			dkb_say(b, " ---> Starting build sandbox %s\n", b->sbname);
+		}
+		sb = dke_get(b->d, b->sbname, err);
+		if (!sb)
+			return NULL;
+		r = sb_image_for_run(b->d, sb, b->mdg, img, &icfg, err);
+		json_decref(icfg);
+		if (!r)
+			return sb;
+		sb_put(b->d, sb);
+		if (r != -ENOSPC || attempt)
+			return NULL;
+		k8_err_clear(err);      /* every slot taken: a new sandbox */
+		sb_remove(b->d, b->sbname, false, err);
+		k8_err_clear(err);
+		b->sbname[0] = '\0';
+	}
+	return NULL;
+}
+
+/* Copy the exited container's layer into fd (capped). */
+static int dkb_take_layer(struct dkb *b, struct sandbox *sb, const char *ctr, int fd,
+			  struct k8_err *err)
+{
+	struct archive_xfer *x = NULL;
+	char *buf;
+	uint64_t total = 0;
+	ssize_t n;
+	int r = archive_layer_open(b->d, sb, ctr, &x, err);
+
+	if (r)
+		return r;
+	buf = xmalloc(65536);
+	while ((n = archive_get_read(x, buf, 65536, err)) > 0) {
+		if ((total += (uint64_t)n) > DKB_LAYER_MAX + (64u << 20)) {
+			r = k8_err_set(err, -EFBIG, "the RUN's layer is larger than %llu bytes",
+				       (unsigned long long)DKB_LAYER_MAX);
+			break;
+		}
+		if ((r = write_full(fd, buf, (size_t)n))) {
+			k8_err_set(err, r, "writing the RUN's layer: %s", strerror(-r));
+			break;
+		}
+	}
+	if (!r && n < 0)
+		r = (int)n;
+	free(buf);
+	archive_close(x);
+	return r ? r : dkb_check_layer(fd, err);
+}
+
+/* Run the step's command in a container of the current image; its layer into fd. */
+static int dkb_run_cmd(struct dkb *b, const struct df_step *s, int fd, struct k8_err *err)
+{
+	struct vm_image img;
+	struct sandbox *sb = dkb_sandbox(b, &img, err);
+	json_t *c, *argv, *env, *req, *resp = NULL, *exit_info = NULL, *v;
+	const char *wd, *user;
+	struct stream *st = NULL;
+	struct agentlink *l;
+	char ctr[13];
+	size_t i;
+	int r, code;
+
+	if (!sb)
+		return err->code ? err->code : -EIO;
+	dkb_rand_id(ctr);
+	c = dkb_cfg(b);
+	argv = dkb_argv(s);
+	env = json_array();
+	json_array_foreach(json_object_get(c, "Env"), i, v)
+		if (json_is_string(v))
+			json_array_append(env, v);
+	for (i = 0; i < s->run_env.n; i++)
+		json_array_append_new(env, json_string(s->run_env.v[i]));
+	wd = json_string_value(json_object_get(c, "WorkingDir"));
+	user = json_string_value(json_object_get(c, "User"));
+	req = json_pack("{s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:b,s:b,s:b,s:s,s:[]}", "op", "run",
+			"container", ctr, "image", img.digest, "argv", argv, "env", env, "cwd",
+			wd && *wd ? wd : "/", "user", user && *user ? user : "0", "stdin", 0, "rm",
+			0, "detach", 0, "netns", "vm", "binds");
+	dkb_say(b, " ---> Running in %s\n", ctr);
+	r = sb_agent_request(sb, req, DKB_RUN_START_MS, &resp, &st, err);
+	json_decref(req);
+	json_decref(resp);
+	if (r) {
+		sb_put(b->d, sb);
+		return r;
+	}
+	l = &sb->link;
+	for (;;) {
+		struct sframe *f;
+		struct pollfd pfd;
+		bool done, broken;
+
+		while ((f = link_stream_pop(l, st))) {
+			size_t len = f->len;
+			if (len && (f->type == PROTO_STDOUT || f->type == PROTO_STDERR))
+				dkb_output(b, f->data, len);
+			free(f);
+			if (len)
+				link_stream_consumed(l, st, len);
+		}
+		pthread_mutex_lock(&l->lock);
+		done = st->exited && !st->head;
+		broken = l->broken && !st->exited;
+		if (done)
+			exit_info = json_incref(st->exit_info);
+		pthread_mutex_unlock(&l->lock);
+		if (done || broken)
+			break;
+		pfd = (struct pollfd){ .fd = st->efd, .events = POLLIN };
+		if (poll(&pfd, 1, 1000) > 0) {
+			uint64_t x;
+			(void)!read(st->efd, &x, sizeof(x));
+		}
+	}
+	link_stream_close(l, st);
+	code = exit_info ? (int)json_integer_value(json_object_get(exit_info, "code")) : -1;
+	if (!exit_info) {
+		r = k8_err_set(err, -EIO, "the build sandbox's VM or agent went away during RUN");
+	} else if (code != 0) {
+		cleanup_free char *cmd = NULL;
+		json_t *a = dkb_argv(s);
+		cmd = s->json ? json_dumps(a, JSON_COMPACT) : xasprintf("/bin/sh -c %s",
+									 s->argv.n ? s->argv.v[0] : "");
+		json_decref(a);
+		r = k8_err_set(err, -ECANCELED, "The command '%s' returned a non-zero code: %d%s",
+			       cmd ? cmd : "?", code,
+			       json_is_true(json_object_get(exit_info, "oom")) ? " (out of memory)"
+			       : "");
+	} else {
+		r = dkb_take_layer(b, sb, ctr, fd, err);
+	}
+	json_decref(exit_info);
+	req = json_pack("{s:s,s:s}", "op", "rm", "container", ctr);
+	{
+		struct k8_err e2 = { 0 };
+		json_t *rr = NULL;
+		sb_agent_request(sb, req, 30000, &rr, NULL, &e2);
+		json_decref(rr);
+	}
+	json_decref(req);
+	dkb_say(b, " ---> Removed intermediate container %s\n", ctr);
+	sb_put(b->d, sb);
+	return r;
+}
+
+/* ---- the job ---- */
+
+static int dkb_step(struct dkb *b, struct df_state *st, const struct df_step *s,
+		    struct k8_err *err)
+{
+	char key[65], digest[65];
+	cleanup_close int fd = -1;
+	int r;
+
+	if (s->kind == DF_RUN || s->kind == DF_COPY || s->kind == DF_ADD) {
+		cleanup_free char *tmp = xasprintf("%s/layer.tar", b->dir);
+		unlink(tmp);
+		fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return k8_err_set(err, -errno, "%s: %s", tmp, strerror(errno));
+		unlink(tmp);
+	}
+	if (s->kind == DF_COPY || s->kind == DF_ADD) {
+		r = dkb_copy(b, st, s, fd, digest, err);
+		if (r)
+			return r;
+	}
+	if (df_step_key(b->id, s, s->kind != DF_RUN && fd >= 0 ? digest : NULL, key))
+		return k8_err_set(err, -ENOMEM, "step key: out of memory");
+	if (dkb_cached(b, key)) {
+		dkb_say(b, " ---> Using cache\n");
+		return 0;
+	}
+	if (s->kind == DF_RUN) {
+		if (!b->mdg[0])
+			return k8_err_set(err, -ENOTSUP, "Dockerfile line %u: RUN on an image FROM "
+					  "scratch with no layer: there is no shell to run", s->line);
+		r = dkb_run_cmd(b, s, fd, err);
+		if (r)
+			return r;
+	}
+	dkb_apply_meta(b, st, s);
+	cleanup_free char *by = xasprintf("%s%.4000s", fd >= 0 ? "" : "/bin/sh -c #(nop) ",
+					  s->key_text);
+	return dkb_commit(b, by, fd, key, err);
+}
+
+static int dkb_run(struct dkb *b, json_t *body, json_t **result, struct k8_err *err)
+{
+	const char *dfname = json_string_value(json_object_get(body, "dockerfile")) ?: "Dockerfile";
+	const char *tag = json_string_value(json_object_get(body, "t"));
+	json_t *bargs = json_object_get(body, "buildargs"), *labels = json_object_get(body, "labels");
+	cleanup_free char *text = NULL, *igt = NULL, *ctxtar = xasprintf("%s/context.tar", b->dir);
+	cleanup_free char *ctxdir = xasprintf("%s/ctx", b->dir);
+	const char **keys, **vals, *k;
+	struct dockerfile *df = NULL;
+	struct df_state st;
+	bool have_state = false;
+	size_t len, nb = 0;
+	json_t *v;
+	int r;
+
+	if (mkdir(ctxdir, 0700) < 0 ||
+	    (b->ctxfd = open(ctxdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return k8_err_set(err, -errno, "%s: %s", ctxdir, strerror(errno));
+	r = image_unpack_layer(b->ctxfd, ctxtar, DKB_UNPACK_MAX, err);
+	unlink(ctxtar);
+	if (r)
+		return k8_err_wrap(err, "the build context was refused");
+	r = dkb_read_ctx(b, dfname, DF_MAX_SIZE, &text, &len, err);
+	if (r)
+		return k8_err_wrap(err, "Cannot locate specified Dockerfile");
+	if (dkb_read_ctx(b, ".dockerignore", DIGNORE_FILE_MAX, &igt, &len, err) == 0) {
+		if ((r = dignore_parse(igt, len, &b->ig, err)))
+			return k8_err_wrap(err, ".dockerignore");
+	}
+	k8_err_clear(err);
+	r = df_parse(text, strlen(text), &df, err);
+	if (r)
+		return r;
+	keys = xcalloc(json_object_size(bargs) + 1, sizeof(*keys));
+	vals = xcalloc(json_object_size(bargs) + 1, sizeof(*vals));
+	json_object_foreach(bargs, k, v) {
+		keys[nb] = k;
+		vals[nb++] = json_string_value(v);
+	}
+	r = df_state_init(&st, df, keys, vals, nb);
+	free(keys);
+	free(vals);
+	if (r) {
+		df_free(df);
+		return k8_err_set(err, r, "too many build args");
+	}
+	have_state = true;
+	for (size_t i = 0; i < df->n && !r; i++) {
+		struct df_step s;
+		dkb_say(b, "Step %zu/%zu : %s\n", i + 1, df->n, df->inst[i].original);
+		r = df_step(&st, &df->inst[i], &s, err);
+		if (r)
+			break;
+		if (s.kind == DF_FROM) {
+			const char **env;
+			json_t *ev;
+			size_t ne = 0, x;
+			r = dkb_from(b, s.argv.v[0], err);
+			if (!r) {
+				json_t *cfg = dkb_cfg(b);
+				ev = json_object_get(cfg, "Env");
+				env = xcalloc(json_array_size(ev) + 1, sizeof(*env));
+				json_array_foreach(ev, x, v)
+					if (json_is_string(v))
+						env[ne++] = json_string_value(v);
+				r = df_state_set_env(&st, env, ne);
+				free((void *)env);
+				if (!r)
+					r = df_state_set_workdir(&st, json_string_value(
+							json_object_get(cfg, "WorkingDir")));
+				if (r)
+					k8_err_set(err, r, "the base image's Env");
+			}
+		} else if (s.kind != DF_ARG) {
+			r = dkb_step(b, &st, &s, err);
+		}
+		df_step_free(&s);
+		if (!r)
+			dkb_say(b, " ---> %.12s\n", b->id[0] ? b->id + 7 : "scratch");
+	}
+	if (!r && !b->id[0])
+		r = k8_err_set(err, -EINVAL, "No image was generated. Is your Dockerfile empty?");
+	if (!r && json_object_size(labels)) {
+		json_t *c = dkb_cfg(b), *l = json_object_get(c, "Labels");
+		char key[65];
+		cleanup_free char *lt = json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS);
+		cleanup_free char *kin = xasprintf("%s labels %s", b->id, lt ? lt : "");
+		if (!json_is_object(l))
+			json_object_set_new(c, "Labels", (l = json_object()));
+		json_object_update(l, labels);
+		sha256_hex(kin, strlen(kin), key);
+		r = dkb_commit(b, "LABEL (build request)", -1, key, err);
+	}
+	if (!r) {
+		const char *unused[8];
+		size_t nu = df_state_unused(&st, unused, 8);
+		for (size_t i = 0; i < nu && i < 8; i++)
+			dkb_say(b, "[Warning] One or more build-args [%s] were not consumed\n",
+				unused[i]);
+	}
+	if (have_state)
+		df_state_free(&st);
+	df_free(df);
+	if (r)
+		return r;
+	api_job_progress(b->j, json_pack("{s:{s:s}}", "aux", "ID", b->id));
+	dkb_say(b, "Successfully built %.12s\n", b->id + 7);
+	if (tag) {
+		char norm[512], fam[512];
+		r = image_tag(b->d->images, b->id, tag, err);
+		if (r)
+			return r;
+		image_ref_normalize(tag, norm, sizeof(norm), err);
+		docker_familiar(norm, fam, sizeof(fam));
+		dkb_say(b, "Successfully tagged %s\n", fam);
+	}
+	*result = json_pack("{s:s,s:s?}", "id", b->id, "tag", tag);
+	return 0;
+}
+
+static int dkb_job(struct api_job *j, json_t **result, struct k8_err *err)
+{
+	struct dkb b = { .j = j, .d = j->d, .ctxfd = -1 };
+	const char *dir = json_string_value(json_object_get(j->body, "dir"));
+	json_t *res = NULL;
+	int r;
+
+	if (!dir)
+		return k8_err_set(err, -EINVAL, "no build context");
+	b.dir = xstrdup(dir);
+	b.quiet = json_is_true(json_object_get(j->body, "q"));
+	b.nocache = json_is_true(json_object_get(j->body, "nocache"));
+	image_hold(j->d->images);
+	r = dkb_run(&b, j->body, &res, err);
+	image_release(j->d->images);
+	if (b.sbname[0]) {
+		struct k8_err e2 = { 0 };
+		sb_remove(j->d, b.sbname, false, &e2);
+	}
+	if (!r) {
+		daemon_audit(j->d, "image.build", NULL,
+			     json_pack("{s:O,s:O,s:s}", "id", json_object_get(res, "id"), "ref",
+				       json_object_get(res, "tag"), "via", "docker"));
+		*result = res;
+	}
+	if (b.ctxfd >= 0)
+		close(b.ctxfd);
+	dignore_free(&b.ig);
+	json_decref(b.manifest);
+	json_decref(b.config);
+	rm_rf(b.dir);
+	free(b.dir);
+	return r;
+}
