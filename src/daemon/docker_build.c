@@ -1134,8 +1134,7 @@ static int dkb_run_cmd(struct dkb *b, const struct df_step *s, int fd, struct k8
 			wd && *wd ? wd : "/", "user", user && *user ? user : "0", "stdin", 0, "rm",
 			0, "detach", 0, "netns", "vm", "binds");
 	dkb_say(b, " ---> Running in %s\n", ctr);
-	r = sb_agent_request(sb, req, DKB_RUN_START_MS, &resp, &st, err);
-	json_decref(req);
+	r = sb_agent_request(sb, req, DKB_RUN_START_MS, &resp, &st, err);      /* takes req */
 	json_decref(resp);
 	if (r) {
 		sb_put(b->d, sb);
@@ -1191,10 +1190,9 @@ static int dkb_run_cmd(struct dkb *b, const struct df_step *s, int fd, struct k8
 	{
 		struct k8_err e2 = { 0 };
 		json_t *rr = NULL;
-		sb_agent_request(sb, req, 30000, &rr, NULL, &e2);
+		sb_agent_request(sb, req, 30000, &rr, NULL, &e2);     /* takes req */
 		json_decref(rr);
 	}
-	json_decref(req);
 	dkb_say(b, " ---> Removed intermediate container %s\n", ctr);
 	sb_put(b->d, sb);
 	return r;
