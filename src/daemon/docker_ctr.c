@@ -41,6 +41,7 @@
 #include "docker/stream.h"
 #include "image/image.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -886,6 +887,23 @@ static int dkc_ports_up(struct daemon *d, struct sandbox *sb, struct dkc *c, str
 	return r;
 }
 
+/* The agent's "exec /x: No such file or directory" in the words of Docker's runtime:
+ * the docker CLI picks `docker run`'s exit code (127, 126) from the lower-case errno text
+ * ("no such file or directory", "permission denied") in the answer. */
+static void dkc_runtime_wording(struct k8_err *err)
+{
+	char msg[sizeof(err->msg)];
+	char *tail;
+	int code = err->code;
+
+	snprintf(msg, sizeof(msg), "%s", err->msg);
+	tail = strrchr(msg, ':');
+	for (tail = tail ? tail : msg; *tail; tail++)
+		*tail = (char)tolower((unsigned char)*tail);
+	k8_err_clear(err);
+	k8_err_set(err, code, "OCI runtime create failed: %s", msg);
+}
+
 /* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
 static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 {
@@ -972,6 +990,8 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);    /* takes req */
 	if (r) {
 		close(logfd);
+		if (r == -ENOENT || r == -EACCES || r == -ENOEXEC)
+			dkc_runtime_wording(err);
 		goto fail_pipe;
 	}
 	if (pipefd[0] >= 0)
@@ -1019,6 +1039,29 @@ fail:
 	return r;
 }
 
+/* A start that failed, as moby records it: the container stays created, with the exit
+ * code a shell would give (127 not found, 126 not runnable, else 128) and the error in
+ * its state; one made with AutoRemove goes (`docker run --rm` waits for that, and
+ * waited forever when it did not). */
+static void dkc_start_failed(struct daemon *d, struct dkc *c, int r, const char *msg)
+{
+	bool autorm;
+
+	pthread_mutex_lock(&dk.lock);
+	if (c->state == DKC_RUNNING || c->removing || c->removed) {
+		pthread_mutex_unlock(&dk.lock);
+		return;
+	}
+	c->exit_code = r == -ENOENT ? 127 : (r == -EACCES || r == -ENOEXEC) ? 126 : 128;
+	snprintf(c->error, sizeof(c->error), "%s", msg);
+	autorm = json_is_true(json_object_get(c->host, "AutoRemove"));
+	dkc_save_locked(c);
+	dkc_notify_locked(c);
+	pthread_mutex_unlock(&dk.lock);
+	if (autorm)
+		dkc_rm_now(d, c, NULL);
+}
+
 int dkc_api_start(struct api_call *call)
 {
 	struct dkc *c;
@@ -1027,6 +1070,8 @@ int dkc_api_start(struct api_call *call)
 	if ((r = dkc_find_call(call, &c)))
 		return r;
 	r = dkc_start(call->d, c, &call->err);
+	if (r < 0)
+		dkc_start_failed(call->d, c, r, call->err.msg);
 	dkc_unref(c);
 	if (r < 0)
 		return r;

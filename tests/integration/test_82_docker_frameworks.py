@@ -101,3 +101,20 @@ def test_openai_agents_sdk_sequence(dk):
     s.settimeout(5)
     assert s.connect_ex(("127.0.0.1", port)) != 0, "port still open after the remove"
     s.close()
+
+
+def test_run_of_a_missing_command(dk):
+    """A start that fails: `docker run --rm` reports it and returns at once (it waits for
+    the removal, and waited forever when the container stayed), nothing is left; without
+    --rm the container stays, created, with moby's exit code and the error."""
+    import json
+    t0 = time.time()
+    p = docker(dk, "run", "--rm", IMG, "/no/such/cmd", timeout=120)
+    assert p.returncode == 127 and "/no/such/cmd" in p.stderr, (p.returncode, p.stderr)
+    assert time.time() - t0 < 60
+    assert ok(docker(dk, "ps", "-aq")) == ""
+    p = docker(dk, "run", "--name", "nocmd", IMG, "/no/such/cmd", timeout=120)
+    assert p.returncode == 127, (p.returncode, p.stderr)
+    st = json.loads(ok(docker(dk, "inspect", "nocmd")))[0]["State"]
+    assert st["ExitCode"] == 127 and "/no/such/cmd" in st["Error"], st
+    ok(docker(dk, "rm", "nocmd"))
