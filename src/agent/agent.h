@@ -119,6 +119,7 @@ struct proc {
 	int force_eof;         /* grace over: an empty pipe counts as EOF */
 	uint64_t oom_base;     /* memory.events oom_kill when it started */
 	int helper;            /* an archive helper (archive.c): killed when the host goes */
+	int tty;               /* out.fd (and in.fd) are a pty master: no separate stderr */
 	int dead;
 };
 
@@ -304,6 +305,8 @@ void proc_event(struct agent *a, struct watch *w, uint32_t events);
 void proc_stdin(struct agent *a, uint32_t stream, const unsigned char *p, size_t n, int eof);
 void proc_credit(struct agent *a, uint32_t stream, uint32_t n);
 void proc_signal(struct agent *a, uint32_t stream, uint32_t sig);
+/* Set the window size of p's pty (TIOCSWINSZ; the kernel sends SIGWINCH). */
+int proc_resize(struct proc *p, unsigned rows, unsigned cols, struct k8_err *err);
 /* A child was reaped: 1 when it was one of ours. */
 int proc_reaped(struct agent *a, pid_t pid, int status);
 /* The host went away: streams lose their ids, output goes to the container log. */
@@ -355,6 +358,9 @@ struct launch {
 	const char *user;      /* "user[:group]", names or numbers, checked by req.c; resolved
 				  in the container (its /etc/passwd and /etc/group) */
 	int want_stdin;        /* a pipe; else /dev/null */
+	int tty;               /* "stdin":"tty": a pseudo-terminal for stdin, stdout and
+				  stderr, the controlling terminal of a new session */
+	unsigned short rows, cols; /* its first window size ("tty_size"); 0: the kernel's */
 	int detach;            /* no stdin at all */
 	/* run: a new container (namespaces, overlay root) */
 	const char *ctr_id;
@@ -370,7 +376,8 @@ struct launch {
 
 struct launch_out {
 	pid_t pid;
-	int in_fd, out_fd, err_fd; /* agent's ends, nonblocking; in_fd -1 without stdin */
+	int in_fd, out_fd, err_fd; /* agent's ends, nonblocking; in_fd -1 without stdin;
+				      with a tty: out_fd the master, in_fd a dup of it, err_fd -1 */
 };
 
 int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, struct k8_err *err);

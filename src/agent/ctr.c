@@ -275,6 +275,7 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 	a->ctrs = c;
 	cg_open_events(a, c);
 	p = proc_new(a, o.pid, detach ? 0 : reqid, c, o.in_fd, o.out_fd, o.err_fd);
+	p->tty = l->tty;
 	p->is_init = 1;
 	c->init = p;
 	*pid = o.pid;
@@ -296,7 +297,7 @@ int ctr_exec(struct agent *a, uint32_t reqid, struct ctr *c, struct launch *l, p
 	l->no_new_privs = c->no_new_privs;
 	if ((r = launch_start(a, l, &o, err)) < 0)
 		return r;
-	proc_new(a, o.pid, reqid, c, o.in_fd, o.out_fd, o.err_fd);
+	proc_new(a, o.pid, reqid, c, o.in_fd, o.out_fd, o.err_fd)->tty = l->tty;
 	*pid = o.pid;
 	return 0;
 }

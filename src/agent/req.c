@@ -170,6 +170,31 @@ static int req_user(json_t *o, struct launch *l, struct k8_err *err)
 	return 0;
 }
 
+/* "stdin": false (/dev/null), true (a pipe) or "tty" (a pseudo-terminal for all three,
+ * with "tty_size": [rows, cols] optionally). "tty" is a string so that an agent that
+ * predates it refuses the request (its stdin must be a boolean) instead of running the
+ * process without a terminal. */
+static int req_stdin(json_t *o, struct launch *l, struct k8_err *err)
+{
+	json_t *v = json_object_get(o, "stdin"), *sz = json_object_get(o, "tty_size");
+
+	if (!json_is_string(v) || strcmp(json_string_value(v), "tty"))
+		return req_bool(o, "stdin", &l->want_stdin, err);
+	l->tty = l->want_stdin = 1;
+	if (!sz || json_is_null(sz))
+		return 0;
+	if (!json_is_array(sz) || json_array_size(sz) != 2 ||
+	    !json_is_integer(json_array_get(sz, 0)) || !json_is_integer(json_array_get(sz, 1)) ||
+	    json_integer_value(json_array_get(sz, 0)) < 0 ||
+	    json_integer_value(json_array_get(sz, 0)) > 65535 ||
+	    json_integer_value(json_array_get(sz, 1)) < 0 ||
+	    json_integer_value(json_array_get(sz, 1)) > 65535)
+		return k8_err_set(err, -EINVAL, "field 'tty_size' must be [rows, cols], each 0..65535");
+	l->rows = (unsigned short)json_integer_value(json_array_get(sz, 0));
+	l->cols = (unsigned short)json_integer_value(json_array_get(sz, 1));
+	return 0;
+}
+
 /* The fields run and exec share: argv, env, cwd, user, stdin. */
 static int req_launch(json_t *o, struct launch *l, struct k8_err *err)
 {
@@ -196,7 +221,7 @@ static int req_launch(json_t *o, struct launch *l, struct k8_err *err)
 	l->cwd = cwd && *cwd ? cwd : "/";
 	if ((r = req_user(o, l, err)) < 0)
 		return r;
-	return req_bool(o, "stdin", &l->want_stdin, err);
+	return req_stdin(o, l, err);
 }
 
 static void req_launch_free(struct launch *l)
@@ -445,7 +470,7 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 	if ((r = fs_binds_parse(a, json_object_get(req, "binds"), &l, err)) < 0)
 		goto out;
 	if (detach)
-		l.want_stdin = 0;
+		l.want_stdin = 0; /* a detached tty keeps its terminal; nobody writes to it */
 	l.detach = detach;
 	r = ctr_run(a, id, cid, hex, json_object_get(req, "argv"), &l, auto_rm, detach, &pid, err);
 	if (r == 0)
@@ -498,6 +523,37 @@ static int req_ctr(struct agent *a, json_t *req, struct ctr **c, struct k8_err *
 	*c = ctr_find(a, cid);
 	if (!*c)
 		return k8_err_set(err, -ENOENT, "no such container %s", cid);
+	return 0;
+}
+
+/* {"op":"resize","stream":N} (a run or exec stream) or {"container":id} (its init),
+ * "rows", "cols": the window size of the process's pty. */
+static int req_resize(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	long long stream, rows, cols;
+	struct proc *p = NULL;
+	int r;
+
+	if ((r = req_int(req, "stream", 0, UINT32_MAX, 0, &stream, err)) < 0 ||
+	    (r = req_int(req, "rows", 0, 65535, 0, &rows, err)) < 0 ||
+	    (r = req_int(req, "cols", 0, 65535, 0, &cols, err)) < 0)
+		return r;
+	if (stream) {
+		p = proc_by_stream(a, (uint32_t)stream);
+		if (!p)
+			return k8_err_set(err, -ESRCH, "no process on stream %lld", stream);
+	} else {
+		struct ctr *c;
+
+		if ((r = req_ctr(a, req, &c, err)) < 0)
+			return r;
+		p = c->init;
+		if (!p)
+			return k8_err_set(err, -ESRCH, "container %s is not running", c->id);
+	}
+	if ((r = proc_resize(p, (unsigned)rows, (unsigned)cols, err)) < 0)
+		return r;
+	chan_resp_ok(a, id, json_object());
 	return 0;
 }
 
@@ -680,7 +736,7 @@ static const struct {
 	{ "run", req_run },     { "exec", req_exec },
 	{ "ps", req_ps },       { "stop", req_stop },
 	{ "rm", req_rm },       { "stat", req_stat },
-	{ "sync", req_sync },
+	{ "sync", req_sync },   { "resize", req_resize },
 	{ "archive.stat", req_archive_stat }, { "archive.get", req_archive_get },
 	{ "archive.put", req_archive_put },
 };

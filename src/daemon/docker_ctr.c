@@ -99,6 +99,9 @@ struct dkx {
 	bool tty, attach_stdin, attach_stdout, attach_stderr;
 	bool started, running;
 	int exit_code, pid;             /* exit_code -1: none yet */
+	unsigned rows, cols;            /* the tty's size: ConsoleSize, or a resize before start */
+	char sandbox[64];               /* while running: where, and its agent stream */
+	uint32_t stream_id;
 };
 
 /* One daemon per process: the Docker API's records live here (loaded on first use). */
@@ -886,6 +889,40 @@ static int dkc_ports_up(struct daemon *d, struct sandbox *sb, struct dkc *c, str
 	return r;
 }
 
+/* A Tty run or exec asks the agent for a pty: "stdin":"tty" and the first size
+ * (Docker's ConsoleSize [height, width], or a resize that came first). */
+static void dkc_tty_fields(json_t *req, unsigned rows, unsigned cols)
+{
+	json_object_set_new(req, "stdin", json_string("tty"));
+	if (rows || cols)
+		json_object_set_new(req, "tty_size", json_pack("[i,i]", (int)rows, (int)cols));
+}
+
+/* ConsoleSize [h, w] of a create body (API 1.42+), each 0..65535; else 0, 0. */
+static void dkc_console_size(json_t *o, unsigned *rows, unsigned *cols)
+{
+	json_t *h = json_array_get(o, 0), *w = json_array_get(o, 1);
+
+	*rows = *cols = 0;
+	if (json_array_size(o) != 2 || !json_is_integer(h) || !json_is_integer(w) ||
+	    json_integer_value(h) < 0 || json_integer_value(h) > 65535 ||
+	    json_integer_value(w) < 0 || json_integer_value(w) > 65535)
+		return;
+	*rows = (unsigned)json_integer_value(h);
+	*cols = (unsigned)json_integer_value(w);
+}
+
+/* An agent older than the pty refuses "stdin":"tty" (its stdin is a boolean): say what
+ * to do instead of its words. */
+static void dkc_tty_refused(struct k8_err *err)
+{
+	if (err->code == -EINVAL && strstr(err->msg, "field 'stdin'")) {
+		k8_err_clear(err);
+		k8_err_set(err, -ENOSYS, "the sandbox's guest agent has no pty support (Tty): "
+			   "rebuild the guest image (make guest) and remove the sandbox");
+	}
+}
+
 /* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
 static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 {
@@ -946,9 +983,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	wd = json_string_value(json_object_get(cfg, "WorkingDir"));
 	user = json_string_value(json_object_get(cfg, "User"));
 	nm = json_string_value(json_object_get(c->host, "NetworkMode"));
-	/* No pty in the guest yet: a Tty container gets a stdin that stays open (a shell
-	 * as its command waits on it, as on a terminal, instead of reading EOF). */
-	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin")) || dkc_tty(c);
+	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
 	req = json_pack("{s:s,s:s,s:s,s:o,s:O,s:s,s:s,s:b,s:b,s:b,s:s}", "op", "run",
 			"container", c->agent_id, "image", img.digest, "argv", argv, "env",
 			json_object_get(cfg, "Env"), "cwd", wd && *wd ? wd : "/", "user",
@@ -956,6 +991,11 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 			false, "netns", nm && !strcmp(nm, "none") ? "none" : "vm");
 	/* always: a Docker container sees only its own binds, never the engine's roots */
 	json_object_set(req, "binds", c->binds ? c->binds : json_array());
+	if (dkc_tty(c)) {
+		unsigned rows, cols;
+		dkc_console_size(json_object_get(c->host, "ConsoleSize"), &rows, &cols);
+		dkc_tty_fields(req, rows, cols);
+	}
 	if (open_stdin) {
 		pthread_mutex_lock(&dk.lock);
 		dkc_stdin_pipe_locked(c);
@@ -973,6 +1013,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);
 	json_decref(req);
 	if (r) {
+		dkc_tty_refused(err);
 		close(logfd);
 		goto fail_pipe;
 	}
@@ -1791,16 +1832,67 @@ int dkc_api_attach(struct api_call *call)
 			     dkc_follow_free, f);
 }
 
-/* No pty in the guest yet (docs/docker.md): a resize is accepted and has no effect. */
-int dkc_api_resize(struct api_call *call)
+/* The query's h and w (0..65535; moby takes both, absent 0). */
+static int dkc_query_hw(struct api_call *call, unsigned *rows, unsigned *cols)
 {
-	struct dkc *c;
+	uint64_t h = 0, w = 0;
+
+	if (api_query_u64(call, "h", 0, 65535, &h) || api_query_u64(call, "w", 0, 65535, &w))
+		return call->err.code;
+	*rows = (unsigned)h;
+	*cols = (unsigned)w;
+	return 0;
+}
+
+/* Ask the agent to set the size of a pty: the init of agent container `ctr`
+ * (stream 0) or the process on `stream`. */
+static int dkc_resize_agent(struct daemon *d, const char *sandbox, const char *ctr,
+			    uint32_t stream, unsigned rows, unsigned cols, struct k8_err *err)
+{
+	struct sandbox *sb = sb_get(d, sandbox, err);
+	json_t *req, *resp = NULL;
 	int r;
 
-	if ((r = dkc_find_call(call, &c)))
+	if (!sb)
+		return -ENOENT;
+	req = json_pack("{s:s,s:s,s:i,s:i}", "op", "resize", "container", ctr, "rows", (int)rows,
+			"cols", (int)cols);
+	if (stream)
+		json_object_set_new(req, "stream", json_integer(stream));
+	r = sb_agent_request(sb, req, 10000, &resp, NULL, err);
+	json_decref(req);
+	json_decref(resp);
+	sb_put(d, sb);
+	return r;
+}
+
+/* A Tty container's window size (TIOCSWINSZ on its pty in the guest; the process gets
+ * SIGWINCH). Without a Tty, or not running, it is accepted and does nothing, as the
+ * docker CLI resizes whatever it attached to. */
+int dkc_api_resize(struct api_call *call)
+{
+	char sandbox[64], agent_id[13];
+	unsigned rows, cols;
+	struct dkc *c;
+	bool live;
+	int r;
+
+	if ((r = dkc_query_hw(call, &rows, &cols)) || (r = dkc_find_call(call, &c)))
 		return r;
+	pthread_mutex_lock(&dk.lock);
+	live = dkc_tty(c) && c->state == DKC_RUNNING;
+	snprintf(sandbox, sizeof(sandbox), "%s", c->sandbox);
+	snprintf(agent_id, sizeof(agent_id), "%s", c->agent_id);
+	pthread_mutex_unlock(&dk.lock);
 	dkc_unref(c);
-	return 0;
+	if (!live)
+		return 0;
+	r = dkc_resize_agent(call->d, sandbox, agent_id, 0, rows, cols, &call->err);
+	if (r == -ESRCH || r == -ENOENT) {      /* it exited meanwhile */
+		k8_err_clear(&call->err);
+		return 0;
+	}
+	return r;
 }
 
 /* ---- list and inspect ---- */
@@ -2135,6 +2227,7 @@ int dkc_api_exec_create(struct api_call *call)
 	snprintf(x->user, sizeof(x->user), "%s", user && *user ? user :
 		 json_string_value(json_object_get(c->config, "User")) ?: "");
 	x->tty = json_is_true(json_object_get(body, "Tty"));
+	dkc_console_size(json_object_get(body, "ConsoleSize"), &x->rows, &x->cols);
 	x->attach_stdin = json_is_true(json_object_get(body, "AttachStdin"));
 	x->attach_stdout = json_is_true(json_object_get(body, "AttachStdout"));
 	x->attach_stderr = json_is_true(json_object_get(body, "AttachStderr"));
@@ -2234,8 +2327,11 @@ static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
 		memcpy(ibuf, extra, n);
 		ib_have = n;
 	}
+	/* Without stdin the process's stdin ends at once; a terminal stays open instead
+	 * (the agent would type ^D on it), as in Docker. */
 	if (!xr->in) {
-		link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
+		if (!xr->tty)
+			link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
 		stdin_sent_eof = true;
 	}
 	for (;;) {
@@ -2384,6 +2480,8 @@ int dkc_api_exec_start(struct api_call *call)
 	req = json_pack("{s:s,s:s,s:O,s:O,s:s,s:s,s:b}", "op", "exec", "container", "",
 			"argv", x->cmd, "env", x->env, "cwd", x->cwd[0] ? x->cwd : "/", "user",
 			x->user[0] ? x->user : "0", "stdin", x->attach_stdin && !detach);
+	if (xr->tty)
+		dkc_tty_fields(req, x->rows, x->cols);
 	pthread_mutex_unlock(&dk.lock);
 
 	c = dkc_find(call->d, ctr, &call->err);
@@ -2400,6 +2498,14 @@ int dkc_api_exec_start(struct api_call *call)
 	}
 	r = sb_agent_request(xr->sb, req, DKC_START_TIMEOUT_MS, &resp, &xr->s, &call->err);
 	if (r) {
+		dkc_tty_refused(&call->err);
+		if (call->err.code == -ENOSYS) {
+			dkc_unref(c);
+			dkx_finish(xr->id, 126);
+			json_decref(req);
+			dkx_run_free(xr);
+			return call->err.code;
+		}
 		int code = r == -ENOENT ? 127 : (r == -EACCES || r == -ENOEXEC) ? 126 : 125;
 		dkc_unref(c);
 		dkx_finish(xr->id, code);
@@ -2414,8 +2520,11 @@ int dkc_api_exec_start(struct api_call *call)
 		return call->err.code;
 	}
 	pthread_mutex_lock(&dk.lock);
-	if ((x = dkx_find_locked(xr->id)))
+	if ((x = dkx_find_locked(xr->id))) {
 		x->pid = (int)json_integer_value(json_object_get(resp, "pid"));
+		x->stream_id = xr->s->id;
+		snprintf(x->sandbox, sizeof(x->sandbox), "%s", c->sandbox);
+	}
 	pthread_mutex_unlock(&dk.lock);
 	daemon_audit(call->d, "container.exec", c->sandbox,
 		     json_pack("{s:s,s:s,s:s,s:O}", "via", "docker", "id", c->id, "exec", xr->id,
@@ -2471,17 +2580,45 @@ int dkc_api_exec_inspect(struct api_call *call)
 	return 0;
 }
 
+/* An exec's tty size: kept for its start when it has not started (the docker CLI may
+ * resize first), else set on its pty in the guest. */
 int dkc_api_exec_resize(struct api_call *call)
 {
-	bool found;
+	char sandbox[64], agent_id[13] = "";
+	unsigned rows, cols;
+	uint32_t stream = 0;
+	struct dkx *x;
+	struct dkc *c;
+	int r;
 
+	if ((r = dkc_query_hw(call, &rows, &cols)))
+		return r;
 	pthread_mutex_lock(&dk.lock);
-	found = dkx_find_locked(api_param(call, "id")) != NULL;
-	pthread_mutex_unlock(&dk.lock);
-	if (!found)
+	x = dkx_find_locked(api_param(call, "id"));
+	if (!x) {
+		pthread_mutex_unlock(&dk.lock);
 		return k8_err_set(&call->err, -ENOENT, "No such exec instance: %.100s",
 				  api_param(call, "id"));
-	return 0;
+	}
+	if (!x->started) {
+		x->rows = rows;
+		x->cols = cols;
+	} else if (x->tty && x->running && x->stream_id) {
+		stream = x->stream_id;
+		snprintf(sandbox, sizeof(sandbox), "%s", x->sandbox);
+		for (c = dk.ctrs; c; c = c->next)
+			if (!strcmp(c->id, x->ctr))
+				snprintf(agent_id, sizeof(agent_id), "%s", c->agent_id);
+	}
+	pthread_mutex_unlock(&dk.lock);
+	if (!stream || !agent_id[0])
+		return 0;
+	r = dkc_resize_agent(call->d, sandbox, agent_id, stream, rows, cols, &call->err);
+	if (r == -ESRCH || r == -ENOENT) {      /* it exited meanwhile */
+		k8_err_clear(&call->err);
+		return 0;
+	}
+	return r;
 }
 
 /* ---- bind mounts ---- */
