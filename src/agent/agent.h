@@ -370,6 +370,9 @@ struct launch {
 	struct fs_bind *binds; /* run with `binds`: only these, not the folders (fs.c) */
 	int nbinds;
 	int binds_given;
+	/* run: the container's own limits below the VM's (0: none): memory.max in bytes,
+	   cpu.max from Docker's NanoCpus (period 100 ms) */
+	uint64_t mem_max, nano_cpus;
 	/* exec: join the namespaces of this pid (the container's init) */
 	pid_t target;
 };
@@ -438,7 +441,12 @@ int fs_binds_parse(const struct agent *a, json_t *list, struct launch *l, struct
 /* ---- cgroup.c ---- */
 void cg_boot(struct agent *a);
 void cg_apply_limits(struct agent *a);
-int cg_create(struct agent *a, const char *id, struct k8_err *err);
+/* The container's cgroup kosa8/<id>: pids.max, memory.max (the VM's limit, or mem_max
+ * when lower), cpu.max from nano_cpus (0: none). */
+int cg_create(struct agent *a, const char *id, uint64_t mem_max, uint64_t nano_cpus,
+	      struct k8_err *err);
+/* Its effective limits, for run's answer: {"memory_max":N,"cpu_max":"Q P"|"max"}. */
+json_t *cg_limits_json(const char *id);
 int cg_attach(const char *id, pid_t pid);
 int cg_open_events(struct agent *a, struct ctr *c);
 /* Counter `key` of the container's memory.events or pids.events. */

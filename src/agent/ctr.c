@@ -243,7 +243,7 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 			return r;
 		}
 	}
-	if ((r = cg_create(a, id, err)) < 0) {
+	if ((r = cg_create(a, id, l->mem_max, l->nano_cpus, err)) < 0) {
 		rm_rf(dir);
 		return r;
 	}

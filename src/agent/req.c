@@ -438,6 +438,7 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 	const char *cid, *hex, *netns;
 	struct launch l;
 	int auto_rm, detach, r;
+	long long mem_max, nano_cpus;
 	pid_t pid;
 
 	if ((r = req_fs_gate(a, id, req, err)) != 0)
@@ -467,6 +468,16 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 		goto out;
 	}
 	l.own_netns = netns && !strcmp(netns, "none");
+	/* Docker's HostConfig.Memory (at least 6 MiB, as Docker) and NanoCpus */
+	if ((r = req_int(req, "memory_max", 0, 1ll << 50, 0, &mem_max, err)) < 0 ||
+	    (r = req_int(req, "nano_cpus", 0, 1000000000000ll, 0, &nano_cpus, err)) < 0)
+		goto out;
+	if (mem_max && mem_max < 6ll << 20) {
+		r = k8_err_set(err, -EINVAL, "field 'memory_max' must be at least 6 MiB");
+		goto out;
+	}
+	l.mem_max = (uint64_t)mem_max;
+	l.nano_cpus = (uint64_t)nano_cpus;
 	if ((r = fs_binds_parse(a, json_object_get(req, "binds"), &l, err)) < 0)
 		goto out;
 	if (detach)
@@ -474,7 +485,8 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 	l.detach = detach;
 	r = ctr_run(a, id, cid, hex, json_object_get(req, "argv"), &l, auto_rm, detach, &pid, err);
 	if (r == 0)
-		chan_resp_ok(a, id, json_pack("{s:i}", "pid", (int)pid));
+		chan_resp_ok(a, id, json_pack("{s:i,s:o}", "pid", (int)pid, "limits",
+					      cg_limits_json(cid)));
 out:
 	req_launch_free(&l);
 	return r;

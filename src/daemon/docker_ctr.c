@@ -434,6 +434,19 @@ static int dkc_refuse_host(json_t *hc, struct k8_err *err)
 			return k8_err_set(err, -EINVAL, "HostConfig.SecurityOpt \"%.60s\" is not "
 					  "supported by kosa8: seccomp and the capability set stay", s);
 	}
+	/* the container's own cgroup limits (dkc_start): Docker's bounds and words */
+	v = json_object_get(hc, "Memory");
+	if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+				      json_integer_value(v) > (1ll << 50)))
+		return k8_err_set(err, -EINVAL, "HostConfig.Memory must be a number of bytes");
+	if (json_integer_value(v) > 0 && json_integer_value(v) < 6ll << 20)
+		return k8_err_set(err, -EINVAL, "Minimum memory limit allowed is 6MB");
+	v = json_object_get(hc, "NanoCpus");
+	if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+				      json_integer_value(v) > 1000000000000ll))
+		return k8_err_set(err, -EINVAL, "HostConfig.NanoCpus must be a number of 10^-9 CPUs");
+	if (json_integer_value(v) > 0 && json_integer_value(v) < 10000000)
+		return k8_err_set(err, -EINVAL, "Range of CPUs is from 0.01 upwards");
 	return 0;
 }
 
@@ -991,6 +1004,13 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 			false, "netns", nm && !strcmp(nm, "none") ? "none" : "vm");
 	/* always: a Docker container sees only its own binds, never the engine's roots */
 	json_object_set(req, "binds", c->binds ? c->binds : json_array());
+	/* HostConfig.Memory and NanoCpus: the container's own cgroup in the guest */
+	json_int_t mem = json_integer_value(json_object_get(c->host, "Memory"));
+	json_int_t ncpu = json_integer_value(json_object_get(c->host, "NanoCpus"));
+	if (mem > 0)
+		json_object_set_new(req, "memory_max", json_integer(mem));
+	if (ncpu > 0)
+		json_object_set_new(req, "nano_cpus", json_integer(ncpu));
 	if (dkc_tty(c)) {
 		unsigned rows, cols;
 		dkc_console_size(json_object_get(c->host, "ConsoleSize"), &rows, &cols);
@@ -1015,6 +1035,20 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	if (r) {
 		dkc_tty_refused(err);
 		close(logfd);
+		goto fail_pipe;
+	}
+	if ((mem > 0 || ncpu > 0) && !json_is_object(json_object_get(resp, "limits"))) {
+		/* an agent older than the limits ran it without them: refuse, never ignore */
+		json_t *rm = json_pack("{s:s,s:s}", "op", "rm", "container", c->agent_id), *rr = NULL;
+		struct k8_err e2 = { 0 };
+		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);
+		json_decref(rm);
+		json_decref(rr);
+		json_decref(resp);
+		link_stream_close(&sb->link, s);
+		close(logfd);
+		r = k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot apply Memory or "
+			       "NanoCpus: rebuild the guest image (make guest) and remove the sandbox");
 		goto fail_pipe;
 	}
 	if (pipefd[0] >= 0)

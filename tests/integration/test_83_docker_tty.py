@@ -151,3 +151,43 @@ def test_tty_user_and_stdin(dk):
     assert b"got 4" in buf, buf
     assert api.wait(ct["Id"])["StatusCode"] == 0
     api.remove_container(ct["Id"])
+
+
+def test_memory_limit_oom(dk):
+    p = docker(dk, "run", "--name", "oom1", "-m", "64m", IMG, "python", "-c",
+               "b = b'x' * (200 << 20); print('survived')")
+    try:
+        assert p.returncode == 137 and "survived" not in p.stdout, (p.returncode, p.stdout,
+                                                                    p.stderr)
+        st = json.loads(docker(dk, "inspect", "oom1").stdout)[0]
+        assert st["State"]["OOMKilled"] is True and st["State"]["ExitCode"] == 137, st["State"]
+        assert st["HostConfig"]["Memory"] == 64 << 20
+    finally:
+        docker(dk, "rm", "-f", "oom1")
+    # below the limit it runs; the container's memory.max is what was asked
+    p = docker(dk, "run", "--rm", "-m", "128m", IMG, "python", "-c",
+               "b = b'x' * (40 << 20); print('ok')")
+    assert (p.returncode, p.stdout) == (0, "ok\n"), (p.stdout, p.stderr)
+    # Docker's floor
+    p = docker(dk, "run", "--rm", "-m", "1m", IMG, "true")
+    assert p.returncode != 0 and "Minimum memory limit" in p.stderr, p.stderr
+
+
+def test_nano_cpus(dk):
+    prog = ("import os, time\n"
+            "t = time.time(); c0 = sum(os.times()[:2])\n"
+            "while time.time() - t < 3: pass\n"
+            "print('%.2f' % ((sum(os.times()[:2]) - c0) / (time.time() - t)))\n")
+    p = docker(dk, "run", "--rm", "--cpus", "0.2", IMG, "python", "-c", prog)
+    assert p.returncode == 0, p.stderr
+    share = float(p.stdout)
+    print("CPU share with --cpus 0.2: %.2f" % share)
+    # cpu.max 20000 100000: at most a fifth of a CPU (some slack for the period's edges)
+    assert share < 0.3, share
+    st = docker(dk, "run", "-d", "--name", "cpu1", "--cpus", "1.5", IMG, "sleep", "60")
+    try:
+        assert st.returncode == 0, st.stderr
+        hc = json.loads(docker(dk, "inspect", "cpu1").stdout)[0]["HostConfig"]
+        assert hc["NanoCpus"] == 1500000000
+    finally:
+        docker(dk, "rm", "-f", "cpu1")
