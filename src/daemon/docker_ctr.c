@@ -419,6 +419,24 @@ static int dkc_refuse_host(json_t *hc, struct k8_err *err)
 	if (json_array_size(json_object_get(hc, "Devices")) ||
 	    json_array_size(json_object_get(hc, "DeviceRequests")))
 		return k8_err_set(err, -EINVAL, "HostConfig.Devices is not supported by kosa8");
+	if (json_array_size(json_object_get(hc, "DeviceCgroupRules")))
+		return k8_err_set(err, -EINVAL, "HostConfig.DeviceCgroupRules is not supported by "
+				  "kosa8: containers open no devices");
+	/* Asked-for changes kosa8 would not make: refused rather than silently ignored
+	 * (docs/docker.md). Unmasking /proc would lift the isolation; CapDrop and
+	 * ReadonlyRootfs would leave the container stronger than it is. */
+	if (json_is_array(json_object_get(hc, "MaskedPaths")))
+		return k8_err_set(err, -EINVAL, "HostConfig.MaskedPaths is not supported by kosa8: "
+				  "/proc is masked as in Docker's default");
+	if (json_is_array(json_object_get(hc, "ReadonlyPaths")))
+		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyPaths is not supported by kosa8:"
+				  " /proc is read-only as in Docker's default");
+	if (json_array_size(json_object_get(hc, "CapDrop")))
+		return k8_err_set(err, -EINVAL, "HostConfig.CapDrop is not supported by kosa8 yet: "
+				  "containers have Docker's default capability set");
+	if (json_is_true(json_object_get(hc, "ReadonlyRootfs")))
+		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyRootfs is not supported by kosa8 "
+				  "yet: the root file system is writable");
 	for (i = 0; i < ARRAY_SIZE(host_modes); i++) {
 		const char *m = json_string_value(json_object_get(hc, host_modes[i]));
 		if (m && !strcmp(m, "host"))
@@ -447,6 +465,30 @@ static int dkc_refuse_host(json_t *hc, struct k8_err *err)
 		return k8_err_set(err, -EINVAL, "HostConfig.NanoCpus must be a number of 10^-9 CPUs");
 	if (json_integer_value(v) > 0 && json_integer_value(v) < 10000000)
 		return k8_err_set(err, -EINVAL, "Range of CPUs is from 0.01 upwards");
+	return 0;
+}
+
+/* What a start sends the agent in one JSON request (at most PROTO_MAX_JSON): the
+ * command and the environment must leave room for the rest. Refused at create, where a
+ * client can be told, not at start. */
+#define DKC_ARGV_ENV_MAX (48u << 10)
+
+static size_t dkc_json_len(json_t *v)
+{
+	char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+	size_t n = t ? strlen(t) : 0;
+
+	free(t);
+	return n;
+}
+
+static int dkc_argv_env_fits(json_t *cmd, json_t *ep, json_t *env, struct k8_err *err)
+{
+	size_t n = dkc_json_len(cmd) + dkc_json_len(ep) + dkc_json_len(env);
+
+	if (n > DKC_ARGV_ENV_MAX)
+		return k8_err_set(err, -EINVAL, "Cmd, Entrypoint and Env together are %zu bytes: "
+				  "kosa8 takes at most %u KiB", n, DKC_ARGV_ENV_MAX >> 10);
 	return 0;
 }
 
@@ -618,6 +660,11 @@ int dkc_api_create(struct api_call *call)
 	if (!json_array_size(json_object_get(cfg, "Cmd")) &&
 	    !json_array_size(json_object_get(cfg, "Entrypoint"))) {
 		r = k8_err_set(&call->err, -EINVAL, "no command specified");
+		dkc_unref(c);
+		goto out;
+	}
+	if ((r = dkc_argv_env_fits(json_object_get(cfg, "Cmd"), json_object_get(cfg, "Entrypoint"),
+				   json_object_get(cfg, "Env"), &call->err))) {
 		dkc_unref(c);
 		goto out;
 	}
@@ -2239,6 +2286,7 @@ int dkc_api_exec_create(struct api_call *call)
 		r = k8_err_set(&call->err, -EINVAL, "No exec command specified");
 		goto out;
 	}
+
 	if ((wd && (strlen(wd) > 4095 || (*wd && *wd != '/'))) || (user && strlen(user) > 255)) {
 		r = k8_err_set(&call->err, -EINVAL, "WorkingDir must be an absolute path and User "
 			       "at most 255 bytes");
@@ -2256,6 +2304,11 @@ int dkc_api_exec_create(struct api_call *call)
 	snprintf(x->ctr, sizeof(x->ctr), "%s", c->id);
 	x->cmd = json_incref(cmd);
 	x->env = dkc_merge_env(json_object_get(c->config, "Env"), env);
+	if ((r = dkc_argv_env_fits(x->cmd, NULL, x->env, &call->err))) {
+		dkx_free(x);
+		dkc_unref(c);
+		goto out;
+	}
 	snprintf(x->cwd, sizeof(x->cwd), "%s", wd && *wd ? wd :
 		 json_string_value(json_object_get(c->config, "WorkingDir")) ?: "");
 	snprintf(x->user, sizeof(x->user), "%s", user && *user ? user :
