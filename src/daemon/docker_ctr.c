@@ -2429,18 +2429,8 @@ static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
 		/* stdin within the window */
 		if (ib_off < ib_have) {
 			size_t take;
-			pthread_mutex_lock(&l->lock);
-			take = ib_have - ib_off;
-			if (take > s->stdin_credit)
-				take = s->stdin_credit;
-			if (take > PROTO_DATA_CHUNK)
-				take = PROTO_DATA_CHUNK;
-			s->stdin_credit -= (uint32_t)take;
-			pthread_mutex_unlock(&l->lock);
-			if (take) {
-				link_send(l, PROTO_STDIN, 0, s->id, ibuf + ib_off, take);
-				ib_off += take;
-			}
+			link_stdin_send(l, s, ibuf + ib_off, ib_have - ib_off, &take);
+			ib_off += take;
 		}
 		if (client_eof && ib_off == ib_have && !stdin_sent_eof) {
 			link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
