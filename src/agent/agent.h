@@ -154,6 +154,7 @@ struct ctr {
 	uint64_t kill_at;      /* monotonic ns: SIGKILL the init then (0 = none) */
 	struct waiter *waiters;
 	int no_new_privs;      /* run asked for it: exec'd processes get it too */
+	uint64_t cap_drop;     /* run's cap_drop: exec'd processes lose them too */
 	int dead;
 };
 
@@ -367,6 +368,7 @@ struct launch {
 	const char *lower;     /* /images/<hex> */
 	int own_netns;         /* run: "netns":"none", a network namespace with only lo */
 	int no_new_privs;      /* PR_SET_NO_NEW_PRIVS before execve (Docker's opt-in) */
+	uint64_t cap_drop;     /* capabilities taken out of Docker's default set (CapDrop) */
 	struct fs_bind *binds; /* run with `binds`: only these, not the folders (fs.c) */
 	int nbinds;
 	int binds_given;

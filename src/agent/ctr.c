@@ -268,6 +268,7 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 	c->auto_rm = auto_rm;
 	c->detach = detach;
 	c->no_new_privs = l->no_new_privs;
+	c->cap_drop = l->cap_drop;
 	c->log_fd = -1;
 	c->memev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
 	c->pidsev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
@@ -295,6 +296,7 @@ int ctr_exec(struct agent *a, uint32_t reqid, struct ctr *c, struct launch *l, p
 	l->target = c->pid;
 	l->own_netns = 0;          /* joins the init's network namespace, whichever it is */
 	l->no_new_privs = c->no_new_privs;
+	l->cap_drop = c->cap_drop;
 	if ((r = launch_start(a, l, &o, err)) < 0)
 		return r;
 	proc_new(a, o.pid, reqid, c, o.in_fd, o.out_fd, o.err_fd)->tty = l->tty;

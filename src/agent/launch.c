@@ -250,6 +250,7 @@ static void launch_identity(const struct agent *a, const struct launch *l, int r
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
 	struct __user_cap_data_struct data[2];
 	struct rlimit rl = { .rlim_cur = 1024, .rlim_max = 524288 };
+	uint64_t caps = launch_caps & ~l->cap_drop;
 	gid_t gid, groups[64];
 	uid_t uid;
 	int ngroups, e;
@@ -266,15 +267,15 @@ static void launch_identity(const struct agent *a, const struct launch *l, int r
 	if (setgid(gid) < 0)
 		launch_fail(rep, errno, "setgid %u: %s", (unsigned)gid, strerror(errno));
 	for (int cap = 0; cap < 64; cap++)
-		if (!(launch_caps & (1ull << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 &&
+		if (!(caps & (1ull << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 &&
 		    errno != EINVAL)
 			launch_fail(rep, errno, "dropping capability %d: %s", cap, strerror(errno));
 	if (setuid(uid) < 0)
 		launch_fail(rep, errno, "setuid %u: %s", (unsigned)uid, strerror(errno));
 	if (uid == 0) {
 		memset(data, 0, sizeof(data));
-		data[0].effective = data[0].permitted = (uint32_t)launch_caps;
-		data[1].effective = data[1].permitted = (uint32_t)(launch_caps >> 32);
+		data[0].effective = data[0].permitted = (uint32_t)caps;
+		data[1].effective = data[1].permitted = (uint32_t)(caps >> 32);
 		if (syscall(SYS_capset, &hdr, data) < 0)
 			launch_fail(rep, errno, "capset: %s", strerror(errno));
 	}

@@ -433,6 +433,26 @@ static int req_fs_gate(struct agent *a, uint32_t id, json_t *req, struct k8_err 
 	return 1;
 }
 
+/* "cap_drop": capability numbers (0..63) taken out of the container's set (Docker's
+ * CapDrop); absent: none. */
+static int req_cap_drop(json_t *v, uint64_t *out, struct k8_err *err)
+{
+	json_t *e;
+	size_t i;
+
+	*out = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_array(v) || json_array_size(v) > 64)
+		return k8_err_set(err, -EINVAL, "field 'cap_drop' must be a list of capability numbers");
+	json_array_foreach(v, i, e) {
+		if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > 63)
+			return k8_err_set(err, -EINVAL, "field 'cap_drop' must hold numbers 0..63");
+		*out |= 1ull << json_integer_value(e);
+	}
+	return 0;
+}
+
 static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
 {
 	const char *cid, *hex, *netns;
@@ -478,6 +498,8 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 	}
 	l.mem_max = (uint64_t)mem_max;
 	l.nano_cpus = (uint64_t)nano_cpus;
+	if ((r = req_cap_drop(json_object_get(req, "cap_drop"), &l.cap_drop, err)) < 0)
+		goto out;
 	if ((r = fs_binds_parse(a, json_object_get(req, "binds"), &l, err)) < 0)
 		goto out;
 	if (detach)
@@ -485,8 +507,8 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 	l.detach = detach;
 	r = ctr_run(a, id, cid, hex, json_object_get(req, "argv"), &l, auto_rm, detach, &pid, err);
 	if (r == 0)
-		chan_resp_ok(a, id, json_pack("{s:i,s:o}", "pid", (int)pid, "limits",
-					      cg_limits_json(cid)));
+		chan_resp_ok(a, id, json_pack("{s:i,s:o,s:I}", "pid", (int)pid, "limits",
+					      cg_limits_json(cid), "cap_drop", (json_int_t)l.cap_drop));
 out:
 	req_launch_free(&l);
 	return r;

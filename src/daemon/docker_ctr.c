@@ -401,6 +401,61 @@ static int dkc_find_call(struct api_call *call, struct dkc **out)
 
 /* ---- create ---- */
 
+/* Linux's capability names by number (capability.h), as CapDrop spells them. */
+static const char *const dkc_cap_names[] = {
+	"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID",
+	"SETUID", "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST",
+	"NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO",
+	"SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+	"SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE",
+	"AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM",
+	"BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+};
+
+/* HostConfig.CapDrop ("ALL", "CAP_X" or "X", any case) as the agent's "cap_drop"
+ * numbers (into *out when out is non-NULL); an unknown name is a 400, as in Docker. */
+static int dkc_cap_drop(json_t *v, json_t **out, struct k8_err *err)
+{
+	json_t *e, *nums = json_array();
+	uint64_t mask = 0;
+	size_t i, j;
+
+	if (v && !json_is_null(v) && (!json_is_array(v) || json_array_size(v) > 64)) {
+		json_decref(nums);
+		return k8_err_set(err, -EINVAL, "HostConfig.CapDrop must be a list of capabilities");
+	}
+	json_array_foreach(v, i, e) {
+		const char *n = json_string_value(e);
+		bool known = n && !strcasecmp(n, "ALL");
+
+		if (known) {
+			mask = ~0ull >> (64 - ARRAY_SIZE(dkc_cap_names));
+			continue;
+		}
+		if (n && !strncasecmp(n, "CAP_", 4))
+			n += 4;
+		for (j = 0; n && j < ARRAY_SIZE(dkc_cap_names); j++) {
+			if (!strcasecmp(n, dkc_cap_names[j])) {
+				mask |= 1ull << j;
+				known = true;
+			}
+		}
+		if (!known) {
+			json_decref(nums);
+			return k8_err_set(err, -EINVAL, "unknown capability: \"%.60s\"",
+					  json_string_value(e) ?: "(not a string)");
+		}
+	}
+	for (j = 0; j < 64; j++)
+		if (mask & (1ull << j))
+			json_array_append_new(nums, json_integer((json_int_t)j));
+	if (out)
+		*out = nums;
+	else
+		json_decref(nums);
+	return 0;
+}
+
 /* HostConfig fields that would lift the isolation: a 400 naming the field. */
 static int dkc_refuse_host(json_t *hc, struct k8_err *err)
 {
@@ -431,9 +486,8 @@ static int dkc_refuse_host(json_t *hc, struct k8_err *err)
 	if (json_is_array(json_object_get(hc, "ReadonlyPaths")))
 		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyPaths is not supported by kosa8:"
 				  " /proc is read-only as in Docker's default");
-	if (json_array_size(json_object_get(hc, "CapDrop")))
-		return k8_err_set(err, -EINVAL, "HostConfig.CapDrop is not supported by kosa8 yet: "
-				  "containers have Docker's default capability set");
+	if (dkc_cap_drop(json_object_get(hc, "CapDrop"), NULL, err))
+		return err->code;
 	if (json_is_true(json_object_get(hc, "ReadonlyRootfs")))
 		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyRootfs is not supported by kosa8 "
 				  "yet: the root file system is writable");
@@ -1058,6 +1112,14 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		json_object_set_new(req, "memory_max", json_integer(mem));
 	if (ncpu > 0)
 		json_object_set_new(req, "nano_cpus", json_integer(ncpu));
+	/* CapDrop: taken out of the container's set (checked at create) */
+	json_t *drop = NULL;
+	dkc_cap_drop(json_object_get(c->host, "CapDrop"), &drop, err);
+	bool dropping = json_array_size(drop) > 0;
+	if (dropping)
+		json_object_set(req, "cap_drop", drop);
+	json_decref(drop);
+	k8_err_clear(err);
 	if (dkc_tty(c)) {
 		unsigned rows, cols;
 		dkc_console_size(json_object_get(c->host, "ConsoleSize"), &rows, &cols);
@@ -1084,8 +1146,9 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		close(logfd);
 		goto fail_pipe;
 	}
-	if ((mem > 0 || ncpu > 0) && !json_is_object(json_object_get(resp, "limits"))) {
-		/* an agent older than the limits ran it without them: refuse, never ignore */
+	if (((mem > 0 || ncpu > 0) && !json_is_object(json_object_get(resp, "limits"))) ||
+	    (dropping && !json_is_integer(json_object_get(resp, "cap_drop")))) {
+		/* an agent older than these ran it without them: refuse, never ignore */
 		json_t *rm = json_pack("{s:s,s:s}", "op", "rm", "container", c->agent_id), *rr = NULL;
 		struct k8_err e2 = { 0 };
 		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);
@@ -1094,8 +1157,9 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		json_decref(resp);
 		link_stream_close(&sb->link, s);
 		close(logfd);
-		r = k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot apply Memory or "
-			       "NanoCpus: rebuild the guest image (make guest) and remove the sandbox");
+		r = k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot apply Memory, "
+			       "NanoCpus or CapDrop: rebuild the guest image (make guest) and "
+			       "remove the sandbox");
 		goto fail_pipe;
 	}
 	if (pipefd[0] >= 0)

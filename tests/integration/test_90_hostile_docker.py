@@ -186,7 +186,8 @@ ISOLATION = [
     ({"SecurityOpt": ["systempaths=unconfined"]}, "SecurityOpt"),
     ({"MaskedPaths": []}, "MaskedPaths"),
     ({"ReadonlyPaths": []}, "ReadonlyPaths"),
-    ({"CapDrop": ["ALL"]}, "CapDrop"),
+    ({"CapDrop": ["CAP_NOPE"]}, "unknown capability"),
+    ({"CapDrop": "ALL"}, "CapDrop"),
     ({"ReadonlyRootfs": True}, "ReadonlyRootfs"),
     ({"Memory": 1024}, "Minimum memory"),
     ({"Memory": -5}, "Memory"),
@@ -206,7 +207,7 @@ def test_isolation_lifting_host_config_is_refused(dk, hc, field):
 def test_privileged_exec_and_docker_cli_flags(dk):
     for flags in (["--privileged"], ["--cap-add", "ALL"], ["--pid", "host"],
                   ["--network", "host"], ["--security-opt", "seccomp=unconfined"],
-                  ["--device", "/dev/kvm"], ["--cap-drop", "ALL"], ["--read-only"]):
+                  ["--device", "/dev/kvm"], ["--read-only"]):
         p = docker(dk, "run", "--rm", *flags, IMG, "true")
         assert p.returncode != 0 and "not supported by kosa8" in p.stderr, (flags, p.stderr)
     cid = docker(dk, "run", "-d", IMG, "sleep", "300").stdout.strip()
@@ -217,6 +218,20 @@ def test_privileged_exec_and_docker_cli_flags(dk):
         # what root in the container has: Docker's default set, no CAP_SYS_ADMIN
         p = docker(dk, "exec", cid, "sh", "-c", "grep CapEff /proc/self/status")
         assert p.stdout.split()[1] == "00000000a80425fb", p.stdout
+    finally:
+        docker(dk, "rm", "-f", cid)
+    # CapDrop is applied (not ignored): to the init and to every exec
+    p = docker(dk, "run", "--rm", "--cap-drop", "ALL", IMG, "grep", "-e", "CapPrm", "-e",
+               "CapEff", "-e", "CapBnd",
+               "/proc/self/status")
+    assert [l.split()[1] for l in p.stdout.splitlines()] == ["0" * 16] * 3, (p.stdout, p.stderr)
+    cid = docker(dk, "run", "-d", "--cap-drop", "net_raw", "--cap-drop", "CAP_CHOWN", IMG,
+                 "sleep", "300").stdout.strip()
+    try:
+        p = docker(dk, "exec", cid, "sh", "-c", "grep CapEff /proc/self/status; "
+                   "chown 1 /tmp 2>&1 || echo refused")
+        assert p.stdout.split()[1] == "%016x" % (0xa80425fb & ~(1 << 13) & ~1), p.stdout
+        assert "refused" in p.stdout, p.stdout
     finally:
         docker(dk, "rm", "-f", cid)
     alive(dk)
