@@ -48,3 +48,5 @@ echo "== egress broker (issue 14)"
 python3 broker.py
 echo "== copying files in and out of containers (issue 12's archive)"
 python3 cp.py
+echo "== the Docker-compatible API against kosa8's own CLI (issue 12)"
+python3 dockerapi.py

@@ -119,6 +119,7 @@ struct proc {
 	int force_eof;         /* grace over: an empty pipe counts as EOF */
 	uint64_t oom_base;     /* memory.events oom_kill when it started */
 	int helper;            /* an archive helper (archive.c): killed when the host goes */
+	int tty;               /* out.fd (and in.fd) are a pty master: no separate stderr */
 	int dead;
 };
 
@@ -153,6 +154,7 @@ struct ctr {
 	uint64_t kill_at;      /* monotonic ns: SIGKILL the init then (0 = none) */
 	struct waiter *waiters;
 	int no_new_privs;      /* run asked for it: exec'd processes get it too */
+	uint64_t cap_drop;     /* run's cap_drop: exec'd processes lose them too */
 	int dead;
 };
 
@@ -308,6 +310,8 @@ void proc_event(struct agent *a, struct watch *w, uint32_t events);
 void proc_stdin(struct agent *a, uint32_t stream, const unsigned char *p, size_t n, int eof);
 void proc_credit(struct agent *a, uint32_t stream, uint32_t n);
 void proc_signal(struct agent *a, uint32_t stream, uint32_t sig);
+/* Set the window size of p's pty (TIOCSWINSZ; the kernel sends SIGWINCH). */
+int proc_resize(struct proc *p, unsigned rows, unsigned cols, struct k8_err *err);
 /* A child was reaped: 1 when it was one of ours. */
 int proc_reaped(struct agent *a, pid_t pid, int status);
 /* The host went away: streams lose their ids, output goes to the container log. */
@@ -359,22 +363,30 @@ struct launch {
 	const char *user;      /* "user[:group]", names or numbers, checked by req.c; resolved
 				  in the container (its /etc/passwd and /etc/group) */
 	int want_stdin;        /* a pipe; else /dev/null */
+	int tty;               /* "stdin":"tty": a pseudo-terminal for stdin, stdout and
+				  stderr, the controlling terminal of a new session */
+	unsigned short rows, cols; /* its first window size ("tty_size"); 0: the kernel's */
 	int detach;            /* no stdin at all */
 	/* run: a new container (namespaces, overlay root) */
 	const char *ctr_id;
 	const char *lower;     /* /images/<hex> */
 	int own_netns;         /* run: "netns":"none", a network namespace with only lo */
 	int no_new_privs;      /* PR_SET_NO_NEW_PRIVS before execve (Docker's opt-in) */
+	uint64_t cap_drop;     /* capabilities taken out of Docker's default set (CapDrop) */
 	struct fs_bind *binds; /* run with `binds`: only these, not the folders (fs.c) */
 	int nbinds;
 	int binds_given;
+	/* run: the container's own limits below the VM's (0: none): memory.max in bytes,
+	   cpu.max from Docker's NanoCpus (period 100 ms) */
+	uint64_t mem_max, nano_cpus;
 	/* exec: join the namespaces of this pid (the container's init) */
 	pid_t target;
 };
 
 struct launch_out {
 	pid_t pid;
-	int in_fd, out_fd, err_fd; /* agent's ends, nonblocking; in_fd -1 without stdin */
+	int in_fd, out_fd, err_fd; /* agent's ends, nonblocking; in_fd -1 without stdin;
+				      with a tty: out_fd the master, in_fd a dup of it, err_fd -1 */
 };
 
 int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, struct k8_err *err);
@@ -435,7 +447,12 @@ int fs_binds_parse(const struct agent *a, json_t *list, struct launch *l, struct
 /* ---- cgroup.c ---- */
 void cg_boot(struct agent *a);
 void cg_apply_limits(struct agent *a);
-int cg_create(struct agent *a, const char *id, struct k8_err *err);
+/* The container's cgroup kosa8/<id>: pids.max, memory.max (the VM's limit, or mem_max
+ * when lower), cpu.max from nano_cpus (0: none). */
+int cg_create(struct agent *a, const char *id, uint64_t mem_max, uint64_t nano_cpus,
+	      struct k8_err *err);
+/* Its effective limits, for run's answer: {"memory_max":N,"cpu_max":"Q P"|"max"}. */
+json_t *cg_limits_json(const char *id);
 int cg_attach(const char *id, pid_t pid);
 int cg_open_events(struct agent *a, struct ctr *c);
 /* Counter `key` of the container's memory.events or pids.events. */

@@ -102,8 +102,12 @@ void cg_boot(struct agent *a)
 	cg_apply_limits(a);
 }
 
-int cg_create(struct agent *a, const char *id, struct k8_err *err)
+#define CG_CPU_PERIOD_US 100000
+
+int cg_create(struct agent *a, const char *id, uint64_t mem_max, uint64_t nano_cpus,
+	      struct k8_err *err)
 {
+	uint64_t mem = cg_mem_limit(a);
 	char path[128], v[32];
 	int r;
 
@@ -122,13 +126,42 @@ int cg_create(struct agent *a, const char *id, struct k8_err *err)
 	snprintf(v, sizeof(v), "%ld", a->pids_max);
 	if ((r = cg_writef(id, "pids.max", v)) < 0)
 		goto fail;
-	snprintf(v, sizeof(v), "%llu", (unsigned long long)cg_mem_limit(a));
+	if (mem_max && mem_max < mem)
+		mem = mem_max;
+	snprintf(v, sizeof(v), "%llu", (unsigned long long)mem);
 	if ((r = cg_writef(id, "memory.max", v)) < 0)
 		goto fail;
+	if (nano_cpus) {
+		/* quota per 100 ms period; the kernel's floor is 1 ms */
+		uint64_t q = nano_cpus * CG_CPU_PERIOD_US / 1000000000u;
+
+		snprintf(v, sizeof(v), "%llu %u", (unsigned long long)(q < 1000 ? 1000 : q),
+			 CG_CPU_PERIOD_US);
+		if ((r = cg_writef(id, "cpu.max", v)) < 0)
+			goto fail;
+	}
 	return 0;
 fail:
 	rmdir(path);
 	return k8_err_set(err, r, "setting the limits of cgroup %s: %s", path, strerror(-r));
+}
+
+json_t *cg_limits_json(const char *id)
+{
+	char path[256], *mem = NULL, *cpu = NULL;
+	json_t *o;
+
+	snprintf(path, sizeof(path), "%s/%s/memory.max", AGENT_CG_DIR, id);
+	read_file(path, 64, &mem, NULL);
+	snprintf(path, sizeof(path), "%s/%s/cpu.max", AGENT_CG_DIR, id);
+	read_file(path, 64, &cpu, NULL);
+	if (cpu)
+		cpu[strcspn(cpu, "\n")] = '\0';
+	o = json_pack("{s:I,s:s}", "memory_max", mem ? (json_int_t)strtoull(mem, NULL, 10) : 0,
+		      "cpu_max", cpu ? cpu : "");
+	free(mem);
+	free(cpu);
+	return o;
 }
 
 int cg_attach(const char *id, pid_t pid)

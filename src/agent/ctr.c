@@ -243,7 +243,7 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 			return r;
 		}
 	}
-	if ((r = cg_create(a, id, err)) < 0) {
+	if ((r = cg_create(a, id, l->mem_max, l->nano_cpus, err)) < 0) {
 		rm_rf(dir);
 		return r;
 	}
@@ -268,6 +268,7 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 	c->auto_rm = auto_rm;
 	c->detach = detach;
 	c->no_new_privs = l->no_new_privs;
+	c->cap_drop = l->cap_drop;
 	c->log_fd = -1;
 	c->memev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
 	c->pidsev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
@@ -275,6 +276,7 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 	a->ctrs = c;
 	cg_open_events(a, c);
 	p = proc_new(a, o.pid, detach ? 0 : reqid, c, o.in_fd, o.out_fd, o.err_fd);
+	p->tty = l->tty;
 	p->is_init = 1;
 	c->init = p;
 	*pid = o.pid;
@@ -294,9 +296,10 @@ int ctr_exec(struct agent *a, uint32_t reqid, struct ctr *c, struct launch *l, p
 	l->target = c->pid;
 	l->own_netns = 0;          /* joins the init's network namespace, whichever it is */
 	l->no_new_privs = c->no_new_privs;
+	l->cap_drop = c->cap_drop;
 	if ((r = launch_start(a, l, &o, err)) < 0)
 		return r;
-	proc_new(a, o.pid, reqid, c, o.in_fd, o.out_fd, o.err_fd);
+	proc_new(a, o.pid, reqid, c, o.in_fd, o.out_fd, o.err_fd)->tty = l->tty;
 	*pid = o.pid;
 	return 0;
 }

@@ -13,6 +13,11 @@
  *           loaded while CAP_SYS_ADMIN is still held, as runc does without
  *           no_new_privs), groups/uid/gid, capabilities (Docker's default set),
  *           stdio, default signals, every other fd close-on-exec, execve()
+ *           With a tty ("stdin":"tty"), before its identity: a pty from the container's
+ *           own devpts (/dev/ptmx after pivot_root or setns), a new session with the
+ *           slave as its controlling terminal (setsid + TIOCSCTTY), the slave chowned to
+ *           the container user, the master sent to the parent (SCM_RIGHTS) and closed;
+ *           the slave becomes stdin, stdout and stderr
  *   parent  reads the report pipe (close-on-exec in the child): EOF means execve()
  *           succeeded; otherwise an {errno, message} record explains the failure and
  *           the request is answered ok:false (the daemon turns ENOENT into 127).
@@ -30,8 +35,11 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 
 #define LAUNCH_TIMEOUT_MS 30000
 #define LAUNCH_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -237,16 +245,20 @@ static void launch_resolve_user(const char *spec, uid_t *uid, gid_t *gid, gid_t 
 /* Inheritable stays empty and ambient is cleared, as in Docker since 20.10.14
  * (CVE-2022-24769): a non-root user exec'ing a file with inheritable file capabilities
  * gains nothing. */
-static void launch_identity(const struct agent *a, const struct launch *l, int rep)
+static void launch_identity(const struct agent *a, const struct launch *l, int rep, int pty)
 {
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
 	struct __user_cap_data_struct data[2];
 	struct rlimit rl = { .rlim_cur = 1024, .rlim_max = 524288 };
+	uint64_t caps = launch_caps & ~l->cap_drop;
 	gid_t gid, groups[64];
 	uid_t uid;
 	int ngroups, e;
 
 	launch_resolve_user(l->user, &uid, &gid, groups, &ngroups, rep);
+	/* The terminal is the user's, group tty as devpts made it (Docker does the same). */
+	if (pty >= 0 && fchown(pty, uid, (gid_t)-1) < 0)
+		launch_fail(rep, errno, "chown of the pty: %s", strerror(errno));
 	setrlimit(RLIMIT_NOFILE, &rl);
 	if ((e = sec_apply(a, l->no_new_privs)) < 0)
 		launch_fail(rep, -e, "loading the seccomp filter: %s", strerror(-e));
@@ -255,19 +267,86 @@ static void launch_identity(const struct agent *a, const struct launch *l, int r
 	if (setgid(gid) < 0)
 		launch_fail(rep, errno, "setgid %u: %s", (unsigned)gid, strerror(errno));
 	for (int cap = 0; cap < 64; cap++)
-		if (!(launch_caps & (1ull << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 &&
+		if (!(caps & (1ull << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 &&
 		    errno != EINVAL)
 			launch_fail(rep, errno, "dropping capability %d: %s", cap, strerror(errno));
 	if (setuid(uid) < 0)
 		launch_fail(rep, errno, "setuid %u: %s", (unsigned)uid, strerror(errno));
 	if (uid == 0) {
 		memset(data, 0, sizeof(data));
-		data[0].effective = data[0].permitted = (uint32_t)launch_caps;
-		data[1].effective = data[1].permitted = (uint32_t)(launch_caps >> 32);
+		data[0].effective = data[0].permitted = (uint32_t)caps;
+		data[1].effective = data[1].permitted = (uint32_t)(caps >> 32);
 		if (syscall(SYS_capset, &hdr, data) < 0)
 			launch_fail(rep, errno, "capset: %s", strerror(errno));
 	}
 	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+}
+
+/* In the child, inside the container's mount namespace: a pty from its devpts, the
+ * slave as the controlling terminal of a new session, the master handed to the parent
+ * over `sock`. Returns the slave. */
+static int launch_pty(const struct launch *l, int sock, int rep)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct winsize ws = { .ws_row = l->rows, .ws_col = l->cols };
+	char tag = 'm';
+	struct iovec iov = { .iov_base = &tag, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+			     .msg_controllen = sizeof(cm.buf) };
+	int master, slave, unlock = 0;
+
+	master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (master < 0)
+		launch_fail(rep, errno, "open /dev/ptmx in the container: %s", strerror(errno));
+	if (ioctl(master, TIOCSPTLCK, &unlock) < 0)
+		launch_fail(rep, errno, "unlocking the pty: %s", strerror(errno));
+	if ((l->rows || l->cols) && ioctl(master, TIOCSWINSZ, &ws) < 0)
+		launch_fail(rep, errno, "setting the pty's size: %s", strerror(errno));
+	/* the peer of this master, whatever /dev/pts holds (no path lookup) */
+	slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_CLOEXEC);
+	if (slave < 0)
+		launch_fail(rep, errno, "opening the pty's slave: %s", strerror(errno));
+	if (setsid() < 0)
+		launch_fail(rep, errno, "setsid: %s", strerror(errno));
+	if (ioctl(slave, TIOCSCTTY, 0) < 0)
+		launch_fail(rep, errno, "making the pty the controlling terminal: %s", strerror(errno));
+	memset(&cm, 0, sizeof(cm));
+	cm.h.cmsg_level = SOL_SOCKET;
+	cm.h.cmsg_type = SCM_RIGHTS;
+	cm.h.cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(&cm.h), &master, sizeof(int));
+	if (sendmsg(sock, &mh, MSG_NOSIGNAL) != 1)
+		launch_fail(rep, errno, "handing the pty to the agent: %s", strerror(errno));
+	close(master);
+	close(sock);
+	return slave;
+}
+
+/* The parent's side of launch_pty: the master, once the child reached execve(). */
+static int launch_pty_recv(int sock)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	char c;
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+			     .msg_controllen = sizeof(cm.buf) };
+	struct cmsghdr *h;
+	int fd = -1;
+
+	if (recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) != 1)
+		return -EIO;
+	h = CMSG_FIRSTHDR(&mh);
+	if (!h || h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
+	    h->cmsg_len != CMSG_LEN(sizeof(int)))
+		return -EIO;
+	memcpy(&fd, CMSG_DATA(h), sizeof(int));
+	return fd;
 }
 
 static void launch_child(const struct agent *a, const struct launch *l, int in_fd, int out_fd,
@@ -314,7 +393,9 @@ static void launch_child(const struct agent *a, const struct launch *l, int in_f
 	}
 	if (chdir(l->cwd) < 0)
 		launch_fail(rep, errno, "chdir %s: %s", l->cwd, strerror(errno));
-	launch_identity(a, l, rep);
+	if (l->tty)     /* in_fd is then the socket for the master */
+		in_fd = out_fd = err_fd = launch_pty(l, in_fd, rep);
+	launch_identity(a, l, rep, l->tty ? in_fd : -1);
 	if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
 		launch_fail(rep, errno, "dup2: %s", strerror(errno));
 	for (int sig = 1; sig < NSIG; sig++)
@@ -359,7 +440,13 @@ int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, 
 		r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
 		goto out;
 	}
-	if (l->want_stdin) {
+	if (l->tty) {
+		/* in[0] the child's end for the master, in[1] ours; out and err unused */
+		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, in) < 0) {
+			r = k8_err_set(err, -errno, "socketpair: %s", strerror(errno));
+			goto out;
+		}
+	} else if (l->want_stdin) {
 		if (pipe2(in, O_CLOEXEC) < 0) {
 			r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
 			goto out;
@@ -433,7 +520,24 @@ int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, 
 		goto out;
 	}
 	r = 0;
-	if (launch_nonblock(out[0]) < 0 || launch_nonblock(errp[0]) < 0 ||
+	if (l->tty) {
+		int master = launch_pty_recv(in[1]);
+
+		launch_close(&in[1]);
+		launch_close(&out[0]);
+		launch_close(&errp[0]);
+		if (master < 0 || (in[1] = fcntl(master, F_DUPFD_CLOEXEC, 3)) < 0) {
+			r = k8_err_set(err, master < 0 ? master : -errno,
+				       "the pty's master did not arrive");
+			if (master >= 0)
+				close(master);
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+			goto out;
+		}
+		out[0] = master;
+	}
+	if (launch_nonblock(out[0]) < 0 || (errp[0] >= 0 && launch_nonblock(errp[0]) < 0) ||
 	    (in[1] >= 0 && launch_nonblock(in[1]) < 0))
 		agent_log("fcntl O_NONBLOCK: %s", strerror(errno));
 	o->pid = pid;

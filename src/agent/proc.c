@@ -16,6 +16,8 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 #include <sys/wait.h>
 
 static void proc_interest(struct agent *a, struct proc *p)
@@ -125,6 +127,16 @@ static void proc_close_stdin(struct agent *a, struct proc *p)
 		chan_send(a, PROTO_CREDIT, 0, p->stream, c, 4);
 	}
 	p->ilen = 0;
+	/* A terminal's end of input is its EOF character (^D): a program reading a line
+	 * sees end of file, as when a user types it; the pty itself stays open. */
+	if (p->tty && p->in.fd >= 0 && !p->exited) {
+		struct termios t;
+		unsigned char eof = 4;
+
+		if (tcgetattr(p->in.fd, &t) == 0 && t.c_cc[VEOF])
+			eof = t.c_cc[VEOF];
+		(void)!write(p->in.fd, &eof, 1);
+	}
 	agent_unwatch(a, &p->in);
 }
 
@@ -149,7 +161,8 @@ static void proc_pump(struct agent *a, struct proc *p, struct watch *w)
 	if (n < 0) {
 		if (errno == EINTR || (errno == EAGAIN && !p->force_eof))
 			return;
-		if (errno != EAGAIN)
+		/* a pty master reads EIO once no process holds the slave: its EOF */
+		if (errno != EAGAIN && !(p->tty && errno == EIO))
 			agent_log("pid %d: read: %s", (int)p->pid, strerror(errno));
 		n = 0;
 	}
@@ -157,6 +170,8 @@ static void proc_pump(struct agent *a, struct proc *p, struct watch *w)
 		agent_unwatch(a, w);
 		if (p->stream)
 			chan_send(a, type, PROTO_F_EOF, p->stream, NULL, 0);
+		if (p->stream && p->tty) /* one terminal: stderr ends with it */
+			chan_send(a, PROTO_STDERR, PROTO_F_EOF, p->stream, NULL, 0);
 		proc_maybe_finish(a, p);
 		return;
 	}
@@ -275,6 +290,19 @@ void proc_signal(struct agent *a, uint32_t stream, uint32_t sig)
 	if (!p || p->exited || sig < 1 || sig > 64)
 		return;
 	kill(p->pid, (int)sig);
+}
+
+int proc_resize(struct proc *p, unsigned rows, unsigned cols, struct k8_err *err)
+{
+	struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+
+	if (!p->tty)
+		return k8_err_set(err, -ENOTTY, "the process has no terminal (started without a tty)");
+	if (p->out.fd < 0)
+		return k8_err_set(err, -ESRCH, "the process's terminal is closed");
+	if (ioctl(p->out.fd, TIOCSWINSZ, &ws) < 0)
+		return k8_err_set(err, -errno, "TIOCSWINSZ: %s", strerror(errno));
+	return 0;
 }
 
 int proc_reaped(struct agent *a, pid_t pid, int status)

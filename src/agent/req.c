@@ -170,6 +170,31 @@ static int req_user(json_t *o, struct launch *l, struct k8_err *err)
 	return 0;
 }
 
+/* "stdin": false (/dev/null), true (a pipe) or "tty" (a pseudo-terminal for all three,
+ * with "tty_size": [rows, cols] optionally). "tty" is a string so that an agent that
+ * predates it refuses the request (its stdin must be a boolean) instead of running the
+ * process without a terminal. */
+static int req_stdin(json_t *o, struct launch *l, struct k8_err *err)
+{
+	json_t *v = json_object_get(o, "stdin"), *sz = json_object_get(o, "tty_size");
+
+	if (!json_is_string(v) || strcmp(json_string_value(v), "tty"))
+		return req_bool(o, "stdin", &l->want_stdin, err);
+	l->tty = l->want_stdin = 1;
+	if (!sz || json_is_null(sz))
+		return 0;
+	if (!json_is_array(sz) || json_array_size(sz) != 2 ||
+	    !json_is_integer(json_array_get(sz, 0)) || !json_is_integer(json_array_get(sz, 1)) ||
+	    json_integer_value(json_array_get(sz, 0)) < 0 ||
+	    json_integer_value(json_array_get(sz, 0)) > 65535 ||
+	    json_integer_value(json_array_get(sz, 1)) < 0 ||
+	    json_integer_value(json_array_get(sz, 1)) > 65535)
+		return k8_err_set(err, -EINVAL, "field 'tty_size' must be [rows, cols], each 0..65535");
+	l->rows = (unsigned short)json_integer_value(json_array_get(sz, 0));
+	l->cols = (unsigned short)json_integer_value(json_array_get(sz, 1));
+	return 0;
+}
+
 /* The fields run and exec share: argv, env, cwd, user, stdin. */
 static int req_launch(json_t *o, struct launch *l, struct k8_err *err)
 {
@@ -196,7 +221,7 @@ static int req_launch(json_t *o, struct launch *l, struct k8_err *err)
 	l->cwd = cwd && *cwd ? cwd : "/";
 	if ((r = req_user(o, l, err)) < 0)
 		return r;
-	return req_bool(o, "stdin", &l->want_stdin, err);
+	return req_stdin(o, l, err);
 }
 
 static void req_launch_free(struct launch *l)
@@ -408,11 +433,32 @@ static int req_fs_gate(struct agent *a, uint32_t id, json_t *req, struct k8_err 
 	return 1;
 }
 
+/* "cap_drop": capability numbers (0..63) taken out of the container's set (Docker's
+ * CapDrop); absent: none. */
+static int req_cap_drop(json_t *v, uint64_t *out, struct k8_err *err)
+{
+	json_t *e;
+	size_t i;
+
+	*out = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_array(v) || json_array_size(v) > 64)
+		return k8_err_set(err, -EINVAL, "field 'cap_drop' must be a list of capability numbers");
+	json_array_foreach(v, i, e) {
+		if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > 63)
+			return k8_err_set(err, -EINVAL, "field 'cap_drop' must hold numbers 0..63");
+		*out |= 1ull << json_integer_value(e);
+	}
+	return 0;
+}
+
 static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
 {
 	const char *cid, *hex, *netns;
 	struct launch l;
 	int auto_rm, detach, r;
+	long long mem_max, nano_cpus;
 	pid_t pid;
 
 	if ((r = req_fs_gate(a, id, req, err)) != 0)
@@ -442,14 +488,27 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 		goto out;
 	}
 	l.own_netns = netns && !strcmp(netns, "none");
+	/* Docker's HostConfig.Memory (at least 6 MiB, as Docker) and NanoCpus */
+	if ((r = req_int(req, "memory_max", 0, 1ll << 50, 0, &mem_max, err)) < 0 ||
+	    (r = req_int(req, "nano_cpus", 0, 1000000000000ll, 0, &nano_cpus, err)) < 0)
+		goto out;
+	if (mem_max && mem_max < 6ll << 20) {
+		r = k8_err_set(err, -EINVAL, "field 'memory_max' must be at least 6 MiB");
+		goto out;
+	}
+	l.mem_max = (uint64_t)mem_max;
+	l.nano_cpus = (uint64_t)nano_cpus;
+	if ((r = req_cap_drop(json_object_get(req, "cap_drop"), &l.cap_drop, err)) < 0)
+		goto out;
 	if ((r = fs_binds_parse(a, json_object_get(req, "binds"), &l, err)) < 0)
 		goto out;
 	if (detach)
-		l.want_stdin = 0;
+		l.want_stdin = 0; /* a detached tty keeps its terminal; nobody writes to it */
 	l.detach = detach;
 	r = ctr_run(a, id, cid, hex, json_object_get(req, "argv"), &l, auto_rm, detach, &pid, err);
 	if (r == 0)
-		chan_resp_ok(a, id, json_pack("{s:i}", "pid", (int)pid));
+		chan_resp_ok(a, id, json_pack("{s:i,s:o,s:I}", "pid", (int)pid, "limits",
+					      cg_limits_json(cid), "cap_drop", (json_int_t)l.cap_drop));
 out:
 	req_launch_free(&l);
 	return r;
@@ -498,6 +557,37 @@ static int req_ctr(struct agent *a, json_t *req, struct ctr **c, struct k8_err *
 	*c = ctr_find(a, cid);
 	if (!*c)
 		return k8_err_set(err, -ENOENT, "no such container %s", cid);
+	return 0;
+}
+
+/* {"op":"resize","stream":N} (a run or exec stream) or {"container":id} (its init),
+ * "rows", "cols": the window size of the process's pty. */
+static int req_resize(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	long long stream, rows, cols;
+	struct proc *p = NULL;
+	int r;
+
+	if ((r = req_int(req, "stream", 0, UINT32_MAX, 0, &stream, err)) < 0 ||
+	    (r = req_int(req, "rows", 0, 65535, 0, &rows, err)) < 0 ||
+	    (r = req_int(req, "cols", 0, 65535, 0, &cols, err)) < 0)
+		return r;
+	if (stream) {
+		p = proc_by_stream(a, (uint32_t)stream);
+		if (!p)
+			return k8_err_set(err, -ESRCH, "no process on stream %lld", stream);
+	} else {
+		struct ctr *c;
+
+		if ((r = req_ctr(a, req, &c, err)) < 0)
+			return r;
+		p = c->init;
+		if (!p)
+			return k8_err_set(err, -ESRCH, "container %s is not running", c->id);
+	}
+	if ((r = proc_resize(p, (unsigned)rows, (unsigned)cols, err)) < 0)
+		return r;
+	chan_resp_ok(a, id, json_object());
 	return 0;
 }
 
@@ -687,7 +777,7 @@ static const struct {
 	{ "run", req_run },     { "exec", req_exec },
 	{ "ps", req_ps },       { "stop", req_stop },
 	{ "rm", req_rm },       { "stat", req_stat },
-	{ "sync", req_sync },
+	{ "sync", req_sync },   { "resize", req_resize },
 	{ "archive.stat", req_archive_stat }, { "archive.get", req_archive_get },
 	{ "archive.layer", req_archive_layer },
 	{ "archive.put", req_archive_put },

@@ -501,6 +501,21 @@ int link_negotiate(struct agentlink *l, struct k8_err *err)
 	return link_negotiate_then(l, NULL, 0, NULL, err);
 }
 
+int link_stdin_send(struct agentlink *l, struct stream *s, const void *p, size_t n,
+		    size_t *sent)
+{
+	size_t take;
+
+	pthread_mutex_lock(&l->lock);
+	take = n < s->stdin_credit ? n : s->stdin_credit;
+	if (take > PROTO_DATA_CHUNK)
+		take = PROTO_DATA_CHUNK;
+	s->stdin_credit -= (uint32_t)take;
+	pthread_mutex_unlock(&l->lock);
+	*sent = take;
+	return take ? link_send(l, PROTO_STDIN, 0, s->id, p, take) : 0;
+}
+
 int link_send(struct agentlink *l, uint16_t type, uint16_t flags, uint32_t id,
 	      const void *data, size_t len)
 {

@@ -84,6 +84,12 @@ int link_request(struct agentlink *l, json_t *req, int timeout_ms,
 		 json_t **resp, struct stream **stream, struct k8_err *err);
 int link_send(struct agentlink *l, uint16_t type, uint16_t flags, uint32_t id,
 	      const void *data, size_t len);
+/* Send what the agent's stdin window of stream s allows of the n bytes at p (at most
+ * PROTO_DATA_CHUNK): *sent is what was taken from the window (0 when it is shut; the
+ * caller waits for CREDIT, which wakes s->efd). Returns 0, or link_send's error (the
+ * bytes taken are then lost with the link). */
+int link_stdin_send(struct agentlink *l, struct stream *s, const void *p, size_t n,
+		    size_t *sent);
 /* Take the next output frame of a stream (NULL when none); the caller frees it and then
  * calls link_stream_consumed() to return the credit. */
 struct sframe *link_stream_pop(struct agentlink *l, struct stream *s);

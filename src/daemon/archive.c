@@ -371,17 +371,11 @@ int archive_put_write(struct archive_xfer *x, const void *p, size_t n, struct k8
 		int w;
 
 		archive_drain(x);
-		pthread_mutex_lock(&l->lock);
-		take = n < x->s->stdin_credit ? n : x->s->stdin_credit;
-		if (take > PROTO_DATA_CHUNK)
-			take = PROTO_DATA_CHUNK;
-		x->s->stdin_credit -= (uint32_t)take;
-		pthread_mutex_unlock(&l->lock);
+		if (link_stdin_send(l, x->s, p, n, &take) < 0) {
+			k8_err_set(err, -ECONNRESET, "the sandbox's agent went away during the copy");
+			return archive_end(x, -ECONNRESET, err);
+		}
 		if (take) {
-			if (link_send(l, PROTO_STDIN, 0, x->s->id, p, take) < 0) {
-				k8_err_set(err, -ECONNRESET, "the sandbox's agent went away during the copy");
-				return archive_end(x, -ECONNRESET, err);
-			}
 			p = (const char *)p + take;
 			n -= take;
 			x->bytes += take;

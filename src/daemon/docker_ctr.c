@@ -100,6 +100,9 @@ struct dkx {
 	bool tty, attach_stdin, attach_stdout, attach_stderr;
 	bool started, running;
 	int exit_code, pid;             /* exit_code -1: none yet */
+	unsigned rows, cols;            /* the tty's size: ConsoleSize, or a resize before start */
+	char sandbox[64];               /* while running: where, and its agent stream */
+	uint32_t stream_id;
 };
 
 /* One daemon per process: the Docker API's records live here (loaded on first use). */
@@ -399,6 +402,61 @@ static int dkc_find_call(struct api_call *call, struct dkc **out)
 
 /* ---- create ---- */
 
+/* Linux's capability names by number (capability.h), as CapDrop spells them. */
+static const char *const dkc_cap_names[] = {
+	"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID",
+	"SETUID", "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST",
+	"NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO",
+	"SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+	"SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE",
+	"AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM",
+	"BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+};
+
+/* HostConfig.CapDrop ("ALL", "CAP_X" or "X", any case) as the agent's "cap_drop"
+ * numbers (into *out when out is non-NULL); an unknown name is a 400, as in Docker. */
+static int dkc_cap_drop(json_t *v, json_t **out, struct k8_err *err)
+{
+	json_t *e, *nums = json_array();
+	uint64_t mask = 0;
+	size_t i, j;
+
+	if (v && !json_is_null(v) && (!json_is_array(v) || json_array_size(v) > 64)) {
+		json_decref(nums);
+		return k8_err_set(err, -EINVAL, "HostConfig.CapDrop must be a list of capabilities");
+	}
+	json_array_foreach(v, i, e) {
+		const char *n = json_string_value(e);
+		bool known = n && !strcasecmp(n, "ALL");
+
+		if (known) {
+			mask = ~0ull >> (64 - ARRAY_SIZE(dkc_cap_names));
+			continue;
+		}
+		if (n && !strncasecmp(n, "CAP_", 4))
+			n += 4;
+		for (j = 0; n && j < ARRAY_SIZE(dkc_cap_names); j++) {
+			if (!strcasecmp(n, dkc_cap_names[j])) {
+				mask |= 1ull << j;
+				known = true;
+			}
+		}
+		if (!known) {
+			json_decref(nums);
+			return k8_err_set(err, -EINVAL, "unknown capability: \"%.60s\"",
+					  json_string_value(e) ?: "(not a string)");
+		}
+	}
+	for (j = 0; j < 64; j++)
+		if (mask & (1ull << j))
+			json_array_append_new(nums, json_integer((json_int_t)j));
+	if (out)
+		*out = nums;
+	else
+		json_decref(nums);
+	return 0;
+}
+
 /* HostConfig fields that would lift the isolation: a 400 naming the field. */
 static int dkc_refuse_host(json_t *hc, struct k8_err *err)
 {
@@ -417,6 +475,23 @@ static int dkc_refuse_host(json_t *hc, struct k8_err *err)
 	if (json_array_size(json_object_get(hc, "Devices")) ||
 	    json_array_size(json_object_get(hc, "DeviceRequests")))
 		return k8_err_set(err, -EINVAL, "HostConfig.Devices is not supported by kosa8");
+	if (json_array_size(json_object_get(hc, "DeviceCgroupRules")))
+		return k8_err_set(err, -EINVAL, "HostConfig.DeviceCgroupRules is not supported by "
+				  "kosa8: containers open no devices");
+	/* Asked-for changes kosa8 would not make: refused rather than silently ignored
+	 * (docs/docker.md). Unmasking /proc would lift the isolation; CapDrop and
+	 * ReadonlyRootfs would leave the container stronger than it is. */
+	if (json_is_array(json_object_get(hc, "MaskedPaths")))
+		return k8_err_set(err, -EINVAL, "HostConfig.MaskedPaths is not supported by kosa8: "
+				  "/proc is masked as in Docker's default");
+	if (json_is_array(json_object_get(hc, "ReadonlyPaths")))
+		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyPaths is not supported by kosa8:"
+				  " /proc is read-only as in Docker's default");
+	if (dkc_cap_drop(json_object_get(hc, "CapDrop"), NULL, err))
+		return err->code;
+	if (json_is_true(json_object_get(hc, "ReadonlyRootfs")))
+		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyRootfs is not supported by kosa8 "
+				  "yet: the root file system is writable");
 	for (i = 0; i < ARRAY_SIZE(host_modes); i++) {
 		const char *m = json_string_value(json_object_get(hc, host_modes[i]));
 		if (m && !strcmp(m, "host"))
@@ -432,6 +507,43 @@ static int dkc_refuse_host(json_t *hc, struct k8_err *err)
 			return k8_err_set(err, -EINVAL, "HostConfig.SecurityOpt \"%.60s\" is not "
 					  "supported by kosa8: seccomp and the capability set stay", s);
 	}
+	/* the container's own cgroup limits (dkc_start): Docker's bounds and words */
+	v = json_object_get(hc, "Memory");
+	if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+				      json_integer_value(v) > (1ll << 50)))
+		return k8_err_set(err, -EINVAL, "HostConfig.Memory must be a number of bytes");
+	if (json_integer_value(v) > 0 && json_integer_value(v) < 6ll << 20)
+		return k8_err_set(err, -EINVAL, "Minimum memory limit allowed is 6MB");
+	v = json_object_get(hc, "NanoCpus");
+	if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+				      json_integer_value(v) > 1000000000000ll))
+		return k8_err_set(err, -EINVAL, "HostConfig.NanoCpus must be a number of 10^-9 CPUs");
+	if (json_integer_value(v) > 0 && json_integer_value(v) < 10000000)
+		return k8_err_set(err, -EINVAL, "Range of CPUs is from 0.01 upwards");
+	return 0;
+}
+
+/* What a start sends the agent in one JSON request (at most PROTO_MAX_JSON): the
+ * command and the environment must leave room for the rest. Refused at create, where a
+ * client can be told, not at start. */
+#define DKC_ARGV_ENV_MAX (48u << 10)
+
+static size_t dkc_json_len(json_t *v)
+{
+	char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+	size_t n = t ? strlen(t) : 0;
+
+	free(t);
+	return n;
+}
+
+static int dkc_argv_env_fits(json_t *cmd, json_t *ep, json_t *env, struct k8_err *err)
+{
+	size_t n = dkc_json_len(cmd) + dkc_json_len(ep) + dkc_json_len(env);
+
+	if (n > DKC_ARGV_ENV_MAX)
+		return k8_err_set(err, -EINVAL, "Cmd, Entrypoint and Env together are %zu bytes: "
+				  "kosa8 takes at most %u KiB", n, DKC_ARGV_ENV_MAX >> 10);
 	return 0;
 }
 
@@ -603,6 +715,11 @@ int dkc_api_create(struct api_call *call)
 	if (!json_array_size(json_object_get(cfg, "Cmd")) &&
 	    !json_array_size(json_object_get(cfg, "Entrypoint"))) {
 		r = k8_err_set(&call->err, -EINVAL, "no command specified");
+		dkc_unref(c);
+		goto out;
+	}
+	if ((r = dkc_argv_env_fits(json_object_get(cfg, "Cmd"), json_object_get(cfg, "Entrypoint"),
+				   json_object_get(cfg, "Env"), &call->err))) {
 		dkc_unref(c);
 		goto out;
 	}
@@ -904,6 +1021,40 @@ static void dkc_runtime_wording(struct k8_err *err)
 	k8_err_set(err, code, "OCI runtime create failed: %s", msg);
 }
 
+/* A Tty run or exec asks the agent for a pty: "stdin":"tty" and the first size
+ * (Docker's ConsoleSize [height, width], or a resize that came first). */
+static void dkc_tty_fields(json_t *req, unsigned rows, unsigned cols)
+{
+	json_object_set_new(req, "stdin", json_string("tty"));
+	if (rows || cols)
+		json_object_set_new(req, "tty_size", json_pack("[i,i]", (int)rows, (int)cols));
+}
+
+/* ConsoleSize [h, w] of a create body (API 1.42+), each 0..65535; else 0, 0. */
+static void dkc_console_size(json_t *o, unsigned *rows, unsigned *cols)
+{
+	json_t *h = json_array_get(o, 0), *w = json_array_get(o, 1);
+
+	*rows = *cols = 0;
+	if (json_array_size(o) != 2 || !json_is_integer(h) || !json_is_integer(w) ||
+	    json_integer_value(h) < 0 || json_integer_value(h) > 65535 ||
+	    json_integer_value(w) < 0 || json_integer_value(w) > 65535)
+		return;
+	*rows = (unsigned)json_integer_value(h);
+	*cols = (unsigned)json_integer_value(w);
+}
+
+/* An agent older than the pty refuses "stdin":"tty" (its stdin is a boolean): say what
+ * to do instead of its words. */
+static void dkc_tty_refused(struct k8_err *err)
+{
+	if (err->code == -EINVAL && strstr(err->msg, "field 'stdin'")) {
+		k8_err_clear(err);
+		k8_err_set(err, -ENOSYS, "the sandbox's guest agent has no pty support (Tty): "
+			   "rebuild the guest image (make guest) and remove the sandbox");
+	}
+}
+
 /* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
 static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 {
@@ -963,9 +1114,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	wd = json_string_value(json_object_get(cfg, "WorkingDir"));
 	user = json_string_value(json_object_get(cfg, "User"));
 	nm = json_string_value(json_object_get(c->host, "NetworkMode"));
-	/* No pty in the guest yet: a Tty container gets a stdin that stays open (a shell
-	 * as its command waits on it, as on a terminal, instead of reading EOF). */
-	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin")) || dkc_tty(c);
+	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
 	req = json_pack("{s:s,s:s,s:s,s:o,s:O,s:s,s:s,s:b,s:b,s:b,s:s}", "op", "run",
 			"container", c->agent_id, "image", img.digest, "argv", argv, "env",
 			json_object_get(cfg, "Env"), "cwd", wd && *wd ? wd : "/", "user",
@@ -973,6 +1122,26 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 			false, "netns", nm && !strcmp(nm, "none") ? "none" : "vm");
 	/* always: a Docker container sees only its own binds, never the engine's roots */
 	json_object_set(req, "binds", c->binds ? c->binds : json_array());
+	/* HostConfig.Memory and NanoCpus: the container's own cgroup in the guest */
+	json_int_t mem = json_integer_value(json_object_get(c->host, "Memory"));
+	json_int_t ncpu = json_integer_value(json_object_get(c->host, "NanoCpus"));
+	if (mem > 0)
+		json_object_set_new(req, "memory_max", json_integer(mem));
+	if (ncpu > 0)
+		json_object_set_new(req, "nano_cpus", json_integer(ncpu));
+	/* CapDrop: taken out of the container's set (checked at create) */
+	json_t *drop = NULL;
+	dkc_cap_drop(json_object_get(c->host, "CapDrop"), &drop, err);
+	bool dropping = json_array_size(drop) > 0;
+	if (dropping)
+		json_object_set(req, "cap_drop", drop);
+	json_decref(drop);
+	k8_err_clear(err);
+	if (dkc_tty(c)) {
+		unsigned rows, cols;
+		dkc_console_size(json_object_get(c->host, "ConsoleSize"), &rows, &cols);
+		dkc_tty_fields(req, rows, cols);
+	}
 	if (open_stdin) {
 		pthread_mutex_lock(&dk.lock);
 		dkc_stdin_pipe_locked(c);
@@ -989,9 +1158,25 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	}
 	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);    /* takes req */
 	if (r) {
+		dkc_tty_refused(err);
 		close(logfd);
 		if (r == -ENOENT || r == -EACCES || r == -ENOEXEC)
 			dkc_runtime_wording(err);
+		goto fail_pipe;
+	}
+	if (((mem > 0 || ncpu > 0) && !json_is_object(json_object_get(resp, "limits"))) ||
+	    (dropping && !json_is_integer(json_object_get(resp, "cap_drop")))) {
+		/* an agent older than these ran it without them: refuse, never ignore */
+		json_t *rm = json_pack("{s:s,s:s}", "op", "rm", "container", c->agent_id), *rr = NULL;
+		struct k8_err e2 = { 0 };
+		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);      /* takes rm */
+		json_decref(rr);
+		json_decref(resp);
+		link_stream_close(&sb->link, s);
+		close(logfd);
+		r = k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot apply Memory, "
+			       "NanoCpus or CapDrop: rebuild the guest image (make guest) and "
+			       "remove the sandbox");
 		goto fail_pipe;
 	}
 	if (pipefd[0] >= 0)
@@ -1832,16 +2017,66 @@ int dkc_api_attach(struct api_call *call)
 			     dkc_follow_free, f);
 }
 
-/* No pty in the guest yet (docs/docker.md): a resize is accepted and has no effect. */
-int dkc_api_resize(struct api_call *call)
+/* The query's h and w (0..65535; moby takes both, absent 0). */
+static int dkc_query_hw(struct api_call *call, unsigned *rows, unsigned *cols)
 {
-	struct dkc *c;
+	uint64_t h = 0, w = 0;
+
+	if (api_query_u64(call, "h", 0, 65535, &h) || api_query_u64(call, "w", 0, 65535, &w))
+		return call->err.code;
+	*rows = (unsigned)h;
+	*cols = (unsigned)w;
+	return 0;
+}
+
+/* Ask the agent to set the size of a pty: the init of agent container `ctr`
+ * (stream 0) or the process on `stream`. */
+static int dkc_resize_agent(struct daemon *d, const char *sandbox, const char *ctr,
+			    uint32_t stream, unsigned rows, unsigned cols, struct k8_err *err)
+{
+	struct sandbox *sb = sb_get(d, sandbox, err);
+	json_t *req, *resp = NULL;
 	int r;
 
-	if ((r = dkc_find_call(call, &c)))
+	if (!sb)
+		return -ENOENT;
+	req = json_pack("{s:s,s:s,s:i,s:i}", "op", "resize", "container", ctr, "rows", (int)rows,
+			"cols", (int)cols);
+	if (stream)
+		json_object_set_new(req, "stream", json_integer(stream));
+	r = sb_agent_request(sb, req, 10000, &resp, NULL, err);     /* takes req */
+	json_decref(resp);
+	sb_put(d, sb);
+	return r;
+}
+
+/* A Tty container's window size (TIOCSWINSZ on its pty in the guest; the process gets
+ * SIGWINCH). Without a Tty, or not running, it is accepted and does nothing, as the
+ * docker CLI resizes whatever it attached to. */
+int dkc_api_resize(struct api_call *call)
+{
+	char sandbox[64], agent_id[13];
+	unsigned rows, cols;
+	struct dkc *c;
+	bool live;
+	int r;
+
+	if ((r = dkc_query_hw(call, &rows, &cols)) || (r = dkc_find_call(call, &c)))
 		return r;
+	pthread_mutex_lock(&dk.lock);
+	live = dkc_tty(c) && c->state == DKC_RUNNING;
+	snprintf(sandbox, sizeof(sandbox), "%s", c->sandbox);
+	snprintf(agent_id, sizeof(agent_id), "%s", c->agent_id);
+	pthread_mutex_unlock(&dk.lock);
 	dkc_unref(c);
-	return 0;
+	if (!live)
+		return 0;
+	r = dkc_resize_agent(call->d, sandbox, agent_id, 0, rows, cols, &call->err);
+	if (r == -ESRCH || r == -ENOENT) {      /* it exited meanwhile */
+		k8_err_clear(&call->err);
+		return 0;
+	}
+	return r;
 }
 
 /* ---- list and inspect ---- */
@@ -2154,6 +2389,7 @@ int dkc_api_exec_create(struct api_call *call)
 		r = k8_err_set(&call->err, -EINVAL, "No exec command specified");
 		goto out;
 	}
+
 	if ((wd && (strlen(wd) > 4095 || (*wd && *wd != '/'))) || (user && strlen(user) > 255)) {
 		r = k8_err_set(&call->err, -EINVAL, "WorkingDir must be an absolute path and User "
 			       "at most 255 bytes");
@@ -2171,11 +2407,17 @@ int dkc_api_exec_create(struct api_call *call)
 	snprintf(x->ctr, sizeof(x->ctr), "%s", c->id);
 	x->cmd = json_incref(cmd);
 	x->env = dkc_merge_env(json_object_get(c->config, "Env"), env);
+	if ((r = dkc_argv_env_fits(x->cmd, NULL, x->env, &call->err))) {
+		dkx_free(x);
+		dkc_unref(c);
+		goto out;
+	}
 	snprintf(x->cwd, sizeof(x->cwd), "%s", wd && *wd ? wd :
 		 json_string_value(json_object_get(c->config, "WorkingDir")) ?: "");
 	snprintf(x->user, sizeof(x->user), "%s", user && *user ? user :
 		 json_string_value(json_object_get(c->config, "User")) ?: "");
 	x->tty = json_is_true(json_object_get(body, "Tty"));
+	dkc_console_size(json_object_get(body, "ConsoleSize"), &x->rows, &x->cols);
 	x->attach_stdin = json_is_true(json_object_get(body, "AttachStdin"));
 	x->attach_stdout = json_is_true(json_object_get(body, "AttachStdout"));
 	x->attach_stderr = json_is_true(json_object_get(body, "AttachStderr"));
@@ -2275,8 +2517,11 @@ static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
 		memcpy(ibuf, extra, n);
 		ib_have = n;
 	}
+	/* Without stdin the process's stdin ends at once; a terminal stays open instead
+	 * (the agent would type ^D on it), as in Docker. */
 	if (!xr->in) {
-		link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
+		if (!xr->tty)
+			link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
 		stdin_sent_eof = true;
 	}
 	for (;;) {
@@ -2287,18 +2532,8 @@ static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
 		/* stdin within the window */
 		if (ib_off < ib_have) {
 			size_t take;
-			pthread_mutex_lock(&l->lock);
-			take = ib_have - ib_off;
-			if (take > s->stdin_credit)
-				take = s->stdin_credit;
-			if (take > PROTO_DATA_CHUNK)
-				take = PROTO_DATA_CHUNK;
-			s->stdin_credit -= (uint32_t)take;
-			pthread_mutex_unlock(&l->lock);
-			if (take) {
-				link_send(l, PROTO_STDIN, 0, s->id, ibuf + ib_off, take);
-				ib_off += take;
-			}
+			link_stdin_send(l, s, ibuf + ib_off, ib_have - ib_off, &take);
+			ib_off += take;
 		}
 		if (client_eof && ib_off == ib_have && !stdin_sent_eof) {
 			link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
@@ -2425,6 +2660,8 @@ int dkc_api_exec_start(struct api_call *call)
 	req = json_pack("{s:s,s:s,s:O,s:O,s:s,s:s,s:b}", "op", "exec", "container", "",
 			"argv", x->cmd, "env", x->env, "cwd", x->cwd[0] ? x->cwd : "/", "user",
 			x->user[0] ? x->user : "0", "stdin", x->attach_stdin && !detach);
+	if (xr->tty)
+		dkc_tty_fields(req, x->rows, x->cols);
 	pthread_mutex_unlock(&dk.lock);
 
 	c = dkc_find(call->d, ctr, &call->err);
@@ -2443,6 +2680,14 @@ int dkc_api_exec_start(struct api_call *call)
 	r = sb_agent_request(xr->sb, json_incref(req), DKC_START_TIMEOUT_MS, &resp, &xr->s,
 			     &call->err);
 	if (r) {
+		dkc_tty_refused(&call->err);
+		if (call->err.code == -ENOSYS) {
+			dkc_unref(c);
+			dkx_finish(xr->id, 126);
+			json_decref(req);
+			dkx_run_free(xr);
+			return call->err.code;
+		}
 		int code = r == -ENOENT ? 127 : (r == -EACCES || r == -ENOEXEC) ? 126 : 125;
 		dkc_unref(c);
 		dkx_finish(xr->id, code);
@@ -2457,8 +2702,11 @@ int dkc_api_exec_start(struct api_call *call)
 		return call->err.code;
 	}
 	pthread_mutex_lock(&dk.lock);
-	if ((x = dkx_find_locked(xr->id)))
+	if ((x = dkx_find_locked(xr->id))) {
 		x->pid = (int)json_integer_value(json_object_get(resp, "pid"));
+		x->stream_id = xr->s->id;
+		snprintf(x->sandbox, sizeof(x->sandbox), "%s", c->sandbox);
+	}
 	pthread_mutex_unlock(&dk.lock);
 	daemon_audit(call->d, "container.exec", c->sandbox,
 		     json_pack("{s:s,s:s,s:s,s:O}", "via", "docker", "id", c->id, "exec", xr->id,
@@ -2514,17 +2762,45 @@ int dkc_api_exec_inspect(struct api_call *call)
 	return 0;
 }
 
+/* An exec's tty size: kept for its start when it has not started (the docker CLI may
+ * resize first), else set on its pty in the guest. */
 int dkc_api_exec_resize(struct api_call *call)
 {
-	bool found;
+	char sandbox[64], agent_id[13] = "";
+	unsigned rows, cols;
+	uint32_t stream = 0;
+	struct dkx *x;
+	struct dkc *c;
+	int r;
 
+	if ((r = dkc_query_hw(call, &rows, &cols)))
+		return r;
 	pthread_mutex_lock(&dk.lock);
-	found = dkx_find_locked(api_param(call, "id")) != NULL;
-	pthread_mutex_unlock(&dk.lock);
-	if (!found)
+	x = dkx_find_locked(api_param(call, "id"));
+	if (!x) {
+		pthread_mutex_unlock(&dk.lock);
 		return k8_err_set(&call->err, -ENOENT, "No such exec instance: %.100s",
 				  api_param(call, "id"));
-	return 0;
+	}
+	if (!x->started) {
+		x->rows = rows;
+		x->cols = cols;
+	} else if (x->tty && x->running && x->stream_id) {
+		stream = x->stream_id;
+		snprintf(sandbox, sizeof(sandbox), "%s", x->sandbox);
+		for (c = dk.ctrs; c; c = c->next)
+			if (!strcmp(c->id, x->ctr))
+				snprintf(agent_id, sizeof(agent_id), "%s", c->agent_id);
+	}
+	pthread_mutex_unlock(&dk.lock);
+	if (!stream || !agent_id[0])
+		return 0;
+	r = dkc_resize_agent(call->d, sandbox, agent_id, stream, rows, cols, &call->err);
+	if (r == -ESRCH || r == -ENOENT) {      /* it exited meanwhile */
+		k8_err_clear(&call->err);
+		return 0;
+	}
+	return r;
 }
 
 /* ---- bind mounts ---- */

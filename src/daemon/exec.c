@@ -367,18 +367,9 @@ void exec_bridge(struct exec_ctx *x, int sock, const char *extra, size_t extra_l
 		}
 		/* forward pending stdin as the agent's credit allows */
 		if (pend) {
-			pthread_mutex_lock(&l->lock);
-			size_t take = pend_len - pend_off;
-			if (take > s->stdin_credit)
-				take = s->stdin_credit;
-			if (take > PROTO_DATA_CHUNK)
-				take = PROTO_DATA_CHUNK;
-			s->stdin_credit -= (uint32_t)take;
-			pthread_mutex_unlock(&l->lock);
-			if (take) {
-				link_send(l, PROTO_STDIN, 0, s->id, pend + pend_off, take);
-				pend_off += take;
-			}
+			size_t take;
+			link_stdin_send(l, s, pend + pend_off, pend_len - pend_off, &take);
+			pend_off += take;
 			if (pend_off == pend_len) {
 				if (pend_eof) {
 					link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
