@@ -40,7 +40,8 @@ if [ -z "${PYTEST_ARGS:-}" ]; then
 	UBSAN_OPTIONS=log_path=/tmp/k8san-asan:print_stacktrace=1 \
 		/usr/bin/python3 -m pytest -q test_82_docker_frameworks.py test_88_docker_api.py \
 		test_89_docker_containers.py test_90_cp.py test_99_hostile_cp.py \
-		test_83_docker_build.py test_99_hostile_build.py || rc=$?
+		test_83_docker_build.py test_99_hostile_build.py test_83_docker_tty.py \
+		test_90_hostile_docker.py || rc=$?
 	rm -rf "$sanbin"
 	if ls /tmp/k8san-asan.* >/dev/null 2>&1; then
 		cat /tmp/k8san-asan.*
