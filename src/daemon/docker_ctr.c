@@ -1104,6 +1104,14 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		r = sb_image_for_run(d, sb, c->image, &img, &icfg, err);
 	}
 	json_decref(icfg);
+	if (r == -ENOSPC && !c->own_sandbox) {
+		/* sandbox.c's advice (another sandbox) is not the Docker user's */
+		k8_err_clear(err);
+		k8_err_set(err, -ENOSPC, "the docker engine sandbox '%s' holds %d images at most "
+			   "and has them all: once no container runs in it, `kosa8 sandbox rm -f %s` "
+			   "(a new engine is made at next need), or start the daemon with "
+			   "--require-sandbox (docs/docker.md)", c->sandbox, K8_MAX_SLOTS, c->sandbox);
+	}
 	if (r)
 		goto fail_sb;
 	argv = json_array();

@@ -13,9 +13,10 @@
 import json
 import os
 import secrets as pysecrets
+import shutil
 import socket
 import subprocess
-import time
+import tempfile
 
 from conftest import wait_for as conftest_wait_for
 
@@ -212,3 +213,24 @@ def free_port():
 def wait_for(pred, timeout=10, step=0.05):
     """conftest's wait_for with the broker tests' shorter defaults."""
     return conftest_wait_for(pred, timeout, step)
+
+
+def scratch(prefix):
+    """A module fixture's body: a directory under /tmp, removed afterwards."""
+    d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def upstream(tmp):
+    """A module fixture's body: the tests' HTTPS upstream (Upstream) in tmp."""
+    u = Upstream(tmp)
+    yield u
+    u.close()
+
+
+def upstream_config(up):
+    """config.json for a daemon whose brokers reach `up`: its CA, and every test host
+    resolved to it."""
+    return {"broker_ca_file": [up.ca1[0]],
+            "broker_resolve": ["%s:%s" % (n, up.ip) for n in HOSTS]}

@@ -6,60 +6,29 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import time
 
 import pytest
 
-from conftest import Home, new_home
+from dockerkit import (docker_cli, docker_sock, dockerpy, engine_home, needs_cli,  # noqa: F401
+                       needs_py, ok)
 
-try:
-    import docker as dockerpy
-except ImportError:
-    dockerpy = None
-
-pytestmark = pytest.mark.skipif(not shutil.which("docker"),
-                                reason="a docker CLI is needed (scripts/deps.sh: docker.io)")
-needs_py = pytest.mark.skipif(dockerpy is None,
-                              reason="python3-docker is needed (scripts/deps.sh)")
-IMG = "python:3.12-slim"
+pytestmark = needs_cli
 
 
 @pytest.fixture(scope="module")
 def dk(python_layout):
-    h = Home(new_home("k8db-"))
-    with open(os.path.join(h.path, "config.json"), "w") as f:
-        json.dump({"docker_engine_memory_mib": 512, "docker_engine_cpus": 1,
-                   "docker_engine_disk_gb": 2}, f)
-    h.start()
-    h("image", "load", python_layout, "--tag", IMG, check=True, timeout=600)
-    yield h
-    h.stop()
-    if os.environ.get("KOSA8_KEEP_HOME") is None:
-        shutil.rmtree(h.path, ignore_errors=True)
+    yield from engine_home(python_layout, "k8db-")
 
 
 def sock(dk):
-    return os.path.join(dk.path, "docker.sock")
+    return docker_sock(dk)
 
 
 def docker(dk, *args, cwd=None, input=None, timeout=600):
-    cfg = tempfile.mkdtemp(prefix="k8dbcfg-")
-    env = dict(os.environ, DOCKER_HOST="unix://" + sock(dk), DOCKER_CONFIG=cfg,
-               DOCKER_BUILDKIT="0")
-    env.pop("DOCKER_CONTEXT", None)
-    try:
-        return subprocess.run(["docker"] + list(args), capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=cwd, input=input)
-    finally:
-        shutil.rmtree(cfg, ignore_errors=True)
-
-
-def ok(p):
-    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
-    return p.stdout
+    return docker_cli(dk, *args, cwd=cwd, input=input, timeout=timeout)
 
 
 def context(files):

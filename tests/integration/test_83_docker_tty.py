@@ -11,51 +11,22 @@ import time
 
 import pytest
 
-from conftest import Home, new_home
+from dockerkit import IMG, docker_cli, docker_sock, dockerpy, engine_home, needs_cli, needs_py
 
-try:
-    import docker as dockerpy
-except ImportError:
-    dockerpy = None
-
-pytestmark = [
-    pytest.mark.skipif(not shutil.which("docker"),
-                       reason="a docker CLI is needed (scripts/deps.sh: docker.io)"),
-    pytest.mark.skipif(dockerpy is None, reason="python3-docker is needed (scripts/deps.sh)"),
-]
-IMG = "python:3.12-slim"
+pytestmark = [needs_cli, needs_py]
 
 
 @pytest.fixture(scope="module")
 def dk(python_layout):
-    h = Home(new_home("k8tty-"))
-    with open(os.path.join(h.path, "config.json"), "w") as f:
-        json.dump({"docker_engine_memory_mib": 512, "docker_engine_cpus": 1,
-                   "docker_engine_disk_gb": 2}, f)
-    h.start()
-    h("image", "load", python_layout, "--tag", IMG, check=True, timeout=600)
-    yield h
-    h.stop()
-    if os.environ.get("KOSA8_KEEP_HOME") is None:
-        shutil.rmtree(h.path, ignore_errors=True)
+    yield from engine_home(python_layout, "k8tty-")
 
 
 def sock(dk):
-    return os.path.join(dk.path, "docker.sock")
+    return docker_sock(dk)
 
 
 def docker(dk, *args, input=None, timeout=300):
-    cfg = tempfile.mkdtemp(prefix="k8dcfg-")
-    env = dict(os.environ, DOCKER_HOST="unix://" + sock(dk), DOCKER_CONFIG=cfg)
-    env.pop("DOCKER_CONTEXT", None)
-    try:
-        # bytes kept as they are (a terminal's \r\n is part of what is tested)
-        p = subprocess.run(["docker"] + list(args), capture_output=True, timeout=timeout,
-                           env=env, input=input)
-        p.stdout, p.stderr = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
-        return p
-    finally:
-        shutil.rmtree(cfg, ignore_errors=True)
+    return docker_cli(dk, *args, input=input, timeout=timeout)
 
 
 def client(dk):

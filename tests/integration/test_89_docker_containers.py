@@ -6,61 +6,34 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 
 import pytest
 
-from conftest import Home, new_home, wait_or_fail
+from conftest import wait_or_fail
+from dockerkit import (IMG, docker_cli, docker_sock, dockerpy, engine_home,  # noqa: F401
+                       needs_cli, needs_py, ok)
 
-try:
-    import docker as dockerpy
-except ImportError:
-    dockerpy = None
-
-pytestmark = pytest.mark.skipif(not shutil.which("docker"),
-                                reason="a docker CLI is needed (scripts/deps.sh: docker.io)")
-needs_py = pytest.mark.skipif(dockerpy is None,
-                              reason="python3-docker is needed (scripts/deps.sh)")
-IMG = "python:3.12-slim"
+pytestmark = needs_cli
 
 
 @pytest.fixture(scope="module")
 def dk(python_layout):
     """(Home, the allowed bind root): a daemon with a small engine and one --allow-mount."""
-    h = Home(new_home("k8dc-"))
     root = tempfile.mkdtemp(prefix="k8dcroot-", dir="/tmp")
-    with open(os.path.join(h.path, "config.json"), "w") as f:
-        json.dump({"docker_engine_memory_mib": 512, "docker_engine_cpus": 1,
-                   "docker_engine_disk_gb": 2}, f)
-    h.start("--allow-mount", root)
-    h("image", "load", python_layout, "--tag", IMG, check=True, timeout=600)
-    yield h, root
-    h.stop()
+    for h in engine_home(python_layout, "k8dc-", "--allow-mount", root):
+        yield h, root
     if os.environ.get("KOSA8_KEEP_HOME") is None:
-        shutil.rmtree(h.path, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
 def sock(dk):
-    return os.path.join(dk[0].path, "docker.sock")
+    return docker_sock(dk[0])
 
 
 def docker(dk, *args, input=None, timeout=300):
-    cfg = tempfile.mkdtemp(prefix="k8dcfg-")
-    env = dict(os.environ, DOCKER_HOST="unix://" + sock(dk), DOCKER_CONFIG=cfg)
-    env.pop("DOCKER_CONTEXT", None)
-    try:
-        return subprocess.run(["docker"] + list(args), capture_output=True, text=True,
-                              timeout=timeout, env=env, input=input)
-    finally:
-        shutil.rmtree(cfg, ignore_errors=True)
-
-
-def ok(p):
-    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
-    return p.stdout
+    return docker_cli(dk[0], *args, input=input, timeout=timeout)
 
 
 def raw(dk, method, path, body=b"", headers=()):

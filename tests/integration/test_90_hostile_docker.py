@@ -12,57 +12,37 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 
 import pytest
 
-from conftest import Home, new_home
+from dockerkit import IMG, docker_cli, docker_sock, engine_home, needs_cli
 
-pytestmark = [
-    pytest.mark.hostile,
-    pytest.mark.skipif(not shutil.which("docker"),
-                       reason="a docker CLI is needed (scripts/deps.sh: docker.io)"),
-]
-IMG = "python:3.12-slim"
+pytestmark = [pytest.mark.hostile, needs_cli]
 
 
 @pytest.fixture(scope="module")
 def dk(python_layout):
     """(Home, the allowed root, a directory outside it holding a secret file)."""
-    h = Home(new_home("k8hd-"))
     root = tempfile.mkdtemp(prefix="k8hdroot-", dir="/tmp")
     outside = tempfile.mkdtemp(prefix="k8hdout-", dir="/tmp")
     with open(os.path.join(outside, "secret"), "w") as f:
         f.write("host secret\n")
     os.mkdir(os.path.join(root, "work"))
-    with open(os.path.join(h.path, "config.json"), "w") as f:
-        json.dump({"docker_engine_memory_mib": 512, "docker_engine_cpus": 1,
-                   "docker_engine_disk_gb": 2}, f)
-    h.start("--allow-mount", root)
-    h("image", "load", python_layout, "--tag", IMG, check=True, timeout=600)
-    yield h, root, outside
-    h.stop()
+    for h in engine_home(python_layout, "k8hd-", "--allow-mount", root):
+        yield h, root, outside
     if os.environ.get("KOSA8_KEEP_HOME") is None:
-        shutil.rmtree(h.path, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(outside, ignore_errors=True)
 
 
 def sock(dk):
-    return os.path.join(dk[0].path, "docker.sock")
+    return docker_sock(dk[0])
 
 
 def docker(dk, *args, input=None, timeout=300):
-    cfg = tempfile.mkdtemp(prefix="k8dcfg-")
-    env = dict(os.environ, DOCKER_HOST="unix://" + sock(dk), DOCKER_CONFIG=cfg)
-    env.pop("DOCKER_CONTEXT", None)
-    try:
-        return subprocess.run(["docker"] + list(args), capture_output=True, text=True,
-                              timeout=timeout, env=env, input=input)
-    finally:
-        shutil.rmtree(cfg, ignore_errors=True)
+    return docker_cli(dk[0], *args, input=input, timeout=timeout)
 
 
 def raw(dk, method, path, body=b"", headers=(), timeout=120):

@@ -12,8 +12,6 @@
 import glob
 import json
 import os
-import shutil
-import tempfile
 
 import pytest
 
@@ -52,23 +50,17 @@ print(head.split(b" ")[1].decode(), rest.decode(errors="replace"))
 
 @pytest.fixture(scope="module")
 def tmp():
-    d = tempfile.mkdtemp(prefix="k8bs", dir="/tmp")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    yield from bk.scratch("k8bs")
 
 
 @pytest.fixture(scope="module")
 def up(tmp):
-    u = bk.Upstream(tmp)
-    yield u
-    u.close()
+    yield from bk.upstream(tmp)
 
 
 @pytest.fixture(scope="module")
 def h(up, python_layout):
-    cfg = {"broker_ca_file": [up.ca1[0]],
-           "broker_resolve": ["%s:%s" % (n, up.ip) for n in bk.HOSTS]}
-    yield from own_home("k8bs-", python_layout, config=cfg)
+    yield from own_home("k8bs-", python_layout, config=bk.upstream_config(up))
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,7 @@
 import glob
 import json
 import os
-import shutil
 import stat
-import tempfile
 
 import pytest
 
@@ -63,23 +61,17 @@ print("status", head.split(b" ")[1].decode(), rest.decode(errors="replace"))
 
 @pytest.fixture(scope="module")
 def tmp():
-    d = tempfile.mkdtemp(prefix="k8bi", dir="/tmp")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    yield from bk.scratch("k8bi")
 
 
 @pytest.fixture(scope="module")
 def up(tmp):
-    u = bk.Upstream(tmp)
-    yield u
-    u.close()
+    yield from bk.upstream(tmp)
 
 
 @pytest.fixture(scope="module")
 def h(up, python_layout):
-    cfg = {"broker_ca_file": [up.ca1[0]],
-           "broker_resolve": ["%s:%s" % (n, up.ip) for n in bk.HOSTS]}
-    yield from own_home("k8bi-", python_layout, config=cfg)
+    yield from own_home("k8bi-", python_layout, config=bk.upstream_config(up))
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,8 @@
 # the secret, counted) without a request reaching the upstream; `secret set` restores it.
 import json
 import os
-import shutil
 import socket
 import sys
-import tempfile
 
 import pytest
 
@@ -62,23 +60,17 @@ CHAT = json.dumps({"model": "m", "max_tokens": 16,
 
 @pytest.fixture(scope="module")
 def tmp():
-    d = tempfile.mkdtemp(prefix="k8bl", dir="/tmp")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    yield from bk.scratch("k8bl")
 
 
 @pytest.fixture(scope="module")
 def up(tmp):
-    u = bk.Upstream(tmp)
-    yield u
-    u.close()
+    yield from bk.upstream(tmp)
 
 
 @pytest.fixture(scope="module")
 def h(up, python_layout):
-    cfg = {"broker_ca_file": [up.ca1[0]],
-           "broker_resolve": ["%s:%s" % (n, up.ip) for n in bk.HOSTS]}
-    yield from own_home("k8bl-", python_layout, config=cfg)
+    yield from own_home("k8bl-", python_layout, config=bk.upstream_config(up))
 
 
 def free_port():

@@ -5,48 +5,26 @@
 # are as they were.
 import hashlib
 import io
-import json
 import os
 import shutil
 import socket
-import subprocess
 import tarfile
 import tempfile
 
 import pytest
 
-from conftest import Home, new_home
+from dockerkit import docker_cli, engine_home, needs_cli
 
-pytestmark = [pytest.mark.hostile,
-              pytest.mark.skipif(not shutil.which("docker"),
-                                 reason="a docker CLI is needed (scripts/deps.sh: docker.io)")]
-IMG = "python:3.12-slim"
+pytestmark = [pytest.mark.hostile, needs_cli]
 
 
 @pytest.fixture(scope="module")
 def dk(python_layout):
-    h = Home(new_home("k8hb-"))
-    with open(os.path.join(h.path, "config.json"), "w") as f:
-        json.dump({"docker_engine_memory_mib": 512, "docker_engine_cpus": 1,
-                   "docker_engine_disk_gb": 2}, f)
-    h.start()
-    h("image", "load", python_layout, "--tag", IMG, check=True, timeout=600)
-    yield h
-    h.stop()
-    if os.environ.get("KOSA8_KEEP_HOME") is None:
-        shutil.rmtree(h.path, ignore_errors=True)
+    yield from engine_home(python_layout, "k8hb-")
 
 
 def docker(dk, *args, cwd=None, timeout=600):
-    cfg = tempfile.mkdtemp(prefix="k8hbcfg-")
-    env = dict(os.environ, DOCKER_HOST="unix://" + os.path.join(dk.path, "docker.sock"),
-               DOCKER_CONFIG=cfg, DOCKER_BUILDKIT="0")
-    env.pop("DOCKER_CONTEXT", None)
-    try:
-        return subprocess.run(["docker"] + list(args), capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=cwd)
-    finally:
-        shutil.rmtree(cfg, ignore_errors=True)
+    return docker_cli(dk, *args, cwd=cwd, timeout=timeout)
 
 
 def digest(path):

@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: Apache-2.0
+# dockerkit.py - what the Docker API's test files share: a daemon of a module's own with a
+# small engine and the test image loaded, and the real docker CLI pointed at its socket.
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import Home, new_home
+
+try:
+    import docker as dockerpy
+except ImportError:
+    dockerpy = None
+
+IMG = "python:3.12-slim"
+needs_cli = pytest.mark.skipif(not shutil.which("docker"),
+                               reason="a docker CLI is needed (scripts/deps.sh: docker.io)")
+needs_py = pytest.mark.skipif(dockerpy is None,
+                              reason="python3-docker is needed (scripts/deps.sh)")
+
+
+def engine_home(python_layout, prefix, *start_args):
+    """A module fixture's body: a daemon whose engine is 512 MiB / 1 vCPU / 2 GB, started
+    with start_args, with IMG loaded; yields its Home, then stops it and removes its home
+    (kept with KOSA8_KEEP_HOME)."""
+    h = Home(new_home(prefix))
+    with open(os.path.join(h.path, "config.json"), "w") as f:
+        json.dump({"docker_engine_memory_mib": 512, "docker_engine_cpus": 1,
+                   "docker_engine_disk_gb": 2}, f)
+    h.start(*start_args)
+    h("image", "load", python_layout, "--tag", IMG, check=True, timeout=600)
+    try:
+        yield h
+    finally:
+        h.stop()
+        if os.environ.get("KOSA8_KEEP_HOME") is None:
+            shutil.rmtree(h.path, ignore_errors=True)
+
+
+def docker_sock(home):
+    return os.path.join(home.path, "docker.sock")
+
+
+def docker_cli(home, *args, cwd=None, input=None, timeout=300):
+    """The docker CLI against home's docker.sock, with a config of its own (no login, no
+    context) and the classic builder: a CompletedProcess with text output."""
+    cfg = tempfile.mkdtemp(prefix="k8dcfg-")
+    env = dict(os.environ, DOCKER_HOST="unix://" + docker_sock(home), DOCKER_CONFIG=cfg,
+               DOCKER_BUILDKIT="0")
+    env.pop("DOCKER_CONTEXT", None)
+    try:
+        return subprocess.run(["docker"] + list(args), capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=cwd, input=input)
+    finally:
+        shutil.rmtree(cfg, ignore_errors=True)
+
+
+def ok(p):
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    return p.stdout
