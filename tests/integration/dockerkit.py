@@ -47,14 +47,21 @@ def docker_sock(home):
 
 def docker_cli(home, *args, cwd=None, input=None, timeout=300):
     """The docker CLI against home's docker.sock, with a config of its own (no login, no
-    context) and the classic builder: a CompletedProcess with text output."""
+    context) and the classic builder: a CompletedProcess with its output decoded as it
+    came."""
     cfg = tempfile.mkdtemp(prefix="k8dcfg-")
     env = dict(os.environ, DOCKER_HOST="unix://" + docker_sock(home), DOCKER_CONFIG=cfg,
                DOCKER_BUILDKIT="0")
     env.pop("DOCKER_CONTEXT", None)
+    if isinstance(input, str):
+        input = input.encode()
     try:
-        return subprocess.run(["docker"] + list(args), capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=cwd, input=input)
+        # decoded without newline translation: a terminal's \r\n is part of what is tested
+        p = subprocess.run(["docker"] + list(args), capture_output=True, timeout=timeout,
+                           env=env, cwd=cwd, input=input)
+        p.stdout = p.stdout.decode(errors="replace")
+        p.stderr = p.stderr.decode(errors="replace")
+        return p
     finally:
         shutil.rmtree(cfg, ignore_errors=True)
 
