@@ -194,4 +194,4 @@ DOCKER_SRC   := $(wildcard src/docker/*.c)
 DOCKER_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_docker_*.c))
 $(DOCKER_TESTS): $(B)/tests/%: tests/unit/%.c $(call obj,$(DOCKER_SRC) $(COMMON_SRC) src/image/reference.c)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lcrypto
+	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lcrypto -larchive

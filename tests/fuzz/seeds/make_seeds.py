@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# make_seeds.py - write the seed inputs of fuzz_unpack, fuzz_proto, fuzz_load, fuzz_bundle
+# make_seeds.py - write the seed inputs of fuzz_unpack, fuzz_runlayer, fuzz_proto, fuzz_load, fuzz_bundle
 # and fuzz_agentlink (small files kept in the repo beside this script; run it again after
 # changing it: python3 make_seeds.py).
 # Seeds get libFuzzer past format detection: without them fuzz_unpack never reached the tar
@@ -83,6 +83,10 @@ def unpack_seeds():
           tar_bytes([("sym", "up", "../../.."), ("file", "up/etc/passwd", b"x"),
                      ("file", "../outside", b"x"), ("file", "/abs", b"x"),
                      ("hard", "hl", "../../etc/shadow"), ("fifo", "f"), ("chr", "null")]))
+    # fuzz_runlayer reads what a RUN step's guest sends back: plain tars, whiteouts.
+    for name in ("plain.tar", "whiteouts.tar", "longnames_pax.tar", "escapes.tar"):
+        with open(os.path.join(HERE, "fuzz_unpack", name), "rb") as f:
+            write("fuzz_runlayer", name, f.read())
 
 
 def frame(ftype, fid, payload, flags=0):
