@@ -647,7 +647,11 @@ def test_mount_survives_checkpoint_and_rewind(mhome, root):
         assert wait_for(lambda: os.path.exists(held) and open(held).read() == "opened\n", 30)
 
         def ask(line):
-            mhome("sandbox", "exec", sb, cid, "sh", "-c", "echo %s > /ask" % line, check=True)
+            # Written aside and renamed: HOLD could otherwise see /ask between the
+            # shell's create and its write, read "" and remove it (the line lost: the
+            # flake of the last sessions' runs).
+            mhome("sandbox", "exec", sb, cid, "sh", "-c",
+                  "echo %s > /ask.tmp && mv /ask.tmp /ask" % line, check=True)
             return wait_for(lambda: line in open(held).read(), 20)
         assert ask("before-checkpoint")
         mhome("sandbox", "exec", sb, cid, "sh", "-c", "echo b > /data/ck/before.txt",
