@@ -3,7 +3,8 @@
  *
  * Every VM gets the same minimal device set: virtio-mmio only (no PCI, no ACPI, no legacy
  * devices), one virtio-serial port for the agent, one scratch disk (ext4 in a qcow2, so
- * it costs only what the guest writes), K8_MAX_SLOTS image slots and a virtio-rng.
+ * it costs only what the guest writes), K8_MAX_SLOTS image slots, and a virtio-rng or
+ * a virtio-balloon (below).
  *
  * Image slots. microvm cannot hot-plug a disk, yet images reach a running sandbox
  * (`sandbox pull` after `create`). So every VM boots with K8_MAX_SLOTS read-only
@@ -12,6 +13,13 @@
  * QMP and makes it the slot overlay's backing file with `blockdev-reopen`; the agent then
  * drops its cache of the device and mounts it. A VM booted later gets the same graph on
  * its command line. Decision and alternatives: docs/design.md "Images in a running VM".
+ *
+ * The machine (struct vm_machine). microvm without ACPI has 8 virtio-mmio transports
+ * and the base set takes all 8. A machine with free page reporting gives the RNG's to a
+ * virtio-balloon, which hands back to the host what the guest freed (microvm with
+ * acpi=on has 24 transports, but no guest timer under TCG). A saved state holds the
+ * machine it ran on, so a restore gets the same one: older checkpoints keep the RNG.
+ * docs/design.md "Free page reporting".
  */
 #include "daemon/vm.h"
 #include "daemon/log.h"
@@ -28,6 +36,24 @@
 #include <sys/wait.h>
 
 #define SLOT_VSIZE "64G"
+
+json_t *vm_machine_json(const struct vm_machine *m)
+{
+	return json_pack("{s:b}", "balloon", m->balloon);
+}
+
+int vm_machine_from_json(const json_t *j, struct vm_machine *m)
+{
+	json_t *b = json_object_get(j, "balloon");
+
+	*m = VM_MACHINE_V1;
+	if (!j)
+		return 0;
+	if (!json_is_object(j) || !json_is_boolean(b))
+		return -EINVAL;
+	m->balloon = json_is_true(b);
+	return 0;
+}
 
 /* Run a helper program (no shell) and wait; its stderr tail goes into the error. */
 int vm_run_cmd(const char *const argv[], struct k8_err *err)
@@ -479,8 +505,12 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		ADD("-device");
 		ADD("virtio-blk-device,drive=slot%d,serial=slot%d", i, i);
 	}
+	/* Last, so the transports of the devices above keep their places. The balloon only
+	 * takes what the guest reports free (its pageblocks, 4 MiB here); the host never
+	 * inflates it. */
 	ADD("-device");
-	ADD("virtio-rng-device");
+	ADD("%s", s->machine.balloon ? "virtio-balloon-device,free-page-reporting=on"
+				     : "virtio-rng-device");
 	if (incoming >= 0) {
 		ADD("-incoming");
 		ADD("fd:%d", incoming);
