@@ -81,6 +81,8 @@ int vm_attach_image(struct qmp *q, int slot, const char *disk, struct k8_err *er
 /* What QEMU wrote to <dir>/qemu.log after the command line that opens it: the whole
  * rest, or only its first line; false when it wrote nothing. */
 bool vm_qemu_said(const char *dir, bool first_line, char *out, size_t n);
+/* The host's TSC rate (kHz) that a TCG guest is told at boot, 0 if unknown (vm.c). */
+unsigned vm_tsc_khz(void);
 /* Run a helper program (no shell); its output's tail goes into err on failure. */
 int vm_run_cmd(const char *const argv[], struct k8_err *err);
 
