@@ -144,7 +144,7 @@ def main():
                 shutil.rmtree(tmp, ignore_errors=True)
         else:
             print("(no IDLECPU_OLD_VMLINUX: the kernel before NO_HZ_IDLE is not measured)")
-        idle_cpu("NO_HZ_IDLE + hrtimers (the build's)", GUEST)
+        idle_cpu("NO_HZ_IDLE, TSC rate told (the build)", GUEST)
     if "free" in PARTS:
         freed_heap()
 
