@@ -63,7 +63,7 @@ int vm_machine_from_json(const json_t *j, struct vm_machine *m)
  * marks the TSC unstable and keeps time with jiffies, which keeps the periodic tick
  * running even in a NO_HZ_IDLE kernel, 250 wakes a second per idle VM. Told the rate
  * (tsc_early_khz=), it uses the TSC and high-resolution timers, and an idle guest sleeps
- * (docs/design.md "What an idle sandbox costs"). */
+ * (docs/design.md "Idle CPU"). */
 static unsigned vm_tsc_khz_measured;
 
 static void vm_tsc_measure(void)
