@@ -16,6 +16,9 @@ echo "== pause and resume: to disk against in memory (issue 15)"
 python3 pause.py
 echo "== what an idle sandbox costs: TCG's cache sizes, then paused by the idle pause (issue 15)"
 python3 idle.py
+echo "== idle CPU per guest kernel, RSS after a freed heap with and without free page reporting (issue 15)"
+# IDLECPU_OLD_VMLINUX=<a kernel built before NO_HZ_IDLE> adds it side by side.
+python3 idlecpu.py
 echo "== frame parsing and egress policy (issue 4)"
 # bench/netparse.c against src/net's pure half (addr, pkt, dns, policy), nothing else.
 NB=${B:-build}

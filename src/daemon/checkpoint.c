@@ -95,6 +95,19 @@ static int meta_agent_check(const json_t *meta, const struct sandbox *sb, const 
 			  label, sb->name, theirs, our_lo, our_hi, sb->name, sb->name);
 }
 
+/* meta_agent_check, and a "machine" this kosa8 can start (absent: an older checkpoint,
+ * restored on the machine every VM had then). Checked before anything is touched. */
+static int meta_usable(const json_t *meta, const struct sandbox *sb, const char *label,
+		       struct k8_err *err)
+{
+	struct vm_machine m;
+
+	if (vm_machine_from_json(json_object_get(meta, "machine"), &m))
+		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json "
+				  "(\"machine\"); the sandbox is unchanged", label);
+	return meta_agent_check(meta, sb, label, err);
+}
+
 static void new_layer_name(char *out, size_t n)
 {
 	snprintf(out, n, "layer-%llx.qcow2", (unsigned long long)now_real_ns());
@@ -519,6 +532,10 @@ static int ckpt_commit(struct ckpt_job *j, struct k8_err *err)
 				      (json_int_t)now_real_ns(), "layer", frozen, "size",
 				      (json_int_t)j->size, "memory_mib", sb->memory_mib, "cpus",
 				      sb->cpus, "images", imgs);
+	/* The machine this state runs on: a restore starts the same (sb_machine_of). */
+	pthread_mutex_lock(&sb->lock);
+	json_object_set_new(meta, "machine", vm_machine_json(&sb->machine));
+	pthread_mutex_unlock(&sb->lock);
 	/* The agent in this memory, for the rewinds of a later kosa8 (meta_agent_check). */
 	pthread_mutex_lock(&sb->link.lock);
 	if (sb->link.proto)
@@ -691,7 +708,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	frozen = json_string_value(json_object_get(meta, "layer"));
 	if (!frozen || strchr(frozen, '/'))
 		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
-	if ((r = meta_agent_check(meta, sb, label, err))) {
+	if ((r = meta_usable(meta, sb, label, err))) {
 		daemon_audit(d, "checkpoint.rewind.refused", sb->name,
 			     json_pack("{s:s,s:s}", "label", label, "error", err->msg));
 		return r;
@@ -961,7 +978,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 		r = k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
 		goto fail;
 	}
-	if ((r = meta_agent_check(meta, src, label, err)))
+	if ((r = meta_usable(meta, src, label, err)))
 		goto fail;
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: src->cpus;
 	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: src->memory_mib;

@@ -71,6 +71,20 @@ int daemon_tcg_tb_mib(struct daemon *d, json_t *cfg)
 	return mib;
 }
 
+struct vm_machine daemon_vm_machine(struct daemon *d, json_t *cfg)
+{
+	json_t *own = cfg ? NULL : daemon_config(d);
+	json_t *v = json_object_get(cfg ? cfg : own, "free_page_reporting");
+	struct vm_machine m = { .balloon = true };
+
+	if (json_is_boolean(v))
+		m.balloon = json_is_true(v);
+	else if (v)
+		daemon_log("config.json \"free_page_reporting\" must be true or false; using true");
+	json_decref(own);
+	return m;
+}
+
 /* Offline: the flag, the environment or config.json (daemon.h). */
 bool daemon_offline(struct daemon *d, json_t *cfg)
 {

@@ -23,6 +23,7 @@
 #include "daemon/cgroup.h"
 #include "daemon/guest.h"
 #include "daemon/jail.h"
+#include "daemon/vm.h"
 #include "daemon/log.h"
 
 struct image_store;
@@ -85,6 +86,9 @@ bool daemon_offline(struct daemon *d, json_t *cfg);
  * K8_TCG_TB_MIB_DEFAULT; read at each VM start (cfg: the config already read, or NULL). */
 #define K8_TCG_TB_MIB_DEFAULT 128
 int daemon_tcg_tb_mib(struct daemon *d, json_t *cfg);
+/* The machine a VM booted now gets: the free-page-reporting balloon unless config.json
+ * "free_page_reporting" is false; read at each boot (cfg as above). */
+struct vm_machine daemon_vm_machine(struct daemon *d, json_t *cfg);
 
 /* daemon.c: the audit helper; never fails the caller (an audit failure is logged) */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);

@@ -87,6 +87,7 @@ static json_t *sb_record(struct sandbox *sb)
 	json_object_set_new(rec, "mounts", sb_mounts_json(sb, false));
 	json_object_set_new(rec, "ports", sb_ports_json(sb));
 	json_object_set_new(rec, "jail_index", json_integer(sb->jail_index));
+	json_object_set_new(rec, "machine", vm_machine_json(&sb->machine));
 	if (sb->idle_pause_s >= 0)
 		json_object_set_new(rec, "idle_pause_s", json_integer(sb->idle_pause_s));
 	if (sb->rewind_spare[0])

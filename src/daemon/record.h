@@ -78,6 +78,7 @@ struct sandbox {
 	char disk[256];                 /* current writable top layer (file name in dir) */
 	bool paused;                    /* vCPUs stopped by `sandbox pause` */
 	bool forked;                    /* made by `sandbox fork`: explicit backing chain */
+	struct vm_machine machine;      /* of its VM now (and of paused/): vm.h */
 	/* network (egress.c) */
 	char egress_mode[16];           /* "deny", "allow-list", "allow-all" */
 	json_t *egress_rules;           /* array of rule strings, as normalised */

@@ -444,6 +444,10 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	spec.images = sb->images;
 	spec.nimages = sb->nimages;
 	spec.scratch = scratch;
+	spec.machine = daemon_vm_machine(d, NULL);      /* a boot: today's machine */
+	pthread_mutex_lock(&sb->lock);
+	sb->machine = spec.machine;
+	pthread_mutex_unlock(&sb->lock);
 	/* QEMU gets its whole backing chain from layers.json (it opens no path itself;
 	 * and a fork's layers are hard links whose headers name the source's files). */
 	spec.nchain = layers_chain(sb->dir, layers_top(sb->disk), &chain);
@@ -460,6 +464,28 @@ static int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	return r;
 }
 
+/* The machine the state in `statedir` was saved on: its meta.json's "machine" (absent:
+ * taken before the balloon, VM_MACHINE_V1); paused/ has no meta.json and is the
+ * sandbox's own VM, sb->machine. */
+static int sb_machine_of(struct sandbox *sb, const char *statedir, struct vm_machine *m,
+			 struct k8_err *err)
+{
+	cleanup_free char *p = xasprintf("%s/meta.json", statedir);
+	cleanup_free char *t = NULL;
+	json_auto_t *meta = NULL;
+
+	if (read_file(p, 1 << 20, &t, NULL) == -ENOENT) {
+		pthread_mutex_lock(&sb->lock);
+		*m = sb->machine;
+		pthread_mutex_unlock(&sb->lock);
+		return 0;
+	}
+	if (!t || !(meta = json_loads(t, 0, NULL)) ||
+	    vm_machine_from_json(json_object_get(meta, "machine"), m))
+		return k8_err_set(err, -EINVAL, "%s is damaged (\"machine\")", p);
+	return 0;
+}
+
 /* Start the QEMU that restores the state saved in `statedir` (a checkpoint's directory:
  * of sb for a rewind, of its source for a fork; sb's paused/ for a resume) into sb on
  * the top layer `layer`: sidecars up, kosa8-fs given the FUSE nodes and open files the
@@ -471,13 +497,20 @@ int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir
 	cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", statedir);
 	struct sb_socks k;
 	struct vm_spec spec;
+	struct vm_machine m;
 	char **chain = NULL;
 	int r;
 
+	if ((r = sb_machine_of(sb, statedir, &m, err)))
+		return r;
 	if ((r = sb_prepare_spawn(d, sb, &k, &spec, err)))
 		return r;
+	spec.machine = m;
 	if (sb->nmounts && access(nodes, F_OK) == 0 && (r = fs_load(sb, nodes, err)))
 		return r;
+	pthread_mutex_lock(&sb->lock);
+	sb->machine = spec.machine;
+	pthread_mutex_unlock(&sb->lock);
 	spec.kernel_fd = kfd;
 	spec.initramfs_fd = ifd;
 	spec.images = sb->images;
@@ -767,6 +800,7 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
  * record's fsync, a QMP exchange or a QEMU's end); past it, a sandbox whose lock is still
  * held is shown as ls last saw it. */
 #define SB_LIST_WAIT_MS 20
+#define SB_LIST_SLOW_NS (50 * 1000000ull)       /* a listing this slow is logged */
 
 /* The listing: each sandbox's summary, read under its lock. The table lock is held
  * throughout (it guards the list and each sb->listing), so the wait is bounded: a
@@ -776,6 +810,8 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 json_t *sb_list_json(struct daemon *d)
 {
 	json_t *arr = json_array();
+	uint64_t t0 = now_mono_ns(), t_table, t_end;
+	int n = 0, stale = 0;
 	struct timespec dl;
 
 	clock_gettime(CLOCK_REALTIME, &dl);
@@ -785,24 +821,33 @@ json_t *sb_list_json(struct daemon *d)
 		dl.tv_nsec -= 1000000000L;
 	}
 	pthread_mutex_lock(&d->lock);
+	t_table = now_mono_ns();
 	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next) {
 		json_t *o;
 		if (sb->state == SB_REMOVING)
 			continue;
+		n++;
 		if (pthread_mutex_timedlock(&sb->lock, &dl) == 0) {
 			o = sb_summary_locked(sb);
 			pthread_mutex_unlock(&sb->lock);
 			json_decref(sb->listing);
 			sb->listing = json_deep_copy(o);
-		} else if (sb->listing) {
-			o = json_deep_copy(sb->listing);
 		} else {
-			o = json_pack("{s:s,s:s}", "name", sb->name, "state",
-				      sb_state_name(__atomic_load_n(&sb->state, __ATOMIC_RELAXED)));
+			stale++;
+			o = sb->listing ? json_deep_copy(sb->listing)
+					: json_pack("{s:s,s:s}", "name", sb->name, "state",
+						    sb_state_name(__atomic_load_n(&sb->state,
+										  __ATOMIC_RELAXED)));
 		}
 		json_array_append_new(arr, o);
 	}
 	pthread_mutex_unlock(&d->lock);
+	/* Where a slow listing waited: the density bench reads these lines (issue 15). */
+	t_end = now_mono_ns();
+	if (t_end - t0 >= SB_LIST_SLOW_NS)
+		daemon_log("sandbox ls took %llu ms: table lock %llu ms, %d sandboxes, %d shown "
+			   "as before", (unsigned long long)((t_end - t0) / 1000000),
+			   (unsigned long long)((t_table - t0) / 1000000), n, stale);
 	return arr;
 }
 
@@ -841,6 +886,10 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
 	}
 	sb->forked = json_is_true(json_object_get(rec, "forked"));
+	/* A record without it is older than the balloon: its VM (or paused/) has neither. */
+	if (vm_machine_from_json(json_object_get(rec, "machine"), &sb->machine))
+		daemon_log("sandbox %s: sandbox.json has a damaged \"machine\"; taking the "
+			   "one without ACPI and balloon", sb->name);
 	broker_load(sb);
 	{
 		json_t *ip = json_object_get(rec, "idle_pause_s");
@@ -1015,11 +1064,6 @@ struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *er
 		return NULL;
 	}
 	sb = sb_new(d, name);
-	if (jail_claim(&d->jail, sb->dir, &sb->jail_index, err)) {
-		pthread_mutex_unlock(&d->lock);
-		sb_free(sb);
-		return NULL;
-	}
 	sb->state = SB_BOOTING;
 	sb->busy = 1;
 	sb->users = 1;
@@ -1028,6 +1072,30 @@ struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *er
 	sb->next = d->sandboxes;
 	d->sandboxes = sb;
 	pthread_mutex_unlock(&d->lock);
+	/* The uid block is claimed outside the table lock: the claim takes a host-wide
+	 * flock and fsyncs a file, and the table lock holds up every lookup and `sandbox
+	 * ls` meanwhile (issue 15's density run). The name is ours already; a request
+	 * that finds it waits for the busy token. */
+	if (jail_claim(&d->jail, sb->dir, &sb->jail_index, err)) {
+		struct sandbox **pp;
+		pthread_mutex_lock(&d->lock);
+		for (pp = &d->sandboxes; *pp; pp = &(*pp)->next)
+			if (*pp == sb) {
+				*pp = sb->next;
+				break;
+			}
+		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_lock(&sb->lock);
+		sb->state = SB_REMOVING;
+		sb->busy = 0;
+		sb->users--;
+		pthread_cond_broadcast(&sb->cond);
+		while (sb->users > 0)
+			pthread_cond_wait(&sb->cond, &sb->lock);
+		pthread_mutex_unlock(&sb->lock);
+		sb_free(sb);
+		return NULL;
+	}
 	return sb;
 }
 

@@ -61,6 +61,7 @@ struct spare_vm {
 	/* the checkpoint's machine, which the sandbox has once the spare is swapped in */
 	struct vm_image images[K8_MAX_SLOTS];
 	int nimages, memory_mib, cpus;
+	struct vm_machine machine;
 };
 
 struct spare {
@@ -154,7 +155,8 @@ static void spare_vm_destroy(struct daemon *d, struct sandbox *sb, struct spare_
 
 /* What a checkpoint's meta.json says the spare needs; 0 or -errno. */
 static int spare_meta(struct sandbox *sb, const char *label, char *frozen, size_t n,
-		      struct vm_image imgs[K8_MAX_SLOTS], int *nimgs, int *mem, int *cpus)
+		      struct vm_image imgs[K8_MAX_SLOTS], int *nimgs, int *mem, int *cpus,
+		      struct vm_machine *machine)
 {
 	cleanup_free char *p = xasprintf("%s/checkpoints/%s/meta.json", sb->dir, label);
 	cleanup_free char *t = NULL;
@@ -170,7 +172,7 @@ static int spare_meta(struct sandbox *sb, const char *label, char *frozen, size_
 	*nimgs = sb_images_from_json(json_object_get(m, "images"), imgs);
 	*mem = (int)json_integer_value(json_object_get(m, "memory_mib"));
 	*cpus = (int)json_integer_value(json_object_get(m, "cpus"));
-	return 0;
+	return vm_machine_from_json(json_object_get(m, "machine"), machine);
 }
 
 /* Wait until the spare's migration is in and its vCPUs are stopped. */
@@ -228,7 +230,8 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 
 	v->net_fd = -1;
 	snprintf(v->label, sizeof(v->label), "%s", label);
-	if ((r = spare_meta(sb, label, frozen, sizeof(frozen), imgs, &nimgs, &mem, &cpus))) {
+	if ((r = spare_meta(sb, label, frozen, sizeof(frozen), imgs, &nimgs, &mem, &cpus,
+			    &v->machine))) {
 		k8_err_set(err, r, "checkpoint '%s' cannot be read", label);
 		goto fail;
 	}
@@ -278,7 +281,7 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 				.fs_path = fs, .net_fd = sv[1], .kernel_fd = kfd,
 				.initramfs_fd = ifd, .images = imgs, .nimages = nimgs,
 				.scratch = top, .incoming_fd = sfd, .jail_uid = jail,
-				.cg = &d->cg, .cg_name = cg, .log = log };
+				.cg = &d->cg, .cg_name = cg, .log = log, .machine = v->machine };
 	/* The chain under its top: the frozen layer, then what is under that (its layer is
 	 * in no layers.json yet, so layers_chain cannot start from it). */
 	nbelow = layers_chain(sb->dir, frozen, &chain);
@@ -488,6 +491,7 @@ int spare_take(struct daemon *d, struct sandbox *sb, const char *label, char *la
 	sb->nimages = v->nimages;
 	sb->memory_mib = v->memory_mib;
 	sb->cpus = v->cpus;
+	sb->machine = v->machine;
 	pthread_mutex_unlock(&sb->lock);
 	t_kill = now_mono_ns();
 	/* The spare's sockets and log take the VM's names. */

@@ -3,7 +3,8 @@
  *
  * Every VM gets the same minimal device set: virtio-mmio only (no PCI, no ACPI, no legacy
  * devices), one virtio-serial port for the agent, one scratch disk (ext4 in a qcow2, so
- * it costs only what the guest writes), K8_MAX_SLOTS image slots and a virtio-rng.
+ * it costs only what the guest writes), K8_MAX_SLOTS image slots, and a virtio-rng or
+ * a virtio-balloon (below).
  *
  * Image slots. microvm cannot hot-plug a disk, yet images reach a running sandbox
  * (`sandbox pull` after `create`). So every VM boots with K8_MAX_SLOTS read-only
@@ -12,6 +13,13 @@
  * QMP and makes it the slot overlay's backing file with `blockdev-reopen`; the agent then
  * drops its cache of the device and mounts it. A VM booted later gets the same graph on
  * its command line. Decision and alternatives: docs/design.md "Images in a running VM".
+ *
+ * The machine (struct vm_machine). microvm without ACPI has 8 virtio-mmio transports
+ * and the base set takes all 8. A machine with free page reporting gives the RNG's to a
+ * virtio-balloon, which hands back to the host what the guest freed (microvm with
+ * acpi=on has 24 transports, but no guest timer under TCG). A saved state holds the
+ * machine it ran on, so a restore gets the same one: older checkpoints keep the RNG.
+ * docs/design.md "Free page reporting".
  */
 #include "daemon/vm.h"
 #include "daemon/log.h"
@@ -26,8 +34,83 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #define SLOT_VSIZE "64G"
+
+json_t *vm_machine_json(const struct vm_machine *m)
+{
+	return json_pack("{s:b}", "balloon", m->balloon);
+}
+
+int vm_machine_from_json(const json_t *j, struct vm_machine *m)
+{
+	json_t *b = json_object_get(j, "balloon");
+
+	*m = VM_MACHINE_V1;
+	if (!j)
+		return 0;
+	if (!json_is_object(j) || !json_is_boolean(b))
+		return -EINVAL;
+	m->balloon = json_is_true(b);
+	return 0;
+}
+
+/* The host's TSC rate in kHz, measured once against CLOCK_MONOTONIC_RAW; 0 when the host
+ * does not say its TSC is constant and runs through idle states (then the guest's TSC
+ * would not keep time). Under TCG a guest's TSC is the host's plus an offset, and its
+ * kernel cannot calibrate it (no HPET, no PM timer, the PIT too slow under emulation): it
+ * marks the TSC unstable and keeps time with jiffies, which keeps the periodic tick
+ * running even in a NO_HZ_IDLE kernel, 250 wakes a second per idle VM. Told the rate
+ * (tsc_early_khz=), it uses the TSC and high-resolution timers, and an idle guest sleeps
+ * (docs/design.md "Idle CPU"). */
+static unsigned vm_tsc_khz_measured;
+
+static void vm_tsc_measure(void)
+{
+	cleanup_free char *info = NULL;
+	unsigned long long best[3] = { 0 };
+
+	if (read_file("/proc/cpuinfo", 1 << 22, &info, NULL) || !strstr(info, " constant_tsc") ||
+	    !strstr(info, " nonstop_tsc"))
+		return;
+	for (int i = 0; i < 3; i++) {
+		struct timespec a, b, nap = { 0, 20 * 1000000L };
+		unsigned long long c0, c1, c2, c3, ns;
+
+		c0 = __builtin_ia32_rdtsc();
+		clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+		c1 = __builtin_ia32_rdtsc();
+		nanosleep(&nap, NULL);
+		c2 = __builtin_ia32_rdtsc();
+		clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+		c3 = __builtin_ia32_rdtsc();
+		ns = (unsigned long long)(b.tv_sec - a.tv_sec) * 1000000000ull + b.tv_nsec - a.tv_nsec;
+		if (c1 - c0 > 100000 || c3 - c2 > 100000 || ns < 10000000) {
+			i--;            /* preempted between a clock and its TSC read: again */
+			continue;
+		}
+		best[i] = ((c2 + c3) / 2 - (c0 + c1) / 2) * 1000000ull / ns;
+	}
+	/* the median of three */
+	for (int i = 0; i < 2; i++)
+		for (int j = i + 1; j < 3; j++)
+			if (best[j] < best[i]) {
+				unsigned long long t = best[i];
+				best[i] = best[j];
+				best[j] = t;
+			}
+	if (best[1] > 100000 && best[1] < 20000000)     /* 0.1-20 GHz */
+		vm_tsc_khz_measured = (unsigned)best[1];
+}
+
+unsigned vm_tsc_khz(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, vm_tsc_measure);
+	return vm_tsc_khz_measured;
+}
 
 /* Run a helper program (no shell) and wait; its stderr tail goes into the error. */
 int vm_run_cmd(const char *const argv[], struct k8_err *err)
@@ -364,7 +447,10 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("-initrd");
 	ADD("/proc/self/fd/4");
 	ADD("-append");
-	ADD("console=ttyS0 quiet panic=-1 reboot=t");
+	if (strcmp(s->accel, "kvm") && vm_tsc_khz())
+		ADD("console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=%u", vm_tsc_khz());
+	else
+		ADD("console=ttyS0 quiet panic=-1 reboot=t");
 	/* The console goes to a bounded ring buffer, read over QMP when a boot fails: a
 	 * guest that prints without end cannot fill the host's disk. */
 	ADD("-chardev");
@@ -479,8 +565,12 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		ADD("-device");
 		ADD("virtio-blk-device,drive=slot%d,serial=slot%d", i, i);
 	}
+	/* Last, so the transports of the devices above keep their places. The balloon only
+	 * takes what the guest reports free (its pageblocks, 4 MiB here); the host never
+	 * inflates it. */
 	ADD("-device");
-	ADD("virtio-rng-device");
+	ADD("%s", s->machine.balloon ? "virtio-balloon-device,free-page-reporting=on"
+				     : "virtio-rng-device");
 	if (incoming >= 0) {
 		ADD("-incoming");
 		ADD("fd:%d", incoming);

@@ -7,12 +7,29 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #include "common/guest.h"
 #include "common/util.h"
 #include "daemon/cgroup.h"
 #include "daemon/qmp.h"
 
 #define K8_MAX_SLOTS GUEST_IMAGE_SLOTS   /* image slots per VM (common/guest.h) */
+
+/* The machine's device set, which its migration stream holds: a VM restored from a saved
+ * state starts with the set that saved it (checkpoint meta.json "machine"; the running
+ * VM's in sandbox.json, which paused/ uses). docs/design.md "Free page reporting". */
+struct vm_machine {
+	/* The 8th virtio-mmio transport: a virtio-balloon with free page reporting (the
+	 * guest's RNG is then seeded by the host alone, at every init), else virtio-rng. */
+	bool balloon;
+};
+/* The set of every VM before it was recorded (and of a record that does not say). */
+#define VM_MACHINE_V1 ((struct vm_machine){ .balloon = false })
+/* {"balloon":bool}, new reference. */
+json_t *vm_machine_json(const struct vm_machine *m);
+/* Read what vm_machine_json wrote; NULL: VM_MACHINE_V1. -EINVAL when it is not one. */
+int vm_machine_from_json(const json_t *j, struct vm_machine *m);
 
 /* An image disk attached to a slot of the VM (the sandbox keeps the list). */
 struct vm_image {
@@ -44,6 +61,7 @@ struct vm_spec {
 	const struct cgroup_info *cg;   /* with cg_name: QEMU enters this cgroup before exec */
 	const char *cg_name;
 	int tb_mib;                     /* TCG's translation cache (MiB); 0: 128 */
+	struct vm_machine machine;      /* for a restore: the state's (vm_machine_from_json) */
 	/* A spare (spare.c): its own log instead of <dir>/qemu.log, and its NIC on `net_fd`
 	 * (> 0: one end of a socket pair, duplicated for QEMU) instead of net_path. */
 	const char *log;
@@ -63,6 +81,8 @@ int vm_attach_image(struct qmp *q, int slot, const char *disk, struct k8_err *er
 /* What QEMU wrote to <dir>/qemu.log after the command line that opens it: the whole
  * rest, or only its first line; false when it wrote nothing. */
 bool vm_qemu_said(const char *dir, bool first_line, char *out, size_t n);
+/* The host's TSC rate (kHz) that a TCG guest is told at boot, 0 if unknown (vm.c). */
+unsigned vm_tsc_khz(void);
 /* Run a helper program (no shell); its output's tail goes into err on failure. */
 int vm_run_cmd(const char *const argv[], struct k8_err *err);
 
