@@ -220,3 +220,17 @@ def test_without_the_setting_no_variables(h):
         assert out.strip() == "[]", out
     finally:
         h.config()
+
+
+def test_missing_secret_is_a_clear_docker_error(h):
+    # a rule whose secret is not on the host: no sandbox is made, and the Docker client
+    # shows why and what to do
+    h.config(require_sandbox=True, docker_engine_broker=["openai=nosuch"])
+    try:
+        p = docker(h, "run", "--rm", dk.IMG, "true")
+        assert p.returncode != 0, p.stdout
+        assert "secret 'nosuch' is not set" in p.stderr and "kosa8 secret set nosuch" in \
+            p.stderr, p.stderr
+        assert not [s for s in h.json("sandbox", "ls") if s["name"].startswith("dk-")]
+    finally:
+        h.config()
