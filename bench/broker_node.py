@@ -3,7 +3,7 @@
 # the client inside a sandbox (brief broker4): what the broker adds to a real SDK call made
 # from a VM, against the same SDK in the same VM talking to the same upstream directly.
 #
-# A daemon of its own (KVM when the host has it; under TCG the guest's own CPU time hides
+# A daemon of its own (the accelerator it picks, printed; under TCG the guest's own CPU time hides
 # the broker's fraction of a millisecond, and the figures say so), the tests' HTTPS upstream
 # (tests/integration/broker_upstream.py, a netns of our own, test CA), scripts/node-image.sh's
 # image. One sandbox, `--broker openai=openai --egress allow-all`, runs one node process that
