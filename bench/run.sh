@@ -49,6 +49,8 @@ echo "== egress broker (issue 14)"
 # kosa8-broker standalone: latency it adds, first streamed byte, 32 concurrent clients,
 # against the same client talking to the same HTTPS upstream directly.
 python3 broker.py
+# The official openai npm client inside a sandbox, through the broker and directly.
+python3 broker_node.py
 echo "== copying files in and out of containers (issue 12's archive)"
 python3 cp.py
 echo "== the Docker-compatible API against kosa8's own CLI (issue 12)"

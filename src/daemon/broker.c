@@ -625,6 +625,8 @@ int broker_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	return 0;
 }
 
+static int broker_tell_model(struct daemon *d, struct sandbox *sb);
+
 void broker_adopt(struct daemon *d, struct sandbox *sb)
 {
 	cleanup_free char *path = xasprintf("%s/broker.pid", sb->dir);
@@ -644,8 +646,13 @@ void broker_adopt(struct daemon *d, struct sandbox *sb)
 	if (!sidecar_alive(&sb->broker->sc))
 		return;
 	sb_sock_path(d, sb, "brokerctl", ctl, sizeof(ctl));
-	if (sidecar_connect(&sb->broker->sc, ctl, broker_event, sb, &err))
+	if (sidecar_connect(&sb->broker->sc, ctl, broker_event, sb, &err)) {
 		daemon_log("sandbox %s: cannot reach kosa8-broker: %s", sb->name, err.msg);
+		return;
+	}
+	/* The model server it was given died with the old daemon (model_reap_orphans): it
+	 * answers 503 no_model until `kosa8 model serve` pushes the new address. */
+	broker_tell_model(d, sb);
 }
 
 void broker_down(struct daemon *d, struct sandbox *sb)
@@ -805,6 +812,27 @@ static bool broker_local_rule(const struct sb_broker *b, const char **model)
 	return false;
 }
 
+/* Tell sb's running broker where its local-model rule's server is now (or that none
+ * runs). 0, or a negative errno (not connected, refused). */
+static int broker_tell_model(struct daemon *d, struct sandbox *sb)
+{
+	struct k8_err err = { 0 }, e2 = { 0 };
+	const char *model = NULL;
+	char addr[160];
+
+	if (!sb->broker || !broker_local_rule(sb->broker, &model))
+		return 0;
+	bool have = d->model_addr && d->model_addr(d, model, addr, sizeof(addr), &e2) == 0;
+	if (!sidecar_connected(&sb->broker->sc))
+		return -ENOTCONN;
+	json_t *req = json_pack("{s:s,s:s?}", "op", "local-model", "addr", have ? addr : NULL);
+	int r = sidecar_request(&sb->broker->sc, req, BROKER_REQ_MS, NULL, &err);
+	if (r)
+		daemon_log("sandbox %s: kosa8-broker did not take the local model's address: %s",
+			   sb->name, err.msg);
+	return r;
+}
+
 int broker_model_changed(struct daemon *d)
 {
 	struct sandbox *list[256];
@@ -821,20 +849,8 @@ int broker_model_changed(struct daemon *d)
 	pthread_mutex_unlock(&d->lock);
 	for (int i = 0; i < nl; i++) {
 		struct sandbox *sb = list[i];
-		struct k8_err err = { 0 }, e2 = { 0 };
-		const char *model = NULL;
-		char addr[160];
-		broker_local_rule(sb->broker, &model);
-		bool have = d->model_addr && d->model_addr(d, model, addr, sizeof(addr), &e2) == 0;
-		if (sidecar_connected(&sb->broker->sc)) {
-			json_t *req = json_pack("{s:s,s:s?}", "op", "local-model", "addr",
-						have ? addr : NULL);
-			if (sidecar_request(&sb->broker->sc, req, BROKER_REQ_MS, NULL, &err) == 0)
-				told++;
-			else
-				daemon_log("sandbox %s: kosa8-broker did not take the local model's "
-					   "address: %s", sb->name, err.msg);
-		}
+		if (sidecar_connected(&sb->broker->sc) && broker_tell_model(d, sb) == 0)
+			told++;
 		sb_put(d, sb);
 	}
 	return told;

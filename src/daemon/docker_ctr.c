@@ -28,6 +28,7 @@
  */
 #include "daemon/docker_ctr.h"
 #include "daemon/archive.h"
+#include "daemon/broker.h"
 #include "daemon/ports.h"
 #include "daemon/docker_engine.h"
 #include "daemon/docker_route.h"
@@ -1123,9 +1124,13 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	user = json_string_value(json_object_get(cfg, "User"));
 	nm = json_string_value(json_object_get(c->host, "NetworkMode"));
 	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
-	req = json_pack("{s:s,s:s,s:s,s:o,s:O,s:s,s:s,s:b,s:b,s:b,s:s}", "op", "run",
+	/* The sandbox's broker variables (docker_engine_broker) under the image's and the
+	 * request's Env; added here, so inspect's Config.Env stays as the client gave it. */
+	json_t *benv = broker_env(sb), *env = dkc_merge_env(benv, json_object_get(cfg, "Env"));
+	json_decref(benv);
+	req = json_pack("{s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:b,s:b,s:b,s:s}", "op", "run",
 			"container", c->agent_id, "image", img.digest, "argv", argv, "env",
-			json_object_get(cfg, "Env"), "cwd", wd && *wd ? wd : "/", "user",
+			env, "cwd", wd && *wd ? wd : "/", "user",
 			user && *user ? user : "0", "stdin", open_stdin, "rm", false, "detach",
 			false, "netns", nm && !strcmp(nm, "none") ? "none" : "vm");
 	/* always: a Docker container sees only its own binds, never the engine's roots */
@@ -2684,6 +2689,10 @@ int dkc_api_exec_start(struct api_call *call)
 		dkc_unref(c);
 		goto fail;
 	}
+	/* as for the container's run: the broker's variables under the exec's Env */
+	json_t *benv = broker_env(xr->sb);
+	json_object_set_new(req, "env", dkc_merge_env(benv, json_object_get(req, "env")));
+	json_decref(benv);
 	/* the request is taken by the call: keep ours for the audit record below */
 	r = sb_agent_request(xr->sb, json_incref(req), DKC_START_TIMEOUT_MS, &resp, &xr->s,
 			     &call->err);

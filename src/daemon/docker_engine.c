@@ -7,6 +7,7 @@
  *   docker_engine_memory_mib (default 1024), docker_engine_cpus (2),
  *   docker_engine_disk_gb (8), docker_engine_egress ("deny", as every sandbox),
  *   docker_engine_egress_allow (list of rules, as --egress-allow),
+ *   docker_engine_broker (rules, as --broker), docker_engine_broker_intercept (false),
  *   docker_engine_boot (false: made on first need; true: at daemon start).
  * With require_sandbox each container gets its own sandbox of the same size.
  */
@@ -46,6 +47,12 @@ static json_t *dke_body(struct daemon *d, const char *name)
 		json_object_set(body, "egress", v);
 	if ((v = json_object_get(cfg, "docker_engine_egress_allow")))
 		json_object_set(body, "egress_allow", v);
+	/* A broker (docs/docker.md): its rules as `sandbox create --broker`; each engine
+	 * (the shared one, or a container's own) gets a placeholder of its own. */
+	if ((v = json_object_get(cfg, "docker_engine_broker")))
+		json_object_set(body, "broker", v);
+	if ((v = json_object_get(cfg, "docker_engine_broker_intercept")))
+		json_object_set(body, "broker_intercept", v);
 	/* Every --allow-mount root, read-write, at /kosa8/bind/<i>: a container's binds are
 	 * sub-paths of these, and its mount namespace holds only them (docs/docker.md). */
 	if (d->nallow_mounts) {

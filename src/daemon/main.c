@@ -255,6 +255,7 @@ int main(int argc, char **argv)
 		daemon_log("%s", ACCEL_TCG_NOTE);
 	if (d->jail_off)
 		daemon_log("WARNING: %s", d->jail_why);
+	model_reap_orphans(d);  /* before adopted brokers are told where their model is */
 	sb_load_all(d);
 
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);

@@ -16,6 +16,7 @@
 #include "daemon/broker.h"
 #include "daemon/daemon.h"
 #include "daemon/sidecar.h"
+#include "daemon/vm.h"
 #include "daemon/api_route.h"
 #include "common/sha.h"
 
@@ -722,6 +723,7 @@ struct msrv {
 	pid_t pid;
 	char host[64];
 	int port;
+	char *pidfile;          /* run/model-NAME.pid: "PID START", for the next daemon */
 	struct msrv *next;
 };
 static struct msrv *servers;
@@ -746,6 +748,9 @@ static void srv_reap(void)
 		if (!srv_alive(*pp)) {
 			struct msrv *s = *pp;
 			*pp = s->next;
+			if (s->pidfile)
+				unlink(s->pidfile);
+			free(s->pidfile);
 			free(s);
 		} else {
 			pp = &(*pp)->next;
@@ -863,6 +868,16 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 	s->port = (int)port;
 	s->next = servers;
 	servers = s;
+	/* A daemon killed (kill -9) leaves its servers running: the next one stops them
+	 * (model_reap_orphans), as a stopping daemon does. */
+	{
+		char t[64];
+		int tn = snprintf(t, sizeof(t), "%d %llu\n", (int)pid, vm_proc_start(pid));
+		cleanup_free char *rundir = xasprintf("%s/run", d->home);
+		mkdir_p(rundir, 0700);
+		s->pidfile = xasprintf("%s/model-%s.pid", rundir, name);
+		write_file_atomic(s->pidfile, t, (size_t)tn, 0600);
+	}
 	pthread_mutex_unlock(&srv_lock);
 	/* Ready once /health answers (loading maps the file; big models take a moment). */
 	for (int i = 0; i < 1200; i++) {
@@ -966,6 +981,39 @@ int model_stop(struct daemon *d, const char *name, struct k8_err *err)
 	daemon_audit(d, "model.stop", NULL, json_pack("{s:s}", "name", name));
 	broker_model_changed(d);
 	return 0;
+}
+
+void model_reap_orphans(struct daemon *d)
+{
+	cleanup_free char *rundir = xasprintf("%s/run", d->home);
+	DIR *dd = opendir(rundir);
+	struct dirent *de;
+
+	if (!dd)
+		return;
+	while ((de = readdir(dd))) {
+		size_t l = strlen(de->d_name);
+		if (strncmp(de->d_name, "model-", 6) || l < 11 || strcmp(de->d_name + l - 4, ".pid"))
+			continue;
+		cleanup_free char *path = xasprintf("%s/%s", rundir, de->d_name);
+		cleanup_free char *text = NULL;
+		size_t n;
+		int pid;
+		unsigned long long start;
+		if (read_file(path, 64, &text, &n) == 0 && sscanf(text, "%d %llu", &pid, &start) == 2 &&
+		    pid > 1 && vm_alive(pid, start)) {
+			daemon_log("model server pid %d (%.*s) outlived the daemon that started it: "
+				   "stopping it (kosa8 model serve starts it again)", pid,
+				   (int)(l - 10), de->d_name + 6);
+			kill(pid, SIGTERM);
+			for (int i = 0; i < 50 && vm_alive(pid, start); i++)
+				usleep(100000);
+			if (vm_alive(pid, start))
+				kill(pid, SIGKILL);
+		}
+		unlink(path);
+	}
+	closedir(dd);
 }
 
 void model_stop_all(struct daemon *d)

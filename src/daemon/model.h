@@ -20,6 +20,9 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 json_t *model_ps_json(struct daemon *d);
 int model_stop(struct daemon *d, const char *name, struct k8_err *err);
 void model_stop_all(struct daemon *d);
+/* At daemon start: stop the model servers a killed daemon left running (their pid files
+ * in run/), so that none answers for a daemon that no longer knows it. */
+void model_reap_orphans(struct daemon *d);
 /* The address ("IP:PORT", "[IPv6]:PORT") a process on the host reaches a running server
  * at: the one named, or without a name the one on the default port 7434, else the only
  * one running. -ENOENT (none runs), -EEXIST (several, none named), with err. */

@@ -13,13 +13,14 @@
 # the secret, counted) without a request reaching the upstream; `secret set` restores it.
 import json
 import os
+import signal
 import socket
 import sys
 
 import pytest
 
 import brokerkit as bk
-from conftest import TOP, own_home, make_sandbox
+from conftest import TOP, daemon_pid, own_home, make_sandbox, wait_for
 
 sys.path.insert(0, os.path.join(TOP, "tests", "model"))
 import scripted  # noqa: E402
@@ -221,3 +222,33 @@ def test_local_model_follows_the_server(h, agent, model):
     assert out.startswith("200 ") and "Hello from the local model" in out, out
     assert h.json("sandbox", "broker", agent)["stats"]["hosts"]["local-model"]["refused"][
         "no_model"] >= 1
+
+
+def test_adopted_broker_follows_the_model_after_a_daemon_restart(h, agent, model):
+    # Last in the file: kills this module's daemon. Its model server is its child; a
+    # daemon killed with kill -9 leaves it running, and the next daemon stops it (it knows
+    # nothing of it). The adopted broker is told at adoption that no server runs (503
+    # no_model, not a connect error), and `model serve` gives it the new address: requests
+    # work again without restarting the sandbox or its broker.
+    out = req(h, agent, "KOSA8_LOCAL_MODEL_URL", "/chat/completions", "Authorization: Bearer PH")
+    assert out.startswith("200 "), out
+    before = h.json("sandbox", "broker", agent)["stats"]["requests"]
+    srv = [m["pid"] for m in h.json("model", "ps")]
+    assert len(srv) == 1, srv
+    pid = daemon_pid(h.path)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10), "kill -9 did not end it"
+    assert os.path.exists("/proc/%d" % srv[0]), "the model server died with the daemon"
+    h.start()
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % srv[0]), 15), \
+        "the restarted daemon left the old daemon's model server running"
+    out = req(h, agent, "KOSA8_LOCAL_MODEL_URL", "/chat/completions", "Authorization: Bearer PH")
+    assert out.startswith("503 ") and "no_model" in out, out
+    h.json("model", "serve", "tiny", "--port", str(free_port()), "--threads", "1", "--ctx",
+           "512", timeout=200)
+    out = req(h, agent, "KOSA8_LOCAL_MODEL_URL", "/chat/completions", "Authorization: Bearer PH")
+    assert out.startswith("200 ") and "Hello from the local model" in out, out
+    st = h.json("sandbox", "broker", agent)
+    assert st["state"] == "up"
+    # the same kosa8-broker process: its counts went on
+    assert st["stats"]["requests"] >= before + 2, (before, st["stats"]["requests"])

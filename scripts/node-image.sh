@@ -1,0 +1,95 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# node-image.sh - build the test "k8-node-sdk:test" image, cached: Debian's nodejs and the
+# official openai and @anthropic-ai/sdk npm packages, for the broker's tests (issue 14).
+#
+# debootstrap --variant=minbase --include=nodejs of Debian $RELEASE; the npm packages are
+# installed on the host (`npm i -E`, exact versions below, no scripts run) into a
+# directory that is copied into the image as /app/node_modules, next to
+# tests/integration/broker_clients.mjs (/app/broker_clients.mjs); apt caches dropped;
+# packed as one layer of an OCI image layout with umoci, working directory /app.
+#
+# Cache: ${KOSA8_CACHE:-build/cache}/node-image-<key>, key = hash of this script, the
+# release and broker_clients.mjs; a second run prints the cached path at once. Must run as
+# root (debootstrap). Prints the layout path on stdout; progress goes to stderr.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache=${KOSA8_CACHE:-$top/build/cache}
+release=${KOSA8_TEST_RELEASE:-bookworm}
+tag=test
+clients=$top/tests/integration/broker_clients.mjs
+npm_pkgs="openai@6.49.0 @anthropic-ai/sdk@1.15.0"
+key=$( (cat "$0" "$clients"; echo "$release") | sha256sum | cut -c1-16)
+out=$cache/node-image-$key
+
+log() { echo "node-image.sh: $*" >&2; }
+
+if [ -f "$out/index.json" ] && [ -f "$out/oci-layout" ]; then
+	echo "$out"
+	exit 0
+fi
+[ "$(id -u)" = 0 ] || { log "must run as root (debootstrap needs it)"; exit 1; }
+for t in debootstrap umoci npm; do
+	command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] ||
+		{ log "$t is missing: apt-get install $t"; exit 1; }
+done
+PATH=$PATH:/usr/sbin:/sbin
+
+# The Debian mirror: test-image.sh's choice (KOSA8_DEBIAN_MIRROR, else deb.debian.org).
+mirror=${KOSA8_DEBIAN_MIRROR:-}
+if [ -z "$mirror" ]; then
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -r "$f" ] || continue
+		mirror=$(awk '
+			/^[ \t]*$/ { if (deb && uri && suite) { print uri; exit } deb = uri = suite = 0; next }
+			/^Types:/ && / deb( |$)/ { deb = 1 }
+			/^URIs:/ { uri = $2 }
+			/^Suites:/ { for (i = 2; i <= NF; i++) if ($i == "'"$release"'") suite = 1 }
+			END { if (deb && uri && suite) print uri }' "$f" | head -1)
+		[ -n "$mirror" ] && break
+	done
+fi
+mirror=${mirror:-http://deb.debian.org/debian}
+
+mkdir -p "$cache"
+work=$(mktemp -d "$cache/node-image-build.XXXXXX")
+trap 'rm -rf "$work"' EXIT INT TERM
+start=$(date +%s)
+
+log "npm i -E $npm_pkgs (on the host, no install scripts)"
+mkdir -p "$work/app"
+echo '{"name":"k8-node-sdk","private":true,"type":"module"}' >"$work/app/package.json"
+(cd "$work/app" && npm i -E --no-audit --no-fund --ignore-scripts --omit=dev $npm_pkgs \
+	>"$work/npm.log" 2>&1) || { tail -20 "$work/npm.log" >&2; exit 1; }
+
+log "debootstrap $release with nodejs from $mirror (takes ~1 min)"
+debootstrap --variant=minbase --include=nodejs "$release" "$work/rootfs" "$mirror" \
+	>"$work/debootstrap.log" 2>&1 || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+
+r=$work/rootfs
+mkdir -p "$r/app"
+cp -a "$work/app/node_modules" "$work/app/package.json" "$r/app/"
+cp "$clients" "$r/app/broker_clients.mjs"
+rm -rf "$r/var/cache/apt/"*.bin "$r/var/cache/apt/archives/"*.deb \
+	"$r/var/cache/apt/archives/partial" "$r/var/lib/apt/lists" "$r/var/log/"*.log \
+	"$r/var/cache/debconf/"*-old "$r/var/lib/dpkg/"*-old "$r/usr/share/doc" \
+	"$r/usr/share/man" "$r/usr/share/locale"
+mkdir -p "$r/var/lib/apt/lists/partial"
+
+log "packing the OCI layout with umoci"
+layout=$work/oci
+umoci init --layout "$layout" >&2
+umoci new --image "$layout:$tag" >&2
+umoci insert --image "$layout:$tag" --history.created_by "debootstrap $release nodejs + npm $npm_pkgs" \
+	"$r" / >&2
+umoci config --image "$layout:$tag" --no-history \
+	--config.cmd node \
+	--config.env PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin \
+	--config.env LANG=C.UTF-8 \
+	--config.workingdir /app >&2
+umoci gc --layout "$layout" >&2
+
+rm -rf "$out"
+mv "$layout" "$out"
+log "built $out in $(( $(date +%s) - start )) s ($(du -sh "$out" | cut -f1))"
+echo "$out"
