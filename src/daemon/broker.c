@@ -768,20 +768,18 @@ static bool broker_uses(const struct sb_broker *b, const char *name)
 	return false;
 }
 
+static bool broker_uses_secret(struct sandbox *sb, void *name)
+{
+	return sb->broker && broker_uses(sb->broker, name);
+}
+
 int broker_secret_changed(struct daemon *d, const char *name, const char *value, size_t n)
 {
-	struct sandbox *list[256];
-	int nl = 0, pushed = 0;
+	size_t nl;
+	struct sandbox **list = sb_collect(d, broker_uses_secret, (void *)name, &nl);
+	int pushed = 0;
 
-	pthread_mutex_lock(&d->lock);
-	for (struct sandbox *sb = d->sandboxes; sb && nl < (int)ARRAY_SIZE(list); sb = sb->next) {
-		if (!sb->broker || !broker_uses(sb->broker, name))
-			continue;
-		__atomic_add_fetch(&sb->users, 1, __ATOMIC_SEQ_CST);
-		list[nl++] = sb;
-	}
-	pthread_mutex_unlock(&d->lock);
-	for (int i = 0; i < nl; i++) {
+	for (size_t i = 0; i < nl; i++) {
 		struct sandbox *sb = list[i];
 		struct k8_err err = { 0 };
 		if (sidecar_connected(&sb->broker->sc)) {
@@ -796,6 +794,7 @@ int broker_secret_changed(struct daemon *d, const char *name, const char *value,
 		}
 		sb_put(d, sb);
 	}
+	free(list);
 	return pushed;
 }
 
@@ -833,26 +832,26 @@ static int broker_tell_model(struct daemon *d, struct sandbox *sb)
 	return r;
 }
 
+static bool broker_has_local(struct sandbox *sb, void *arg K8_UNUSED)
+{
+	const char *model;
+
+	return sb->broker && broker_local_rule(sb->broker, &model);
+}
+
 int broker_model_changed(struct daemon *d)
 {
-	struct sandbox *list[256];
-	int nl = 0, told = 0;
+	size_t nl;
+	struct sandbox **list = sb_collect(d, broker_has_local, NULL, &nl);
+	int told = 0;
 
-	pthread_mutex_lock(&d->lock);
-	for (struct sandbox *sb = d->sandboxes; sb && nl < (int)ARRAY_SIZE(list); sb = sb->next) {
-		const char *model;
-		if (!sb->broker || !broker_local_rule(sb->broker, &model))
-			continue;
-		__atomic_add_fetch(&sb->users, 1, __ATOMIC_SEQ_CST);
-		list[nl++] = sb;
-	}
-	pthread_mutex_unlock(&d->lock);
-	for (int i = 0; i < nl; i++) {
+	for (size_t i = 0; i < nl; i++) {
 		struct sandbox *sb = list[i];
 		if (sidecar_connected(&sb->broker->sc) && broker_tell_model(d, sb) == 0)
 			told++;
 		sb_put(d, sb);
 	}
+	free(list);
 	return told;
 }
 

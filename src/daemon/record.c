@@ -201,6 +201,30 @@ struct sandbox *sb_get(struct daemon *d, const char *name, struct k8_err *err)
 	return sb;
 }
 
+struct sandbox **sb_collect(struct daemon *d, bool (*want)(struct sandbox *sb, void *arg),
+			    void *arg, size_t *n)
+{
+	struct sandbox **list = NULL;
+	size_t cap = 0;
+
+	*n = 0;
+	pthread_mutex_lock(&d->lock);
+	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next) {
+		if (!want(sb, arg))
+			continue;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 16;
+			list = realloc(list, cap * sizeof(*list));
+			if (!list)
+				abort();
+		}
+		__atomic_add_fetch(&sb->users, 1, __ATOMIC_SEQ_CST);
+		list[(*n)++] = sb;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return list;
+}
+
 static void sb_put_as(struct sandbox *sb, bool use)
 {
 	if (!sb)

@@ -118,6 +118,11 @@ struct sandbox *sb_get(struct daemon *d, const char *name, struct k8_err *err);
 void sb_put(struct daemon *d, struct sandbox *sb);
 /* sb_put for a request that only looks (inspect): it does not count as use (idle.c). */
 void sb_put_peek(struct daemon *d, struct sandbox *sb);
+/* Every sandbox `want` accepts (asked under the table lock, so it must not block), each
+ * with a reference the caller drops with sb_put(), then free()s the array. *n is the
+ * count; NULL when there are none. No cap: the table is as long as it is. */
+struct sandbox **sb_collect(struct daemon *d, bool (*want)(struct sandbox *sb, void *arg),
+			    void *arg, size_t *n);
 /* The sandbox's lifecycle token (boot, rm, policy and folder changes); waits for another
  * holder. */
 void sb_busy_enter(struct sandbox *sb);
