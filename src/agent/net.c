@@ -703,6 +703,8 @@ int net_ctr_ipvlan(const struct agent *a, const char *ip, char *msg, size_t msgl
 	}
 	net_sysctl_path("/proc/sys/net/ipv6/conf/eth0/disable_ipv6", "1");
 	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/rp_filter", "1");
+	/* a unicast IP packet in a broadcast frame can only come from another slave */
+	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/drop_unicast_in_l2_multicast", "1");
 	return net_ctr_ipvlan_conf(a, ip, msg, msglen);
 }
 
