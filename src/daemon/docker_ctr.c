@@ -249,6 +249,8 @@ static void dkc_save_locked(struct dkc *c)
 			      "Started", (json_int_t)c->started_ns, "Finished",
 			      (json_int_t)c->finished_ns, "Starts", (int)c->starts, "OwnSandbox",
 			      c->own_sandbox);
+	if (v && c->ip[0])      /* held while it runs, and after a daemon restart (load) */
+		json_object_set_new(v, "IP", json_string(c->ip));
 	char *t = v ? json_dumps(v, JSON_COMPACT) : NULL;
 	char path[4400];
 
@@ -321,6 +323,11 @@ static struct dkc *dkc_load_one(const char *dir)
 		c->exit_code = 255;
 		c->finished_ns = dk_now_ns();
 		snprintf(c->error, sizeof(c->error), "kosa8d restarted while the container ran");
+		/* its agent container may still run and hold the address: reserved until the
+		 * next start of this one (which removes it) or its removal */
+		const char *ip = json_string_value(json_object_get(v, "IP"));
+		if (ip && strlen(ip) < sizeof(c->ip))
+			memcpy(c->ip, ip, strlen(ip) + 1);
 	}
 	snprintf(c->dir, sizeof(c->dir), "%s", dir);
 	snprintf(path, sizeof(path), "%s/log", dir);
@@ -1082,7 +1089,9 @@ static int dkc_ip_pick_locked(struct dkc *c)
 {
 	const char *nm = json_string_value(json_object_get(c->host, "NetworkMode"));
 	unsigned n = GUEST_CTR4_LAST - GUEST_CTR4_FIRST + 1;
+	char old[16];
 
+	memcpy(old, c->ip, sizeof(old));  /* a restart's leftover (load): not this one again */
 	c->ip[0] = '\0';
 	if (nm && !strcmp(nm, "none"))
 		return 0;
@@ -1095,6 +1104,7 @@ static int dkc_ip_pick_locked(struct dkc *c)
 		bool used = false;
 
 		snprintf(ip, sizeof(ip), "10.0.2.%u", GUEST_CTR4_FIRST + (dk.ip_next + k) % n);
+		used = !strcmp(old, ip);
 		for (struct dkc *o = dk.ctrs; o && !used; o = o->next)
 			used = o != c && !strcmp(o->ip, ip) && !strcmp(o->sandbox, c->sandbox);
 		if (!used) {
@@ -2364,6 +2374,7 @@ int dkc_api_inspect(struct api_call *call)
 	if ((r = dkc_find_call(call, &c)))
 		return r;
 	pthread_mutex_lock(&dk.lock);
+	const char *ip = c->state == DKC_RUNNING ? c->ip : "";
 	snprintf(name, sizeof(name), "/%s", c->name);
 	state = json_pack("{s:s,s:b,s:b,s:b,s:b,s:b,s:b,s:i,s:i,s:s,s:o,s:o}",
 			  "Status", dkc_state_names[c->state], "Running", c->state == DKC_RUNNING,
@@ -2374,13 +2385,13 @@ int dkc_api_inspect(struct api_call *call)
 			  "StartedAt", dk_time_json(c->started_ns),
 			  "FinishedAt", dk_time_json(c->state == DKC_RUNNING ? 0 : c->finished_ns));
 	ns = json_pack("{s:s,s:s,s:o,s:s,s:s,s:i,s:s,s:{}}", "Bridge", "", "SandboxID",
-		       c->sandbox, "Ports", dkc_ports_map(c), "IPAddress", c->ip, "Gateway",
-		       c->ip[0] ? GUEST_GW4 : "", "IPPrefixLen", c->ip[0] ? 32 : 0, "MacAddress", "",
+		       c->sandbox, "Ports", dkc_ports_map(c), "IPAddress", ip, "Gateway",
+		       ip[0] ? GUEST_GW4 : "", "IPPrefixLen", ip[0] ? 32 : 0, "MacAddress", "",
 		       "Networks");
-	if (c->ip[0])   /* a running container with a network: Docker's "bridge" entry */
+	if (ip[0])      /* a running container with a network: Docker's "bridge" entry */
 		json_object_set_new(json_object_get(ns, "Networks"), "bridge",
 				    json_pack("{s:s,s:s,s:s,s:i,s:s}", "NetworkID", "bridge",
-					      "IPAddress", c->ip, "Gateway", GUEST_GW4,
+					      "IPAddress", ip, "Gateway", GUEST_GW4,
 					      "IPPrefixLen", 32, "MacAddress", ""));
 	call->out = json_pack("{s:s,s:o,s:s,s:O?,s:O?,s:o,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:O,s:O,"
 			      "s:O,s:o,s:{s:s,s:{}}}",
