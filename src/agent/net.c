@@ -497,8 +497,11 @@ static void net_sysctl_path(const char *path, const char *val)
 	close(fd);
 }
 
-/* The ipvlan slave of `master` (an index in the socket's namespace) named eth0 in the
- * namespace `nsfd`, through `nl` (a socket of the VM's namespace). */
+/* The ipvlan slave of `master` (an index in the socket's namespace) in the namespace
+ * `nsfd`, through `nl` (a socket of the VM's namespace). Without a name: rtnetlink looks
+ * a given name up in the socket's namespace, where eth0 is the NIC itself, so the kernel
+ * names it (NET_IPVLAN_NAME in the new, empty namespace) and it is renamed there. */
+#define NET_IPVLAN_NAME "ipvlan0"
 static int net_ipvlan_new(int nl, unsigned master, int nsfd)
 {
 	struct net_req req;
@@ -512,7 +515,6 @@ static int net_ipvlan_new(int nl, unsigned master, int nsfd)
 	req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_EXCL;
 	req.h.nlmsg_seq = 1;
 	((struct ifinfomsg *)NLMSG_DATA(&req.h))->ifi_family = AF_UNSPEC;
-	net_rta(&req.h, sizeof(req), IFLA_IFNAME, "eth0", 5);
 	net_rta(&req.h, sizeof(req), IFLA_LINK, &link, sizeof(link));
 	net_rta(&req.h, sizeof(req), IFLA_NET_NS_FD, &fd, sizeof(fd));
 	info = net_nest(&req.h, sizeof(req), IFLA_LINKINFO);
@@ -701,6 +703,20 @@ int net_ctr_ipvlan(const struct agent *a, const char *ip, char *msg, size_t msgl
 			 " (a guest kernel without CONFIG_IPVLAN: rebuild the guest)" : "");
 		return r;
 	}
+	struct ifreq ifr;
+	int sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", NET_IPVLAN_NAME);
+	snprintf(ifr.ifr_newname, sizeof(ifr.ifr_newname), "eth0");
+	if (sk < 0 || ioctl(sk, SIOCSIFNAME, &ifr) < 0) {
+		r = -errno;
+		if (sk >= 0)
+			close(sk);
+		snprintf(msg, msglen, "naming the container's link eth0: %s", strerror(-r));
+		return r;
+	}
+	close(sk);
 	net_sysctl_path("/proc/sys/net/ipv6/conf/eth0/disable_ipv6", "1");
 	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/rp_filter", "1");
 	/* a unicast IP packet in a broadcast frame can only come from another slave */
