@@ -979,8 +979,9 @@ static void dkc_ports_down(struct daemon *d, struct sandbox *sb, struct dkc *c)
 }
 
 /* Publish c's PortBindings on its sandbox, towards c's own address (an engine container's
- * netns) or the VM's (a sandbox of its own), on the container's port. A binding on all interfaces (Docker's default for
- * `-p 8000:8000`) binds loopback unless the daemon allows public ports (docs/docker.md). */
+ * netns) or the VM's (a sandbox of its own), on the container's port. A binding on all
+ * interfaces (Docker's default for `-p 8000:8000`) binds loopback unless the daemon
+ * allows public ports (docs/docker.md). */
 static int dkc_ports_up(struct daemon *d, struct sandbox *sb, struct dkc *c, struct k8_err *err)
 {
 	struct dn_port pt[DKC_PORTS_MAX];
