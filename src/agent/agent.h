@@ -370,7 +370,9 @@ struct launch {
 	/* run: a new container (namespaces, overlay root) */
 	const char *ctr_id;
 	const char *lower;     /* /images/<hex> */
-	int own_netns;         /* run: "netns":"none", a network namespace with only lo */
+	int own_netns;         /* run: "netns":"none" or "own", a network namespace of its own */
+	char ctr_ip[16];       /* run: "netns":"own", its IPv4 address (an ipvlan link, net.c);
+				  "" with "none": only lo */
 	int no_new_privs;      /* PR_SET_NO_NEW_PRIVS before execve (Docker's opt-in) */
 	uint64_t cap_drop;     /* capabilities taken out of Docker's default set (CapDrop) */
 	struct fs_bind *binds; /* run with `binds`: only these, not the folders (fs.c) */
@@ -417,10 +419,17 @@ int net_parse(json_t *o, struct net_cfg *c, struct k8_err *err);
 int net_apply(struct agent *a, const struct net_cfg *c, struct k8_err *err);
 /* In a new container's child, after pivot_root: its /etc/resolv.conf (with a network)
  * and /etc/hosts (when the image has none). */
-int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, char *msg,
-		  size_t msglen);
+int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, const char *ip,
+		  char *msg, size_t msglen);
 /* In a new container's child ("netns":"none"): its own network namespace, lo up. */
 int net_ctr_netns(char *msg, size_t msglen);
+/* In a new container's child ("netns":"own"), still root with every capability: its own
+ * network namespace with lo and an ipvlan link of the VM's NIC (eth0, address `ip`/32,
+ * default route via the VM's gateway). 0 or a negative errno with msg filled. */
+int net_ctr_ipvlan(const struct agent *a, const char *ip, char *msg, size_t msglen);
+/* Whether `ip` may be a container's own address: IPv4 in the VM's network, host part
+ * 16..254, not the VM's, gateway's or a resolver's. */
+int net_ctr_ip_ok(const struct agent *a, const char *ip);
 
 /* ---- fs.c ---- */
 /* Validate the init's "mounts" array into `c` (no side effects). */

@@ -372,7 +372,9 @@ static void launch_child(const struct agent *a, const struct launch *l, int in_f
 			launch_fail(rep, errno, "unshare: %s", strerror(errno));
 		if (sethostname(l->ctr_id, strlen(l->ctr_id)) < 0)
 			launch_fail(rep, errno, "sethostname: %s", strerror(errno));
-		if (l->own_netns && (e = net_ctr_netns(msg, sizeof(msg))) < 0)
+		if (l->own_netns && !l->ctr_ip[0] && (e = net_ctr_netns(msg, sizeof(msg))) < 0)
+			launch_fail(rep, -e, "%s", msg);
+		if (l->ctr_ip[0] && (e = net_ctr_ipvlan(a, l->ctr_ip, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		/* Shared folders: copies of the VM's mounts now, attached after pivot_root
 		 * (fs.c); /etc/resolv.conf and /etc/hosts first, so a folder mounted on
@@ -381,7 +383,7 @@ static void launch_child(const struct agent *a, const struct launch *l, int in_f
 			launch_fail(rep, -e, "%s", msg);
 		if ((e = mnt_ctr_rootfs(l->ctr_id, l->lower, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
-		if ((e = net_ctr_files(a, l->ctr_id, l->own_netns, msg, sizeof(msg))) < 0)
+		if ((e = net_ctr_files(a, l->ctr_id, l->own_netns, l->ctr_ip, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		if ((e = fs_ctr_attach(a, l, fsfd, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);

@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/if_link.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
@@ -257,7 +258,8 @@ static void net_rta(struct nlmsghdr *h, size_t cap, int type, const void *p, siz
 		return; /* cannot happen: the buffers below are sized for what we add */
 	rta->rta_type = (unsigned short)type;
 	rta->rta_len = (unsigned short)RTA_LENGTH(n);
-	memcpy(RTA_DATA(rta), p, n);
+	if (n)
+		memcpy(RTA_DATA(rta), p, n);
 	h->nlmsg_len = (uint32_t)(NLMSG_ALIGN(h->nlmsg_len) + RTA_SPACE(n));
 }
 
@@ -447,6 +449,281 @@ int net_ctr_netns(char *msg, size_t msglen)
 	return r;
 }
 
+/* ---- "netns":"own": an ipvlan link of the NIC in the container's namespace ----
+ *
+ * Theory of operation (docs/agent.md, "A network of its own"). The container gets an
+ * ipvlan slave of the VM's NIC, in L2 mode with the VEPA flag: every frame it sends,
+ * unicast to another container or to the VM's own address included, leaves through the
+ * NIC to kosa8-net, which never forwards a guest's frame back to a guest address. (The
+ * PRIVATE flag would stop slave-to-slave unicast only: a frame with the NIC's own MAC
+ * as destination would still reach the VM's stack.) The slave shares the NIC's MAC, so
+ * kosa8-net's MAC check holds; inbound frames reach it by destination address.
+ * What ipvlan does not stop, a broadcast or multicast from one slave delivered to the
+ * others, the receiving namespace refuses: its address is a /32, the rest of the /24
+ * is an unreachable route and rp_filter is strict, so a source of the /24 other than the
+ * gateway, the resolver and the broker fails the reverse path check (and ARP requests
+ * from such a source go unanswered); IPv6 is off on the link (IPv4 only, for now).
+ * Everything runs in the child, still root with every capability: a netlink socket
+ * opened in the VM's namespace creates the link straight into the new one. */
+
+struct net_req {
+	union {
+		struct nlmsghdr h;
+		unsigned char b[512];
+	};
+};
+
+static struct rtattr *net_nest(struct nlmsghdr *h, size_t cap, int type)
+{
+	struct rtattr *rta = (struct rtattr *)((char *)h + NLMSG_ALIGN(h->nlmsg_len));
+
+	net_rta(h, cap, type, NULL, 0);
+	return rta;
+}
+
+static void net_nest_end(struct nlmsghdr *h, struct rtattr *rta)
+{
+	rta->rta_len = (unsigned short)((char *)h + h->nlmsg_len - (char *)rta);
+}
+
+/* A sysctl of the calling task's network namespace; missing files are ignored. */
+static void net_sysctl_path(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	(void)!write(fd, val, strlen(val));
+	close(fd);
+}
+
+/* The ipvlan slave of `master` (an index in the socket's namespace) in the namespace
+ * `nsfd`, through `nl` (a socket of the VM's namespace). Without a name: rtnetlink looks
+ * a given name up in the socket's namespace, where eth0 is the NIC itself, so the kernel
+ * names it (NET_IPVLAN_NAME in the new, empty namespace) and it is renamed there. */
+#define NET_IPVLAN_NAME "ipvlan0"
+static int net_ipvlan_new(int nl, unsigned master, int nsfd)
+{
+	struct net_req req;
+	struct rtattr *info, *data;
+	uint32_t link = master, fd = (uint32_t)nsfd;
+	uint16_t mode = IPVLAN_MODE_L2, flags = IPVLAN_F_VEPA;
+
+	memset(&req, 0, sizeof(req));
+	req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifinfomsg));
+	req.h.nlmsg_type = RTM_NEWLINK;
+	req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_EXCL;
+	req.h.nlmsg_seq = 1;
+	((struct ifinfomsg *)NLMSG_DATA(&req.h))->ifi_family = AF_UNSPEC;
+	net_rta(&req.h, sizeof(req), IFLA_LINK, &link, sizeof(link));
+	net_rta(&req.h, sizeof(req), IFLA_NET_NS_FD, &fd, sizeof(fd));
+	info = net_nest(&req.h, sizeof(req), IFLA_LINKINFO);
+	net_rta(&req.h, sizeof(req), IFLA_INFO_KIND, "ipvlan", 7);
+	data = net_nest(&req.h, sizeof(req), IFLA_INFO_DATA);
+	net_rta(&req.h, sizeof(req), IFLA_IPVLAN_MODE, &mode, sizeof(mode));
+	net_rta(&req.h, sizeof(req), IFLA_IPVLAN_FLAGS, &flags, sizeof(flags));
+	net_nest_end(&req.h, data);
+	net_nest_end(&req.h, info);
+	return net_nl(nl, &req.h);
+}
+
+static int net_addr4_add(int nl, unsigned idx, const struct in_addr *a, int seq)
+{
+	struct net_req req;
+	struct ifaddrmsg *ifa;
+
+	memset(&req, 0, sizeof(req));
+	req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifaddrmsg));
+	req.h.nlmsg_type = RTM_NEWADDR;
+	req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
+	req.h.nlmsg_seq = (uint32_t)seq;
+	ifa = NLMSG_DATA(&req.h);
+	ifa->ifa_family = AF_INET;
+	ifa->ifa_prefixlen = 32;
+	ifa->ifa_scope = RT_SCOPE_UNIVERSE;
+	ifa->ifa_index = idx;
+	net_rta(&req.h, sizeof(req), IFA_LOCAL, a, sizeof(*a));
+	net_rta(&req.h, sizeof(req), IFA_ADDRESS, a, sizeof(*a));
+	return net_nl(nl, &req.h);
+}
+
+/* A route of the main table: `type` RTN_UNICAST (via gw, or on the link when gw is
+ * NULL) or RTN_UNREACHABLE (no device). */
+static int net_route4_add(int nl, unsigned idx, const struct in_addr *dst, int len,
+			  const struct in_addr *gw, int type, int seq)
+{
+	struct net_req req;
+	struct rtmsg *rtm;
+
+	memset(&req, 0, sizeof(req));
+	req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg));
+	req.h.nlmsg_type = RTM_NEWROUTE;
+	req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
+	req.h.nlmsg_seq = (uint32_t)seq;
+	rtm = NLMSG_DATA(&req.h);
+	rtm->rtm_family = AF_INET;
+	rtm->rtm_dst_len = (unsigned char)len;
+	rtm->rtm_table = RT_TABLE_MAIN;
+	rtm->rtm_protocol = RTPROT_STATIC;
+	rtm->rtm_type = (unsigned char)type;
+	rtm->rtm_scope = type == RTN_UNICAST && !gw ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE;
+	if (len)
+		net_rta(&req.h, sizeof(req), RTA_DST, dst, sizeof(*dst));
+	if (gw)
+		net_rta(&req.h, sizeof(req), RTA_GATEWAY, gw, sizeof(*gw));
+	if (type == RTN_UNICAST)
+		net_rta(&req.h, sizeof(req), RTA_OIF, &idx, sizeof(idx));
+	return net_nl(nl, &req.h);
+}
+
+/* Inside the new namespace: the address (a /32) on eth0, lo and eth0 up (arp_notify:
+ * the link announces its address, so kosa8-net knows it before a published port's first
+ * connection), a route on the link to each of the network's own hosts (gateway, IPv4
+ * resolvers, the broker's address), the rest of the /24 unreachable, the default route
+ * via the gateway. */
+static int net_ctr_ipvlan_conf(const struct agent *a, const char *ip, char *msg, size_t msglen)
+{
+	struct in_addr addr, gw, net, host;
+	unsigned idx;
+	int nl, sk = -1, r, seq = 10;
+	const char *what = "its address";
+
+	inet_pton(AF_INET, ip, &addr);
+	inet_pton(AF_INET, a->net.gateway, &gw);
+	net.s_addr = addr.s_addr & htonl(~(0xffffffffu >> a->net.prefix));
+	idx = if_nametoindex("eth0");
+	nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (!idx || nl < 0) {
+		r = -errno;
+		if (nl >= 0)
+			close(nl);
+		snprintf(msg, msglen, "the container's eth0: %s", strerror(errno));
+		return r;
+	}
+	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/arp_notify", "1");
+	if ((r = net_addr4_add(nl, idx, &addr, seq++)) < 0)
+		goto out;
+	what = "bringing up lo";
+	sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (sk < 0) {
+		r = -errno;
+		goto out;
+	}
+	if ((r = net_if_up(sk, "lo")) < 0)
+		goto out;
+	what = "bringing up eth0";
+	if ((r = net_if_up(sk, "eth0")) < 0)
+		goto out;
+	what = "a route to the gateway";
+	if ((r = net_route4_add(nl, idx, &gw, 32, NULL, RTN_UNICAST, seq++)) < 0)
+		goto out;
+	what = "a route to a resolver";
+	for (int i = 0; i < a->net.ndns; i++)
+		if (inet_pton(AF_INET, a->net.dns[i], &host) == 1 &&
+		    (r = net_route4_add(nl, idx, &host, 32, NULL, RTN_UNICAST, seq++)) < 0)
+			goto out;
+	what = "a route to the broker";
+	if (inet_pton(AF_INET, GUEST_BROKER4, &host) == 1 &&
+	    (r = net_route4_add(nl, idx, &host, 32, NULL, RTN_UNICAST, seq++)) < 0)
+		goto out;
+	what = "the unreachable route";
+	if ((r = net_route4_add(nl, idx, &net, a->net.prefix, NULL, RTN_UNREACHABLE, seq++)) < 0)
+		goto out;
+	what = "the default route";
+	r = net_route4_add(nl, idx, &net /* unused: length 0 */, 0, &gw, RTN_UNICAST, seq++);
+out:
+	if (sk >= 0)
+		close(sk);
+	close(nl);
+	if (r < 0)
+		snprintf(msg, msglen, "%s (%s) in the container: %s", what, ip, strerror(-r));
+	return r;
+}
+
+int net_ctr_ip_ok(const struct agent *a, const char *ip)
+{
+	struct in_addr x, vm;
+	uint32_t mask, host;
+
+	if (!a->net_up || !ip || inet_pton(AF_INET, ip, &x) != 1 ||
+	    inet_pton(AF_INET, a->net.ip, &vm) != 1 || a->net.prefix < 8 || a->net.prefix > 24)
+		return 0;
+	mask = 0xffffffffu >> a->net.prefix;
+	host = ntohl(x.s_addr) & mask;
+	if ((ntohl(x.s_addr) & ~mask) != (ntohl(vm.s_addr) & ~mask) || host < 16 || host > 254 ||
+	    x.s_addr == vm.s_addr || !strcmp(ip, a->net.gateway))
+		return 0;
+	for (int i = 0; i < a->net.ndns; i++)
+		if (!strcmp(ip, a->net.dns[i]))
+			return 0;
+	return 1;
+}
+
+int net_ctr_ipvlan(const struct agent *a, const char *ip, char *msg, size_t msglen)
+{
+	unsigned master;
+	int nl, nsfd, r;
+
+	if (!a->net_up || !a->net.gateway[0]) {
+		snprintf(msg, msglen, "the VM has no network to give the container");
+		return -ENETDOWN;
+	}
+	master = if_nametoindex(a->ifname);
+	nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (!master || nl < 0) {
+		r = -errno;
+		if (nl >= 0)
+			close(nl);
+		snprintf(msg, msglen, "the VM's %s: %s", a->ifname, strerror(errno));
+		return r;
+	}
+	if (unshare(CLONE_NEWNET) < 0) {
+		r = -errno;
+		close(nl);
+		snprintf(msg, msglen, "unshare network namespace: %s", strerror(errno));
+		return r;
+	}
+	/* before the link exists: strict reverse path, no IPv6 on new links */
+	net_sysctl_path("/proc/sys/net/ipv4/conf/all/rp_filter", "1");
+	net_sysctl_path("/proc/sys/net/ipv4/conf/default/rp_filter", "1");
+	net_sysctl_path("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1");
+	nsfd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (nsfd < 0) {
+		r = -errno;
+		close(nl);
+		snprintf(msg, msglen, "open /proc/self/ns/net: %s", strerror(errno));
+		return r;
+	}
+	r = net_ipvlan_new(nl, master, nsfd);
+	close(nsfd);
+	close(nl);
+	if (r < 0) {
+		snprintf(msg, msglen, "an ipvlan link of %s for the container: %s%s", a->ifname,
+			 strerror(-r), r == -EOPNOTSUPP || r == -ENOENT ?
+			 " (a guest kernel without CONFIG_IPVLAN: rebuild the guest)" : "");
+		return r;
+	}
+	struct ifreq ifr;
+	int sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", NET_IPVLAN_NAME);
+	snprintf(ifr.ifr_newname, sizeof(ifr.ifr_newname), "eth0");
+	if (sk < 0 || ioctl(sk, SIOCSIFNAME, &ifr) < 0) {
+		r = -errno;
+		if (sk >= 0)
+			close(sk);
+		snprintf(msg, msglen, "naming the container's link eth0: %s", strerror(-r));
+		return r;
+	}
+	close(sk);
+	net_sysctl_path("/proc/sys/net/ipv6/conf/eth0/disable_ipv6", "1");
+	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/rp_filter", "1");
+	/* a unicast IP packet in a broadcast frame can only come from another slave */
+	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/drop_unicast_in_l2_multicast", "1");
+	return net_ctr_ipvlan_conf(a, ip, msg, msglen);
+}
+
 /* Interception mode: the broker's CA in the container, alone (for NODE_EXTRA_CA_CERTS)
  * and appended to the image's bundle, written as /etc/kosa8/ca-bundle.crt (for
  * SSL_CERT_FILE and the like) and over the image's own bundle when it has one (the
@@ -496,8 +773,8 @@ static int net_ctr_ca(const char *pem, char *msg, size_t msglen)
 	return r;
 }
 
-int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, char *msg,
-		  size_t msglen)
+int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, const char *ip,
+		  char *msg, size_t msglen)
 {
 	struct stat st;
 	char hosts[256];
@@ -508,9 +785,9 @@ int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, ch
 		snprintf(msg, msglen, "mkdir /etc in the container: %s", strerror(errno));
 		return r;
 	}
-	/* Without a network (the VM's, or the container's own: only lo) the image's own
-	 * resolv.conf stays (nothing would answer). */
-	if (a->resolv_conf && !own_netns &&
+	/* Without a network ("none": only lo) the image's own resolv.conf stays (nothing
+	 * would answer). With one (the VM's, or its own "own" one) kosa8-net answers. */
+	if (a->resolv_conf && (!own_netns || (ip && *ip)) &&
 	    (r = net_ctr_put("/etc/resolv.conf", a->resolv_conf, msg, msglen)) < 0)
 		return r;
 	if (a->net_up && a->net.broker_ca[0] && (r = net_ctr_ca(a->net.broker_ca, msg, msglen)) < 0)
@@ -518,6 +795,7 @@ int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, ch
 	/* An image's own non-empty /etc/hosts is kept; otherwise localhost and our name. */
 	if (lstat("/etc/hosts", &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
 		return 0;
-	net_hosts_text(hosts, sizeof(hosts), a->net_up && !own_netns ? a->net.ip : NULL, hostname);
+	net_hosts_text(hosts, sizeof(hosts), ip && *ip ? ip : a->net_up && !own_netns ? a->net.ip : NULL,
+		       hostname);
 	return net_ctr_put("/etc/hosts", hosts, msg, msglen);
 }

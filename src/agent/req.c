@@ -483,11 +483,25 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 	if ((r = req_str(req, "netns", 8, 0, &netns, err)) < 0 ||
 	    (r = req_bool(req, "no_new_privs", &l.no_new_privs, err)) < 0)
 		goto out;
-	if (netns && strcmp(netns, "vm") && strcmp(netns, "none")) {
-		r = k8_err_set(err, -EINVAL, "field 'netns' must be \"vm\" or \"none\"");
+	if (netns && strcmp(netns, "vm") && strcmp(netns, "none") && strcmp(netns, "own")) {
+		r = k8_err_set(err, -EINVAL, "field 'netns' must be \"vm\", \"none\" or \"own\"");
 		goto out;
 	}
-	l.own_netns = netns && !strcmp(netns, "none");
+	l.own_netns = netns && strcmp(netns, "vm");
+	if (netns && !strcmp(netns, "own")) {
+		const char *ip;
+
+		if ((r = req_str(req, "ip", sizeof(l.ctr_ip) - 1, 1, &ip, err)) < 0)
+			goto out;
+		if (!net_ctr_ip_ok(a, ip)) {
+			r = k8_err_set(err, -EINVAL, "field 'ip' must be an IPv4 address of the VM's "
+				       "network, host part 16-254 (docs/agent.md)");
+			goto out;
+		}
+		/* one address per link: the kernel's ipvlan refuses a second holder
+		 * (EADDRINUSE when the container starts) */
+		memcpy(l.ctr_ip, ip, strlen(ip) + 1);
+	}
 	/* Docker's HostConfig.Memory (at least 6 MiB, as Docker) and NanoCpus */
 	if ((r = req_int(req, "memory_max", 0, 1ll << 50, 0, &mem_max, err)) < 0 ||
 	    (r = req_int(req, "nano_cpus", 0, 1000000000000ll, 0, &nano_cpus, err)) < 0)

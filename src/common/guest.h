@@ -13,6 +13,11 @@
 #define GUEST_GW4 "10.0.2.2"
 #define GUEST_DNS4 "10.0.2.3"
 #define GUEST_IP4 "10.0.2.15"
+/* Engine containers with a network of their own (run "netns":"own", docs/network.md):
+ * one address each, host part GUEST_CTR4_FIRST..GUEST_CTR4_LAST of the /24, on an ipvlan
+ * link of the NIC (same MAC). kosa8-net takes them as the guest's. IPv4 only. */
+#define GUEST_CTR4_FIRST 16
+#define GUEST_CTR4_LAST 254
 /* The egress broker (docs/broker.md), in a sandbox that has one: plain HTTP on port 80
  * of this address, which kosa8-net hands to the broker's unix socket, never to the host;
  * the name and every name below it resolve to it (kosa8-net's DNS, in every mode). */

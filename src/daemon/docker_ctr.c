@@ -35,6 +35,7 @@
 #include "daemon/daemon.h"
 #include "daemon/record.h"
 #include "daemon/sandbox.h"
+#include "common/guest.h"
 #include "common/proto.h"
 #include "docker/filters.h"
 #include "docker/names.h"
@@ -79,6 +80,8 @@ struct dkc {
 	json_t *mounts;                 /* Docker's Mounts, as inspect shows */
 	json_t *binds;                  /* the agent's bind list: [{"src","dst","ro"}] */
 	json_t *published;              /* while it runs: [{"HostIp","HostPort","Port"}] */
+	char ip[16];                    /* while it runs with a network: its address ("own":
+	                                 * its netns, GUEST_CTR4_*; own sandbox: the VM's) */
 	enum dkc_state state;
 	bool removing, removed, pumping, own_sandbox;
 	int exit_code, pid;
@@ -112,6 +115,7 @@ static struct {
 	pthread_cond_t cond;
 	bool loaded;
 	struct dkc *ctrs;
+	unsigned ip_next;               /* dkc_ip_pick's cursor */
 	struct dkx *execs;
 	int nexecs;
 	char dir[4200];
@@ -246,6 +250,8 @@ static void dkc_save_locked(struct dkc *c)
 			      "Started", (json_int_t)c->started_ns, "Finished",
 			      (json_int_t)c->finished_ns, "Starts", (int)c->starts, "OwnSandbox",
 			      c->own_sandbox);
+	if (v && c->ip[0])      /* held while it runs, and after a daemon restart (load) */
+		json_object_set_new(v, "IP", json_string(c->ip));
 	char *t = v ? json_dumps(v, JSON_COMPACT) : NULL;
 	char path[4400];
 
@@ -318,6 +324,11 @@ static struct dkc *dkc_load_one(const char *dir)
 		c->exit_code = 255;
 		c->finished_ns = dk_now_ns();
 		snprintf(c->error, sizeof(c->error), "kosa8d restarted while the container ran");
+		/* its agent container may still run and hold the address: reserved until the
+		 * next start of this one (which removes it) or its removal */
+		const char *ip = json_string_value(json_object_get(v, "IP"));
+		if (ip && strlen(ip) < sizeof(c->ip))
+			memcpy(c->ip, ip, strlen(ip) + 1);
 	}
 	snprintf(c->dir, sizeof(c->dir), "%s", dir);
 	snprintf(path, sizeof(path), "%s/log", dir);
@@ -902,6 +913,7 @@ static void *dkc_pump_thread(void *arg)
 	dkc_ports_down(p->d, p->sb, c);
 
 	pthread_mutex_lock(&dk.lock);
+	c->ip[0] = '\0';               /* the address goes with the run */
 	if (exit_info) {
 		c->exit_code = (int)json_integer_value(json_object_get(exit_info, "code"));
 		if (json_is_true(json_object_get(exit_info, "oom")))
@@ -967,9 +979,10 @@ static void dkc_ports_down(struct daemon *d, struct sandbox *sb, struct dkc *c)
 	json_decref(pub);
 }
 
-/* Publish c's PortBindings on its sandbox: the container shares the VM's network, so the
- * guest port is the container's. A binding on all interfaces (Docker's default for
- * `-p 8000:8000`) binds loopback unless the daemon allows public ports (docs/docker.md). */
+/* Publish c's PortBindings on its sandbox, towards c's own address (an engine container's
+ * netns) or the VM's (a sandbox of its own), on the container's port. A binding on all
+ * interfaces (Docker's default for `-p 8000:8000`) binds loopback unless the daemon
+ * allows public ports (docs/docker.md). */
 static int dkc_ports_up(struct daemon *d, struct sandbox *sb, struct dkc *c, struct k8_err *err)
 {
 	struct dn_port pt[DKC_PORTS_MAX];
@@ -990,7 +1003,8 @@ static int dkc_ports_up(struct daemon *d, struct sandbox *sb, struct dkc *c, str
 				       pt[i].ctr_port);
 			break;
 		}
-		r = port_publish(d, sb, ip, pt[i].host_port, pt[i].ctr_port, &bound, err);
+		r = port_publish_to(d, sb, ip, pt[i].host_port, c->own_sandbox ? NULL : c->ip,
+				    pt[i].ctr_port, &bound, err);
 		if (!r)
 			json_array_append_new(pub, json_pack("{s:s,s:i,s:i}", "HostIp", ip,
 							     "HostPort", bound, "Port",
@@ -1056,6 +1070,54 @@ static void dkc_tty_refused(struct k8_err *err)
 	}
 }
 
+/* An agent older than "netns":"own" refuses it: say what to do instead of its words. */
+static void dkc_netns_refused(struct k8_err *err)
+{
+	if (err->code == -EINVAL && strstr(err->msg, "field 'netns'")) {
+		k8_err_clear(err);
+		k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot give a container a "
+			   "network namespace of its own: rebuild the guest image (make guest) and "
+			   "remove the sandbox");
+	}
+}
+
+/* c's address for this run (docs/docker.md, "Networking"): none for NetworkMode none; the
+ * VM's for a container with a sandbox of its own (it has the VM's network); else the
+ * next address of GUEST_CTR4_FIRST..LAST that no other container of the same engine
+ * holds, round robin, so a just-stopped container's address (its namespace goes away
+ * asynchronously in the guest) is the last one handed out again. Caller holds dk.lock.
+ * -EADDRNOTAVAIL when all are taken. */
+static int dkc_ip_pick_locked(struct dkc *c)
+{
+	const char *nm = json_string_value(json_object_get(c->host, "NetworkMode"));
+	unsigned n = GUEST_CTR4_LAST - GUEST_CTR4_FIRST + 1;
+	char old[16];
+
+	memcpy(old, c->ip, sizeof(old));  /* a restart's leftover (load): not this one again */
+	c->ip[0] = '\0';
+	if (nm && !strcmp(nm, "none"))
+		return 0;
+	if (c->own_sandbox) {
+		snprintf(c->ip, sizeof(c->ip), "%s", GUEST_IP4);
+		return 0;
+	}
+	for (unsigned k = 0; k < n; k++) {
+		char ip[16];
+		bool used = false;
+
+		snprintf(ip, sizeof(ip), "10.0.2.%u", GUEST_CTR4_FIRST + (dk.ip_next + k) % n);
+		used = !strcmp(old, ip);
+		for (struct dkc *o = dk.ctrs; o && !used; o = o->next)
+			used = o != c && !strcmp(o->ip, ip) && !strcmp(o->sandbox, c->sandbox);
+		if (!used) {
+			memcpy(c->ip, ip, sizeof(ip));
+			dk.ip_next = (dk.ip_next + k + 1) % n;
+			return 0;
+		}
+	}
+	return -EADDRNOTAVAIL;
+}
+
 /* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
 static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 {
@@ -1064,7 +1126,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	json_t *icfg = NULL, *req, *resp = NULL, *argv, *cfg = c->config;
 	struct stream *s = NULL;
 	struct dkc_pump *p;
-	const char *nm, *wd, *user;
+	const char *wd, *user;
 	char path[4400];
 	bool open_stdin;
 	int pipefd[1] = { -1 }, logfd, r;
@@ -1081,7 +1143,14 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		return 1;       /* already started: 304 */
 	}
 	c->pumping = true;      /* claims the start */
+	r = dkc_ip_pick_locked(c);
 	pthread_mutex_unlock(&dk.lock);
+	if (r) {
+		k8_err_set(err, r, "the docker engine sandbox '%s' has no container address free "
+			   "(%d containers with a network at most)", c->sandbox,
+			   GUEST_CTR4_LAST - GUEST_CTR4_FIRST + 1);
+		goto fail;
+	}
 
 	sb = dke_get(d, c->sandbox, err);
 	if (!sb) {
@@ -1122,7 +1191,6 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		json_array_extend(argv, json_object_get(cfg, "Cmd"));
 	wd = json_string_value(json_object_get(cfg, "WorkingDir"));
 	user = json_string_value(json_object_get(cfg, "User"));
-	nm = json_string_value(json_object_get(c->host, "NetworkMode"));
 	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
 	/* The sandbox's broker variables (docker_engine_broker) under the image's and the
 	 * request's Env; added here, so inspect's Config.Env stays as the client gave it. */
@@ -1132,7 +1200,11 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 			"container", c->agent_id, "image", img.digest, "argv", argv, "env",
 			env, "cwd", wd && *wd ? wd : "/", "user",
 			user && *user ? user : "0", "stdin", open_stdin, "rm", false, "detach",
-			false, "netns", nm && !strcmp(nm, "none") ? "none" : "vm");
+			false, "netns", !c->ip[0] ? "none" : c->own_sandbox ? "vm" : "own");
+	/* an engine container: its own namespace and address (a VM of its own isolates one
+	 * with --require-sandbox already; it keeps the VM's) */
+	if (c->ip[0] && !c->own_sandbox)
+		json_object_set_new(req, "ip", json_string(c->ip));
 	/* always: a Docker container sees only its own binds, never the engine's roots */
 	json_object_set(req, "binds", c->binds ? c->binds : json_array());
 	/* HostConfig.Memory and NanoCpus: the container's own cgroup in the guest */
@@ -1172,6 +1244,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);    /* takes req */
 	if (r) {
 		dkc_tty_refused(err);
+		dkc_netns_refused(err);
 		close(logfd);
 		if (r == -ENOENT || r == -EACCES || r == -ENOEXEC)
 			dkc_runtime_wording(err);
@@ -1233,6 +1306,7 @@ fail_sb:
 fail:
 	pthread_mutex_lock(&dk.lock);
 	c->pumping = false;
+	c->ip[0] = '\0';
 	pthread_mutex_unlock(&dk.lock);
 	return r;
 }
@@ -2306,6 +2380,7 @@ int dkc_api_inspect(struct api_call *call)
 	if ((r = dkc_find_call(call, &c)))
 		return r;
 	pthread_mutex_lock(&dk.lock);
+	const char *ip = c->state == DKC_RUNNING ? c->ip : "";
 	snprintf(name, sizeof(name), "/%s", c->name);
 	state = json_pack("{s:s,s:b,s:b,s:b,s:b,s:b,s:b,s:i,s:i,s:s,s:o,s:o}",
 			  "Status", dkc_state_names[c->state], "Running", c->state == DKC_RUNNING,
@@ -2316,8 +2391,14 @@ int dkc_api_inspect(struct api_call *call)
 			  "StartedAt", dk_time_json(c->started_ns),
 			  "FinishedAt", dk_time_json(c->state == DKC_RUNNING ? 0 : c->finished_ns));
 	ns = json_pack("{s:s,s:s,s:o,s:s,s:s,s:i,s:s,s:{}}", "Bridge", "", "SandboxID",
-		       c->sandbox, "Ports", dkc_ports_map(c), "IPAddress", "", "Gateway", "",
-		       "IPPrefixLen", 0, "MacAddress", "", "Networks");
+		       c->sandbox, "Ports", dkc_ports_map(c), "IPAddress", ip, "Gateway",
+		       ip[0] ? GUEST_GW4 : "", "IPPrefixLen", ip[0] ? 32 : 0, "MacAddress", "",
+		       "Networks");
+	if (ip[0])      /* a running container with a network: Docker's "bridge" entry */
+		json_object_set_new(json_object_get(ns, "Networks"), "bridge",
+				    json_pack("{s:s,s:s,s:s,s:i,s:s}", "NetworkID", "bridge",
+					      "IPAddress", ip, "Gateway", GUEST_GW4,
+					      "IPPrefixLen", 32, "MacAddress", ""));
 	call->out = json_pack("{s:s,s:o,s:s,s:O?,s:O?,s:o,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:O,s:O,"
 			      "s:O,s:o,s:{s:s,s:{}}}",
 			      "Id", c->id, "Created", dk_time_json(c->created_ns), "Path",

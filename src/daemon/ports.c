@@ -105,17 +105,22 @@ static bool ports_live(struct sandbox *sb)
 	return (sb->state == SB_RUNNING || sb->state == SB_PAUSED) && sidecar_connected(&sb->net);
 }
 
-/* Hand fd to kosa8-net for guest_port. The daemon's copy stays open (the caller closes). */
-static int port_pass(struct sandbox *sb, int fd, int guest_port, struct k8_err *err)
+/* Hand fd to kosa8-net for guest_ip:guest_port (guest_ip "": the VM's address). The
+ * daemon's copy stays open (the caller closes). */
+static int port_pass(struct sandbox *sb, int fd, const char *guest_ip, int guest_port,
+		     struct k8_err *err)
 {
-	return sidecar_request_fd(&sb->net, json_pack("{s:s,s:i}", "op", "publish", "guest_port",
-						      guest_port), fd, 5000, NULL, err);
+	json_t *req = json_pack("{s:s,s:i}", "op", "publish", "guest_port", guest_port);
+
+	if (guest_ip && *guest_ip)
+		json_object_set_new(req, "guest_ip", json_string(guest_ip));
+	return sidecar_request_fd(&sb->net, req, fd, 5000, NULL, err);
 }
 
 /* Publish without taking the busy token (the caller holds it). `audit`: write the record. */
 static int port_publish_held(struct daemon *d, struct sandbox *sb, const char *host_ip,
-			     int host_port, int guest_port, int *bound, bool audit,
-			     struct k8_err *err)
+			     int host_port, const char *guest_ip, int guest_port, int *bound,
+			     bool audit, struct k8_err *err)
 {
 	char ip[INET6_ADDRSTRLEN];
 	int family, fd, got = 0, r;
@@ -125,6 +130,12 @@ static int port_publish_held(struct daemon *d, struct sandbox *sb, const char *h
 		return r;
 	if (guest_port < 1 || guest_port > 65535)
 		return k8_err_set(err, -EINVAL, "guest port %d: expected 1-65535", guest_port);
+	if (!guest_ip)
+		guest_ip = "";
+	if (*guest_ip && (strlen(guest_ip) >= sizeof(sb->ports[0].guest_ip) ||
+			  inet_pton(AF_INET, guest_ip, &(struct in_addr){ 0 }) != 1))
+		return k8_err_set(err, -EINVAL, "guest address '%.40s' is not an IPv4 address",
+				  guest_ip);
 	if (host_port < 0 || host_port > 65535)
 		return k8_err_set(err, -EINVAL, "host port %d: expected 0-65535 (0: any free port)",
 				  host_port);
@@ -148,7 +159,7 @@ static int port_publish_held(struct daemon *d, struct sandbox *sb, const char *h
 	if ((fd = port_bind(ip, family, host_port, &got, err)) < 0)
 		return fd;
 	live = ports_live(sb);
-	if (live && (r = port_pass(sb, fd, guest_port, err))) {
+	if (live && (r = port_pass(sb, fd, guest_ip, guest_port, err))) {
 		close(fd);
 		return k8_err_wrap(err, "kosa8-net did not take the port");
 	}
@@ -161,6 +172,7 @@ static int port_publish_held(struct daemon *d, struct sandbox *sb, const char *h
 	snprintf(p->host_ip, sizeof(p->host_ip), "%s", ip);
 	p->host_port = got;
 	p->guest_port = guest_port;
+	snprintf(p->guest_ip, sizeof(p->guest_ip), "%s", guest_ip);
 	p->fd = fd;
 	if (audit)
 		sb_save(sb);
@@ -174,8 +186,8 @@ static int port_publish_held(struct daemon *d, struct sandbox *sb, const char *h
 	return 0;
 }
 
-int port_publish(struct daemon *d, struct sandbox *sb, const char *host_ip, int host_port,
-		 int guest_port, int *bound, struct k8_err *err)
+int port_publish_to(struct daemon *d, struct sandbox *sb, const char *host_ip, int host_port,
+		    const char *guest_ip, int guest_port, int *bound, struct k8_err *err)
 {
 	int r;
 
@@ -183,9 +195,16 @@ int port_publish(struct daemon *d, struct sandbox *sb, const char *host_ip, int 
 	if (sb->state == SB_REMOVING)
 		r = k8_err_set(err, -ENOENT, "sandbox '%s' is being removed", sb->name);
 	else
-		r = port_publish_held(d, sb, host_ip, host_port, guest_port, bound, true, err);
+		r = port_publish_held(d, sb, host_ip, host_port, guest_ip, guest_port, bound, true,
+				      err);
 	sb_busy_leave(sb);
 	return r;
+}
+
+int port_publish(struct daemon *d, struct sandbox *sb, const char *host_ip, int host_port,
+		 int guest_port, int *bound, struct k8_err *err)
+{
+	return port_publish_to(d, sb, host_ip, host_port, NULL, guest_port, bound, err);
 }
 
 int port_unpublish(struct daemon *d, struct sandbox *sb, const char *host_ip, int host_port,
@@ -303,7 +322,7 @@ int ports_from_body(struct daemon *d, struct sandbox *sb, json_t *ports, struct 
 			return k8_err_set(err, -EINVAL, "ports[%zu]: expected \"[IP:]HOSTPORT:GUESTPORT\" "
 					  "or an object", i);
 		}
-		if ((r = port_publish_held(d, sb, ip, hp, gp, NULL, false, err)))
+		if ((r = port_publish_held(d, sb, ip, hp, NULL, gp, NULL, false, err)))
 			return r;
 	}
 	return 0;
@@ -357,7 +376,7 @@ void ports_up(struct daemon *d, struct sandbox *sb)
 		err = (struct k8_err){ 0 };
 		if (fd < 0)
 			fd = port_bind(p->host_ip, family, p->host_port, &got, &err);
-		if (fd < 0 || port_pass(sb, fd, p->guest_port, &err)) {
+		if (fd < 0 || port_pass(sb, fd, p->guest_ip, p->guest_port, &err)) {
 			if (fd >= 0 && p->fd < 0)
 				close(fd);
 			daemon_log("sandbox %s: published port %s:%d -> %d is down: %s", sb->name,

@@ -24,6 +24,10 @@ struct sandbox;
  * -EEXIST (the host port is in use, or this guest/host pair is published), -ENOSPC. */
 int port_publish(struct daemon *d, struct sandbox *sb, const char *host_ip, int host_port,
 		 int guest_port, int *bound, struct k8_err *err);
+/* The same towards an engine container's own address (guest_ip, "netns":"own"; NULL or
+ * "": the VM's). */
+int port_publish_to(struct daemon *d, struct sandbox *sb, const char *host_ip, int host_port,
+		    const char *guest_ip, int guest_port, int *bound, struct k8_err *err);
 /* Close a published port (host_ip NULL: any address with that port); its connections
  * are cut. Audited (sandbox.port.unpublish). 0, -ENOENT, or an error from kosa8-net. */
 int port_unpublish(struct daemon *d, struct sandbox *sb, const char *host_ip, int host_port,

@@ -2,6 +2,7 @@
 /* record.c - a sandbox's record (record.h): names, the table, the busy token, sandbox.json. */
 #include "daemon/record.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -137,10 +138,14 @@ json_t *sb_ports_json(const struct sandbox *sb)
 {
 	json_t *a = json_array();
 
-	for (int i = 0; i < sb->nports; i++)
-		json_array_append_new(a, json_pack("{s:s,s:i,s:i}", "host_ip", sb->ports[i].host_ip,
-						   "host_port", sb->ports[i].host_port,
-						   "guest_port", sb->ports[i].guest_port));
+	for (int i = 0; i < sb->nports; i++) {
+		json_t *p = json_pack("{s:s,s:i,s:i}", "host_ip", sb->ports[i].host_ip,
+				      "host_port", sb->ports[i].host_port,
+				      "guest_port", sb->ports[i].guest_port);
+		if (sb->ports[i].guest_ip[0])
+			json_object_set_new(p, "guest_ip", json_string(sb->ports[i].guest_ip));
+		json_array_append_new(a, p);
+	}
 	return a;
 }
 
@@ -153,11 +158,16 @@ void sb_ports_from_json(struct sandbox *sb, json_t *arr)
 		const char *ip = json_string_value(json_object_get(it, "host_ip"));
 		json_int_t hp = json_integer_value(json_object_get(it, "host_port"));
 		json_int_t gp = json_integer_value(json_object_get(it, "guest_port"));
+		const char *gip = json_string_value(json_object_get(it, "guest_ip"));
+		struct in_addr ga;
 		if (sb->nports >= K8_MAX_PORTS || !ip || strlen(ip) >= sizeof(sb->ports[0].host_ip) ||
-		    hp < 1 || hp > 65535 || gp < 1 || gp > 65535)
+		    hp < 1 || hp > 65535 || gp < 1 || gp > 65535 ||
+		    (gip && (strlen(gip) >= sizeof(sb->ports[0].guest_ip) ||
+			     inet_pton(AF_INET, gip, &ga) != 1)))
 			continue;
 		struct sb_port *p = &sb->ports[sb->nports++];
 		snprintf(p->host_ip, sizeof(p->host_ip), "%s", ip);
+		snprintf(p->guest_ip, sizeof(p->guest_ip), "%s", gip ? gip : "");
 		p->host_port = (int)hp;
 		p->guest_port = (int)gp;
 		p->fd = -1;

@@ -28,6 +28,8 @@
 struct sb_port {
 	char host_ip[46];               /* as bound: 127.0.0.1, ::1, 0.0.0.0 (when allowed) */
 	int host_port, guest_port;      /* host_port: the bound one, never 0 */
+	char guest_ip[16];              /* an engine container's own address (Docker layer,
+	                                 * "netns":"own"); "": the VM's */
 	int fd;                         /* the daemon's listener until kosa8-net has it; -1 */
 };
 

@@ -419,11 +419,18 @@ static bool engine_in_net(const struct net *n, const struct net_addr *a)
 	return net_addr_in(a, &n->net6, GUEST_PREFIX6);
 }
 
+/* An engine container's own IPv4 address (docs/network.md, addresses). */
+bool engine_is_ctr4(const struct net *n, const struct net_addr *a)
+{
+	return a->family == AF_INET && net_addr_in(a, &n->net4, GUEST_PREFIX4) &&
+	       a->a[3] >= GUEST_CTR4_FIRST && a->a[3] <= GUEST_CTR4_LAST;
+}
+
 /* ---- published ports (inbound.c) ---- */
 
 static void engine_inbound_bytes(struct net *n, const struct flow *f, size_t len, bool in)
 {
-	struct inbound_port *ip = inbound_find_guest(n, f->src.family, f->sport);
+	struct inbound_port *ip = inbound_find_guest(n, &f->src, f->sport);
 	if (!ip)
 		return;
 	if (in)
@@ -432,25 +439,25 @@ static void engine_inbound_bytes(struct net *n, const struct flow *f, size_t len
 		ip->bytes_out += len;
 }
 
-int engine_count_inbound(struct net *n, int family, uint16_t guest_port)
+int engine_count_inbound(struct net *n, const struct net_addr *guest, uint16_t guest_port)
 {
 	struct engine *e = &n->eng;
 	int c = 0;
 	for (int i = 0; i < e->cap; i++) {
 		const struct flow *f = &e->flows[i];
-		if (f->used && f->inbound && !f->closing_ns && f->src.family == family &&
+		if (f->used && f->inbound && !f->closing_ns && net_addr_eq(&f->src, guest) &&
 		    f->sport == guest_port)
 			c++;
 	}
 	return c;
 }
 
-void engine_cut_inbound(struct net *n, int family, uint16_t guest_port)
+void engine_cut_inbound(struct net *n, const struct net_addr *guest, uint16_t guest_port)
 {
 	struct engine *e = &n->eng;
 	for (int i = 0; i < e->cap; i++) {
 		struct flow *f = &e->flows[i];
-		if (f->used && f->inbound && f->src.family == family && f->sport == guest_port) {
+		if (f->used && f->inbound && net_addr_eq(&f->src, guest) && f->sport == guest_port) {
 			engine_flow_cut(n, f, true);
 			engine_flow_del(n, f);
 		}
@@ -465,14 +472,13 @@ void engine_cut_inbound(struct net *n, int family, uint16_t guest_port)
 static struct flow *engine_inbound_syn(struct net *n, const struct pkt *p)
 {
 	struct engine *e = &n->eng;
-	const struct net_addr *guest = p->dst.family == AF_INET ? &n->guest4 : &n->guest6;
 	struct inbound_port *ip;
 	struct flow *f = NULL;
 	struct pkt q;
 
-	if (!net_addr_eq(&p->dst, guest) || !(ip = inbound_find_guest(n, p->dst.family, p->dport)))
+	if (!(ip = inbound_find_guest(n, &p->dst, p->dport)))
 		return NULL;
-	if (engine_count_inbound(n, ip->family, ip->guest_port) < ip->max_conns) {
+	if (engine_count_inbound(n, &ip->guest, ip->guest_port) < ip->max_conns) {
 		/* the flow is kept from the guest's side, as for its own connections */
 		q = *p;
 		q.src = p->dst;
@@ -759,14 +765,17 @@ static bool engine_is_multicast(const struct net *n, const struct net_addr *a)
 }
 
 /* A frame the guest's own stack could have sent: its NIC's MAC, its own address (or
- * its IPv6 link-local one). Anything else is root in the guest writing frames by hand:
- * slirp would open host connections for, and answer, an address that is not the guest's. */
+ * its IPv6 link-local one), or an engine container's address (an ipvlan link of the NIC,
+ * same MAC; GUEST_CTR4_FIRST..LAST). Anything else is root in the guest writing frames
+ * by hand: slirp would open host connections for, and answer, an address that is not
+ * the guest's. Frames from one guest address to another are refused later all the same
+ * ("internal address"): nothing here forwards a guest's frame back into the guest. */
 static bool engine_from_guest(const struct net *n, const struct pkt *p)
 {
 	if (memcmp(p->src_mac, engine_guest_mac, 6) != 0)
 		return false;
 	if (p->src.family == AF_INET)
-		return net_addr_eq(&p->src, &n->guest4);
+		return net_addr_eq(&p->src, &n->guest4) || engine_is_ctr4(n, &p->src);
 	return net_addr_eq(&p->src, &n->guest6) ||
 	       (p->src.a[0] == 0xfe && (p->src.a[1] & 0xc0) == 0x80);
 }

@@ -13,7 +13,8 @@
  *    process has one thread, and nothing else opens an fd in between), and dup2()
  *    puts the daemon's socket in its place. From then on slirp accept()s the host's
  *    connections on the published socket and opens each one towards the guest with a
- *    SYN to GUEST_ADDRESS:GUEST_PORT; removal (slirp_remove_hostxfwd) finds it by its
+ *    SYN to GUEST_ADDRESS:GUEST_PORT (the VM's address, or an engine container's own
+ *    one: "guest_ip"); removal (slirp_remove_hostxfwd) finds it by its
  *    address, which is the published one.
  *  - engine.c sees that SYN among slirp's frames to the guest and records an inbound
  *    flow (inbound_flow_ok decides: a published guest port, under its connection cap),
@@ -28,6 +29,7 @@
 
 #include <slirp/libslirp.h>
 
+#include "common/guest.h"
 #include "common/util.h"
 #include "net/net.h"
 
@@ -55,11 +57,12 @@ static struct inbound_port *inbound_find_host(struct net *n, const char *ip, int
 	return NULL;
 }
 
-struct inbound_port *inbound_find_guest(struct net *n, int family, uint16_t guest_port)
+struct inbound_port *inbound_find_guest(struct net *n, const struct net_addr *guest,
+					uint16_t guest_port)
 {
 	for (int i = 0; i < INBOUND_MAX; i++) {
 		struct inbound_port *p = &n->in.p[i];
-		if (p->used && p->family == family && p->guest_port == guest_port)
+		if (p->used && p->guest_port == guest_port && net_addr_eq(&p->guest, guest))
 			return p;
 	}
 	return NULL;
@@ -94,6 +97,8 @@ int inbound_publish(struct net *n, int *fdp, const json_t *req, json_t **out, ch
 		    size_t errlen)
 {
 	json_t *gp = json_object_get(req, "guest_port"), *mc = json_object_get(req, "max_conns");
+	json_t *gip = json_object_get(req, "guest_ip");
+	struct net_addr guest = { 0 };
 	struct sockaddr_storage ss, tmp;
 	socklen_t sslen;
 	struct inbound_port *p = NULL;
@@ -116,6 +121,17 @@ int inbound_publish(struct net *n, int *fdp, const json_t *req, json_t **out, ch
 	}
 	if ((rc = inbound_check_fd(fd, &ss, &sslen, err, errlen)) < 0)
 		return rc;
+	/* towards the VM's own address of the listener's family, or a container's own */
+	guest = ss.ss_family == AF_INET ? n->guest4 : n->guest6;
+	if (gip && !json_is_null(gip) &&
+	    (!json_is_string(gip) || json_string_length(gip) >= INET6_ADDRSTRLEN ||
+	     strlen(json_string_value(gip)) != json_string_length(gip) ||
+	     net_addr_parse(json_string_value(gip), &guest) < 0 || !engine_is_ctr4(n, &guest) ||
+	     ss.ss_family != AF_INET)) {
+		snprintf(err, errlen, "\"guest_ip\" must be an engine container's address "
+			 "(10.0.2.%d-%d) and the listener IPv4", GUEST_CTR4_FIRST, GUEST_CTR4_LAST);
+		return -EINVAL;
+	}
 	inbound_addr_str(&ss, ip, sizeof(ip), &hport);
 	if (inbound_find_host(n, ip, hport)) {
 		snprintf(err, errlen, "%s port %u is published already", ip, hport);
@@ -138,13 +154,13 @@ int inbound_publish(struct net *n, int *fdp, const json_t *req, json_t **out, ch
 	if (ss.ss_family == AF_INET) {
 		h.s4.sin_family = g.s4.sin_family = AF_INET;
 		h.s4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		memcpy(&g.s4.sin_addr, n->guest4.a, 4);
+		memcpy(&g.s4.sin_addr, guest.a, 4);
 		g.s4.sin_port = htons((uint16_t)json_integer_value(gp));
 		hl = gl = sizeof(struct sockaddr_in);
 	} else {
 		h.s6.sin6_family = g.s6.sin6_family = AF_INET6;
 		h.s6.sin6_addr = in6addr_loopback;
-		memcpy(&g.s6.sin6_addr, n->guest6.a, 16);
+		memcpy(&g.s6.sin6_addr, guest.a, 16);
 		g.s6.sin6_port = htons((uint16_t)json_integer_value(gp));
 		hl = gl = sizeof(struct sockaddr_in6);
 		flags = SLIRP_HOSTFWD_V6ONLY;
@@ -181,16 +197,18 @@ int inbound_publish(struct net *n, int *fdp, const json_t *req, json_t **out, ch
 	}
 	close(fd);
 	*fdp = -1;
-	*p = (struct inbound_port){ .used = true, .fd = slot, .family = ss.ss_family,
+	*p = (struct inbound_port){ .used = true, .fd = slot, .family = ss.ss_family, .guest = guest,
 				    .host_port = hport, .guest_port = (uint16_t)json_integer_value(gp),
 				    .max_conns = mc ? (int)json_integer_value(mc) : INBOUND_MAX_CONNS,
 				    .flags = flags };
 	snprintf(p->host_ip, sizeof(p->host_ip), "%s", ip);
 	memcpy(&p->haddr, &ss, sizeof(ss));
 	p->haddrlen = sslen;
-	net_log(n, "published %s port %u -> guest port %u", ip, hport, p->guest_port);
-	*out = json_pack("{s:s,s:i,s:i}", "host_ip", ip, "host_port", hport, "guest_port",
-			 p->guest_port);
+	char gs[INET6_ADDRSTRLEN];
+	net_addr_str(&guest, gs, sizeof(gs));
+	net_log(n, "published %s port %u -> %s port %u", ip, hport, gs, p->guest_port);
+	*out = json_pack("{s:s,s:i,s:s,s:i}", "host_ip", ip, "host_port", hport, "guest_ip", gs,
+			 "guest_port", p->guest_port);
 	return 0;
 }
 
@@ -215,7 +233,7 @@ int inbound_unpublish(struct net *n, const json_t *req, char *err, size_t errlen
 		net_log(n, "unpublish: libslirp did not find the forward of port %u", p->host_port);
 		shutdown(p->fd, SHUT_RDWR);
 	}
-	engine_cut_inbound(n, p->family, p->guest_port);
+	engine_cut_inbound(n, &p->guest, p->guest_port);
 	net_log(n, "unpublished %s port %u", p->host_ip, p->host_port);
 	p->used = false;
 	return 0;
@@ -226,11 +244,13 @@ json_t *inbound_json(struct net *n)
 	json_t *a = json_array();
 	for (int i = 0; i < INBOUND_MAX; i++) {
 		struct inbound_port *p = &n->in.p[i];
+		char gs[INET6_ADDRSTRLEN];
 		if (!p->used)
 			continue;
-		json_array_append_new(a, json_pack("{s:s,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I}",
-			"host_ip", p->host_ip, "host_port", p->host_port, "guest_port",
-			p->guest_port, "conns", engine_count_inbound(n, p->family, p->guest_port),
+		net_addr_str(&p->guest, gs, sizeof(gs));
+		json_array_append_new(a, json_pack("{s:s,s:i,s:s,s:i,s:i,s:i,s:I,s:I,s:I,s:I}",
+			"host_ip", p->host_ip, "host_port", p->host_port, "guest_ip", gs, "guest_port",
+			p->guest_port, "conns", engine_count_inbound(n, &p->guest, p->guest_port),
 			"max_conns", p->max_conns, "accepted", (json_int_t)p->accepted,
 			"refused", (json_int_t)p->refused, "bytes_in", (json_int_t)p->bytes_in,
 			"bytes_out", (json_int_t)p->bytes_out));

@@ -236,9 +236,11 @@ size_t engine_build_tcp(uint8_t *out, size_t cap, const uint8_t smac[6], const u
 
 /* The broker's address and port, for TCP, when this sandbox has a broker. */
 bool engine_is_broker(const struct net *n, const struct net_addr *dst, uint16_t port, int proto);
+/* An engine container's own IPv4 address: GUEST_CTR4_FIRST..LAST of the /24. */
+bool engine_is_ctr4(const struct net *n, const struct net_addr *a);
 /* Published ports (inbound.c): the inbound flows of one guest port, counted or cut. */
-int engine_count_inbound(struct net *n, int family, uint16_t guest_port);
-void engine_cut_inbound(struct net *n, int family, uint16_t guest_port);
+int engine_count_inbound(struct net *n, const struct net_addr *guest, uint16_t guest_port);
+void engine_cut_inbound(struct net *n, const struct net_addr *guest, uint16_t guest_port);
 
 /* ---- inbound.c: published ports, connections from the host into the guest ---- */
 #define INBOUND_MAX 32                  /* published ports per sandbox */
@@ -250,6 +252,8 @@ struct inbound_port {
 	                                 * holds it by */
 	int family, flags;              /* AF_INET / AF_INET6; slirp's hostfwd flags */
 	char host_ip[46];
+	struct net_addr guest;          /* the guest's address: the VM's, or an engine
+	                                 * container's own (GUEST_CTR4_FIRST..LAST) */
 	uint16_t host_port, guest_port;
 	struct sockaddr_storage haddr;  /* its address: how slirp finds it to remove it */
 	socklen_t haddrlen;
@@ -262,17 +266,20 @@ struct inbound {
 	struct inbound_port p[INBOUND_MAX];
 };
 
-/* {"op":"publish","guest_port":N[,"max_conns":M]} with the listening socket *fd
- * (taken: *fd = -1 on success). *out: {"host_ip","host_port","guest_port"}.
+/* {"op":"publish","guest_port":N[,"max_conns":M][,"guest_ip":"10.0.2.K"]} with the
+ * listening socket *fd (taken: *fd = -1 on success). guest_ip: an engine container's own
+ * address (host part GUEST_CTR4_FIRST..LAST, IPv4 listeners only); default the VM's
+ * address of the listener's family. *out: {"host_ip","host_port","guest_ip","guest_port"}.
  * 0 or a negative errno with a message. */
 int inbound_publish(struct net *n, int *fd, const json_t *req, json_t **out, char *err,
 		    size_t errlen);
 /* {"op":"unpublish","host_ip":...,"host_port":N}: the listener is closed and the
  * port's connections are cut. 0 or a negative errno with a message. */
 int inbound_unpublish(struct net *n, const json_t *req, char *err, size_t errlen);
-/* The published port of the guest's `guest_port` (family AF_INET/AF_INET6), or NULL. */
-struct inbound_port *inbound_find_guest(struct net *n, int family, uint16_t guest_port);
-/* [{"host_ip","host_port","guest_port","conns","max_conns","accepted","refused",
+/* The published port of guest:guest_port, or NULL. */
+struct inbound_port *inbound_find_guest(struct net *n, const struct net_addr *guest,
+					uint16_t guest_port);
+/* [{"host_ip","host_port","guest_ip","guest_port","conns","max_conns","accepted","refused",
  *   "bytes_in","bytes_out"}] */
 json_t *inbound_json(struct net *n);
 

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import tempfile
 
 import pytest
@@ -54,7 +55,8 @@ port = int(sys.argv[1])
 out = []
 for i, kind in enumerate(sys.argv[2:]):
     sport, src, smac = 42000 + i, GUEST, mac
-    if kind == "spoof-net": src = "10.0.2.99"          # another address of the slirp net
+    if kind == "spoof-net": src = "10.0.2.9"           # another address of the slirp net
+                                                       # (not an engine container's 16-254)
     if kind == "spoof-far": src = "198.51.100.7"       # an address from elsewhere
     if kind == "foreign-mac": smac = bytes.fromhex("020000000001")
     seg = syn(src, GW, sport, port)
@@ -148,7 +150,7 @@ def test_kosa8_net_alone_drops_foreign_sources(tmp):
         d0 = n.stats()["dropped"]
         foreign = bytes.fromhex("020000000001")
         hostile = [
-            ne.eth(ne.tcp("10.0.2.99", ne.GW, 41001, port, 1, 0, ne.TH_SYN)),
+            ne.eth(ne.tcp("10.0.2.9", ne.GW, 41001, port, 1, 0, ne.TH_SYN)),
             ne.eth(ne.tcp("192.0.2.7", ne.GW, 41002, port, 1, 0, ne.TH_SYN)),
             ne.eth(ne.tcp(ne.GUEST, ne.GW, 41003, port, 1, 0, ne.TH_SYN), src=foreign),
             ne.eth(ne.tcp6_syn("fd00::99", "fd00::2", 41004, port, 1), etype=0x86DD),
@@ -174,6 +176,41 @@ def test_kosa8_net_alone_drops_foreign_sources(tmp):
         n.close()
         lst.close()
         lst6.close()
+
+
+def test_kosa8_net_never_forwards_one_guest_address_to_another(tmp):
+    """Engine containers' own addresses (10.0.2.16-254, ipvlan links: the guest's MAC)
+    are the guest's: a SYN from one passes the policy like the guest's own. But nothing
+    from one guest address reaches another, either way: a container to 10.0.2.15, the
+    VM to a container, a container to another: each gets a RST, nothing reaches slirp."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(8)
+    port = lst.getsockname()[1]
+    n = ne.start(tmp, None, {"mode": "allow-list", "rules": ["127.0.0.1:%d" % port]})
+    try:
+        # as a container's stack does first: ARP for the gateway (kosa8-net answers and
+        # teaches slirp the address' MAC, the guest's)
+        n.send(ne.eth(struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, ne.GUEST_MAC,
+                                  socket.inet_aton("10.0.2.99"), b"\0" * 6,
+                                  socket.inet_aton(ne.GW)), dst=b"\xff" * 6, etype=0x0806))
+        n.expect(lambda f: f.etype == 0x0806, what="ARP reply for 10.0.2.99")
+        n.send(ne.eth(ne.tcp("10.0.2.99", ne.GW, 41101, port, 1, 0, ne.TH_SYN)))
+        f = n.expect(lambda f: f.proto == 6 and f.dport == 41101, what="SYN-ACK")
+        assert f.flags & (ne.TH_SYN | ne.TH_ACK) == ne.TH_SYN | ne.TH_ACK, "flags %x" % f.flags
+        assert f.dst == "10.0.2.99", f.dst
+        lst.settimeout(5)
+        lst.accept()[0].close()
+        for i, (src, dst) in enumerate((("10.0.2.99", ne.GUEST), (ne.GUEST, "10.0.2.99"),
+                                        ("10.0.2.99", "10.0.2.16"), ("10.0.2.16", "10.0.2.254"))):
+            n.send(ne.eth(ne.tcp(src, dst, 41110 + i, 7002, 1, 0, ne.TH_SYN)))
+            f = n.expect(lambda f, i=i: f.proto == 6 and f.dport == 41110 + i,
+                         what="RST for %s -> %s" % (src, dst))
+            assert f.flags & ne.TH_RST, "flags %x" % f.flags
+        assert n.dest("10.0.2.15:7002")["reason"] == "internal address", n.dest("10.0.2.15:7002")
+    finally:
+        n.close()
+        lst.close()
 
 
 # ---- the console ----------------------------------------------------------------------
