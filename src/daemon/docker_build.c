@@ -1394,3 +1394,35 @@ static int dkb_job(struct api_job *j, json_t **result, struct k8_err *err)
 	free(b.dir);
 	return r;
 }
+
+/* POST /build/prune (`docker builder prune`): the build cache's names go (not those a
+ * build sandbox has attached right now); an image a build tagged keeps its own name, so
+ * only what nothing else names is deleted. `all`, `keep-storage` and filters are
+ * accepted: every cache entry is unused once its build ended. Each name removed is
+ * audited as image.rm with "via": "docker". */
+int dkb_api_prune(struct api_call *call)
+{
+	struct daemon *d = call->d;
+	uint64_t before = image_store_freed(d->images);
+	json_t *names = NULL, *v, *ids = json_array();
+	size_t i;
+
+	image_cache_names(d->images, &names);
+	json_array_foreach(names, i, v) {
+		const char *ref = json_string_value(json_object_get(v, "ref"));
+		const char *dg = json_string_value(json_object_get(v, "digest"));
+		struct k8_err e = { 0 };
+
+		if (!ref || !dg || sb_image_unused(d, dg, ref, &e))
+			continue;
+		if (image_remove(d->images, ref, &e))
+			continue;
+		daemon_audit(d, "image.rm", NULL, json_pack("{s:s,s:s,s:s}", "ref", ref, "via",
+							    "docker", "why", "builder prune"));
+		json_array_append_new(ids, json_string(ref + sizeof(IMAGE_CACHE_REPO)));
+	}
+	json_decref(names);
+	call->out = json_pack("{s:o,s:I}", "CachesDeleted", ids, "SpaceReclaimed",
+			      (json_int_t)(image_store_freed(d->images) - before));
+	return 0;
+}

@@ -93,6 +93,12 @@ int image_disk(struct image_store *st, const char *digest, image_progress_fn pro
  * with a tag, no digest), replacing what `dst` named before. -ENOENT when src is absent. */
 int image_tag(struct image_store *st, const char *src, const char *dst, struct k8_err *err);
 
+/* The build cache's names (IMAGE_CACHE_REPO:<key>), as {"ref","digest"}. */
+int image_cache_names(struct image_store *st, json_t **out);
+/* Bytes of blobs and disks the store's GC has deleted since it was opened (a prune
+ * reports the difference as Docker's SpaceReclaimed). */
+uint64_t image_store_freed(struct image_store *st);
+
 /* Remove a reference; blobs and disks no longer referenced are deleted. */
 int image_remove(struct image_store *st, const char *ref, struct k8_err *err);
 
