@@ -127,6 +127,8 @@ int image_blob_add_fd(struct image_store *st, int fd, char hex[65], uint64_t *si
 /* The manifest and config of the image `ref` resolves to; its manifest digest out. */
 int image_read(struct image_store *st, const char *ref, char mdigest[80], json_t **manifest,
 	       json_t **config, struct k8_err *err);
+/* An open read-only fd of the stored blob `digest` ("sha256:<hex>"); negative errno. */
+int image_blob_open(struct image_store *st, const char *digest, struct k8_err *err);
 /* Store `manifest` (whose config and layers must be stored) and, when `name` is not
  * NULL, name it (normalised; a tag, never a digest). The manifest digest out. */
 int image_commit(struct image_store *st, json_t *manifest, const char *name, char mdigest[80],

@@ -223,3 +223,35 @@ def test_prune(h):
         assert any(w == "builder prune" for _, w in acts), acts
     finally:
         docker(h, "rm", "-f", "pr-exited", "pr-created", "pr-running")
+
+
+def test_copy_through_an_image_symlink(h):
+    """COPY into a destination that goes through a symlink of the image follows it inside
+    the image's root, as Docker: `l -> /usr/lib` puts the file in /usr/lib; a link that
+    climbs out (`up -> ../../../..`, `abs -> /`) stays at the image's /."""
+    d = tempfile.mkdtemp(prefix="k8dgl-")
+    try:
+        with tarfile.open(os.path.join(d, "links.tar"), "w") as t:
+            for name, target in (("l", "/usr/lib"), ("up", "../../../.."), ("abs", "/"),
+                                 ("loop", "loop")):
+                info = tarfile.TarInfo(name)
+                info.type = tarfile.SYMTYPE
+                info.linkname = target
+                t.addfile(info)
+        for n in ("f", "g", "k"):
+            with open(os.path.join(d, n), "w") as f:
+                f.write(n + "\n")
+        with open(os.path.join(d, "Dockerfile"), "w") as f:
+            f.write("FROM %s\nADD links.tar /\nCOPY f /l/\nCOPY g /up/tmp/\n"
+                    "COPY k /abs/l/python3.12/\n" % IMG)
+        ok(docker(h, "build", "-t", "linked", ".", cwd=d))
+        out = ok(docker(h, "run", "--rm", "linked", "sh", "-c",
+                        "cat /usr/lib/f /tmp/g /usr/lib/python3.12/k; readlink /l"))
+        assert out == "f\ng\nk\n/usr/lib\n", out
+        with open(os.path.join(d, "Dockerfile"), "w") as f:
+            f.write("FROM %s\nADD links.tar /\nCOPY f /loop/x/\n" % IMG)
+        p = docker(h, "build", "-t", "looped", ".", cwd=d)
+        assert p.returncode != 0 and "symbolic links" in p.stdout + p.stderr, p
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        docker(h, "rmi", "linked")
