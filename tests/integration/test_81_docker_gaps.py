@@ -243,10 +243,10 @@ def test_copy_through_an_image_symlink(h):
                 f.write(n + "\n")
         with open(os.path.join(d, "Dockerfile"), "w") as f:
             f.write("FROM %s\nADD links.tar /\nCOPY f /l/\nCOPY g /up/tmp/\n"
-                    "COPY k /abs/l/python3.12/\n" % IMG)
+                    "COPY k /abs/l/\n" % IMG)
         ok(docker(h, "build", "-t", "linked", ".", cwd=d))
         out = ok(docker(h, "run", "--rm", "linked", "sh", "-c",
-                        "cat /usr/lib/f /tmp/g /usr/lib/python3.12/k; readlink /l"))
+                        "cat /usr/lib/f /tmp/g /usr/lib/k; readlink /l"))
         assert out == "f\ng\nk\n/usr/lib\n", out
         with open(os.path.join(d, "Dockerfile"), "w") as f:
             f.write("FROM %s\nADD links.tar /\nCOPY f /loop/x/\n" % IMG)
