@@ -255,3 +255,27 @@ def test_copy_through_an_image_symlink(h):
     finally:
         shutil.rmtree(d, ignore_errors=True)
         docker(h, "rmi", "linked")
+
+
+def test_rewind_brings_back_the_engine_slot_table(h):
+    """A checkpoint of the engine saves its slot table; evictions after it are undone by
+    a rewind, with the guest's mounts (the VM's memory) and the slots' backing files
+    coming back together: every image runs afterwards, old and new."""
+    names = ["rw%d" % i for i in range(1, 6)]
+    build_images(h, names)
+    for n in names[:4]:
+        ok(docker(h, "run", "--rm", n, "cat", "/n.txt"))
+
+    def slots():
+        info = json.loads(h("sandbox", "inspect", "docker-engine", check=True).stdout)
+        return sorted((i["slot"], i["digest"]) for i in info["images"])
+
+    saved = slots()
+    h("checkpoint", "docker-engine", "--label", "slots", check=True, timeout=600)
+    ok(docker(h, "run", "--rm", names[4], "cat", "/n.txt"))     # evicts one
+    assert slots() != saved
+    h("rewind", "docker-engine", "--to", "slots", "-y", check=True, timeout=600)
+    assert slots() == saved
+    for n in names[:4] + [names[4]]:
+        p = docker(h, "run", "--rm", n, "cat", "/n.txt")
+        assert (p.returncode, p.stdout) == (0, n + "\n"), (n, p.stdout, p.stderr)
