@@ -975,13 +975,83 @@ out:
 	return r;
 }
 
+/* Maps of images seen lately, so a build (a cached one too) does not read its base
+ * image's layers again: the longest cached prefix of an image's layer list is taken. */
+#define DKB_LCACHE 8
+#define DKB_LCACHE_LINKS 20000  /* a larger map is not kept */
+static struct {
+	pthread_mutex_t lock;
+	struct { json_t *layers, *links, *below; } e[DKB_LCACHE];
+	unsigned next;
+} dkb_lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static bool dkb_layers_prefix(json_t *pre, json_t *layers)
+{
+	size_t i;
+	json_t *v;
+
+	if (!pre || json_array_size(pre) > json_array_size(layers))
+		return false;
+	json_array_foreach(pre, i, v)
+		if (!json_equal(v, json_object_get(json_array_get(layers, i), "digest")))
+			return false;
+	return true;
+}
+
+static void dkb_lcache_get(struct dkb *b, json_t *layers)
+{
+	int best = -1;
+
+	pthread_mutex_lock(&dkb_lc.lock);
+	for (int i = 0; i < DKB_LCACHE; i++)
+		if (dkb_layers_prefix(dkb_lc.e[i].layers, layers) &&
+		    (best < 0 || json_array_size(dkb_lc.e[i].layers) >
+				 json_array_size(dkb_lc.e[best].layers)))
+			best = i;
+	if (best >= 0) {
+		json_decref(b->links);
+		json_decref(b->links_layers);
+		json_decref(b->links_below);
+		b->links = json_deep_copy(dkb_lc.e[best].links);
+		b->links_layers = json_deep_copy(dkb_lc.e[best].layers);
+		b->links_below = json_deep_copy(dkb_lc.e[best].below);
+	}
+	pthread_mutex_unlock(&dkb_lc.lock);
+}
+
+static void dkb_lcache_put(struct dkb *b)
+{
+	unsigned k;
+
+	if (!json_array_size(b->links_layers) || json_object_size(b->links) > DKB_LCACHE_LINKS)
+		return;
+	pthread_mutex_lock(&dkb_lc.lock);
+	for (k = 0; k < DKB_LCACHE; k++)
+		if (json_equal(dkb_lc.e[k].layers, b->links_layers))
+			break;
+	if (k == DKB_LCACHE) {
+		k = dkb_lc.next++ % DKB_LCACHE;
+		json_decref(dkb_lc.e[k].layers);
+		json_decref(dkb_lc.e[k].links);
+		json_decref(dkb_lc.e[k].below);
+		dkb_lc.e[k].layers = json_deep_copy(b->links_layers);
+		dkb_lc.e[k].links = json_deep_copy(b->links);
+		dkb_lc.e[k].below = json_deep_copy(b->links_below);
+	}
+	pthread_mutex_unlock(&dkb_lc.lock);
+}
+
 /* b->links for the image so far: only the layers not applied yet are read. */
 static int dkb_links(struct dkb *b, struct k8_err *err)
 {
 	json_t *layers = json_object_get(b->manifest, "layers"), *l;
-	size_t have = json_array_size(b->links_layers), i;
+	size_t have, i;
+	bool added = false;
 	int r;
 
+	if (!b->links || !dkb_layers_prefix(b->links_layers, layers))
+		dkb_lcache_get(b, layers);
+	have = json_array_size(b->links_layers);
 	for (i = 0; b->links && i < have; i++)
 		if (!json_equal(json_object_get(json_array_get(layers, i), "digest"),
 				json_array_get(b->links_layers, i)))
@@ -1007,7 +1077,10 @@ static int dkb_links(struct dkb *b, struct k8_err *err)
 			return r;
 		}
 		json_array_append(b->links_layers, dg);
+		added = true;
 	}
+	if (added)
+		dkb_lcache_put(b);
 	return 0;
 }
 

@@ -3072,6 +3072,7 @@ int dkc_api_prune(struct api_call *call)
 		if (c->state == DKC_RUNNING || c->pumping || c->removing || !dkc_match(c, &f))
 			continue;
 		c->refs++;
+		c->removing = true;     /* a start from now on finds it going */
 		picked[n++] = c;
 	}
 	pthread_mutex_unlock(&dk.lock);
@@ -3080,7 +3081,10 @@ int dkc_api_prune(struct api_call *call)
 		struct dkc *c = picked[i];
 		bool gone;
 
+		pthread_mutex_lock(&dk.lock);
 		space += c->log_size;   /* what the host keeps of it; the guest's layer is not counted */
+		c->removing = false;    /* dkc_rm_now claims it again */
+		pthread_mutex_unlock(&dk.lock);
 		dkc_rm_now(call->d, c, NULL);
 		pthread_mutex_lock(&dk.lock);
 		gone = c->removed;
