@@ -141,6 +141,7 @@ struct ctr {
 	pid_t pid;
 	struct proc *init;
 	int running;
+	int created;           /* made by `create`, its process not started yet */
 	int exit_code, exit_signal, oom;
 	uint64_t started_ns;
 	int auto_rm, detach;
@@ -327,6 +328,9 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 	    struct launch *l, int auto_rm, int detach, pid_t *pid, struct k8_err *err);
 int ctr_exec(struct agent *a, uint32_t reqid, struct ctr *c, struct launch *l, pid_t *pid,
 	     struct k8_err *err);
+/* A container's root (overlay directories, record) without its process: archive ops
+ * work on it, a later run of the same id starts in it. */
+int ctr_create(struct agent *a, const char *id, const char *image, struct k8_err *err);
 json_t *ctr_list(struct agent *a);
 int ctr_running_count(struct agent *a);
 int ctr_count(struct agent *a);
@@ -343,6 +347,8 @@ void ctr_drop_waiters(struct agent *a);
 void ctr_tick(struct agent *a, uint64_t now, uint64_t *next);
 void ctr_gc(struct agent *a);
 int ctr_image_in_use(struct agent *a, const char *hex);
+/* The id of a running or created container that uses image `hex`, else NULL. */
+const char *ctr_image_user(struct agent *a, const char *hex);
 /* Move /scratch/containers leftovers of an earlier boot to the trash, empty the trash. */
 void ctr_boot_cleanup(struct agent *a);
 
@@ -407,6 +413,8 @@ void mnt_boot(struct agent *a);
 int mnt_scratch(struct agent *a);
 /* /dev/vdX whose virtio-blk serial is `serial`. */
 int mnt_find_disk(const char *serial, char *dev, size_t devlen);
+/* Unmount the image of `slot` (the caller checked nobody uses it); 0 when empty. */
+int mnt_image_drop(struct agent *a, int slot, struct k8_err *err);
 int mnt_image(struct agent *a, int slot, const char *hex, struct k8_err *err);
 /* In the child of a new container: overlay root, /proc, /dev, pivot_root.
  * On failure, fills msg. */

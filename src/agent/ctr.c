@@ -50,14 +50,20 @@ int ctr_running_count(struct agent *a)
 	return n;
 }
 
-int ctr_image_in_use(struct agent *a, const char *hex)
+const char *ctr_image_user(struct agent *a, const char *hex)
 {
 	struct ctr *c;
 
 	for (c = a->ctrs; c; c = c->next)
-		if (c->running && !strcmp(c->image_hex, hex))
-			return 1;
-	return 0;
+		if ((c->running || c->created) && !strcmp(c->image_hex, hex))
+			return c->id;
+	return NULL;
+}
+
+/* A created container counts: its root is the image (a later run starts in it). */
+int ctr_image_in_use(struct agent *a, const char *hex)
+{
+	return ctr_image_user(a, hex) != NULL;
 }
 
 /* Delete `path` (or, when NULL, everything in the trash) in a child process. */
@@ -219,20 +225,12 @@ void ctr_gc(struct agent *a)
 	a->dead_ctrs = NULL;
 }
 
-int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, json_t *argv,
-	    struct launch *l, int auto_rm, int detach, pid_t *pid, struct k8_err *err)
+/* The container's directory and its overlay's upper, work and rootfs. */
+static int ctr_mkdirs(const char *dir, struct k8_err *err)
 {
-	char dir[128], sub[160], lower[128];
-	struct launch_out o;
-	struct ctr *c;
-	struct proc *p;
+	char sub[160];
 	int r;
 
-	if (!a->scratch_ok)
-		return k8_err_set(err, -ENODEV, "no scratch disk is mounted at %s", AGENT_SCRATCH);
-	if (!a->cgroup_ok)
-		return k8_err_set(err, -ENODEV, "cgroup v2 is not available: no limits, no containers");
-	snprintf(dir, sizeof(dir), "%s/%s", AGENT_CTR_DIR, id);
 	if (mkdir(dir, 0700) < 0)
 		return k8_err_set(err, -errno, "mkdir %s: %s", dir, strerror(errno));
 	for (const char *const *s = (const char *const[]){ "upper", "work", "rootfs", NULL }; *s; s++) {
@@ -243,8 +241,63 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 			return r;
 		}
 	}
+	return 0;
+}
+
+/* A record for container `id` of image `image` (hex), not running, on the list. */
+static struct ctr *ctr_new(struct agent *a, const char *id, const char *image)
+{
+	struct ctr *c = xcalloc(1, sizeof(*c));
+
+	snprintf(c->id, sizeof(c->id), "%s", id);
+	snprintf(c->image, sizeof(c->image), "sha256:%s", image);
+	snprintf(c->image_hex, sizeof(c->image_hex), "%s", image);
+	c->exit_code = -1;
+	c->log_fd = -1;
+	c->memev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
+	c->pidsev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
+	c->next = a->ctrs;
+	a->ctrs = c;
+	return c;
+}
+
+int ctr_create(struct agent *a, const char *id, const char *image, struct k8_err *err)
+{
+	char dir[128];
+	struct ctr *c;
+	int r;
+
+	if (!a->scratch_ok)
+		return k8_err_set(err, -ENODEV, "no scratch disk is mounted at %s", AGENT_SCRATCH);
+	snprintf(dir, sizeof(dir), "%s/%s", AGENT_CTR_DIR, id);
+	if ((r = ctr_mkdirs(dir, err)) < 0)
+		return r;
+	c = ctr_new(a, id, image);
+	c->created = 1;
+	c->argv = json_array();
+	return 0;
+}
+
+int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, json_t *argv,
+	    struct launch *l, int auto_rm, int detach, pid_t *pid, struct k8_err *err)
+{
+	char dir[128], lower[128];
+	struct launch_out o;
+	struct ctr *c;
+	struct proc *p;
+	int r;
+
+	if (!a->scratch_ok)
+		return k8_err_set(err, -ENODEV, "no scratch disk is mounted at %s", AGENT_SCRATCH);
+	if (!a->cgroup_ok)
+		return k8_err_set(err, -ENODEV, "cgroup v2 is not available: no limits, no containers");
+	snprintf(dir, sizeof(dir), "%s/%s", AGENT_CTR_DIR, id);
+	c = ctr_find(a, id);    /* a created one (req_run checked), else a new one */
+	if (!c && (r = ctr_mkdirs(dir, err)) < 0)
+		return r;
 	if ((r = cg_create(a, id, l->mem_max, l->nano_cpus, err)) < 0) {
-		rm_rf(dir);
+		if (!c)
+			rm_rf(dir);
 		return r;
 	}
 	snprintf(lower, sizeof(lower), "%s/%s", AGENT_IMAGES_DIR, image);
@@ -253,13 +306,14 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 	l->target = 0;
 	if ((r = launch_start(a, l, &o, err)) < 0) {
 		cg_remove(a, id);
-		rm_rf(dir);
+		if (!c)
+			rm_rf(dir);     /* a created one keeps its root (files copied in) */
 		return r;
 	}
-	c = xcalloc(1, sizeof(*c));
-	snprintf(c->id, sizeof(c->id), "%s", id);
-	snprintf(c->image, sizeof(c->image), "sha256:%s", image);
-	snprintf(c->image_hex, sizeof(c->image_hex), "%s", image);
+	if (!c)
+		c = ctr_new(a, id, image);
+	c->created = 0;
+	json_decref(c->argv);
 	c->argv = json_incref(argv);
 	c->pid = o.pid;
 	c->running = 1;
@@ -270,10 +324,6 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 	c->no_new_privs = l->no_new_privs;
 	c->cap_drop = l->cap_drop;
 	c->log_fd = -1;
-	c->memev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
-	c->pidsev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
-	c->next = a->ctrs;
-	a->ctrs = c;
 	cg_open_events(a, c);
 	p = proc_new(a, o.pid, detach ? 0 : reqid, c, o.in_fd, o.out_fd, o.err_fd);
 	p->tty = l->tty;
@@ -315,8 +365,10 @@ json_t *ctr_list(struct agent *a)
 				      (json_int_t)c->started_ns, "argv", c->argv, "detach", c->detach);
 		if (!o)
 			continue;
-		if (c->running) {
+		if (c->running || c->created) {
 			json_object_set_new(o, "exit_code", json_null());
+			if (c->created)
+				json_object_set_new(o, "created", json_true());
 		} else {
 			json_object_set_new(o, "exit_code", json_integer(c->exit_code));
 			json_object_set_new(o, "exit_signal", json_integer(c->exit_signal));

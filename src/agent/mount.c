@@ -127,10 +127,24 @@ int mnt_scratch(struct agent *a)
 	return 0;
 }
 
+int mnt_image_drop(struct agent *a, int slot, struct k8_err *err)
+{
+	char path[128];
+
+	if (!a->slot_image[slot][0])
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", AGENT_IMAGES_DIR, a->slot_image[slot]);
+	if (umount2(path, MNT_DETACH) < 0 && errno != EINVAL)
+		return k8_err_set(err, -errno, "umount %s: %s", path, strerror(errno));
+	rmdir(path);
+	a->slot_image[slot][0] = '\0';
+	return 0;
+}
+
 int mnt_image(struct agent *a, int slot, const char *hex, struct k8_err *err)
 {
 	char dev[64], path[128], serial[16];
-	int fd, i;
+	int fd, i, r;
 
 	for (i = 0; i < AGENT_SLOTS; i++)
 		if (!strcmp(a->slot_image[i], hex))
@@ -141,11 +155,8 @@ int mnt_image(struct agent *a, int slot, const char *hex, struct k8_err *err)
 		if (ctr_image_in_use(a, a->slot_image[slot]))
 			return k8_err_set(err, -EBUSY, "slot %d holds sha256:%s, used by a running container",
 					  slot, a->slot_image[slot]);
-		snprintf(path, sizeof(path), "%s/%s", AGENT_IMAGES_DIR, a->slot_image[slot]);
-		if (umount2(path, MNT_DETACH) < 0 && errno != EINVAL)
-			return k8_err_set(err, -errno, "umount %s: %s", path, strerror(errno));
-		rmdir(path);
-		a->slot_image[slot][0] = '\0';
+		if ((r = mnt_image_drop(a, slot, err)) < 0)
+			return r;
 	}
 	snprintf(serial, sizeof(serial), "slot%d", slot);
 	if (mnt_find_disk(serial, dev, sizeof(dev)) < 0)

@@ -398,6 +398,51 @@ static int req_image_mounted(struct agent *a, const char *hex)
 	return 0;
 }
 
+/* {"op":"create","container","image"}: the container's root, no process yet (Docker's
+ * created state: files can be copied in before its first start). */
+static int req_create(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	const char *cid, *hex;
+	int r;
+
+	if ((r = req_ctr_id(req, &cid, err)) < 0 || (r = req_digest(req, "image", &hex, err)) < 0)
+		return r;
+	if (ctr_find(a, cid))
+		return k8_err_set(err, -EEXIST, "container %s already exists", cid);
+	if (!req_image_mounted(a, hex))
+		return k8_err_set(err, -ENOENT, "image sha256:%s is not mounted (image.mount first)", hex);
+	if ((r = ctr_create(a, cid, hex, err)) < 0)
+		return r;
+	chan_resp_ok(a, id, json_object());
+	return 0;
+}
+
+/* {"op":"image.unmount","slot","digest"}: before the host swaps the slot's backing file.
+ * Refused (EBUSY) while a running or created container uses the image: it would read
+ * another image's blocks. A stopped container's files go with it (archive ops say so). */
+static int req_image_unmount(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	const char *hex, *user;
+	long long slot;
+	int r;
+
+	if ((r = req_int(req, "slot", 0, AGENT_SLOTS - 1, -1, &slot, err)) < 0 ||
+	    (r = req_digest(req, "digest", &hex, err)) < 0)
+		return r;
+	if (slot < 0)
+		return k8_err_set(err, -EINVAL, "missing field 'slot'");
+	if (strcmp(a->slot_image[slot], hex)) {
+		chan_resp_ok(a, id, json_object());     /* not mounted there: nothing to do */
+		return 0;
+	}
+	if ((user = ctr_image_user(a, hex)))
+		return k8_err_set(err, -EBUSY, "sha256:%s is used by container %s", hex, user);
+	if ((r = mnt_image_drop(a, (int)slot, err)) < 0)
+		return r;
+	chan_resp_ok(a, id, json_object());
+	return 0;
+}
+
 static int req_stream_free(struct agent *a, uint32_t id, struct k8_err *err)
 {
 	if (id == 0)
@@ -456,6 +501,7 @@ static int req_cap_drop(json_t *v, uint64_t *out, struct k8_err *err)
 static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
 {
 	const char *cid, *hex, *netns;
+	struct ctr *c;
 	struct launch l;
 	int auto_rm, detach, r;
 	long long mem_max, nano_cpus;
@@ -472,7 +518,8 @@ static int req_run(struct agent *a, uint32_t id, json_t *req, struct k8_err *err
 		return r;
 	if ((r = req_launch(req, &l, err)) < 0)
 		goto out;
-	if (ctr_find(a, cid)) {
+	if ((c = ctr_find(a, cid)) && (!c->created || strcmp(c->image_hex, hex))) {
+		/* only a created container of the same image starts in its prepared root */
 		r = k8_err_set(err, -EEXIST, "container %s already exists", cid);
 		goto out;
 	}
@@ -795,6 +842,7 @@ static const struct {
 	{ "archive.stat", req_archive_stat }, { "archive.get", req_archive_get },
 	{ "archive.layer", req_archive_layer },
 	{ "archive.put", req_archive_put },
+	{ "create", req_create }, { "image.unmount", req_image_unmount },
 };
 
 /* Run one parsed request and answer it when it fails. */

@@ -495,6 +495,8 @@ static void container_row(struct out_table *t, const json_t *it, double now)
 	ec = json_object_get(it, "exit_code");
 	if (json_is_true(json_object_get(it, "running")))
 		snprintf(status, sizeof(status), "running");
+	else if (json_is_true(json_object_get(it, "created")))
+		snprintf(status, sizeof(status), "created");
 	else if (json_is_integer(ec))
 		snprintf(status, sizeof(status), "exited (%lld)", json_integer_value(ec));
 	else

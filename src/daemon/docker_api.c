@@ -389,6 +389,93 @@ out:
 	return r;
 }
 
+/* POST /images/prune. kosa8 keeps no untagged images, so the default (dangling only)
+ * deletes nothing; `filters={"dangling":["false"]}` (`docker image prune -a`) removes
+ * every name of each image no container of the Docker API uses (any state) and no
+ * sandbox has attached; filter `label` as for the list. Each name removed is audited
+ * as image.rm with "via": "docker". */
+static int docker_image_prune(struct api_call *call)
+{
+	static const char *const allowed[] = { "dangling", "label", NULL };
+	char fbuf[DF_FILTER_JSON_MAX + 1];
+	const char *fj = NULL;
+	struct dfilters f = { 0 };
+	uint64_t before = image_store_freed(call->d->images);
+	json_t *all, *v, *x, *out = json_array();
+	size_t i, j, nd;
+	char *const *dv;
+	bool dangling = true;
+	int r;
+
+	if ((r = api_query_str(call, "filters", fbuf, sizeof(fbuf), &fj)) ||
+	    (fj && (r = dfilters_parse(fj, allowed, &f, &call->err))))
+		goto out;
+	dv = dfilters_get(&f, "dangling", &nd);
+	for (i = 0; dv && i < nd; i++) {
+		if (strcmp(dv[i], "true") && strcmp(dv[i], "false") && strcmp(dv[i], "1") &&
+		    strcmp(dv[i], "0")) {
+			r = k8_err_set(&call->err, -EINVAL, "Invalid filter 'dangling=%s'", dv[i]);
+			goto out;
+		}
+		dangling = !strcmp(dv[i], "true") || !strcmp(dv[i], "1");
+	}
+	if (dangling)           /* nothing dangles in kosa8's store */
+		goto done;
+	all = docker_images(call->d, &call->err);
+	if (!all) {
+		r = call->err.code ? call->err.code : -EIO;
+		goto out;
+	}
+	json_array_foreach(all, i, v) {
+		const char *id = json_string_value(json_object_get(v, "Id"));
+		const char *dg = json_string_value(json_object_get(v, "kosa8_digest"));
+		json_t *refs = NULL;
+		struct k8_err e = { 0 };
+		bool gone = true;
+
+		json_object_del(v, "kosa8_created");
+		if (!id || !dg || !docker_image_match(v, &f, 0, 0) || dkc_image_used(call->d, id))
+			continue;
+		if (sb_image_unused(call->d, dg, id, &e)) {
+			/* the engine keeps the slot of an image a container once ran: let it go
+			 * (the guest agent refuses while a container there uses it) */
+			k8_err_clear(&e);
+			if (dkc_image_release(call->d, dg, &e) || sb_image_unused(call->d, dg, id, &e))
+				continue;
+		}
+		/* every name of it, the store's own spelling (RepoTags are familiar forms) */
+		if (image_list(call->d->images, &refs, &e))
+			continue;
+		json_array_foreach(refs, j, x) {
+			const char *ref = json_string_value(json_object_get(x, "ref"));
+			char fam[512];
+			if (!ref || strcmp(json_string_value(json_object_get(x, "digest")) ?: "", dg))
+				continue;
+			if (image_remove(call->d->images, ref, &e)) {
+				gone = false;
+				continue;
+			}
+			daemon_audit(call->d, "image.rm", NULL,
+				     json_pack("{s:s,s:s,s:s}", "ref", ref, "via", "docker", "why",
+					       "image prune"));
+			docker_familiar(ref, fam, sizeof(fam));
+			json_array_append_new(out, json_pack("{s:s}", "Untagged", fam));
+		}
+		json_decref(refs);
+		if (gone)
+			json_array_append_new(out, json_pack("{s:s}", "Deleted", id));
+	}
+	json_decref(all);
+done:
+	call->out = json_pack("{s:o,s:I}", "ImagesDeleted", out, "SpaceReclaimed",
+			      (json_int_t)(image_store_freed(call->d->images) - before));
+	out = NULL;
+out:
+	json_decref(out);
+	dfilters_free(&f);
+	return r;
+}
+
 static int docker_image_inspect(struct api_call *call)
 {
 	const char *name = api_param(call, "name");
@@ -619,7 +706,7 @@ static const struct api_route docker_routes[] = {
 	{ "POST",   "/images/create", docker_image_create },
 	{ "GET",    "/images/search", docker_unsupported },
 	{ "POST",   "/images/load", docker_unsupported },
-	{ "POST",   "/images/prune", docker_unsupported },
+	{ "POST",   "/images/prune", docker_image_prune },
 	{ "GET",    "/images/get", docker_unsupported },
 	{ "GET",    "/images/{name}/json", docker_image_inspect },
 	{ "POST",   "/images/{name}/tag", docker_image_tag },
@@ -647,6 +734,8 @@ static const struct api_route docker_routes[] = {
 	{ "GET",    "/exec/{id}/json", dkc_api_exec_inspect },
 	{ "POST",   "/exec/{id}/resize", dkc_api_exec_resize },
 	{ "POST",   "/build", dkb_api_build },
+	{ "POST",   "/build/prune", dkb_api_prune },
+	{ "POST",   "/containers/prune", dkc_api_prune },
 };
 
 /* Routes that take their request body as a stream (api_take_body). */

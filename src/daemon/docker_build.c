@@ -226,6 +226,8 @@ struct dkb {
 	char mdg[80];               /* the image so far: its manifest digest */
 	char sbname[32];            /* the build's own sandbox (RUN), "" until needed */
 	bool cmd_set;               /* CMD seen in this stage (ENTRYPOINT then keeps it) */
+	/* the image's symlinks (path -> target) after the layers listed (dkb_links) */
+	json_t *links, *links_layers, *links_below;
 };
 
 static void dkb_say(struct dkb *b, const char *fmt, ...) K8_PRINTF(2, 3);
@@ -864,6 +866,295 @@ static int dkb_chown(const char *spec, uint32_t *uid, uint32_t *gid, struct k8_e
 	return 0;
 }
 
+/* ---- COPY's destination, resolved in the image's root ----
+ *
+ * Docker follows the image's own symlinks in a COPY destination, inside the image's
+ * root (`RUN ln -s /usr/lib /l` then `COPY f /l/` writes /usr/lib/f; a link to `/../..`
+ * stays at /). The layer is made on the host, so the builder keeps the image's symlinks
+ * as a map (path -> target) read from its layers' tar headers, and rewrites the
+ * destination to the resolved path before any entry is written; the store's unpacker
+ * still refuses any entry that goes through a symlink. */
+
+#define DKB_LINKS_MAX 200000    /* symlinks tracked in one image */
+#define DKB_LINK_HOPS 40        /* as the kernel's */
+#define DKB_PATH_BUF 16384
+
+/* Remove `p` (when `self`) and every link below it from the map. `below` names each
+ * directory that ever had a link below it, so the scan runs only where one may be. */
+static void dkb_links_drop(json_t *links, json_t *below, const char *p, bool self)
+{
+	size_t n = strlen(p);
+	const char *k;
+	json_t *v;
+	void *tmp;
+
+	if (self)
+		json_object_del(links, p);
+	if (n && !json_object_get(below, p))
+		return;
+	json_object_foreach_safe(links, tmp, k, v)
+		if (!n || (!strncmp(k, p, n) && k[n] == '/'))
+			json_object_del(links, k);
+}
+
+/* Note every directory above the link `p` in `below`. */
+static void dkb_links_below(json_t *below, const char *p)
+{
+	char d[4200];
+
+	snprintf(d, sizeof(d), "%s", p);
+	for (char *sl = strrchr(d, '/'); sl; sl = strrchr(d, '/')) {
+		*sl = '\0';
+		if (json_object_get(below, d))
+			break;          /* and so are its parents */
+		json_object_set_new(below, d, json_true());
+	}
+}
+
+/* Apply one layer's entries: a symlink is set; any other entry at its path replaces it
+ * (a non-directory also what was below it); a whiteout `.wh.NAME` removes NAME and
+ * below; `.wh..wh..opq` empties its directory. */
+static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const char *digest,
+			   struct k8_err *err)
+{
+	struct archive *a;
+	struct archive_entry *e;
+	int fd = image_blob_open(b->d->images, digest, err), rr, r = 0;
+
+	if (fd < 0)
+		return fd;
+	a = archive_read_new();
+	archive_read_support_filter_all(a);
+	archive_read_support_format_tar(a);
+	if (archive_read_open_fd(a, fd, 65536) != ARCHIVE_OK) {
+		r = k8_err_set(err, -EINVAL, "layer %s: %s", digest, archive_error_string(a) ?: "?");
+		goto out;
+	}
+	while ((rr = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+		const char *name = archive_entry_pathname(e), *base;
+		char p[4200], par[4200];
+
+		if (!name || strlen(name) >= sizeof(p) - 1)
+			continue;
+		snprintf(p, sizeof(p), "%s", name);
+		dignore_clean(p);
+		if (!strcmp(p, ".") || !strncmp(p, "../", 3) || !strcmp(p, ".."))
+			continue;       /* the unpacker refuses those anyway */
+		base = strrchr(p, '/');
+		snprintf(par, sizeof(par), "%.*s", base ? (int)(base - p) : 0, p);
+		base = base ? base + 1 : p;
+		if (!strcmp(base, ".wh..wh..opq")) {
+			dkb_links_drop(links, below, par, false);
+		} else if (!strncmp(base, ".wh.", 4)) {
+			char t[4200];
+			snprintf(t, sizeof(t), "%s%s%s", par, par[0] ? "/" : "", base + 4);
+			dkb_links_drop(links, below, t, true);
+		} else if (archive_entry_filetype(e) == AE_IFLNK) {
+			const char *tg = archive_entry_symlink(e);
+			if (json_object_size(links) >= DKB_LINKS_MAX) {
+				r = k8_err_set(err, -E2BIG, "the image has more than %d symlinks "
+					       "(kosa8's limit for COPY's resolution)", DKB_LINKS_MAX);
+				break;
+			}
+			dkb_links_drop(links, below, p, true);
+			/* a name that is not UTF-8 is not kept (the unpacker refuses going
+			 * through it) */
+			if (tg && strlen(tg) < 4096 && !json_object_set_new(links, p, json_string(tg)))
+				dkb_links_below(below, p);
+		} else if (archive_entry_filetype(e) == AE_IFDIR) {
+			json_object_del(links, p);      /* a directory keeps what is below it */
+		} else {
+			dkb_links_drop(links, below, p, true);
+		}
+		archive_read_data_skip(a);
+	}
+	if (!r && rr != ARCHIVE_EOF)
+		r = k8_err_set(err, -EINVAL, "layer %s: %s", digest, archive_error_string(a) ?: "?");
+out:
+	archive_read_free(a);
+	close(fd);
+	return r;
+}
+
+/* Maps of images seen lately, so a build (a cached one too) does not read its base
+ * image's layers again: the longest cached prefix of an image's layer list is taken. */
+#define DKB_LCACHE 8
+#define DKB_LCACHE_LINKS 20000  /* a larger map is not kept */
+static struct {
+	pthread_mutex_t lock;
+	struct { json_t *layers, *links, *below; } e[DKB_LCACHE];
+	unsigned next;
+} dkb_lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static bool dkb_layers_prefix(json_t *pre, json_t *layers)
+{
+	size_t i;
+	json_t *v;
+
+	if (!pre || json_array_size(pre) > json_array_size(layers))
+		return false;
+	json_array_foreach(pre, i, v)
+		if (!json_equal(v, json_object_get(json_array_get(layers, i), "digest")))
+			return false;
+	return true;
+}
+
+static void dkb_lcache_get(struct dkb *b, json_t *layers)
+{
+	int best = -1;
+
+	pthread_mutex_lock(&dkb_lc.lock);
+	for (int i = 0; i < DKB_LCACHE; i++)
+		if (dkb_layers_prefix(dkb_lc.e[i].layers, layers) &&
+		    (best < 0 || json_array_size(dkb_lc.e[i].layers) >
+				 json_array_size(dkb_lc.e[best].layers)))
+			best = i;
+	if (best >= 0) {
+		json_decref(b->links);
+		json_decref(b->links_layers);
+		json_decref(b->links_below);
+		b->links = json_deep_copy(dkb_lc.e[best].links);
+		b->links_layers = json_deep_copy(dkb_lc.e[best].layers);
+		b->links_below = json_deep_copy(dkb_lc.e[best].below);
+	}
+	pthread_mutex_unlock(&dkb_lc.lock);
+}
+
+static void dkb_lcache_put(struct dkb *b)
+{
+	unsigned k;
+
+	if (!json_array_size(b->links_layers) || json_object_size(b->links) > DKB_LCACHE_LINKS)
+		return;
+	pthread_mutex_lock(&dkb_lc.lock);
+	for (k = 0; k < DKB_LCACHE; k++)
+		if (json_equal(dkb_lc.e[k].layers, b->links_layers))
+			break;
+	if (k == DKB_LCACHE) {
+		k = dkb_lc.next++ % DKB_LCACHE;
+		json_decref(dkb_lc.e[k].layers);
+		json_decref(dkb_lc.e[k].links);
+		json_decref(dkb_lc.e[k].below);
+		dkb_lc.e[k].layers = json_deep_copy(b->links_layers);
+		dkb_lc.e[k].links = json_deep_copy(b->links);
+		dkb_lc.e[k].below = json_deep_copy(b->links_below);
+	}
+	pthread_mutex_unlock(&dkb_lc.lock);
+}
+
+/* b->links for the image so far: only the layers not applied yet are read. */
+static int dkb_links(struct dkb *b, struct k8_err *err)
+{
+	json_t *layers = json_object_get(b->manifest, "layers"), *l;
+	size_t have, i;
+	bool added = false;
+	int r;
+
+	if (!b->links || !dkb_layers_prefix(b->links_layers, layers))
+		dkb_lcache_get(b, layers);
+	have = json_array_size(b->links_layers);
+	for (i = 0; b->links && i < have; i++)
+		if (!json_equal(json_object_get(json_array_get(layers, i), "digest"),
+				json_array_get(b->links_layers, i)))
+			break;
+	if (!b->links || i < have || have > json_array_size(layers)) {
+		json_decref(b->links);
+		json_decref(b->links_layers);
+		json_decref(b->links_below);
+		b->links = json_object();
+		b->links_layers = json_array();
+		b->links_below = json_object();
+		have = 0;
+	}
+	json_array_foreach(layers, i, l) {
+		json_t *dg = json_object_get(l, "digest");
+		if (i < have)
+			continue;
+		if (!json_is_string(dg))
+			return k8_err_set(err, -EINVAL, "the image's layer %zu has no digest", i);
+		if ((r = dkb_links_layer(b, b->links, b->links_below, json_string_value(dg), err))) {
+			json_decref(b->links);
+			b->links = NULL;
+			return r;
+		}
+		json_array_append(b->links_layers, dg);
+		added = true;
+	}
+	if (added)
+		dkb_lcache_put(b);
+	return 0;
+}
+
+/* `path` (relative to /, cleaned) with its directory components resolved through the
+ * image's symlinks in the image's root (an absolute target starts again at the root,
+ * `..` stops there), and its last component too when `last`. */
+static int dkb_resolve(json_t *links, const char *path, bool last, char *out, size_t n,
+		       struct k8_err *err)
+{
+	char *rest = xmalloc(DKB_PATH_BUF), *cur = xmalloc(DKB_PATH_BUF);
+	char *cand = xmalloc(DKB_PATH_BUF), *nrest = xmalloc(DKB_PATH_BUF);
+	int hops = 0, r = 0;
+
+	snprintf(rest, DKB_PATH_BUF, "%s", path);
+	cur[0] = '\0';
+	while (rest[0]) {
+		char *slash = strchr(rest, '/');
+		size_t cl = slash ? (size_t)(slash - rest) : strlen(rest);
+		const char *t = NULL;
+		bool is_last;
+		int m;
+
+		if (!cl || (cl == 1 && rest[0] == '.')) {
+			memmove(rest, rest + cl + (slash != NULL), strlen(rest + cl + (slash != NULL)) + 1);
+			continue;
+		}
+		if (cl == 2 && rest[0] == '.' && rest[1] == '.') {
+			char *up = strrchr(cur, '/');
+			if (up)
+				*up = '\0';
+			else
+				cur[0] = '\0';
+			memmove(rest, rest + 2 + (slash != NULL), strlen(rest + 2 + (slash != NULL)) + 1);
+			continue;
+		}
+		m = snprintf(cand, DKB_PATH_BUF, "%s%s%.*s", cur, cur[0] ? "/" : "", (int)cl, rest);
+		if (m < 0 || m >= DKB_PATH_BUF)
+			goto toolong;
+		is_last = !slash || !slash[1];
+		if (!is_last || last)
+			t = json_string_value(json_object_get(links, cand));
+		if (!t) {
+			memcpy(cur, cand, (size_t)m + 1);
+			memmove(rest, rest + cl + (slash != NULL), strlen(rest + cl + (slash != NULL)) + 1);
+			continue;
+		}
+		if (++hops > DKB_LINK_HOPS) {
+			r = k8_err_set(err, -ELOOP, "COPY: too many levels of symbolic links in the "
+				       "destination %s", path);
+			goto out;
+		}
+		m = snprintf(nrest, DKB_PATH_BUF, "%s%s%s", t, slash ? "/" : "", slash ? slash + 1 : "");
+		if (m < 0 || m >= DKB_PATH_BUF)
+			goto toolong;
+		if (t[0] == '/')
+			cur[0] = '\0';
+		memcpy(rest, nrest, (size_t)m + 1);
+	}
+	if (strlen(cur) >= n)
+		goto toolong;
+	memcpy(out, cur, strlen(cur) + 1);
+	goto out;
+toolong:
+	r = k8_err_set(err, -ENAMETOOLONG, "COPY: the destination %s is too long once its "
+		       "symlinks are resolved", path);
+out:
+	free(rest);
+	free(cur);
+	free(cand);
+	free(nrest);
+	return r;
+}
+
 /* The layer of a COPY/ADD step into the open file `fd`; its content digest out. */
 static int dkb_copy(struct dkb *b, const struct df_state *st, const struct df_step *s, int fd,
 		    char digest[65], struct k8_err *err)
@@ -889,6 +1180,12 @@ static int dkb_copy(struct dkb *b, const struct df_state *st, const struct df_st
 		memmove(dst, dst + 3, strlen(dst + 3) + 1);
 	if (!strcmp(dst, ".") || !strcmp(dst, ".."))
 		dst[0] = '\0';
+	/* through the image's symlinks, inside its root; a file's own name is not followed
+	 * (COPY onto a link replaces it) */
+	if (dst[0] && json_array_size(json_object_get(b->manifest, "layers")) &&
+	    ((r = dkb_links(b, err)) ||
+	     (r = dkb_resolve(b->links, dst, dst_dir, dst, sizeof(dst), err))))
+		return r;
 	c.a = archive_write_new();
 	archive_write_set_format_pax_restricted(c.a);
 	if (archive_write_open_fd(c.a, fd) != ARCHIVE_OK) {
@@ -1314,7 +1611,42 @@ static int dkb_job(struct api_job *j, json_t **result, struct k8_err *err)
 	dignore_free(&b.ig);
 	json_decref(b.manifest);
 	json_decref(b.config);
+	json_decref(b.links);
+	json_decref(b.links_layers);
+	json_decref(b.links_below);
 	rm_rf(b.dir);
 	free(b.dir);
 	return r;
+}
+
+/* POST /build/prune (`docker builder prune`): the build cache's names go (not those a
+ * build sandbox has attached right now); an image a build tagged keeps its own name, so
+ * only what nothing else names is deleted. `all`, `keep-storage` and filters are
+ * accepted: every cache entry is unused once its build ended. Each name removed is
+ * audited as image.rm with "via": "docker". */
+int dkb_api_prune(struct api_call *call)
+{
+	struct daemon *d = call->d;
+	uint64_t before = image_store_freed(d->images);
+	json_t *names = NULL, *v, *ids = json_array();
+	size_t i;
+
+	image_cache_names(d->images, &names);
+	json_array_foreach(names, i, v) {
+		const char *ref = json_string_value(json_object_get(v, "ref"));
+		const char *dg = json_string_value(json_object_get(v, "digest"));
+		struct k8_err e = { 0 };
+
+		if (!ref || !dg || sb_image_unused(d, dg, ref, &e))
+			continue;
+		if (image_remove(d->images, ref, &e))
+			continue;
+		daemon_audit(d, "image.rm", NULL, json_pack("{s:s,s:s,s:s}", "ref", ref, "via",
+							    "docker", "why", "builder prune"));
+		json_array_append_new(ids, json_string(ref + sizeof(IMAGE_CACHE_REPO)));
+	}
+	json_decref(names);
+	call->out = json_pack("{s:o,s:I}", "CachesDeleted", ids, "SpaceReclaimed",
+			      (json_int_t)(image_store_freed(d->images) - before));
+	return 0;
 }

@@ -8,5 +8,7 @@
 #include "daemon/api_route.h"
 
 int dkb_api_build(struct api_call *call);
+/* POST /build/prune: the build cache (docs/docker.md "Build") */
+int dkb_api_prune(struct api_call *call);
 
 #endif

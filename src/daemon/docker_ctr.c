@@ -84,6 +84,7 @@ struct dkc {
 	                                 * its netns, GUEST_CTR4_*; own sandbox: the VM's) */
 	enum dkc_state state;
 	bool removing, removed, pumping, own_sandbox;
+	bool prepared;                  /* its root made in the agent before a first start */
 	int exit_code, pid;
 	char error[256];
 	int64_t created_ns, started_ns, finished_ns;
@@ -241,7 +242,7 @@ static struct dkc *dkc_new(void)
 static void dkc_save_locked(struct dkc *c)
 {
 	json_t *v = json_pack("{s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:O?,s:O?,s:s,s:i,s:i,s:s,s:I,s:I,"
-			      "s:I,s:i,s:b}",
+			      "s:I,s:i,s:b,s:b}",
 			      "Id", c->id, "Name", c->name, "Image", c->image, "ImageID",
 			      c->image_id, "Sandbox", c->sandbox, "Config", c->config,
 			      "HostConfig", c->host, "Mounts", c->mounts, "Binds", c->binds,
@@ -249,7 +250,7 @@ static void dkc_save_locked(struct dkc *c)
 			      "Pid", c->pid, "Error", c->error, "Created", (json_int_t)c->created_ns,
 			      "Started", (json_int_t)c->started_ns, "Finished",
 			      (json_int_t)c->finished_ns, "Starts", (int)c->starts, "OwnSandbox",
-			      c->own_sandbox);
+			      c->own_sandbox, "Prepared", c->prepared);
 	if (v && c->ip[0])      /* held while it runs, and after a daemon restart (load) */
 		json_object_set_new(v, "IP", json_string(c->ip));
 	char *t = v ? json_dumps(v, JSON_COMPACT) : NULL;
@@ -314,6 +315,7 @@ static struct dkc *dkc_load_one(const char *dir)
 	c->finished_ns = json_integer_value(json_object_get(v, "Finished"));
 	c->starts = (unsigned)json_integer_value(json_object_get(v, "Starts"));
 	c->own_sandbox = json_is_true(json_object_get(v, "OwnSandbox"));
+	c->prepared = json_is_true(json_object_get(v, "Prepared"));
 	st = json_string_value(json_object_get(v, "State"));
 	c->state = DKC_EXITED;
 	if (st && !strcmp(st, "created"))
@@ -1119,11 +1121,62 @@ static int dkc_ip_pick_locked(struct dkc *c)
 }
 
 /* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
+/* Every run or create that resolved an image holds this for reading until the agent
+ * has answered it; an eviction holds it for writing, so no slot is taken from under a
+ * container between its image's resolution and its start (docs/docker.md, "Limit"). */
+static pthread_rwlock_t dkc_slots = PTHREAD_RWLOCK_INITIALIZER;
+
+/* c's image attached and mounted in sb (its slot), as `img`. Returns 0 holding
+ * dkc_slots for reading (the caller unlocks once the agent answered); else not. In the
+ * shared engine a full slot table gives up its least recently used image that no
+ * running or created container uses. */
+static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct vm_image *img,
+		     struct k8_err *err)
+{
+	json_t *icfg = NULL;
+	int r;
+
+	for (int tries = 0;; tries++) {
+		pthread_rwlock_rdlock(&dkc_slots);
+		r = sb_image_for_run(d, sb, c->image_id[0] ? c->image_id : c->image, img, &icfg,
+				     err);
+		if (r == -ENOENT) {
+			k8_err_clear(err);
+			r = sb_image_for_run(d, sb, c->image, img, &icfg, err);
+		}
+		json_decref(icfg);
+		icfg = NULL;
+		if (!r)
+			return 0;
+		pthread_rwlock_unlock(&dkc_slots);
+		if (r != -ENOSPC || c->own_sandbox || tries == 3)
+			break;
+		k8_err_clear(err);
+		pthread_rwlock_wrlock(&dkc_slots);
+		r = sb_image_evict(d, sb, NULL, err);
+		pthread_rwlock_unlock(&dkc_slots);
+		if (r)
+			break;
+	}
+	if (r == -ENOSPC && !c->own_sandbox) {
+		/* sandbox.c's advice (another sandbox) is not the Docker user's */
+		char held[sizeof(err->msg)];
+		const char *p = strstr(err->msg, "each in use: ");
+		snprintf(held, sizeof(held), "%s", p ? p + 13 : "");
+		k8_err_clear(err);
+		k8_err_set(err, -ENOSPC, "the docker engine sandbox '%s' holds %d images at most, "
+			   "each used by a running or created container%s%s: stop or remove one "
+			   "of them, or start the daemon with --require-sandbox (docs/docker.md)",
+			   c->sandbox, K8_MAX_SLOTS, held[0] ? ": " : "", held);
+	}
+	return r;
+}
+
 static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 {
 	struct sandbox *sb;
 	struct vm_image img;
-	json_t *icfg = NULL, *req, *resp = NULL, *argv, *cfg = c->config;
+	json_t *req, *resp = NULL, *argv, *cfg = c->config;
 	struct stream *s = NULL;
 	struct dkc_pump *p;
 	const char *wd, *user;
@@ -1168,21 +1221,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);      /* takes rm */
 		json_decref(rr);
 	}
-	r = sb_image_for_run(d, sb, c->image_id[0] ? c->image_id : c->image, &img, &icfg, err);
-	if (r == -ENOENT) {
-		k8_err_clear(err);
-		r = sb_image_for_run(d, sb, c->image, &img, &icfg, err);
-	}
-	json_decref(icfg);
-	if (r == -ENOSPC && !c->own_sandbox) {
-		/* sandbox.c's advice (another sandbox) is not the Docker user's */
-		k8_err_clear(err);
-		k8_err_set(err, -ENOSPC, "the docker engine sandbox '%s' holds %d images at most "
-			   "and has them all: once no container runs in it, `kosa8 sandbox rm -f %s` "
-			   "(a new engine is made at next need), or start the daemon with "
-			   "--require-sandbox (docs/docker.md)", c->sandbox, K8_MAX_SLOTS, c->sandbox);
-	}
-	if (r)
+	if ((r = dkc_image(d, sb, c, &img, err)))
 		goto fail_sb;
 	argv = json_array();
 	if (json_is_array(json_object_get(cfg, "Entrypoint")))
@@ -1237,11 +1276,13 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	snprintf(path, sizeof(path), "%s/log", c->dir);
 	logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (logfd < 0) {
+		pthread_rwlock_unlock(&dkc_slots);
 		json_decref(req);
 		r = k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 		goto fail_pipe;
 	}
 	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);    /* takes req */
+	pthread_rwlock_unlock(&dkc_slots);      /* dkc_image's: the agent has answered */
 	if (r) {
 		dkc_tty_refused(err);
 		dkc_netns_refused(err);
@@ -1509,24 +1550,56 @@ int dkc_api_kill(struct api_call *call)
 
 /* ---- archive: HEAD/GET/PUT /containers/{id}/archive?path= (archive.c does the work) ---- */
 
+/* A container never started gets its root in the agent now (the agent's `create`), so
+ * files can be copied in before its first start; the start's run uses that root. */
+static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, struct k8_err *err)
+{
+	struct vm_image img;
+	json_t *req, *resp = NULL;
+	int r;
+
+	if ((r = dkc_image(d, sb, c, &img, err)))
+		return r;
+	req = json_pack("{s:s,s:s,s:s}", "op", "create", "container", c->agent_id, "image",
+			img.digest);
+	r = sb_agent_request(sb, req, 30000, &resp, NULL, err);       /* takes req */
+	pthread_rwlock_unlock(&dkc_slots);      /* dkc_image's */
+	json_decref(resp);
+	if (r == -EEXIST) {             /* made by an earlier copy, or started meanwhile */
+		k8_err_clear(err);
+		r = 0;
+	} else if (r == -EOPNOTSUPP) {
+		k8_err_clear(err);
+		return k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot prepare a "
+				  "container before its start: rebuild the guest image (make guest) "
+				  "and remove the sandbox");
+	}
+	if (!r) {
+		pthread_mutex_lock(&dk.lock);
+		c->prepared = true;
+		dkc_save_locked(c);
+		pthread_mutex_unlock(&dk.lock);
+	}
+	return r;
+}
+
 /* The container's sandbox, running, with a user reference, and its id in the agent; NULL
- * with call->err filled. A container never started has no files in the guest yet. */
+ * with call->err filled. A container never started is prepared first (dkc_prepare). */
 static struct sandbox *dkc_archive_target(struct api_call *call, char agent_id[13])
 {
 	struct sandbox *sb = NULL;
 	struct dkc *c;
+	bool fresh;
 
 	if (dkc_find_call(call, &c))
 		return NULL;
 	pthread_mutex_lock(&dk.lock);
-	snprintf(agent_id, 13, "%s", c->starts ? c->agent_id : "");
+	snprintf(agent_id, 13, "%s", c->agent_id);
+	fresh = !c->starts && !c->pumping;
 	pthread_mutex_unlock(&dk.lock);
-	if (!agent_id[0])
-		k8_err_set(&call->err, -EBUSY, "container %s has not been started yet: kosa8 copies "
-			   "files in and out of a container once it has started (docs/docker.md)",
-			   c->name);
-	else if ((sb = sb_get(call->d, c->sandbox, &call->err)) &&
-		 sb_ensure_running(call->d, sb, &call->err)) {
+	sb = fresh ? dke_get(call->d, c->sandbox, &call->err) : sb_get(call->d, c->sandbox, &call->err);
+	if (sb && ((!fresh && sb_ensure_running(call->d, sb, &call->err)) ||
+		   (fresh && dkc_prepare(call->d, c, sb, &call->err)))) {
 		sb_put(call->d, sb);
 		sb = NULL;
 	}
@@ -1575,7 +1648,7 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb)
 		return;
 	}
 	c->removing = true;
-	ran = c->starts > 0;
+	ran = c->starts > 0 || c->prepared;     /* the agent has it */
 	pthread_mutex_unlock(&dk.lock);
 	if (ran && !sb)
 		sb = own = sb_get(d, c->sandbox, &err);
@@ -3034,5 +3107,83 @@ static int dkc_binds(struct daemon *d, struct dkc *c, json_t *hc, struct k8_err 
 				      json_is_true(json_object_get(v, "ReadOnly")), err)))
 			return r;
 	}
+	return 0;
+}
+
+/* ---- prune ---- */
+
+bool dkc_image_used(struct daemon *d, const char *config_digest)
+{
+	bool used = false;
+
+	pthread_mutex_lock(&dk.lock);
+	dk_load_locked(d);
+	for (struct dkc *c = dk.ctrs; c && !used; c = c->next)
+		used = !c->removed && !strcmp(c->image_id, config_digest);
+	pthread_mutex_unlock(&dk.lock);
+	return used;
+}
+
+int dkc_image_release(struct daemon *d, const char *digest, struct k8_err *err)
+{
+	struct sandbox *sb = sb_get(d, DKE_NAME, err);
+	int r;
+
+	if (!sb)
+		return err->code;
+	pthread_rwlock_wrlock(&dkc_slots);
+	r = sb_image_evict(d, sb, digest, err);
+	pthread_rwlock_unlock(&dkc_slots);
+	sb_put(d, sb);
+	return r;
+}
+
+/* POST /containers/prune: every container not running (moby's: created ones too), as
+ * `docker container prune`; filter `label`. Each removal is audited as container.rm. */
+int dkc_api_prune(struct api_call *call)
+{
+	static const char *const allowed[] = { "label", NULL };
+	char fbuf[DF_FILTER_JSON_MAX + 1];
+	const char *fj = NULL;
+	struct dfilters f = { 0 };
+	cleanup_free struct dkc **picked = xcalloc(DKC_MAX, sizeof(*picked));
+	json_t *ids = json_array();
+	uint64_t space = 0;
+	int n = 0, r;
+
+	if ((r = api_query_str(call, "filters", fbuf, sizeof(fbuf), &fj)) ||
+	    (fj && (r = dfilters_parse(fj, allowed, &f, &call->err)))) {
+		json_decref(ids);
+		return r;
+	}
+	pthread_mutex_lock(&dk.lock);
+	dk_load_locked(call->d);
+	for (struct dkc *c = dk.ctrs; c && n < DKC_MAX; c = c->next) {
+		if (c->state == DKC_RUNNING || c->pumping || c->removing || !dkc_match(c, &f))
+			continue;
+		c->refs++;
+		c->removing = true;     /* a start from now on finds it going */
+		picked[n++] = c;
+	}
+	pthread_mutex_unlock(&dk.lock);
+	dfilters_free(&f);
+	for (int i = 0; i < n; i++) {
+		struct dkc *c = picked[i];
+		bool gone;
+
+		pthread_mutex_lock(&dk.lock);
+		space += c->log_size;   /* what the host keeps of it; the guest's layer is not counted */
+		c->removing = false;    /* dkc_rm_now claims it again */
+		pthread_mutex_unlock(&dk.lock);
+		dkc_rm_now(call->d, c, NULL);
+		pthread_mutex_lock(&dk.lock);
+		gone = c->removed;
+		pthread_mutex_unlock(&dk.lock);
+		if (gone)
+			json_array_append_new(ids, json_string(c->id));
+		dkc_unref(c);
+	}
+	call->out = json_pack("{s:o,s:I}", "ContainersDeleted", ids, "SpaceReclaimed",
+			      (json_int_t)space);
 	return 0;
 }

@@ -9,6 +9,13 @@
 /* The number of containers the Docker API knows (for /info). */
 int dkc_count(struct daemon *d, int *running, int *stopped);
 
+/* Does a container of the Docker API (any state) use the image with this config digest
+ * (Docker's image ID)? `docker image prune -a` keeps those. */
+bool dkc_image_used(struct daemon *d, const char *config_digest);
+/* Give up the engine's slot of the image with manifest `digest` (sb_image_evict),
+ * serialised with the runs of the Docker API. */
+int dkc_image_release(struct daemon *d, const char *digest, struct k8_err *err);
+
 /* API handlers (api_route.h; the table is docker_api.c's) */
 int dkc_api_create(struct api_call *call);
 int dkc_api_list(struct api_call *call);
@@ -22,6 +29,7 @@ int dkc_api_logs(struct api_call *call);
 int dkc_api_attach(struct api_call *call);
 int dkc_api_resize(struct api_call *call);
 int dkc_api_rm(struct api_call *call);
+int dkc_api_prune(struct api_call *call);
 /* docker cp and docker-py's get_archive/put_archive (archive.c does the copying) */
 int dkc_api_archive_head(struct api_call *call);
 int dkc_api_archive_get(struct api_call *call);

@@ -1474,6 +1474,73 @@ out:
 	return r;
 }
 
+int sb_image_evict(struct daemon *d, struct sandbox *sb, const char *digest,
+		   struct k8_err *err)
+{
+	struct vm_image order[K8_MAX_SLOTS];
+	char held[1024] = "";
+	size_t hl = 0;
+	int n, r = -ENOSPC;
+
+	sb_busy_enter(sb);
+	pthread_mutex_lock(&sb->lock);
+	n = sb->nimages;
+	memcpy(order, sb->images, sizeof(order));
+	pthread_mutex_unlock(&sb->lock);
+	for (int i = 1; i < n; i++)     /* least recently used first */
+		for (int k = i; k > 0 && order[k].used_ns < order[k - 1].used_ns; k--) {
+			struct vm_image t = order[k];
+			order[k] = order[k - 1];
+			order[k - 1] = t;
+		}
+	for (int i = 0; i < n; i++) {
+		struct k8_err e2 = { 0 };
+		json_t *resp = NULL;
+		int q;
+
+		if (digest && strcmp(order[i].digest, digest))
+			continue;
+		q = link_request(&sb->link,
+				     json_pack("{s:s,s:i,s:s}", "op", "image.unmount", "slot",
+					       order[i].slot, "digest", order[i].digest),
+				     REQ_TIMEOUT_MS, &resp, NULL, &e2);
+		json_decref(resp);
+		if (q == -EOPNOTSUPP) {
+			r = k8_err_set(err, -ENOSPC, "sandbox '%s' has %d images and its guest agent "
+				       "cannot unmount one: rebuild the guest image (make guest)",
+				       sb->name, K8_MAX_SLOTS);
+			goto out;
+		}
+		if (q) {
+			if (hl < sizeof(held))
+				hl += (size_t)snprintf(held + hl, sizeof(held) - hl, "%s%s (%s)",
+						       hl ? ", " : "", order[i].ref, e2.msg);
+			continue;
+		}
+		pthread_mutex_lock(&sb->lock);
+		for (int k = 0; k < sb->nimages; k++) {
+			if (sb->images[k].slot != order[i].slot)
+				continue;
+			memmove(&sb->images[k], &sb->images[k + 1],
+				(size_t)(sb->nimages - k - 1) * sizeof(sb->images[0]));
+			sb->nimages--;
+			break;
+		}
+		sb_save(sb);
+		pthread_mutex_unlock(&sb->lock);
+		daemon_audit(d, "sandbox.image.evict", sb->name,
+			     json_pack("{s:s,s:s,s:i}", "image", order[i].ref, "digest",
+				       order[i].digest, "slot", order[i].slot));
+		r = 0;
+		goto out;
+	}
+	r = k8_err_set(err, -ENOSPC, "sandbox '%s' holds %d images, each in use: %s", sb->name,
+		       n, held);
+out:
+	sb_busy_leave(sb);
+	return r;
+}
+
 int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 		     struct vm_image *img, json_t **config, struct k8_err *err)
 {
@@ -1491,8 +1558,10 @@ int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 		return r;
 	pthread_mutex_lock(&sb->lock);
 	found = sb_find_image(sb, info.digest);
-	if (found)
+	if (found) {
+		found->used_ns = now_mono_ns();
 		*img = *found;
+	}
 	pthread_mutex_unlock(&sb->lock);
 	if (!found || !found->mounted) {
 		/* Like `docker run`: use the image if the store has it. */
@@ -1503,8 +1572,10 @@ int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 			goto out;
 		pthread_mutex_lock(&sb->lock);
 		found = sb_find_image(sb, info.digest);
-		if (found)
+		if (found) {
+			found->used_ns = now_mono_ns();
 			*img = *found;
+		}
 		pthread_mutex_unlock(&sb->lock);
 		if (!found) {
 			r = k8_err_set(err, -EIO, "image %s vanished from the sandbox", info.ref);

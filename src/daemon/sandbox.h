@@ -35,6 +35,13 @@ int sb_image_pull_as(struct daemon *d, const char *ref, const char *basic,
 		     struct k8_err *err);
 int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err);
 void sb_stop_all(struct daemon *d);
+/* Free the least recently used image slot of sb whose image the guest agent lets go
+ * (no running or created container uses it: the agent unmounts it before the host ever
+ * swaps the slot's backing file); with `digest`, only that image's slot. 0, or -ENOSPC
+ * with err listing what holds the slots. Serialised with attaches by the sandbox's busy
+ * token. */
+int sb_image_evict(struct daemon *d, struct sandbox *sb, const char *digest,
+		   struct k8_err *err);
 int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
 		     struct vm_image *img, json_t **config, struct k8_err *err);
 /* Stop QEMU and the sandbox's sidecars (kosa8-net, kosa8-fs). Caller holds sb->lock. */

@@ -38,6 +38,7 @@ struct vm_image {
 	char disk[4096];
 	int slot;
 	bool mounted;                   /* mounted in the guest since the last boot */
+	int64_t used_ns;                /* last resolved for a run (LRU eviction); not saved */
 };
 
 struct vm_spec {

@@ -120,6 +120,19 @@ int image_read(struct image_store *st, const char *ref, char mdigest[80], json_t
 	return 0;
 }
 
+int image_blob_open(struct image_store *st, const char *digest, struct k8_err *err)
+{
+	char hex[65];
+	int fd;
+
+	if (!ref_digest_valid(digest, hex))
+		return k8_err_set(err, -EINVAL, "not a digest: %.80s", digest);
+	fd = openat(st->blobfd, hex, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return k8_err_set(err, -errno, "blob %s: %s", digest, strerror(errno));
+	return fd;
+}
+
 int image_commit(struct image_store *st, json_t *manifest, const char *name, char mdigest[80],
 		 struct k8_err *err)
 {

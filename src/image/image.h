@@ -93,6 +93,12 @@ int image_disk(struct image_store *st, const char *digest, image_progress_fn pro
  * with a tag, no digest), replacing what `dst` named before. -ENOENT when src is absent. */
 int image_tag(struct image_store *st, const char *src, const char *dst, struct k8_err *err);
 
+/* The build cache's names (IMAGE_CACHE_REPO:<key>), as {"ref","digest"}. */
+int image_cache_names(struct image_store *st, json_t **out);
+/* Bytes of blobs and disks the store's GC has deleted since it was opened (a prune
+ * reports the difference as Docker's SpaceReclaimed). */
+uint64_t image_store_freed(struct image_store *st);
+
 /* Remove a reference; blobs and disks no longer referenced are deleted. */
 int image_remove(struct image_store *st, const char *ref, struct k8_err *err);
 
@@ -121,6 +127,8 @@ int image_blob_add_fd(struct image_store *st, int fd, char hex[65], uint64_t *si
 /* The manifest and config of the image `ref` resolves to; its manifest digest out. */
 int image_read(struct image_store *st, const char *ref, char mdigest[80], json_t **manifest,
 	       json_t **config, struct k8_err *err);
+/* An open read-only fd of the stored blob `digest` ("sha256:<hex>"); negative errno. */
+int image_blob_open(struct image_store *st, const char *digest, struct k8_err *err);
 /* Store `manifest` (whose config and layers must be stored) and, when `name` is not
  * NULL, name it (normalised; a tag, never a digest). The manifest digest out. */
 int image_commit(struct image_store *st, json_t *manifest, const char *name, char mdigest[80],

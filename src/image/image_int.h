@@ -30,6 +30,7 @@ struct image_store {
 	bool gc_pending;           /* a GC was skipped because busy was not 0 */
 	json_t *building;          /* object: manifest hex -> true while its disk is built */
 	uint64_t seq;              /* unique names in tmp/ */
+	uint64_t freed;            /* bytes the GC deleted since the store was opened */
 };
 
 /* reference.c */

@@ -272,7 +272,8 @@ static int store_ref_set_locked(struct image_store *st, const char *name, const 
 
 /* ---------------------------------------------------------------- GC */
 
-static void store_gc_sweep(int dirfd, json_t *keep, const char *suffix)
+/* Delete what `keep` does not name; their sizes are added to *freed. */
+static void store_gc_sweep(int dirfd, json_t *keep, const char *suffix, uint64_t *freed)
 {
 	int fd = dup(dirfd);
 	DIR *d;
@@ -294,8 +295,12 @@ static void store_gc_sweep(int dirfd, json_t *keep, const char *suffix)
 			continue;
 		memcpy(hex, de->d_name, 64);
 		hex[64] = '\0';
-		if (!json_object_get(keep, hex))
-			unlinkat(dirfd, de->d_name, 0);
+		if (!json_object_get(keep, hex)) {
+			struct stat sb;
+			if (!fstatat(dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) &&
+			    !unlinkat(dirfd, de->d_name, 0))
+				*freed += (uint64_t)sb.st_size;
+		}
 	}
 	closedir(d);
 }
@@ -329,8 +334,8 @@ static void store_gc_now(struct image_store *st)
 		}
 		json_decref(m);
 	}
-	store_gc_sweep(st->blobfd, keep, "");
-	store_gc_sweep(st->diskfd, keepdisk, ".erofs");
+	store_gc_sweep(st->blobfd, keep, "", &st->freed);
+	store_gc_sweep(st->diskfd, keepdisk, ".erofs", &st->freed);
 	fsync(st->blobfd);
 out:
 	json_decref(keep);
@@ -689,6 +694,30 @@ int image_resolve(struct image_store *st, const char *ref, struct image_info *in
 static int store_cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+uint64_t image_store_freed(struct image_store *st)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&st->lock);
+	n = st->freed;
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
+int image_cache_names(struct image_store *st, json_t **out)
+{
+	json_t *arr = json_array(), *v;
+	const char *k;
+
+	pthread_mutex_lock(&st->lock);
+	json_object_foreach(st->refs, k, v)
+		if (!strncmp(k, IMAGE_CACHE_REPO ":", sizeof(IMAGE_CACHE_REPO)))
+			json_array_append_new(arr, json_pack("{s:s,s:O}", "ref", k, "digest", v));
+	pthread_mutex_unlock(&st->lock);
+	*out = arr;
+	return 0;
 }
 
 int image_list(struct image_store *st, json_t **out, struct k8_err *err)
