@@ -373,17 +373,27 @@ out:
 	return r;
 }
 
+/* The "slot" (required, 0..AGENT_SLOTS-1) and "digest" of an image.mount/unmount. */
+static int req_slot_digest(json_t *req, long long *slot, const char **hex, struct k8_err *err)
+{
+	int r;
+
+	if ((r = req_int(req, "slot", 0, AGENT_SLOTS - 1, -1, slot, err)) < 0 ||
+	    (r = req_digest(req, "digest", hex, err)) < 0)
+		return r;
+	if (*slot < 0)
+		return k8_err_set(err, -EINVAL, "missing field 'slot'");
+	return 0;
+}
+
 static int req_image_mount(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
 {
 	const char *hex;
 	long long slot;
 	int r;
 
-	if ((r = req_int(req, "slot", 0, AGENT_SLOTS - 1, -1, &slot, err)) < 0 ||
-	    (r = req_digest(req, "digest", &hex, err)) < 0)
+	if ((r = req_slot_digest(req, &slot, &hex, err)) < 0)
 		return r;
-	if (slot < 0)
-		return k8_err_set(err, -EINVAL, "missing field 'slot'");
 	if ((r = mnt_image(a, (int)slot, hex, err)) < 0)
 		return r;
 	chan_resp_ok(a, id, json_pack("{s:s+}", "path", AGENT_IMAGES_DIR "/", hex));
@@ -426,11 +436,8 @@ static int req_image_unmount(struct agent *a, uint32_t id, json_t *req, struct k
 	long long slot;
 	int r;
 
-	if ((r = req_int(req, "slot", 0, AGENT_SLOTS - 1, -1, &slot, err)) < 0 ||
-	    (r = req_digest(req, "digest", &hex, err)) < 0)
+	if ((r = req_slot_digest(req, &slot, &hex, err)) < 0)
 		return r;
-	if (slot < 0)
-		return k8_err_set(err, -EINVAL, "missing field 'slot'");
 	if (strcmp(a->slot_image[slot], hex)) {
 		chan_resp_ok(a, id, json_object());     /* not mounted there: nothing to do */
 		return 0;

@@ -1042,6 +1042,39 @@ static int body_int(json_t *body, const char *key, int def, int lo, int hi, int 
 
 /* Take a name in the table: a new sandbox, BOOTING, whose busy token and one user
  * reference the caller holds. NULL (err set) if the name is invalid or taken. */
+/* Take sb out of the table (a lookup no longer finds it). */
+static void sb_unlink(struct daemon *d, struct sandbox *sb)
+{
+	pthread_mutex_lock(&d->lock);
+	for (struct sandbox **pp = &d->sandboxes; *pp; pp = &(*pp)->next)
+		if (*pp == sb) {
+			*pp = sb->next;
+			break;
+		}
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* End a reservation already out of the table: drop its busy token and reference, wait
+ * for whoever looked it up meanwhile, free it. */
+static void sb_drop_reserved_unlinked(struct sandbox *sb)
+{
+	pthread_mutex_lock(&sb->lock);
+	sb->state = SB_REMOVING;
+	sb->busy = 0;
+	sb->users--;
+	pthread_cond_broadcast(&sb->cond);
+	while (sb->users > 0)
+		pthread_cond_wait(&sb->cond, &sb->lock);
+	pthread_mutex_unlock(&sb->lock);
+	sb_free(sb);
+}
+
+static void sb_drop_reserved(struct daemon *d, struct sandbox *sb)
+{
+	sb_unlink(d, sb);
+	sb_drop_reserved_unlinked(sb);
+}
+
 struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *err)
 {
 	struct sandbox *sb, *it;
@@ -1077,23 +1110,7 @@ struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *er
 	 * ls` meanwhile (issue 15's density run). The name is ours already; a request
 	 * that finds it waits for the busy token. */
 	if (jail_claim(&d->jail, sb->dir, &sb->jail_index, err)) {
-		struct sandbox **pp;
-		pthread_mutex_lock(&d->lock);
-		for (pp = &d->sandboxes; *pp; pp = &(*pp)->next)
-			if (*pp == sb) {
-				*pp = sb->next;
-				break;
-			}
-		pthread_mutex_unlock(&d->lock);
-		pthread_mutex_lock(&sb->lock);
-		sb->state = SB_REMOVING;
-		sb->busy = 0;
-		sb->users--;
-		pthread_cond_broadcast(&sb->cond);
-		while (sb->users > 0)
-			pthread_cond_wait(&sb->cond, &sb->lock);
-		pthread_mutex_unlock(&sb->lock);
-		sb_free(sb);
+		sb_drop_reserved(d, sb);
 		return NULL;
 	}
 	return sb;
@@ -1103,29 +1120,13 @@ struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *er
  * free again. Frees sb. */
 void sb_unreserve(struct daemon *d, struct sandbox *sb)
 {
-	struct sandbox **pp;
-
-	pthread_mutex_lock(&d->lock);
-	for (pp = &d->sandboxes; *pp; pp = &(*pp)->next)
-		if (*pp == sb) {
-			*pp = sb->next;
-			break;
-		}
-	pthread_mutex_unlock(&d->lock);
+	sb_unlink(d, sb);
 	sidecar_stop(&sb->net);
 	sidecar_stop(&sb->fs);
 	broker_down(d, sb);
 	rm_rf(sb->dir);
 	jail_release(&d->jail, sb->dir, sb->jail_index);
-	pthread_mutex_lock(&sb->lock);
-	sb->state = SB_REMOVING;
-	sb->busy = 0;
-	sb->users--;
-	pthread_cond_broadcast(&sb->cond);
-	while (sb->users > 0)
-		pthread_cond_wait(&sb->cond, &sb->lock);
-	pthread_mutex_unlock(&sb->lock);
-	sb_free(sb);
+	sb_drop_reserved_unlinked(sb);
 }
 
 int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
@@ -1281,7 +1282,7 @@ static void wipe_tree(const char *dir)
 
 int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err)
 {
-	struct sandbox *sb, **pp;
+	struct sandbox *sb;
 	int r;
 
 	sb = sb_get(d, name, err);
@@ -1292,13 +1293,7 @@ int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err)
 	sb->state = SB_REMOVING;
 	sb_kill_vm(d, sb);
 	pthread_mutex_unlock(&sb->lock);
-	pthread_mutex_lock(&d->lock);
-	for (pp = &d->sandboxes; *pp; pp = &(*pp)->next)
-		if (*pp == sb) {
-			*pp = sb->next;
-			break;
-		}
-	pthread_mutex_unlock(&d->lock);
+	sb_unlink(d, sb);
 	if (wipe)
 		wipe_tree(sb->dir);
 	r = rm_rf(sb->dir);

@@ -14,6 +14,8 @@ import json
 import os
 import secrets as pysecrets
 import shutil
+
+import pytest
 import socket
 import subprocess
 import tempfile
@@ -222,11 +224,20 @@ def scratch(prefix):
     shutil.rmtree(d, ignore_errors=True)
 
 
-def upstream(tmp):
-    """A module fixture's body: the tests' HTTPS upstream (Upstream) in tmp."""
-    u = Upstream(tmp)
-    yield u
-    u.close()
+def upstream_fixtures(prefix):
+    """The module fixtures `tmp` (a scratch directory named prefix...) and `up` (the tests'
+    HTTPS upstream, Upstream, in it) every broker test file starts from:
+    `tmp, up = bk.upstream_fixtures("k8bx")` at module level."""
+    @pytest.fixture(scope="module", name="tmp")
+    def tmp_fixture():
+        yield from scratch(prefix)
+
+    @pytest.fixture(scope="module", name="up")
+    def up_fixture(tmp):
+        u = Upstream(tmp)
+        yield u
+        u.close()
+    return tmp_fixture, up_fixture
 
 
 def upstream_config(up):

@@ -4,6 +4,7 @@
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 
@@ -43,6 +44,28 @@ def engine_home(python_layout, prefix, *start_args):
 
 def docker_sock(home):
     return os.path.join(home.path, "docker.sock")
+
+
+def raw_http(home, method, path, body=b"", headers=(), timeout=60):
+    """One HTTP/1.1 request on home's docker.sock, the connection closed after it:
+    (status, head text, body bytes)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(docker_sock(home))
+    head = "%s %s HTTP/1.1\r\nHost: docker\r\nContent-Length: %d\r\nConnection: close\r\n" % (
+        method, path, len(body))
+    for k, v in headers:
+        head += "%s: %s\r\n" % (k, v)
+    s.sendall(head.encode() + b"\r\n" + body)
+    data = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+    s.close()
+    hdr, _, rest = data.partition(b"\r\n\r\n")
+    return int(hdr.split(b" ")[1]), hdr.decode(errors="replace"), rest
 
 
 def docker_cli(home, *args, cwd=None, input=None, timeout=300):

@@ -7,7 +7,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import tarfile
 import tempfile
 import time
@@ -15,7 +14,7 @@ import time
 import pytest
 
 from dockerkit import (IMG, docker_cli, docker_sock, dockerpy, engine_home,  # noqa: F401
-                       needs_cli, needs_py, ok)
+                       needs_cli, needs_py, ok, raw_http)
 
 pytestmark = needs_cli
 
@@ -35,22 +34,9 @@ def audit(h):
 
 
 def raw(h, method, path, body=b""):
-    """One HTTP/1.1 request on docker.sock: (status, body bytes)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(120)
-    s.connect(docker_sock(h))
-    s.sendall(("%s %s HTTP/1.1\r\nHost: d\r\nContent-Length: %d\r\nConnection: close\r\n"
-               "Content-Type: application/x-tar\r\n\r\n" % (method, path, len(body))).encode()
-              + body)
-    data = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        data += d
-    s.close()
-    hdr, _, rest = data.partition(b"\r\n\r\n")
-    return int(hdr.split(b" ")[1]), rest
+    """(status, body bytes) of one request on docker.sock (a tar body, for PUT)."""
+    st, _, rest = raw_http(h, method, path, body, [("Content-Type", "application/x-tar")], 120)
+    return st, rest
 
 
 def tar_of(entries):

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import wait_or_fail
 from dockerkit import (IMG, docker_cli, docker_sock, dockerpy, engine_home,  # noqa: F401
-                       needs_cli, needs_py, ok)
+                       needs_cli, needs_py, ok, raw_http)
 
 pytestmark = needs_cli
 
@@ -37,25 +37,7 @@ def docker(dk, *args, input=None, timeout=300):
 
 
 def raw(dk, method, path, body=b"", headers=()):
-    """One HTTP/1.1 request on docker.sock; (status, headers text, body bytes)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(60)
-    s.connect(sock(dk))
-    head = "%s %s HTTP/1.1\r\nHost: docker\r\nContent-Length: %d\r\nConnection: close\r\n" % (
-        method, path, len(body))
-    for k, v in headers:
-        head += "%s: %s\r\n" % (k, v)
-    s.sendall(head.encode() + b"\r\n" + body)
-    data = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        data += d
-    s.close()
-    hdr, _, rest = data.partition(b"\r\n\r\n")
-    status = int(hdr.split(b" ")[1])
-    return status, hdr.decode(errors="replace"), rest
+    return raw_http(dk[0], method, path, body, headers)
 
 
 def audit(dk):

@@ -41,14 +41,7 @@ def node_layout():
     return p.stdout.strip().splitlines()[-1]
 
 
-@pytest.fixture(scope="module")
-def tmp():
-    yield from bk.scratch("k8bn")
-
-
-@pytest.fixture(scope="module")
-def up(tmp):
-    yield from bk.upstream(tmp)
+tmp, up = bk.upstream_fixtures("k8bn")
 
 
 @pytest.fixture(scope="module")

@@ -48,14 +48,7 @@ head, _, rest = out.partition(b"\r\n\r\n")
 print(head.split(b" ")[1].decode(), rest.decode(errors="replace"))
 """
 
-@pytest.fixture(scope="module")
-def tmp():
-    yield from bk.scratch("k8bs")
-
-
-@pytest.fixture(scope="module")
-def up(tmp):
-    yield from bk.upstream(tmp)
+tmp, up = bk.upstream_fixtures("k8bs")
 
 
 @pytest.fixture(scope="module")

@@ -82,14 +82,7 @@ def status(out):
     return [l for l in out.splitlines() if l.startswith("status ")][-1].split(" ", 2)[1]
 
 
-@pytest.fixture(scope="module")
-def tmp():
-    yield from bk.scratch("k8bd")
-
-
-@pytest.fixture(scope="module")
-def up(tmp):
-    yield from bk.upstream(tmp)
+tmp, up = bk.upstream_fixtures("k8bd")
 
 
 @pytest.fixture(scope="module")

@@ -59,14 +59,7 @@ print("status", head.split(b" ")[1].decode(), rest.decode(errors="replace"))
 """
 
 
-@pytest.fixture(scope="module")
-def tmp():
-    yield from bk.scratch("k8bi")
-
-
-@pytest.fixture(scope="module")
-def up(tmp):
-    yield from bk.upstream(tmp)
+tmp, up = bk.upstream_fixtures("k8bi")
 
 
 @pytest.fixture(scope="module")

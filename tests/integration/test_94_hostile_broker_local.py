@@ -59,14 +59,7 @@ CHAT = json.dumps({"model": "m", "max_tokens": 16,
                    "messages": [{"role": "user", "content": "hi"}]})
 
 
-@pytest.fixture(scope="module")
-def tmp():
-    yield from bk.scratch("k8bl")
-
-
-@pytest.fixture(scope="module")
-def up(tmp):
-    yield from bk.upstream(tmp)
+tmp, up = bk.upstream_fixtures("k8bl")
 
 
 @pytest.fixture(scope="module")
