@@ -9,7 +9,7 @@
 # tests/integration/broker_clients.mjs (/app/broker_clients.mjs); apt caches dropped;
 # packed as one layer of an OCI image layout with umoci, working directory /app.
 #
-# Cache: ${KOSA8_CACHE:-build/cache}/node-image-<key>, key = hash of this script, the
+# Cache: ${KOSA8_CACHE:-build/cache}/node-image-<key>, key = hash of this script, lib-image.sh, the
 # release and broker_clients.mjs; a second run prints the cached path at once. Must run as
 # root (debootstrap). Prints the layout path on stdout; progress goes to stderr.
 set -eu
@@ -19,8 +19,10 @@ release=${KOSA8_TEST_RELEASE:-bookworm}
 tag=test
 clients=$top/tests/integration/broker_clients.mjs
 npm_pkgs="openai@6.49.0 @anthropic-ai/sdk@1.15.0"
-key=$( (cat "$0" "$clients"; echo "$release") | sha256sum | cut -c1-16)
+key=$( (cat "$0" "$top/scripts/lib-image.sh" "$clients"; echo "$release") | sha256sum | cut -c1-16)
 out=$cache/node-image-$key
+
+. "$top/scripts/lib-image.sh"
 
 log() { echo "node-image.sh: $*" >&2; }
 
@@ -36,20 +38,7 @@ done
 PATH=$PATH:/usr/sbin:/sbin
 
 # The Debian mirror: test-image.sh's choice (KOSA8_DEBIAN_MIRROR, else deb.debian.org).
-mirror=${KOSA8_DEBIAN_MIRROR:-}
-if [ -z "$mirror" ]; then
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[ -r "$f" ] || continue
-		mirror=$(awk '
-			/^[ \t]*$/ { if (deb && uri && suite) { print uri; exit } deb = uri = suite = 0; next }
-			/^Types:/ && / deb( |$)/ { deb = 1 }
-			/^URIs:/ { uri = $2 }
-			/^Suites:/ { for (i = 2; i <= NF; i++) if ($i == "'"$release"'") suite = 1 }
-			END { if (deb && uri && suite) print uri }' "$f" | head -1)
-		[ -n "$mirror" ] && break
-	done
-fi
-mirror=${mirror:-http://deb.debian.org/debian}
+mirror=$(image_mirror "$release")
 
 mkdir -p "$cache"
 work=$(mktemp -d "$cache/node-image-build.XXXXXX")
@@ -70,24 +59,11 @@ r=$work/rootfs
 mkdir -p "$r/app"
 cp -a "$work/app/node_modules" "$work/app/package.json" "$r/app/"
 cp "$clients" "$r/app/broker_clients.mjs"
-rm -rf "$r/var/cache/apt/"*.bin "$r/var/cache/apt/archives/"*.deb \
-	"$r/var/cache/apt/archives/partial" "$r/var/lib/apt/lists" "$r/var/log/"*.log \
-	"$r/var/cache/debconf/"*-old "$r/var/lib/dpkg/"*-old "$r/usr/share/doc" \
-	"$r/usr/share/man" "$r/usr/share/locale"
-mkdir -p "$r/var/lib/apt/lists/partial"
+image_trim "$r" usr/share/doc usr/share/man usr/share/locale
 
 log "packing the OCI layout with umoci"
 layout=$work/oci
-umoci init --layout "$layout" >&2
-umoci new --image "$layout:$tag" >&2
-umoci insert --image "$layout:$tag" --history.created_by "debootstrap $release nodejs + npm $npm_pkgs" \
-	"$r" / >&2
-umoci config --image "$layout:$tag" --no-history \
-	--config.cmd node \
-	--config.env PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin \
-	--config.env LANG=C.UTF-8 \
-	--config.workingdir /app >&2
-umoci gc --layout "$layout" >&2
+image_pack "$layout" "$tag" "$r" "debootstrap $release nodejs + npm $npm_pkgs" node /app
 
 rm -rf "$out"
 mv "$layout" "$out"

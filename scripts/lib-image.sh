@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: Apache-2.0
+# lib-image.sh - sourced by test-image.sh and node-image.sh (the tests' images, built from
+# Debian packages): the Debian mirror this machine is configured with, the trimming of a
+# debootstrap root, and packing it as a one-layer OCI image layout with umoci.
+
+# image_mirror RELEASE: KOSA8_DEBIAN_MIRROR, else the first deb822 source, then the
+# first one-line source, that serves RELEASE; else deb.debian.org.
+image_mirror() {
+	m=${KOSA8_DEBIAN_MIRROR:-}
+	if [ -z "$m" ]; then
+		for f in /etc/apt/sources.list.d/*.sources; do
+			[ -r "$f" ] || continue
+			m=$(awk '
+				/^[ \t]*$/ { if (deb && uri && suite) { print uri; exit } deb = uri = suite = 0; next }
+				/^Types:/ && / deb( |$)/ { deb = 1 }
+				/^URIs:/ { uri = $2 }
+				/^Suites:/ { for (i = 2; i <= NF; i++) if ($i == "'"$1"'") suite = 1 }
+				END { if (deb && uri && suite) print uri }' "$f" | head -1)
+			[ -n "$m" ] && break
+		done
+	fi
+	if [ -z "$m" ]; then
+		for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+			[ -r "$f" ] || continue
+			m=$(awk '$1 == "deb" && $3 == "'"$1"'" { print $2; exit }' "$f")
+			[ -n "$m" ] && break
+		done
+	fi
+	echo "${m:-http://deb.debian.org/debian}"
+}
+
+# image_trim ROOT [EXTRA...]: apt's caches and lists, logs and dpkg backups dropped (and
+# the EXTRA paths below ROOT), an empty lists/partial kept for apt.
+image_trim() {
+	r=$1
+	shift
+	rm -rf "$r/var/cache/apt/"*.bin "$r/var/cache/apt/archives/"*.deb \
+		"$r/var/cache/apt/archives/partial" "$r/var/lib/apt/lists" "$r/var/log/"*.log \
+		"$r/var/cache/debconf/"*-old "$r/var/lib/dpkg/"*-old
+	for p in "$@"; do rm -rf "${r:?}/$p"; done
+	mkdir -p "$r/var/lib/apt/lists/partial"
+}
+
+# image_pack LAYOUT TAG ROOT CREATED_BY CMD WORKDIR: ROOT as the one layer of a new OCI
+# layout, PATH and LANG set, CMD and WORKDIR as given; progress on stderr.
+image_pack() {
+	umoci init --layout "$1" >&2
+	umoci new --image "$1:$2" >&2
+	umoci insert --image "$1:$2" --history.created_by "$4" "$3" / >&2
+	umoci config --image "$1:$2" --no-history \
+		--config.cmd "$5" \
+		--config.env PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin \
+		--config.env LANG=C.UTF-8 \
+		--config.workingdir "$6" >&2
+	umoci gc --layout "$1" >&2
+}
