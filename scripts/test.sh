@@ -41,7 +41,8 @@ if [ -z "${PYTEST_ARGS:-}" ]; then
 		/usr/bin/python3 -m pytest -q test_82_docker_frameworks.py test_88_docker_api.py \
 		test_89_docker_containers.py test_90_cp.py test_99_hostile_cp.py \
 		test_83_docker_build.py test_99_hostile_build.py test_83_docker_tty.py \
-		test_90_hostile_docker.py test_94_hostile_broker_docker.py || rc=$?
+		test_90_hostile_docker.py test_94_hostile_broker_docker.py \
+		test_90_hostile_docker_net.py test_99_hostile_docker_gaps.py || rc=$?
 	rm -rf "$sanbin"
 	if ls /tmp/k8san-asan.* >/dev/null 2>&1; then
 		cat /tmp/k8san-asan.*
