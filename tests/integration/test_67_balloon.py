@@ -139,9 +139,18 @@ def test_memory_the_guest_frees_goes_back_to_the_host(bh):
     assert p.returncode == 0, p.stderr
     cid = p.stdout.strip()
     wait_for(lambda: rss_mib(pid) > 300, timeout=120)
+    # The peak once the touching is done (RSS steady for a second), not its first reading.
+    last = [0]
+
+    def steady():
+        prev, last[0] = last[0], rss_mib(pid)
+        return abs(last[0] - prev) < 2
+    wait_for(steady, timeout=60, step=1)
     peak = rss_mib(pid)
     bh("sandbox", "stop", name, cid, timeout=120)
-    # The guest reports free blocks about 2 s after they gather; QEMU discards them.
-    assert wait_for(lambda: rss_mib(pid) < peak - 120, timeout=60), \
+    # The guest reports free blocks about 2 s after they gather; QEMU discards them. Half
+    # of the 200 MiB at least (reporting works on 2 MiB blocks; without it nothing comes
+    # back, bench/idlecpu.py: 387 MiB against 191).
+    assert wait_for(lambda: rss_mib(pid) < peak - 100, timeout=60), \
         "QEMU's RSS stayed at %d MiB (peak %d)" % (rss_mib(pid), peak)
     bh("sandbox", "rm", name, check=True, timeout=120)
