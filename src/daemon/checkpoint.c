@@ -685,7 +685,7 @@ static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
 	pthread_mutex_unlock(&sb->lock);
 	cdir = ckpt_dir(sb, label);
-	if ((r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err)))
+	if ((r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, false, &pid, err)))
 		return r;
 	/* QEMU starts the guest by itself once the state is in. */
 	return sb_connect_vm(d, sb, pid, true, err);
@@ -1032,7 +1032,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	pthread_mutex_unlock(&sb->lock);
 
 	char *cdir = ckpt_dir(src, label);
-	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, &pid, err);
+	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, true, &pid, err);
 	free(cdir);
 	if (r)
 		goto fail;

@@ -491,8 +491,8 @@ static int sb_machine_of(struct sandbox *sb, const char *statedir, struct vm_mac
  * the top layer `layer`: sidecars up, kosa8-fs given the FUSE nodes and open files the
  * guest had then, and -incoming from the state file. */
 int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir,
-		      const char *layer, const char *top, int kfd, int ifd, int sfd, pid_t *pid,
-		      struct k8_err *err)
+		      const char *layer, const char *top, int kfd, int ifd, int sfd, bool fork,
+		      pid_t *pid, struct k8_err *err)
 {
 	cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", statedir);
 	struct sb_socks k;
@@ -517,6 +517,10 @@ int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir
 	spec.nimages = sb->nimages;
 	spec.scratch = top;
 	spec.incoming_fd = sfd;
+	/* A fork's memory is new to the host, not a killed VM's just freed: huge pages for
+	 * it cost ~4x more than small ones on a host that returns free memory to its own
+	 * hypervisor (docs/design.md "Fork"). */
+	spec.no_thp = fork;
 	spec.nchain = layers_chain(sb->dir, layer, &chain);
 	spec.chain = (const char *const *)chain;
 	r = vm_spawn(&spec, pid, err);
@@ -554,7 +558,8 @@ int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struc
 	pthread_mutex_lock(&sb->lock);
 	sb->state = SB_BOOTING;
 	pthread_mutex_unlock(&sb->lock);
-	r = sb_spawn_restored(d, sb, dir, layers_top(sb->disk), top, kfd, ifd, sfd, &pid, err);
+	r = sb_spawn_restored(d, sb, dir, layers_top(sb->disk), top, kfd, ifd, sfd, false, &pid,
+			      err);
 	if (!r)
 		r = sb_connect_vm(d, sb, pid, true, err);
 	pthread_mutex_lock(&sb->lock);

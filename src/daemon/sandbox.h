@@ -71,8 +71,8 @@ void sb_unreserve(struct daemon *d, struct sandbox *sb);
  * (file `top`); kosa8-fs gets statedir/fs-nodes.json when there is one (a rewind, a
  * fork, a resume from disk). */
 int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir,
-		      const char *layer, const char *top, int kfd, int ifd, int sfd, pid_t *pid,
-		      struct k8_err *err);
+		      const char *layer, const char *top, int kfd, int ifd, int sfd, bool fork,
+		      pid_t *pid, struct k8_err *err);
 /* Restore a sandbox paused to disk (state SB_PAUSED, its machine in paused/; the pause
  * itself is checkpoint.c's). Caller holds the busy token. `by` names what asked, for the
  * audit record ("resume", "use"). */

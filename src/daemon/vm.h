@@ -53,6 +53,8 @@ struct vm_spec {
 	int nimages;
 	const char *scratch;            /* the writable top layer; NULL: <dir>/scratch.qcow2 */
 	int incoming_fd;                /* >= 0: restore from this migration stream */
+	bool no_thp;                    /* QEMU without transparent huge pages (a fork:
+					 * docs/design.md "Fork") */
 	/* Optional: the scratch layer's backing chain, its parent first, the root last
 	 * (absolute paths). Set, QEMU opens exactly these instead of following the
 	 * paths in the qcow2 headers. */
