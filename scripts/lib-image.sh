@@ -1,7 +1,50 @@
 # SPDX-License-Identifier: Apache-2.0
 # lib-image.sh - sourced by test-image.sh and node-image.sh (the tests' images, built from
-# Debian packages): the Debian mirror this machine is configured with, the trimming of a
-# debootstrap root, and packing it as a one-layer OCI image layout with umoci.
+# Debian packages): one build at a time, its start and end, the Debian mirror this machine
+# is configured with, the trimming of a debootstrap root, and packing it as a one-layer
+# OCI image layout with umoci. The script sets $out, $release and $cache first, and uses
+# the $mirror, $work and $start that image_begin sets.
+# shellcheck shell=sh disable=SC2034,SC2154
+
+# image_reuse: print $out and exit when it is built already; else hold its lock until the
+# script exits, waiting while another run builds it (test.sh starts the images early, in
+# the background, and a test may ask for one before it is done), and check again.
+image_reuse() {
+	mkdir -p "$(dirname "$out")"
+	exec 9>"$out.lock"
+	flock 9
+	if [ -f "$out/index.json" ] && [ -f "$out/oci-layout" ]; then
+		echo "$out"
+		exit 0
+	fi
+}
+
+# image_begin NAME TOOL...: what every build does first: root (debootstrap needs it), the
+# tools present, sbin on PATH; sets $mirror (for $release), $work (a new directory in
+# $cache, removed when the script exits) and $start. Uses the script's log().
+image_begin() {
+	n=$1
+	shift
+	[ "$(id -u)" = 0 ] || { log "must run as root (debootstrap needs it)"; exit 1; }
+	for t in "$@"; do
+		command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] ||
+			{ log "$t is missing: apt-get install $t"; exit 1; }
+	done
+	PATH=$PATH:/usr/sbin:/sbin
+	mirror=$(image_mirror "$release")
+	mkdir -p "$cache"
+	work=$(mktemp -d "$cache/$n-build.XXXXXX")
+	trap 'rm -rf "$work"' EXIT INT TERM
+	start=$(date +%s)
+}
+
+# image_done LAYOUT: LAYOUT moved into place as $out, said, and its path printed.
+image_done() {
+	rm -rf "$out"
+	mv "$1" "$out"
+	log "built $out in $(( $(date +%s) - start )) s ($(du -sh "$out" | cut -f1))"
+	echo "$out"
+}
 
 # image_mirror RELEASE: KOSA8_DEBIAN_MIRROR, else the first deb822 source, then the
 # first one-line source, that serves RELEASE; else deb.debian.org.

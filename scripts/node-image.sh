@@ -26,24 +26,9 @@ out=$cache/node-image-$key
 
 log() { echo "node-image.sh: $*" >&2; }
 
-if [ -f "$out/index.json" ] && [ -f "$out/oci-layout" ]; then
-	echo "$out"
-	exit 0
-fi
-[ "$(id -u)" = 0 ] || { log "must run as root (debootstrap needs it)"; exit 1; }
-for t in debootstrap umoci npm; do
-	command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] ||
-		{ log "$t is missing: apt-get install $t"; exit 1; }
-done
-PATH=$PATH:/usr/sbin:/sbin
-
-# The Debian mirror: test-image.sh's choice (KOSA8_DEBIAN_MIRROR, else deb.debian.org).
-mirror=$(image_mirror "$release")
-
-mkdir -p "$cache"
-work=$(mktemp -d "$cache/node-image-build.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
-start=$(date +%s)
+image_reuse
+# Root, the tools, the Debian mirror this machine is configured with, a work directory.
+image_begin node-image debootstrap umoci npm
 
 log "npm i -E $npm_pkgs (on the host, no install scripts)"
 mkdir -p "$work/app"
@@ -65,7 +50,4 @@ log "packing the OCI layout with umoci"
 layout=$work/oci
 image_pack "$layout" "$tag" "$r" "debootstrap $release nodejs + npm $npm_pkgs" node /app
 
-rm -rf "$out"
-mv "$layout" "$out"
-log "built $out in $(( $(date +%s) - start )) s ($(du -sh "$out" | cut -f1))"
-echo "$out"
+image_done "$layout"

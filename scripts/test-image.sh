@@ -22,24 +22,9 @@ out=$cache/python-image-$key
 
 log() { echo "test-image.sh: $*" >&2; }
 
-if [ -f "$out/index.json" ] && [ -f "$out/oci-layout" ]; then
-	echo "$out"
-	exit 0
-fi
-[ "$(id -u)" = 0 ] || { log "must run as root (debootstrap needs it)"; exit 1; }
-for t in debootstrap umoci; do
-	command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] ||
-		{ log "$t is missing: apt-get install $t"; exit 1; }
-done
-PATH=$PATH:/usr/sbin:/sbin
-
-# The Debian mirror this machine is configured with (deb822 first, then one-line).
-mirror=$(image_mirror "$release")
-
-mkdir -p "$cache"
-work=$(mktemp -d "$cache/python-image-build.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
-start=$(date +%s)
+image_reuse
+# Root, the tools, the Debian mirror this machine is configured with, a work directory.
+image_begin python-image debootstrap umoci
 
 log "debootstrap $release from $mirror (takes ~30 s)"
 debootstrap --variant=minbase --include=python3-minimal "$release" "$work/rootfs" "$mirror" \
@@ -55,7 +40,4 @@ log "packing the OCI layout with umoci"
 layout=$work/oci
 image_pack "$layout" "$tag" "$r" "debootstrap $release" python3 /
 
-rm -rf "$out"
-mv "$layout" "$out"
-log "built $out in $(( $(date +%s) - start )) s ($(du -sh "$out" | cut -f1))"
-echo "$out"
+image_done "$layout"
