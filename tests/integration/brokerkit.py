@@ -29,6 +29,21 @@ BROKER = os.path.join(BIN, "kosa8-broker")
 HOSTS = ["api.openai.com", "api.anthropic.com", "api.example.com"]
 PLAIN_PORT = 8080
 
+# Guest side, put before the scripts the broker tests run in a guest (the image's python
+# is minimal: plain sockets): answer(s) reads an HTTP answer to EOF and returns its status
+# and its body as text.
+GUEST_ANSWER = r"""
+def answer(s):
+    out = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        out += d
+    head, _, rest = out.partition(b"\r\n\r\n")
+    return head.split(b" ")[1].decode(), rest.decode(errors="replace")
+"""
+
 
 def sh(*args, **kw):
     return subprocess.run(list(args), check=True, capture_output=True, text=True, **kw)

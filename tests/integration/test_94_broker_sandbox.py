@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.hostile,
 # Inside the guest: one request with the environment's key and base URL over a plain
 # socket (the image's python is minimal: no urllib, no json); prints the status line and
 # the body.
-CLIENT = r"""
+CLIENT = bk.GUEST_ANSWER + r"""
 import os, socket, sys
 key = sys.argv[1] if len(sys.argv) > 1 else os.environ["OPENAI_API_KEY"]
 base = os.environ["OPENAI_BASE_URL"]
@@ -38,14 +38,7 @@ s = socket.create_connection((host, 80), timeout=60)
 s.sendall(("POST /%s/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
            "Content-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
            % (path, host, key, len(body))).encode() + body)
-out = b""
-while True:
-    d = s.recv(65536)
-    if not d:
-        break
-    out += d
-head, _, rest = out.partition(b"\r\n\r\n")
-print(head.split(b" ")[1].decode(), rest.decode(errors="replace"))
+print(*answer(s))
 """
 
 tmp, up = bk.upstream_fixtures("k8bs")

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.hostile, dk.needs_cli,
 # Inside the container: the broker's variables as seen, then one request to
 # $OPENAI_BASE_URL with $OPENAI_API_KEY (or argv[1]) over a plain socket (the image's
 # python is minimal); prints "env ..." lines, then the status and the body.
-CLIENT = r"""
+CLIENT = bk.GUEST_ANSWER + r"""
 import os, socket, sys
 for k in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
           "KOSA8_BROKER_URL", "NODE_EXTRA_CA_CERTS", "X"):
@@ -42,18 +42,11 @@ s = socket.create_connection((host, 80), timeout=60)
 s.sendall(("POST /%s/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
            "Content-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
            % (path, host, key, len(body))).encode() + body)
-out = b""
-while True:
-    d = s.recv(65536)
-    if not d:
-        break
-    out += d
-head, _, rest = out.partition(b"\r\n\r\n")
-print("status", head.split(b" ")[1].decode(), rest.decode(errors="replace"))
+print("status", *answer(s))
 """
 
 # Interception: https://api.openai.com with the default trust store (SSL_CERT_FILE).
-TLS_CLIENT = r"""
+TLS_CLIENT = bk.GUEST_ANSWER + r"""
 import os, socket, ssl
 print("env NODE_EXTRA_CA_CERTS", os.environ.get("NODE_EXTRA_CA_CERTS", "-"))
 ctx = ssl.create_default_context()
@@ -61,13 +54,7 @@ t = ctx.wrap_socket(socket.create_connection(("api.openai.com", 443), timeout=60
                     server_hostname="api.openai.com")
 t.sendall(("GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\nAuthorization: Bearer %s\r\n"
            "Connection: close\r\n\r\n" % os.environ["OPENAI_API_KEY"]).encode())
-out = b""
-while True:
-    d = t.recv(65536)
-    if not d:
-        break
-    out += d
-print("status", out.split(b" ")[1].decode())
+print("status", answer(t)[0])
 """
 
 ENGINE = {"docker_engine_memory_mib": 512, "docker_engine_cpus": 1, "docker_engine_disk_gb": 2}

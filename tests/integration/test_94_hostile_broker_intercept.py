@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.hostile,
 # Inside the guest: HTTPS to HOST:443 verified by the default trust (SSL_CERT_FILE), with
 # SNI SNI (default HOST) and Host header HOSTHDR (default HOST); prints the address the
 # name resolved to, the status and the body, or the TLS error.
-CLIENT = r"""
+CLIENT = bk.GUEST_ANSWER + r"""
 import os, socket, ssl, sys
 host = sys.argv[1]
 sni = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else host
@@ -48,14 +48,7 @@ except (ssl.SSLError, OSError) as e:
     sys.exit(0)
 t.sendall(("GET /v1/models HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
            "Connection: close\r\n\r\n" % (hosthdr, os.environ["OPENAI_API_KEY"])).encode())
-out = b""
-while True:
-    d = t.recv(65536)
-    if not d:
-        break
-    out += d
-head, _, rest = out.partition(b"\r\n\r\n")
-print("status", head.split(b" ")[1].decode(), rest.decode(errors="replace"))
+print("status", *answer(t))
 """
 
 

@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.hostile,
 
 # Inside the guest (a minimal python: no urllib, no json): one request to $ENV's base URL
 # plus PATH with one credential header; prints the status and the body.
-CLIENT = r"""
+CLIENT = bk.GUEST_ANSWER + r"""
 import os, socket, sys
 env, path, hdr, body = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].encode()
 base = os.environ[env]
@@ -45,14 +45,7 @@ s = socket.create_connection((host, 80), timeout=120)
 s.sendall(("POST %s HTTP/1.1\r\nHost: %s\r\n%s\r\nContent-Type: application/json\r\n"
            "anthropic-version: 2023-06-01\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
            % (target, host, hdr, len(body))).encode() + body)
-out = b""
-while True:
-    d = s.recv(65536)
-    if not d:
-        break
-    out += d
-head, _, rest = out.partition(b"\r\n\r\n")
-print(head.split(b" ")[1].decode(), rest.decode(errors="replace"))
+print(*answer(s))
 """
 
 CHAT = json.dumps({"model": "m", "max_tokens": 16,
