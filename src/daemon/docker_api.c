@@ -392,11 +392,11 @@ out:
 /* POST /images/prune. kosa8 keeps no untagged images, so the default (dangling only)
  * deletes nothing; `filters={"dangling":["false"]}` (`docker image prune -a`) removes
  * every name of each image no container of the Docker API uses (any state) and no
- * sandbox has attached; filter `label` as for the list. Each name removed is audited
+ * sandbox has attached; filter `label` as for the list, `until` on the image's Created. Each name removed is audited
  * as image.rm with "via": "docker". */
 static int docker_image_prune(struct api_call *call)
 {
-	static const char *const allowed[] = { "dangling", "label", NULL };
+	static const char *const allowed[] = { "dangling", "label", "until", NULL };
 	char fbuf[DF_FILTER_JSON_MAX + 1];
 	const char *fj = NULL;
 	struct dfilters f = { 0 };
@@ -405,10 +405,14 @@ static int docker_image_prune(struct api_call *call)
 	size_t i, j, nd;
 	char *const *dv;
 	bool dangling = true;
+	struct timespec now;
+	int64_t until;
 	int r;
 
+	clock_gettime(CLOCK_REALTIME, &now);
 	if ((r = api_query_str(call, "filters", fbuf, sizeof(fbuf), &fj)) ||
-	    (fj && (r = dfilters_parse(fj, allowed, &f, &call->err))))
+	    (fj && (r = dfilters_parse(fj, allowed, &f, &call->err))) ||
+	    (r = dfilters_until(&f, now.tv_sec * 1000000000LL + now.tv_nsec, &until, &call->err)))
 		goto out;
 	dv = dfilters_get(&f, "dangling", &nd);
 	for (i = 0; dv && i < nd; i++) {
@@ -434,7 +438,8 @@ static int docker_image_prune(struct api_call *call)
 		bool gone = true;
 
 		json_object_del(v, "kosa8_created");
-		if (!id || !dg || !docker_image_match(v, &f, 0, 0) || dkc_image_used(call->d, id))
+		if (!id || !dg || !docker_image_match(v, &f, 0, 0) || dkc_image_used(call->d, id) ||
+		    json_integer_value(json_object_get(v, "Created")) > until / 1000000000)
 			continue;
 		if (sb_image_unused(call->d, dg, id, &e)) {
 			/* the engine keeps the slot of an image a container once ran: let it go

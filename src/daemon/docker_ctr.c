@@ -3139,27 +3139,32 @@ int dkc_image_release(struct daemon *d, const char *digest, struct k8_err *err)
 }
 
 /* POST /containers/prune: every container not running (moby's: created ones too), as
- * `docker container prune`; filter `label`. Each removal is audited as container.rm. */
+ * `docker container prune`; filters `label` and `until` (created before it). Each
+ * removal is audited as container.rm. */
 int dkc_api_prune(struct api_call *call)
 {
-	static const char *const allowed[] = { "label", NULL };
+	static const char *const allowed[] = { "label", "until", NULL };
 	char fbuf[DF_FILTER_JSON_MAX + 1];
 	const char *fj = NULL;
 	struct dfilters f = { 0 };
 	cleanup_free struct dkc **picked = xcalloc(DKC_MAX, sizeof(*picked));
 	json_t *ids = json_array();
 	uint64_t space = 0;
+	int64_t until;
 	int n = 0, r;
 
 	if ((r = api_query_str(call, "filters", fbuf, sizeof(fbuf), &fj)) ||
-	    (fj && (r = dfilters_parse(fj, allowed, &f, &call->err)))) {
+	    (fj && (r = dfilters_parse(fj, allowed, &f, &call->err))) ||
+	    (r = dfilters_until(&f, dk_now_ns(), &until, &call->err))) {
+		dfilters_free(&f);
 		json_decref(ids);
 		return r;
 	}
 	pthread_mutex_lock(&dk.lock);
 	dk_load_locked(call->d);
 	for (struct dkc *c = dk.ctrs; c && n < DKC_MAX; c = c->next) {
-		if (c->state == DKC_RUNNING || c->pumping || c->removing || !dkc_match(c, &f))
+		if (c->state == DKC_RUNNING || c->pumping || c->removing || !dkc_match(c, &f) ||
+		    c->created_ns > until)
 			continue;
 		c->refs++;
 		c->removing = true;     /* a start from now on finds it going */

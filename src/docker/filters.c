@@ -6,9 +6,11 @@
 #include <fnmatch.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
+#include "docker/stream.h"
 #include "image/image.h"
 
 void dfilters_free(struct dfilters *f)
@@ -150,6 +152,129 @@ int dfilters_check_status(const struct dfilters *f, struct k8_err *err)
 	for (size_t i = 0; i < n; i++)
 		if (!name_allowed(v[i], states))
 			return k8_err_set(err, -EINVAL, "invalid filter 'status=%s'", v[i]);
+	return 0;
+}
+
+/* A Go duration: a sign, then one or more decimal numbers (a fraction allowed) each with
+ * a unit ns us µs ms s m h. Nanoseconds, or -EINVAL (also past ~292 years). */
+static int go_duration(const char *s, int64_t *out)
+{
+	static const struct { const char *u; double ns; } units[] = {
+		{ "ns", 1 }, { "us", 1e3 }, { "\xc2\xb5s", 1e3 }, { "ms", 1e6 }, { "s", 1e9 },
+		{ "m", 60e9 }, { "h", 3600e9 },
+	};
+	double total = 0;
+	int sign = 1;
+
+	if (*s == '-' || *s == '+')
+		sign = *s++ == '-' ? -1 : 1;
+	if (!strcmp(s, "0")) {
+		*out = 0;
+		return 0;
+	}
+	if (!*s)
+		return -EINVAL;
+	while (*s) {
+		double v = 0, scale = 1;
+		bool any = false;
+		size_t best = 0, ul = 0;
+
+		for (; isdigit((unsigned char)*s); s++, any = true)
+			v = v * 10 + (*s - '0');
+		if (*s == '.')
+			for (s++; isdigit((unsigned char)*s); s++, any = true)
+				v += (*s - '0') * (scale /= 10);
+		if (!any)
+			return -EINVAL;
+		for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+			size_t l = strlen(units[i].u);
+			if (!strncmp(s, units[i].u, l) && l > ul) {
+				best = i;
+				ul = l;
+			}
+		}
+		if (!ul)
+			return -EINVAL;
+		total += v * units[best].ns;
+		s += ul;
+		if (total > 9.2e18)
+			return -EINVAL;
+	}
+	*out = sign * (int64_t)total;
+	return 0;
+}
+
+/* "2006-01-02", "2006-01-02T15:04" or "2006-01-02T15:04:05": the host's local time. */
+static int local_time(const char *s, int64_t *sec)
+{
+	static const char *const fmts[] = { "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d" };
+
+	for (size_t i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
+		struct tm tm = { 0 };
+		const char *end = strptime(s, fmts[i], &tm);
+		time_t t;
+		if (!end || *end || !isdigit((unsigned char)*s))
+			continue;
+		tm.tm_isdst = -1;
+		if ((t = mktime(&tm)) == (time_t)-1)
+			return -EINVAL;
+		*sec = t;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* "1700000000" or "1700000000.123": seconds (and a fraction) since the epoch. */
+static int unix_time(const char *s, int64_t *ns)
+{
+	int64_t sec = 0, frac = 0, scale = 1000000000;
+	const char *p = s;
+
+	for (; isdigit((unsigned char)*p); p++) {
+		if (sec > 99999999999)
+			return -EINVAL;
+		sec = sec * 10 + (*p - '0');
+	}
+	if (p == s)
+		return -EINVAL;
+	if (*p == '.') {
+		const char *q = ++p;
+		for (; isdigit((unsigned char)*p) && p - q < 9; p++)
+			frac += (*p - '0') * (scale /= 10);
+		if (p == q || *p)
+			return -EINVAL;
+	}
+	if (*p)
+		return -EINVAL;
+	*ns = sec * 1000000000 + frac;
+	return 0;
+}
+
+int dfilters_until(const struct dfilters *f, int64_t now_ns, int64_t *until_ns,
+		   struct k8_err *err)
+{
+	size_t n;
+	char *const *v = dfilters_get(f, "until", &n);
+	int64_t x, sec;
+	int32_t nsec;
+
+	*until_ns = INT64_MAX;
+	if (!n)
+		return 0;
+	if (n > 1)
+		return k8_err_set(err, -EINVAL, "more than one until filter specified");
+	if (ds_parse_rfc3339(v[0], &sec, &nsec) == 0)
+		*until_ns = sec * 1000000000 + nsec;
+	else if (local_time(v[0], &sec) == 0)
+		*until_ns = sec * 1000000000;
+	else if (unix_time(v[0], &x) == 0)
+		*until_ns = x;
+	else if (go_duration(v[0], &x) == 0)
+		*until_ns = now_ns - x;
+	else
+		return k8_err_set(err, -EINVAL,
+				  "invalid filter 'until=%s': give a duration (24h, 90m), a Unix "
+				  "time or a date (2006-01-02T15:04:05)", v[0]);
 	return 0;
 }
 

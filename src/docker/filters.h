@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/util.h"
 
@@ -43,6 +44,15 @@ bool dfilters_has(const struct dfilters *f, const char *name);
  * (created restarting running removing paused exited dead); -EINVAL with moby's
  * message otherwise. */
 int dfilters_check_status(const struct dfilters *f, struct k8_err *err);
+
+/* until= (the prune endpoints): at most one value, as moby's timetypes.GetTimestamp
+ * reads it: a Go duration back from `now_ns` ("24h", "1h30m", "90s", "1.5h"), a Unix time
+ * ("1700000000", "1700000000.5"), RFC 3339 with a zone, or a date and time without one
+ * ("2006-01-02", "2006-01-02T15:04", "2006-01-02T15:04:05"), read as the host's local
+ * time like moby. *until_ns is INT64_MAX when the filter is absent. -EINVAL with a message for
+ * anything else or a second value. */
+int dfilters_until(const struct dfilters *f, int64_t now_ns, int64_t *until_ns,
+		   struct k8_err *err);
 
 /* label=: every value "key" (present) or "key=value" (equal) must match the object's
  * labels, given as n pairs keys[i] = vals[i]. True when no label filter is given. */

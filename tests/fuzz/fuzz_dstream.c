@@ -71,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!s)
 		return 0;
 	static const char *const allowed[] = { "label", "name", "id", "status", "ancestor",
-					       "reference", NULL };
+					       "reference", "until", NULL };
 	struct dfilters f;
 	if (dfilters_parse(s, allowed, &f, &err) == 0) {
 		const char *k[] = { "a" }, *v[] = { "b" };
@@ -81,6 +81,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		dfilters_match_regex(&f, "name", "/web-1");
 		dfilters_match_ancestor(&f, "python:3.12", "sha256:abcd");
 		dfilters_check_status(&f, &err);
+		int64_t until;
+		dfilters_until(&f, 1700000000LL * 1000000000, &until, &err);
 	}
 	dfilters_free(&f);
 	dfilters_regex(s, "/openhands-runtime-1");

@@ -157,11 +157,17 @@ def test_five_images_in_the_engine(h):
 
 def test_prune(h):
     """container prune (stopped only), image prune (dangling: none; -a: unused), builder
-    prune (the hidden cache names), in Docker's reply shapes; audited."""
+    prune (the hidden cache names), in Docker's reply shapes, with until=; audited."""
     ok(docker(h, "run", "--name", "pr-exited", IMG, "true"))
     ok(docker(h, "create", "--name", "pr-created", IMG, "true"))
     ok(docker(h, "run", "-d", "--name", "pr-running", IMG, "sleep", "infinity"))
     try:
+        # until: only what was created before it (these are seconds old)
+        ok(docker(h, "container", "prune", "-f", "--filter", "until=1h"))
+        names = ok(docker(h, "ps", "-a", "--format", "{{.Names}}")).split()
+        assert "pr-exited" in names and "pr-created" in names, names
+        p = docker(h, "container", "prune", "-f", "--filter", "until=soon")
+        assert p.returncode != 0 and "invalid filter 'until=soon'" in p.stderr, p.stderr
         out = ok(docker(h, "container", "prune", "-f"))
         assert "Total reclaimed space" in out, out
         names = ok(docker(h, "ps", "-a", "--format", "{{.Names}}")).split()
@@ -174,6 +180,8 @@ def test_prune(h):
         build_images(h, ["unused1"])
         before = ok(docker(h, "images", "--format", "{{.Repository}}")).split()
         assert "unused1" in before
+        ok(docker(h, "image", "prune", "-a", "-f", "--filter", "until=1h"))
+        assert "unused1" in ok(docker(h, "images", "--format", "{{.Repository}}")).split()
         out = ok(docker(h, "image", "prune", "-a", "-f"))
         after = ok(docker(h, "images", "--format", "{{.Repository}}")).split()
         assert "unused1" not in after and "python" in after, (out, after)

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_docker_api.c - request-level helpers of the Docker layer: API version prefixes,
- * moby's boolean query values, the filters parameter in both JSON forms, container names
- * and id prefixes, port publishing specs. */
+ * moby's boolean query values, the filters parameter in both JSON forms (and until=),
+ * container names and id prefixes, port publishing specs. */
 #include "docker/filters.h"
 #include "docker/names.h"
 #include "docker/query.h"
 #include "t.h"
+
+#include <time.h>
 
 static void test_query(void)
 {
@@ -269,10 +271,72 @@ static void test_ports(void)
 	json_decref(b);
 }
 
+/* until= of the prune endpoints, as moby's timetypes.GetTimestamp reads it. */
+static int64_t until_of(const char *val, int *rc)
+{
+	static const char *const allowed[] = { "until", "label", NULL };
+	struct dfilters f;
+	struct k8_err e = { 0 };
+	char json[512];
+	int64_t at = -1;
+
+	snprintf(json, sizeof(json), "{\"until\":[\"%s\"]}", val);
+	*rc = dfilters_parse(json, allowed, &f, &e);
+	if (*rc == 0)
+		*rc = dfilters_until(&f, 1000LL * 1000000000, &at, &e);
+	dfilters_free(&f);
+	return at;
+}
+
+static void test_until(void)
+{
+	static const char *const allowed[] = { "until", "label", NULL };
+	struct dfilters f;
+	struct k8_err e = { 0 };
+	int64_t at;
+	int rc;
+
+	/* absent: no bound */
+	CHECK_EQ_INT(dfilters_parse("{\"label\":[\"a\"]}", allowed, &f, &e), 0);
+	CHECK_EQ_INT(dfilters_until(&f, 5, &at, &e), 0);
+	CHECK(at == INT64_MAX);
+	dfilters_free(&f);
+	/* Go durations, back from now (1000 s here) */
+	CHECK(until_of("10s", &rc) == 990LL * 1000000000 && rc == 0);
+	CHECK(until_of("1m30s", &rc) == 910LL * 1000000000 && rc == 0);
+	CHECK(until_of("0.5h", &rc) == -800LL * 1000000000 && rc == 0);
+	CHECK(until_of("1500ms", &rc) == 998500000000LL && rc == 0);
+	CHECK(until_of("-10s", &rc) == 1010LL * 1000000000 && rc == 0);
+	/* Unix times, RFC 3339 */
+	CHECK(until_of("1700000000", &rc) == 1700000000LL * 1000000000 && rc == 0);
+	CHECK(until_of("1700000000.25", &rc) == 1700000000250000000LL && rc == 0);
+	CHECK(until_of("2023-11-14T22:13:20Z", &rc) == 1700000000LL * 1000000000 && rc == 0);
+	CHECK(until_of("2023-11-14T23:13:20+01:00", &rc) == 1700000000LL * 1000000000 &&
+	      rc == 0);
+	/* a date without a zone: the host's local time */
+	struct tm tm = { .tm_year = 123, .tm_mon = 10, .tm_mday = 14, .tm_isdst = -1 };
+	CHECK(until_of("2023-11-14", &rc) == (int64_t)mktime(&tm) * 1000000000 && rc == 0);
+	/* refused */
+	for (const char *const *b = (const char *const[]){ "", "h", "10x", "1.2.3s",
+							   "2023-13-01", "2023-11-14T", "1e9",
+							   "99999999999999999999", "3000000h", "s10",
+							   "1700000000.", NULL }; *b; b++) {
+		until_of(*b, &rc);
+		CHECK_EQ_INT(rc, -EINVAL);
+	}
+	CHECK(until_of("10", &rc) == 10LL * 1000000000 && rc == 0);  /* a Unix time */
+	memset(&e, 0, sizeof(e));
+	CHECK_EQ_INT(dfilters_parse("{\"until\":[\"1h\",\"2h\"]}", allowed, &f, &e), 0);
+	CHECK_EQ_INT(dfilters_until(&f, 0, &at, &e), -EINVAL);
+	CHECK(strstr(e.msg, "more than one until"));
+	dfilters_free(&f);
+}
+
 int main(void)
 {
 	test_query();
 	test_filters();
+	test_until();
 	test_regex();
 	test_names();
 	test_ports();
