@@ -263,12 +263,71 @@ static void net_rta(struct nlmsghdr *h, size_t cap, int type, const void *p, siz
 	h->nlmsg_len = (uint32_t)(NLMSG_ALIGN(h->nlmsg_len) + RTA_SPACE(n));
 }
 
-static int net_ipv6(const char *ifname, const struct net_cfg *c, struct k8_err *err)
-{
+struct net_req {
 	union {
 		struct nlmsghdr h;
-		unsigned char b[256];
-	} req;
+		unsigned char b[512];
+	};
+};
+
+/* A new request: `type` with `flags`, its fixed header of `len` bytes zeroed; returns it. */
+static void *net_req_start(struct net_req *req, int type, int flags, int seq, size_t len)
+{
+	memset(req, 0, sizeof(*req));
+	req->h.nlmsg_len = (uint32_t)NLMSG_LENGTH(len);
+	req->h.nlmsg_type = (unsigned short)type;
+	req->h.nlmsg_flags = (unsigned short)flags;
+	req->h.nlmsg_seq = (uint32_t)seq;
+	return NLMSG_DATA(&req->h);
+}
+
+/* An address `a` (4 or 16 bytes by `family`)/`len` on link `idx`; `flags` IFA_F_*. */
+static int net_addr_add(int nl, int family, unsigned idx, const void *a, int len, int flags,
+			int seq)
+{
+	struct net_req req;
+	struct ifaddrmsg *ifa = net_req_start(&req, RTM_NEWADDR, NLM_F_CREATE | NLM_F_REPLACE,
+					      seq, sizeof(*ifa));
+	size_t n = family == AF_INET6 ? sizeof(struct in6_addr) : sizeof(struct in_addr);
+
+	ifa->ifa_family = (unsigned char)family;
+	ifa->ifa_prefixlen = (unsigned char)len;
+	ifa->ifa_flags = (unsigned char)flags;
+	ifa->ifa_scope = RT_SCOPE_UNIVERSE;
+	ifa->ifa_index = idx;
+	net_rta(&req.h, sizeof(req), IFA_LOCAL, a, n);
+	net_rta(&req.h, sizeof(req), IFA_ADDRESS, a, n);
+	return net_nl(nl, &req.h);
+}
+
+/* A route of the main table to `dst`/`len` (4 or 16 bytes by `family`; unused when len
+ * is 0): `type` RTN_UNICAST (via gw, or on the link when gw is NULL) or RTN_UNREACHABLE
+ * (no device). */
+static int net_route_add(int nl, int family, unsigned idx, const void *dst, int len,
+			 const void *gw, int type, int seq)
+{
+	struct net_req req;
+	struct rtmsg *rtm = net_req_start(&req, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, seq,
+					  sizeof(*rtm));
+	size_t n = family == AF_INET6 ? sizeof(struct in6_addr) : sizeof(struct in_addr);
+
+	rtm->rtm_family = (unsigned char)family;
+	rtm->rtm_dst_len = (unsigned char)len;
+	rtm->rtm_table = RT_TABLE_MAIN;
+	rtm->rtm_protocol = RTPROT_STATIC;
+	rtm->rtm_type = (unsigned char)type;
+	rtm->rtm_scope = type == RTN_UNICAST && !gw ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE;
+	if (len)
+		net_rta(&req.h, sizeof(req), RTA_DST, dst, n);
+	if (gw)
+		net_rta(&req.h, sizeof(req), RTA_GATEWAY, gw, n);
+	if (type == RTN_UNICAST)
+		net_rta(&req.h, sizeof(req), RTA_OIF, &idx, sizeof(idx));
+	return net_nl(nl, &req.h);
+}
+
+static int net_ipv6(const char *ifname, const struct net_cfg *c, struct k8_err *err)
+{
 	struct in6_addr addr, gw;
 	unsigned idx = if_nametoindex(ifname);
 	int nl, r;
@@ -282,41 +341,14 @@ static int net_ipv6(const char *ifname, const struct net_cfg *c, struct k8_err *
 
 	/* The address, without duplicate address detection (the link holds the host's
 	 * engine and us; DAD would leave the address unusable for a second or more). */
-	memset(&req, 0, sizeof(req));
-	req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifaddrmsg));
-	req.h.nlmsg_type = RTM_NEWADDR;
-	req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
-	req.h.nlmsg_seq = 1;
-	struct ifaddrmsg *ifa = NLMSG_DATA(&req.h);
-	ifa->ifa_family = AF_INET6;
-	ifa->ifa_prefixlen = (unsigned char)c->prefix6;
-	ifa->ifa_flags = IFA_F_NODAD;
-	ifa->ifa_scope = RT_SCOPE_UNIVERSE;
-	ifa->ifa_index = idx;
-	net_rta(&req.h, sizeof(req), IFA_LOCAL, &addr, sizeof(addr));
-	net_rta(&req.h, sizeof(req), IFA_ADDRESS, &addr, sizeof(addr));
-	if ((r = net_nl(nl, &req.h)) < 0) {
+	if ((r = net_addr_add(nl, AF_INET6, idx, &addr, c->prefix6, IFA_F_NODAD, 1)) < 0) {
 		close(nl);
 		return k8_err_set(err, r, "net: address %s/%d on %s: %s", c->ip6, c->prefix6, ifname,
 				  strerror(-r));
 	}
 	if (c->gateway6[0]) {
 		inet_pton(AF_INET6, c->gateway6, &gw);
-		memset(&req, 0, sizeof(req));
-		req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg));
-		req.h.nlmsg_type = RTM_NEWROUTE;
-		req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
-		req.h.nlmsg_seq = 2;
-		struct rtmsg *rtm = NLMSG_DATA(&req.h);
-		rtm->rtm_family = AF_INET6;
-		rtm->rtm_dst_len = 0;
-		rtm->rtm_table = RT_TABLE_MAIN;
-		rtm->rtm_protocol = RTPROT_STATIC;
-		rtm->rtm_scope = RT_SCOPE_UNIVERSE;
-		rtm->rtm_type = RTN_UNICAST;
-		net_rta(&req.h, sizeof(req), RTA_GATEWAY, &gw, sizeof(gw));
-		net_rta(&req.h, sizeof(req), RTA_OIF, &idx, sizeof(idx));
-		if ((r = net_nl(nl, &req.h)) < 0) {
+		if ((r = net_route_add(nl, AF_INET6, idx, NULL, 0, &gw, RTN_UNICAST, 2)) < 0) {
 			close(nl);
 			return k8_err_set(err, r, "net: IPv6 default route via %s: %s", c->gateway6,
 					  strerror(-r));
@@ -466,13 +498,6 @@ int net_ctr_netns(char *msg, size_t msglen)
  * Everything runs in the child, still root with every capability: a netlink socket
  * opened in the VM's namespace creates the link straight into the new one. */
 
-struct net_req {
-	union {
-		struct nlmsghdr h;
-		unsigned char b[512];
-	};
-};
-
 static struct rtattr *net_nest(struct nlmsghdr *h, size_t cap, int type)
 {
 	struct rtattr *rta = (struct rtattr *)((char *)h + NLMSG_ALIGN(h->nlmsg_len));
@@ -505,16 +530,13 @@ static void net_sysctl_path(const char *path, const char *val)
 static int net_ipvlan_new(int nl, unsigned master, int nsfd)
 {
 	struct net_req req;
+	struct ifinfomsg *ifi = net_req_start(&req, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, 1,
+					      sizeof(*ifi));
 	struct rtattr *info, *data;
 	uint32_t link = master, fd = (uint32_t)nsfd;
 	uint16_t mode = IPVLAN_MODE_L2, flags = IPVLAN_F_VEPA;
 
-	memset(&req, 0, sizeof(req));
-	req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifinfomsg));
-	req.h.nlmsg_type = RTM_NEWLINK;
-	req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_EXCL;
-	req.h.nlmsg_seq = 1;
-	((struct ifinfomsg *)NLMSG_DATA(&req.h))->ifi_family = AF_UNSPEC;
+	ifi->ifi_family = AF_UNSPEC;
 	net_rta(&req.h, sizeof(req), IFLA_LINK, &link, sizeof(link));
 	net_rta(&req.h, sizeof(req), IFLA_NET_NS_FD, &fd, sizeof(fd));
 	info = net_nest(&req.h, sizeof(req), IFLA_LINKINFO);
@@ -524,55 +546,6 @@ static int net_ipvlan_new(int nl, unsigned master, int nsfd)
 	net_rta(&req.h, sizeof(req), IFLA_IPVLAN_FLAGS, &flags, sizeof(flags));
 	net_nest_end(&req.h, data);
 	net_nest_end(&req.h, info);
-	return net_nl(nl, &req.h);
-}
-
-static int net_addr4_add(int nl, unsigned idx, const struct in_addr *a, int seq)
-{
-	struct net_req req;
-	struct ifaddrmsg *ifa;
-
-	memset(&req, 0, sizeof(req));
-	req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifaddrmsg));
-	req.h.nlmsg_type = RTM_NEWADDR;
-	req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
-	req.h.nlmsg_seq = (uint32_t)seq;
-	ifa = NLMSG_DATA(&req.h);
-	ifa->ifa_family = AF_INET;
-	ifa->ifa_prefixlen = 32;
-	ifa->ifa_scope = RT_SCOPE_UNIVERSE;
-	ifa->ifa_index = idx;
-	net_rta(&req.h, sizeof(req), IFA_LOCAL, a, sizeof(*a));
-	net_rta(&req.h, sizeof(req), IFA_ADDRESS, a, sizeof(*a));
-	return net_nl(nl, &req.h);
-}
-
-/* A route of the main table: `type` RTN_UNICAST (via gw, or on the link when gw is
- * NULL) or RTN_UNREACHABLE (no device). */
-static int net_route4_add(int nl, unsigned idx, const struct in_addr *dst, int len,
-			  const struct in_addr *gw, int type, int seq)
-{
-	struct net_req req;
-	struct rtmsg *rtm;
-
-	memset(&req, 0, sizeof(req));
-	req.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg));
-	req.h.nlmsg_type = RTM_NEWROUTE;
-	req.h.nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
-	req.h.nlmsg_seq = (uint32_t)seq;
-	rtm = NLMSG_DATA(&req.h);
-	rtm->rtm_family = AF_INET;
-	rtm->rtm_dst_len = (unsigned char)len;
-	rtm->rtm_table = RT_TABLE_MAIN;
-	rtm->rtm_protocol = RTPROT_STATIC;
-	rtm->rtm_type = (unsigned char)type;
-	rtm->rtm_scope = type == RTN_UNICAST && !gw ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE;
-	if (len)
-		net_rta(&req.h, sizeof(req), RTA_DST, dst, sizeof(*dst));
-	if (gw)
-		net_rta(&req.h, sizeof(req), RTA_GATEWAY, gw, sizeof(*gw));
-	if (type == RTN_UNICAST)
-		net_rta(&req.h, sizeof(req), RTA_OIF, &idx, sizeof(idx));
 	return net_nl(nl, &req.h);
 }
 
@@ -601,7 +574,7 @@ static int net_ctr_ipvlan_conf(const struct agent *a, const char *ip, char *msg,
 		return r;
 	}
 	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/arp_notify", "1");
-	if ((r = net_addr4_add(nl, idx, &addr, seq++)) < 0)
+	if ((r = net_addr_add(nl, AF_INET, idx, &addr, 32, 0, seq++)) < 0)
 		goto out;
 	what = "bringing up lo";
 	sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -615,22 +588,23 @@ static int net_ctr_ipvlan_conf(const struct agent *a, const char *ip, char *msg,
 	if ((r = net_if_up(sk, "eth0")) < 0)
 		goto out;
 	what = "a route to the gateway";
-	if ((r = net_route4_add(nl, idx, &gw, 32, NULL, RTN_UNICAST, seq++)) < 0)
+	if ((r = net_route_add(nl, AF_INET, idx, &gw, 32, NULL, RTN_UNICAST, seq++)) < 0)
 		goto out;
 	what = "a route to a resolver";
 	for (int i = 0; i < a->net.ndns; i++)
 		if (inet_pton(AF_INET, a->net.dns[i], &host) == 1 &&
-		    (r = net_route4_add(nl, idx, &host, 32, NULL, RTN_UNICAST, seq++)) < 0)
+		    (r = net_route_add(nl, AF_INET, idx, &host, 32, NULL, RTN_UNICAST, seq++)) < 0)
 			goto out;
 	what = "a route to the broker";
 	if (inet_pton(AF_INET, GUEST_BROKER4, &host) == 1 &&
-	    (r = net_route4_add(nl, idx, &host, 32, NULL, RTN_UNICAST, seq++)) < 0)
+	    (r = net_route_add(nl, AF_INET, idx, &host, 32, NULL, RTN_UNICAST, seq++)) < 0)
 		goto out;
 	what = "the unreachable route";
-	if ((r = net_route4_add(nl, idx, &net, a->net.prefix, NULL, RTN_UNREACHABLE, seq++)) < 0)
+	if ((r = net_route_add(nl, AF_INET, idx, &net, a->net.prefix, NULL, RTN_UNREACHABLE,
+				 seq++)) < 0)
 		goto out;
 	what = "the default route";
-	r = net_route4_add(nl, idx, &net /* unused: length 0 */, 0, &gw, RTN_UNICAST, seq++);
+	r = net_route_add(nl, AF_INET, idx, NULL, 0, &gw, RTN_UNICAST, seq++);
 out:
 	if (sk >= 0)
 		close(sk);
