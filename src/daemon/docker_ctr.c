@@ -1583,22 +1583,40 @@ static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, stru
 	return r;
 }
 
+/* A stopped container's files are read through its image (the lower layer of the
+ * overlay the agent mounts for the copy): an image the engine has given up since is
+ * attached and mounted again, as for a run. The slot is not held during the copy (a
+ * slow client would hold evictions back): it is the most recently used one by then. */
+static int dkc_image_again(struct daemon *d, struct dkc *c, struct sandbox *sb,
+			   struct k8_err *err)
+{
+	struct vm_image img;
+	int r = dkc_image(d, sb, c, &img, err);
+
+	if (!r)
+		pthread_rwlock_unlock(&dkc_slots);      /* dkc_image's */
+	return r;
+}
+
 /* The container's sandbox, running, with a user reference, and its id in the agent; NULL
- * with call->err filled. A container never started is prepared first (dkc_prepare). */
+ * with call->err filled. A container never started is prepared first (dkc_prepare); a
+ * stopped one gets its image back if the engine gave it up (dkc_image_again). */
 static struct sandbox *dkc_archive_target(struct api_call *call, char agent_id[13])
 {
 	struct sandbox *sb = NULL;
 	struct dkc *c;
-	bool fresh;
+	bool fresh, stopped;
 
 	if (dkc_find_call(call, &c))
 		return NULL;
 	pthread_mutex_lock(&dk.lock);
 	snprintf(agent_id, 13, "%s", c->agent_id);
 	fresh = !c->starts && !c->pumping;
+	stopped = c->state != DKC_RUNNING && !c->pumping;
 	pthread_mutex_unlock(&dk.lock);
 	sb = fresh ? dke_get(call->d, c->sandbox, &call->err) : sb_get(call->d, c->sandbox, &call->err);
 	if (sb && ((!fresh && sb_ensure_running(call->d, sb, &call->err)) ||
+		   (!fresh && stopped && dkc_image_again(call->d, c, sb, &call->err)) ||
 		   (fresh && dkc_prepare(call->d, c, sb, &call->err)))) {
 		sb_put(call->d, sb);
 		sb = NULL;

@@ -127,6 +127,8 @@ def test_five_images_in_the_engine(h):
     container, the refusal names the images."""
     names = ["five%d" % i for i in range(1, 6)]
     build_images(h, names)
+    # a stopped container whose image the engine gives up below: its files still copy out
+    ok(docker(h, "run", "--name", "kept-five1", names[0], "sh", "-c", "echo kept >/kept.txt"))
     took = []
     for n in names + [names[0]]:
         t0 = time.time()
@@ -151,8 +153,16 @@ def test_five_images_in_the_engine(h):
         # the running ones still read their own image
         for n in names[1:4]:
             assert ok(docker(h, "exec", "hold-" + n, "cat", "/n.txt")) == n + "\n"
+        # five1's slot went to five5: copying from its stopped container brings it back
+        d = tempfile.mkdtemp(prefix="k8dgk-")
+        try:
+            ok(docker(h, "cp", "kept-five1:/kept.txt", d))
+            with open(os.path.join(d, "kept.txt")) as f:
+                assert f.read() == "kept\n"
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
     finally:
-        docker(h, "rm", "-f", *["hold-" + n for n in names])
+        docker(h, "rm", "-f", "kept-five1", *["hold-" + n for n in names])
 
 
 def test_prune(h):
