@@ -382,13 +382,15 @@ static struct timespec deadline_ts(int timeout_ms)
 	return ts;
 }
 
-/* Wait for the agent's HELLO; `greet`: greet it after every second of silence. */
-static int hello_wait(struct agentlink *l, int timeout_ms, bool greet, struct k8_err *err)
+int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err)
 {
 	static const char host_hello[] = "{\"proto\":1}";
 	uint64_t deadline = now_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
 	int r = 0;
 
+	/* The agent says HELLO when it sees the port open. A reconnect faster than its
+	 * loop turns is invisible to it, so after a second of silence we greet it
+	 * (docs/protocol.md, "host HELLO"), and again every second. */
 	pthread_mutex_lock(&l->lock);
 	while (!l->hello && !l->broken) {
 		struct timespec ts = deadline_ts(1000);
@@ -399,8 +401,6 @@ static int hello_wait(struct agentlink *l, int timeout_ms, bool greet, struct k8
 				       "the guest agent did not say hello within %d s", timeout_ms / 1000);
 			break;
 		}
-		if (!greet)
-			continue;
 		pthread_mutex_unlock(&l->lock);
 		link_send(l, PROTO_HELLO, 0, 0, host_hello, sizeof(host_hello) - 1);
 		pthread_mutex_lock(&l->lock);
@@ -409,14 +409,6 @@ static int hello_wait(struct agentlink *l, int timeout_ms, bool greet, struct k8
 		r = k8_err_set(err, -ECONNRESET, "%s", l->broken_why);
 	pthread_mutex_unlock(&l->lock);
 	return r;
-}
-
-int link_wait_hello(struct agentlink *l, int timeout_ms, struct k8_err *err)
-{
-	/* The agent says HELLO when it sees the port open. A reconnect faster than its
-	 * loop turns is invisible to it, so after a second of silence we greet it
-	 * (docs/protocol.md, "host HELLO"), and again every second. */
-	return hello_wait(l, timeout_ms, true, err);
 }
 
 static struct stream *stream_open(struct agentlink *l, uint32_t id);
@@ -434,169 +426,74 @@ static void range_text(char *out, size_t n, unsigned lo, unsigned hi)
 		snprintf(out, n, "%u..%u", lo, hi);
 }
 
-/* link_negotiate_then's second half: the answers to the choice of v (pv, sent unless r;
- * none for version 1) and to `then` (pt, sent unless rt; has_then false: none), then v
- * recorded as the session's. */
-static int choice_collect(struct agentlink *l, int v, unsigned lo, unsigned hi,
-			  struct pending *pv, int r, struct pending *pt, int rt, bool has_then,
-			  struct k8_err *terr, int then_timeout_ms, json_t **then_resp,
-			  struct k8_err *err)
+int link_negotiate_then(struct agentlink *l, json_t *then, int then_timeout_ms,
+			json_t **then_resp, struct k8_err *err)
 {
 	struct timespec ts = deadline_ts(PROTO_REQ_TIMEOUT_MS);
 	struct timespec tt = deadline_ts(then_timeout_ms);
-	json_t *resp = NULL;
+	struct pending pv = { 0 }, pt = { 0 };
+	unsigned lo = 0, hi = 0;
+	json_t *hello, *resp = NULL;
 	char theirs[32];
+	int v, r, rt = 0;
 
+	pthread_mutex_lock(&l->lock);
+	hello = json_incref(l->hello_info);
+	pthread_mutex_unlock(&l->lock);
+	r = proto_hello_range(hello, &lo, &hi);
+	json_decref(hello);
+	if (r) {
+		json_decref(then);
+		return k8_err_set(err, -EPROTONOSUPPORT,
+				  "the guest agent's HELLO names no valid protocol version; this "
+				  "kosa8d speaks protocol %u..%u", K8D_PROTO_MIN, K8D_PROTO_MAX);
+	}
 	range_text(theirs, sizeof(theirs), lo, hi);
+	v = proto_pick(K8D_PROTO_MIN, K8D_PROTO_MAX, lo, hi);
+	if (v < 0) {
+		json_decref(then);
+		return k8_err_set(err, -EPROTONOSUPPORT,
+				  "the guest agent speaks protocol %s; this kosa8d speaks %u..%u",
+				  theirs, K8D_PROTO_MIN, K8D_PROTO_MAX);
+	}
 	if (v >= 2) {
-		r = link_req_wait(l, pv, r, &ts, PROTO_REQ_TIMEOUT_MS, &resp, err);
+		/* Version 1 has no such request: its agent knows it by default. `then` goes
+		 * right behind it: the agent handles frames in order, so it has its version
+		 * before it reads `then`, and both are answered in one turn of the guest. */
+		struct k8_err terr = { 0 };
+		r = link_req_send(l, &pv, json_pack("{s:s,s:i}", "op", "proto", "version", v),
+				  NULL, err);
+		if (!r && then)
+			rt = link_req_send(l, &pt, then, NULL, &terr);
+		else
+			json_decref(then);
+		r = link_req_wait(l, &pv, r, &ts, PROTO_REQ_TIMEOUT_MS, &resp, err);
 		if (!r && json_integer_value(json_object_get(resp, "proto")) != v)
 			r = k8_err_set(err, -EPROTONOSUPPORT, "it answered another version");
 		json_decref(resp);
-	}
-	if (has_then)   /* its answer, or only off the list when the choice failed */
-		rt = link_req_wait(l, pt, r ? -ECANCELED : rt, &tt, then_timeout_ms, then_resp,
-				   terr);
-	if (r == -ETIMEDOUT || r == -ECONNRESET || r == -ENOTCONN)
-		return r;
-	if (r) {
-		k8_err_wrap(err, "the guest agent (protocol %s) refused protocol %d", theirs, v);
-		err->code = -EPROTONOSUPPORT;
-		return -EPROTONOSUPPORT;
+		if (then) {      /* its answer, or only off the list when the choice failed */
+			rt = link_req_wait(l, &pt, r ? -ECANCELED : rt, &tt, then_timeout_ms,
+					   then_resp, &terr);
+			then = NULL;
+		}
+		if (r == -ETIMEDOUT || r == -ECONNRESET || r == -ENOTCONN)
+			return r;
+		if (r) {
+			k8_err_wrap(err, "the guest agent (protocol %s) refused protocol %d", theirs, v);
+			err->code = -EPROTONOSUPPORT;
+			return -EPROTONOSUPPORT;
+		}
+		if (rt)
+			*err = terr;
 	}
 	pthread_mutex_lock(&l->lock);
 	l->proto = (unsigned)v;
 	l->proto_min = lo;
 	l->proto_max = hi;
 	pthread_mutex_unlock(&l->lock);
-	if (rt)
-		*err = *terr;
+	if (then)
+		rt = link_request(l, then, then_timeout_ms, then_resp, NULL, err);
 	return rt;
-}
-
-/* The range the agent's HELLO names and the version we pick in it; -EPROTONOSUPPORT
- * with why when there is none. */
-static int hello_pick(struct agentlink *l, unsigned *lo, unsigned *hi, struct k8_err *err)
-{
-	json_t *hello;
-	char theirs[32];
-	int v, r;
-
-	pthread_mutex_lock(&l->lock);
-	hello = json_incref(l->hello_info);
-	pthread_mutex_unlock(&l->lock);
-	r = proto_hello_range(hello, lo, hi);
-	json_decref(hello);
-	if (r)
-		return k8_err_set(err, -EPROTONOSUPPORT,
-				  "the guest agent's HELLO names no valid protocol version; this "
-				  "kosa8d speaks protocol %u..%u", K8D_PROTO_MIN, K8D_PROTO_MAX);
-	range_text(theirs, sizeof(theirs), *lo, *hi);
-	v = proto_pick(K8D_PROTO_MIN, K8D_PROTO_MAX, *lo, *hi);
-	if (v < 0)
-		return k8_err_set(err, -EPROTONOSUPPORT,
-				  "the guest agent speaks protocol %s; this kosa8d speaks %u..%u",
-				  theirs, K8D_PROTO_MIN, K8D_PROTO_MAX);
-	return v;
-}
-
-int link_negotiate_then(struct agentlink *l, json_t *then, int then_timeout_ms,
-			json_t **then_resp, struct k8_err *err)
-{
-	struct pending pv = { 0 }, pt = { 0 };
-	struct k8_err terr = { 0 };
-	unsigned lo = 0, hi = 0;
-	bool has_then = then != NULL;
-	int v, r, rt = 0;
-
-	if ((v = hello_pick(l, &lo, &hi, err)) < 0) {
-		json_decref(then);
-		return v;
-	}
-	if (v < 2) {
-		/* Version 1 has no such request: its agent knows it by default. */
-		choice_collect(l, v, lo, hi, NULL, 0, NULL, 0, false, &terr, 0, NULL, err);
-		return then ? link_request(l, then, then_timeout_ms, then_resp, NULL, err) : 0;
-	}
-	/* `then` goes right behind the choice: the agent handles frames in order, so it has
-	 * its version before it reads `then`, and both are answered in one turn of the
-	 * guest. */
-	r = link_req_send(l, &pv, json_pack("{s:s,s:i}", "op", "proto", "version", v), NULL,
-			  err);
-	if (!r && then)
-		rt = link_req_send(l, &pt, then, NULL, &terr);
-	else
-		json_decref(then);
-	return choice_collect(l, v, lo, hi, &pv, r, &pt, rt, has_then, &terr, then_timeout_ms,
-			      then_resp, err);
-}
-
-int link_early_send(struct agentlink *l, unsigned v, json_t *then, struct link_early *e,
-		    struct k8_err *err)
-{
-	static const char hello[] = "{\"proto\":1}";
-	int r;
-
-	memset(e, 0, sizeof(*e));
-	e->v = v;
-	e->pv = xcalloc(1, sizeof(*e->pv));
-	e->pt = xcalloc(1, sizeof(*e->pt));
-	e->rv = e->rt = -ECANCELED;
-	if ((r = link_send(l, PROTO_HELLO, 0, 0, hello, sizeof(hello) - 1))) {
-		json_decref(then);
-		return k8_err_set(err, r, "cannot send to the guest agent: %s", strerror(-r));
-	}
-	/* Version 1 has no choice to send (e->rv 0: nothing failed). */
-	e->rv = v < 2 ? 0 : link_req_send(l, e->pv, json_pack("{s:s,s:i}", "op", "proto",
-							       "version", (int)v), NULL, err);
-	if (e->rv) {
-		json_decref(then);
-		return e->rv;
-	}
-	e->has_then = then != NULL;
-	e->rt = then ? link_req_send(l, e->pt, then, NULL, &e->terr) : 0;
-	return e->rt ? (*err = e->terr, e->rt) : 0;
-}
-
-void link_early_drop(struct agentlink *l, struct link_early *e)
-{
-	struct timespec now = deadline_ts(0);
-
-	if (e->pv)
-		link_req_wait(l, e->pv, -ECANCELED, &now, 0, NULL, &e->terr);
-	if (e->pt)
-		link_req_wait(l, e->pt, -ECANCELED, &now, 0, NULL, &e->terr);
-	free(e->pv);
-	free(e->pt);
-	e->pv = e->pt = NULL;
-}
-
-int link_early_finish(struct agentlink *l, struct link_early *e, int hello_timeout_ms,
-		      int then_timeout_ms, json_t **then_resp, struct k8_err *err)
-{
-	unsigned lo = 0, hi = 0;
-	int v, r;
-
-	/* No second greeting: the agent has ours, and another, read after the choice,
-	 * would start a session without it. */
-	if ((r = hello_wait(l, hello_timeout_ms, false, err))) {
-		link_early_drop(l, e);
-		return r;
-	}
-	v = hello_pick(l, &lo, &hi, err);
-	if (v < 0 || (unsigned)v != e->v) {
-		link_early_drop(l, e);
-		if (v < 0)
-			return v;
-		return k8_err_set(err, -ESTALE, "the guest agent speaks protocol %u..%u, not "
-				  "%u as its checkpoint said", lo, hi, e->v);
-	}
-	r = choice_collect(l, v, lo, hi, e->pv, e->rv, e->pt, e->rt, e->has_then, &e->terr,
-			   then_timeout_ms, then_resp, err);
-	free(e->pv);
-	free(e->pt);
-	e->pv = e->pt = NULL;
-	return r;
 }
 
 int link_negotiate(struct agentlink *l, struct k8_err *err)

@@ -72,27 +72,6 @@ int link_negotiate(struct agentlink *l, struct k8_err *err);
  * and, when the choice fails, `then` was not run or its answer is not looked at. */
 int link_negotiate_then(struct agentlink *l, json_t *then, int then_timeout_ms,
 			json_t **then_resp, struct k8_err *err);
-/* A restored agent whose version v is known ahead (its checkpoint's meta.json), before
- * its vCPUs run: the host HELLO, the choice of v (from 2) and `then` (taken) go out back
- * to back without waiting for the agent's HELLO, so the guest reads all of them in its
- * first turn. Only when the guest cannot see its port close and open (the caller checked
- * that QEMU had accepted the connection before `cont`): an agent that sees that drops
- * what it had read. link_early_finish waits for the agent's HELLO (without greeting it
- * again), checks it against v and collects the answers as link_negotiate_then does; a HELLO whose range
- * does not give v voids them and returns -ESTALE, and the caller goes the usual way
- * (link_negotiate_then). link_early_drop forgets the requests (a failure between). */
-struct link_early {
-	unsigned v;
-	struct pending *pv, *pt;        /* the choice's and `then`'s, while outstanding */
-	int rv, rt;                     /* their sends' results */
-	bool has_then;
-	struct k8_err terr;
-};
-int link_early_send(struct agentlink *l, unsigned v, json_t *then, struct link_early *e,
-		    struct k8_err *err);
-int link_early_finish(struct agentlink *l, struct link_early *e, int hello_timeout_ms,
-		      int then_timeout_ms, json_t **then_resp, struct k8_err *err);
-void link_early_drop(struct agentlink *l, struct link_early *e);
 /* The versions this kosa8d speaks. */
 void link_proto_range(unsigned *min, unsigned *max);
 /* Send a REQ and wait for its RESP. The request is taken (decref'ed here, whatever the

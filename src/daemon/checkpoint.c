@@ -60,16 +60,14 @@ static const char *top_of(struct sandbox *sb)
 /* Can this kosa8d speak to the agent a checkpoint holds in its memory? meta.json names
  * the range that agent spoke ("agent_proto_min".."agent_proto_max"); a checkpoint
  * without them was taken before the handshake existed, by an agent of version 1.
- * -EPROTONOSUPPORT with what to do when not (checked before anything is touched).
- * *pick (may be NULL) gets the version this kosa8d will speak to it. */
+ * -EPROTONOSUPPORT with what to do when not (checked before anything is touched). */
 static int meta_agent_check(const json_t *meta, const struct sandbox *sb, const char *label,
-			    unsigned *pick, struct k8_err *err)
+			    struct k8_err *err)
 {
 	json_t *a = json_object_get(meta, "agent_proto_min");
 	json_t *b = json_object_get(meta, "agent_proto_max");
 	unsigned lo = 1, hi = 1, our_lo, our_hi;
 	char theirs[32];
-	int v;
 
 	if (a || b) {
 		json_int_t x = json_integer_value(a), y = json_integer_value(b);
@@ -81,11 +79,8 @@ static int meta_agent_check(const json_t *meta, const struct sandbox *sb, const 
 		hi = (unsigned)y;
 	}
 	link_proto_range(&our_lo, &our_hi);
-	if ((v = proto_pick(our_lo, our_hi, lo, hi)) > 0) {
-		if (pick)
-			*pick = (unsigned)v;
+	if (proto_pick(our_lo, our_hi, lo, hi) > 0)
 		return 0;
-	}
 	if (lo == hi)
 		snprintf(theirs, sizeof(theirs), "%u", lo);
 	else
@@ -103,14 +98,14 @@ static int meta_agent_check(const json_t *meta, const struct sandbox *sb, const 
 /* meta_agent_check, and a "machine" this kosa8 can start (absent: an older checkpoint,
  * restored on the machine every VM had then). Checked before anything is touched. */
 static int meta_usable(const json_t *meta, const struct sandbox *sb, const char *label,
-		       unsigned *pick, struct k8_err *err)
+		       struct k8_err *err)
 {
 	struct vm_machine m;
 
 	if (vm_machine_from_json(json_object_get(meta, "machine"), &m))
 		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json "
 				  "(\"machine\"); the sandbox is unchanged", label);
-	return meta_agent_check(meta, sb, label, pick, err);
+	return meta_agent_check(meta, sb, label, err);
 }
 
 static void new_layer_name(char *out, size_t n)
@@ -703,7 +698,6 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	json_auto_t *meta = NULL;
 	const char *frozen;
 	int r;
-	unsigned pick = 0;
 	bool spare = false;
 	uint64_t t0 = now_mono_ns(), tl, t1, t2, t3;
 
@@ -714,17 +708,13 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	frozen = json_string_value(json_object_get(meta, "layer"));
 	if (!frozen || strchr(frozen, '/'))
 		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
-	if ((r = meta_usable(meta, sb, label, &pick, err))) {
+	if ((r = meta_usable(meta, sb, label, err))) {
 		daemon_audit(d, "checkpoint.rewind.refused", sb->name,
 			     json_pack("{s:s,s:s}", "label", label, "error", err->msg));
 		return r;
 	}
 
 	sb_busy_enter(sb);
-	/* The agent's version is known: greeted with the choice and the init at once. */
-	pthread_mutex_lock(&sb->lock);
-	sb->restore_proto = pick;
-	pthread_mutex_unlock(&sb->lock);
 	/* Through the spare when one of this label is ready (spare.c); else cold. */
 	r = spare_take(d, sb, label, layer, sizeof(layer), err);
 	tl = now_mono_ns();
@@ -736,9 +726,6 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		r = rewind_cold(d, sb, label, frozen, meta, layer, sizeof(layer), err);
 		tl = now_mono_ns();     /* rewind_cold wrote layers.json before QEMU */
 	}
-	pthread_mutex_lock(&sb->lock);
-	sb->restore_proto = 0;          /* sb_connect_vm took it, unless it was not reached */
-	pthread_mutex_unlock(&sb->lock);
 	if (r == -EPROTONOSUPPORT)   /* the agent in memory is not the one meta.json named */
 		k8_err_wrap(err, "checkpoint '%s' holds an agent this kosa8 cannot talk to; the "
 			    "sandbox is stopped and boots its disk as it was before the rewind "
@@ -991,7 +978,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 		r = k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
 		goto fail;
 	}
-	if ((r = meta_usable(meta, src, label, NULL, err)))
+	if ((r = meta_usable(meta, src, label, err)))
 		goto fail;
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: src->cpus;
 	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: src->memory_mib;

@@ -107,10 +107,6 @@ struct sandbox {
 	 * is "latest"), and the spare itself */
 	char rewind_spare[64];
 	struct spare *spare;
-	/* the protocol version the agent about to be restored speaks, known ahead from the
-	 * checkpoint's meta.json: sb_connect_vm greets it with the choice and the init in one
-	 * go (and clears it); 0 unknown */
-	unsigned restore_proto;
 	/* `sandbox ls`'s last entry for it, guarded by the daemon's table lock: what ls shows
 	 * of a sandbox whose lock stays held past its wait (sb_list_json) */
 	json_t *listing;

@@ -275,59 +275,6 @@ static int sb_link_restored(struct sandbox *sb, const char *agent_path, struct k
 	return r;
 }
 
-/* Has QEMU accepted our connection to the agent's port? query-chardev's "filename" of
- * the port's chardev loses its "disconnected:" prefix then. Asked a few times over a
- * few milliseconds: QEMU accepts in its main loop, soon after our connect(). */
-static bool sb_agent_accepted(struct sandbox *sb)
-{
-	for (int i = 0; i < 10; i++) {
-		struct k8_err e = { 0 };
-		json_t *ret = NULL, *c;
-		size_t k;
-		bool yes = false;
-
-		if (qmp_exec(&sb->qmp, "query-chardev", NULL, &ret, 2000, &e))
-			return false;
-		json_array_foreach(ret, k, c) {
-			const char *label = json_string_value(json_object_get(c, "label"));
-			const char *fn = json_string_value(json_object_get(c, "filename"));
-			if (label && fn && !strcmp(label, "agent"))
-				yes = strncmp(fn, "disconnected:", 13) != 0;
-		}
-		json_decref(ret);
-		if (yes)
-			return true;
-		usleep(1000);
-	}
-	return false;
-}
-
-/* sb_link_restored, or, when the agent's version is known ahead (early_v) and QEMU has
- * accepted the connection while the vCPUs are stopped (so the guest cannot see its port
- * close and open, and its agent drops nothing it reads), the HELLO with the version's
- * choice and the init behind it (link_early_send): *sent says which. */
-static int sb_link_restored_early(struct sandbox *sb, const char *agent_path,
-				  unsigned early_v, struct link_early *e, bool *sent,
-				  struct k8_err *err)
-{
-	json_t *init;
-	int r;
-
-	if (!early_v)
-		return sb_link_restored(sb, agent_path, err);
-	if ((r = link_connect(&sb->link, agent_path, sb_on_event, sb, err)))
-		return r;
-	if (!sb_agent_accepted(sb)) {
-		static const char hello[] = "{\"proto\":1}";
-		link_send(&sb->link, PROTO_HELLO, 0, 0, hello, sizeof(hello) - 1);
-		return 0;
-	}
-	if (!(init = sb_init_req(sb, true)))
-		return k8_err_set(err, -EIO, "getrandom failed");
-	*sent = true;
-	return link_early_send(&sb->link, early_v, init, e, err);
-}
-
 /* Milliseconds of a span of now_mono_ns(), for the phase log lines. */
 #define SB_MS(ns) ((unsigned long long)((ns) / 1000000))
 
@@ -343,16 +290,12 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 	char qmp_path[4200], agent_path[4200], tail[1024] = "";
 	json_t *init;
 	uint64_t t[7], tc;
-	bool linked = false, early_sent = false, early_used = false;
-	struct link_early early = { 0 };
-	unsigned early_v;
+	bool linked = false;
 	int r;
 
 	t[0] = now_mono_ns();
 	sb_paths(d, sb, qmp_path, agent_path, sizeof(qmp_path));
 	pthread_mutex_lock(&sb->lock);
-	early_v = restored ? sb->restore_proto : 0;
-	sb->restore_proto = 0;
 	sb->pid = pid;
 	sb->child = true;
 	sb->pid_start = vm_proc_start(pid);
@@ -400,8 +343,7 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 				 * guest then never sees it close and open again (QEMU compares the
 				 * saved connection state with the current one when it starts), and
 				 * our HELLO is the first thing its agent reads. */
-				if ((r = sb_link_restored_early(sb, agent_path, early_v, &early,
-								&early_sent, err)))
+				if ((r = sb_link_restored(sb, agent_path, err)))
 					goto fail;
 				linked = true;
 				if ((r = qmp_exec(&sb->qmp, "cont", NULL, NULL, 10000, err)))
@@ -430,34 +372,17 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
 		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
 	tc = now_mono_ns();
-	if (early_sent) {
-		/* The choice and the init went with our HELLO: one turn of the guest. */
-		early_sent = false;
-		early_used = true;
-		r = link_early_finish(&sb->link, &early, BOOT_TIMEOUT_MS, REQ_TIMEOUT_MS, NULL,
-				      err);
-		t[4] = now_mono_ns();
-		if (r == -ESTALE) {
-			daemon_log("sandbox %s: %s; choosing again", sb->name, err->msg);
-			k8_err_clear(err);
-		}
-	} else {
-		r = link_wait_hello(&sb->link, BOOT_TIMEOUT_MS, err);
-		t[4] = now_mono_ns();
-		if (r)
-			goto fail;
-		r = -ESTALE;
+	r = link_wait_hello(&sb->link, BOOT_TIMEOUT_MS, err);
+	t[4] = now_mono_ns();
+	if (r)
+		goto fail;
+	/* The version's choice and the init in one round trip: the agent reads them in
+	 * order (once it has said HELLO it reads what follows), answers both in one turn. */
+	if (!(init = sb_init_req(sb, restored))) {
+		r = k8_err_set(err, -EIO, "getrandom failed");
+		goto fail;
 	}
-	if (r == -ESTALE) {
-		/* The version's choice and the init in one round trip: the agent reads them
-		 * in order (once it has said HELLO it reads what follows), answers both in
-		 * one turn. */
-		if (!(init = sb_init_req(sb, restored))) {
-			r = k8_err_set(err, -EIO, "getrandom failed");
-			goto fail;
-		}
-		r = link_negotiate_then(&sb->link, init, REQ_TIMEOUT_MS, NULL, err);
-	}
+	r = link_negotiate_then(&sb->link, init, REQ_TIMEOUT_MS, NULL, err);
 	t[5] = now_mono_ns();
 	if (r == -EPROTONOSUPPORT && !sb->link.proto && !restored)
 		sb_err_append(err, ". The guest image does not match this kosa8d: rebuild it "
@@ -474,15 +399,12 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 	t[6] = now_mono_ns();
 	if (restored)
 		daemon_log("sandbox %s: restored VM connected in %llu ms: monitor %llu, files "
-			   "%llu, running %llu, %s %llu, cgroup meanwhile %llu, version and "
+			   "%llu, running %llu, HELLO %llu, cgroup meanwhile %llu, version and "
 			   "init %llu", sb->name, SB_MS(t[6] - t[0]), SB_MS(t[1] - t[0]),
-			   SB_MS(t[2] - t[1]), SB_MS(t[3] - t[2]),
-			   early_used ? "HELLO with version and init sent ahead" : "HELLO",
-			   SB_MS(t[4] - t[3]), SB_MS(tc - t[3]), SB_MS(t[5] - t[4]));
+			   SB_MS(t[2] - t[1]), SB_MS(t[3] - t[2]), SB_MS(t[4] - t[3]),
+			   SB_MS(tc - t[3]), SB_MS(t[5] - t[4]));
 	return 0;
 fail:
-	if (early_sent)
-		link_early_drop(&sb->link, &early);
 	if (r != -EPROTONOSUPPORT)
 		console_tail(sb, tail, sizeof(tail));
 	if (tail[0])

@@ -90,9 +90,6 @@ struct fake {
 	bool more_before_answer; /* the host sent its next request before our answer */
 	bool fail_init;          /* answer "init" with an error */
 	int inits;
-	bool hello_late;         /* say HELLO only once the host has sent something */
-	bool input_first;        /* ... and it had */
-	int host_hellos;
 };
 
 static void *fake_agent(void *arg)
@@ -105,10 +102,6 @@ static void *fake_agent(void *arg)
 
 	if (fd < 0)
 		return NULL;
-	if (f->hello_late) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		f->input_first = poll(&pfd, 1, 2000) == 1;
-	}
 	proto_write(fd, PROTO_HELLO, 0, 0, f->hello, strlen(f->hello));
 	for (;;) {
 		json_t *req, *ans;
@@ -120,8 +113,6 @@ static void *fake_agent(void *arg)
 		proto_hdr_decode(hdr, &h);
 		if (h.len > PROTO_MAX_PAYLOAD || (h.len && read_full(fd, buf, h.len)))
 			break;
-		if (h.type == PROTO_HELLO)
-			f->host_hellos++;
 		if (h.type != PROTO_REQ)
 			continue;
 		req = json_loadb((const char *)buf, h.len, 0, NULL);
@@ -281,92 +272,6 @@ static void test_negotiate_then(void)
 	CHECK_EQ_INT(f.inits, 0);
 }
 
-/* link_early_send/finish against a fake agent that says HELLO only after the host's
- * frames came: the HELLO, the choice of `v` and the init went without waiting for it.
- * When the agent's HELLO does not give v, the usual negotiation follows, as sb_connect_vm
- * does. */
-static int early(const char *hello, enum answer answer, unsigned v, struct fake *f,
-		 unsigned *l_proto, char *msg, size_t msglen)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct agentlink l;
-	struct link_early e;
-	struct k8_err err = { 0 };
-	pthread_t t;
-	int r;
-
-	memset(f, 0, sizeof(*f));
-	f->hello = hello;
-	f->answer = answer;
-	f->hello_late = true;
-	snprintf(f->path, sizeof(f->path), "/tmp/k8-proto-%d.sock", (int)getpid());
-	unlink(f->path);
-	strcpy(sa.sun_path, f->path);
-	f->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
-	if (bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(f->lfd, 1))
-		return -EIO;
-	pthread_create(&t, NULL, fake_agent, f);
-	memset(&l, 0, sizeof(l));
-	r = link_connect(&l, f->path, NULL, NULL, &err);
-	if (!r) {
-		r = link_early_send(&l, v, json_pack("{s:s}", "op", "init"), &e, &err);
-		if (r)
-			link_early_drop(&l, &e);
-		else
-			r = link_early_finish(&l, &e, 5000, 5000, NULL, &err);
-	}
-	if (r == -ESTALE) {
-		k8_err_clear(&err);
-		r = link_negotiate_then(&l, json_pack("{s:s}", "op", "init"), 5000, NULL, &err);
-	}
-	*l_proto = l.proto;
-	snprintf(msg, msglen, "%s", err.msg);
-	link_close(&l);
-	pthread_join(t, NULL);
-	close(f->lfd);
-	unlink(f->path);
-	return r;
-}
-
-static void test_early(void)
-{
-	struct fake f;
-	unsigned v;
-	char msg[1024];
-
-	/* 1..2 as the checkpoint said: one HELLO, the choice, the init, before its HELLO. */
-	CHECK_EQ_INT(early("{\"proto\":1,\"proto_min\":1,\"proto_max\":2}", A_ACCEPT, 2, &f,
-			   &v, msg, sizeof(msg)), 0);
-	CHECK_EQ_INT(v, 2);
-	CHECK(f.input_first);
-	CHECK_EQ_INT(f.host_hellos, 1);
-	CHECK_EQ_INT(f.proto_reqs, 1);
-	CHECK_STR(f.first_op, "proto");
-	CHECK_EQ_INT(f.inits, 1);
-
-	/* Version 1 known ahead: the init alone behind the HELLO. */
-	CHECK_EQ_INT(early("{\"proto\":1}", A_UNKNOWN_OP, 1, &f, &v, msg, sizeof(msg)), 0);
-	CHECK_EQ_INT(v, 1);
-	CHECK_EQ_INT(f.proto_reqs, 0);
-	CHECK_EQ_INT(f.inits, 1);
-
-	/* meta.json said 2, the agent speaks 1: chosen again from its HELLO, init again. */
-	CHECK_EQ_INT(early("{\"proto\":1}", A_UNKNOWN_OP, 2, &f, &v, msg, sizeof(msg)), 0);
-	CHECK_EQ_INT(v, 1);
-	CHECK_EQ_INT(f.inits, 2);
-
-	/* A refused choice is refused as in the usual way; the init's answer is not used. */
-	CHECK_EQ_INT(early("{\"proto\":1,\"proto_min\":1,\"proto_max\":2}", A_REFUSE, 2, &f,
-			   &v, msg, sizeof(msg)), -EPROTONOSUPPORT);
-	CHECK_EQ_INT(v, 0);
-	CHECK(strstr(msg, "7..9") != NULL);
-
-	/* A HELLO with nothing in common: refused, nothing chosen. */
-	CHECK_EQ_INT(early("{\"proto\":3,\"proto_min\":3,\"proto_max\":3}", A_ACCEPT, 2, &f,
-			   &v, msg, sizeof(msg)), -EPROTONOSUPPORT);
-	CHECK_EQ_INT(v, 0);
-}
-
 static void test_negotiate(void)
 {
 	struct fake f;
@@ -428,6 +333,5 @@ int main(void)
 	test_hello_range();
 	test_negotiate();
 	test_negotiate_then();
-	test_early();
 	return T_DONE();
 }
