@@ -18,7 +18,8 @@ from k8cli import end_home, out as k, test_image, touch_memory
 
 N = int(os.environ.get("BENCH_N", "10"))
 # Seconds between rewinds, the same for both (the agent thinking in the guide's loop).
-# The spare's figure depends on it (docs/design.md, "Rewind through a spare").
+# Compare changes within one run: the figures move between runs (docs/design.md,
+# "Rewind through a spare").
 THINK = float(os.environ.get("BENCH_THINK", "1"))
 MIB = int(os.environ.get("BENCH_MIB", "64"))
 
