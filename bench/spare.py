@@ -2,9 +2,10 @@
 # spare.py - rewind through a spare against a cold rewind (issue 15), side by side in one
 # run: two 1 GiB sandboxes with ~64 MiB touched by a Python container, one keeping a
 # spare (--rewind-spare latest, the default), one not (--rewind-spare off). Each rewinds
-# to its checkpoint BENCH_N times; the spare one waits for its spare to be loaded first
-# (the guide's loop: the agent thinks between runs). Reports the daemon's "ms" (median,
-# p90), the wall time seen by the CLI, and the spare's host RSS.
+# to its checkpoint BENCH_N times, the two alternated; every rewind waits for the spare
+# to be loaded first (the guide's loop: the agent thinks between runs). Reports the
+# daemon's "ms" (median, p90), the wall time seen by the CLI, the spare's host RSS and
+# the host's load.
 import json
 import os
 import re
@@ -16,6 +17,10 @@ import time
 from k8cli import end_home, out as k, test_image, touch_memory
 
 N = int(os.environ.get("BENCH_N", "10"))
+# Seconds between rewinds, the same for both (the agent thinking in the guide's loop).
+# Compare changes within one run: the figures move between runs (docs/design.md,
+# "Rewind through a spare").
+THINK = float(os.environ.get("BENCH_THINK", "1"))
 MIB = int(os.environ.get("BENCH_MIB", "64"))
 
 
@@ -33,24 +38,31 @@ def wait_spare(home, name, label):
     raise SystemExit("the spare of %s never became ready" % name)
 
 
-def rewinds(home, name, spare):
-    ms, wall, rss, used = [], [], [], []
-    k(home, "rewind", name, "--to", "base", "-y")      # the first to a label is cold
+def rewinds(home, names):
+    """BENCH_N rewinds of each sandbox, alternated (one of each in turn), so both see the
+    same host. Before each, the spare sandbox's spare is loaded (the guide's loop: the
+    agent thinks between runs), so no spare is being prepared while either rewinds."""
+    res = {n: ([], [], [], []) for n in names}
+    for n in names:
+        k(home, "rewind", n, "--to", "base", "-y")      # the first to a label is cold
     for _ in range(N):
-        if spare:
-            s = wait_spare(home, name, "base")
-            rss.append(s["rss_kib"])
-        else:
-            time.sleep(1)                                # the same think time
-        t0 = time.time()
-        r = json.loads(k(home, "rewind", name, "--to", "base", "-y", "--json"))
-        wall.append(1000 * (time.time() - t0))
-        ms.append(r["ms"])
-        used.append(r["spare"])
-    if any(u != spare for u in used):
-        print("  note: %s took the %s path %d of %d times" % (
-            name, "cold" if spare else "spare", sum(u != spare for u in used), N))
-    return ms, wall, rss
+        for name in names:
+            ms, wall, rss, used = res[name]
+            s = wait_spare(home, "warm", "base")
+            if name == "warm":
+                rss.append(s["rss_kib"])
+            time.sleep(THINK)
+            t0 = time.time()
+            r = json.loads(k(home, "rewind", name, "--to", "base", "-y", "--json"))
+            wall.append(1000 * (time.time() - t0))
+            ms.append(r["ms"])
+            used.append(r["spare"])
+    for name in names:
+        used, spare = res[name][3], name == "warm"
+        if any(u != spare for u in used):
+            print("  note: %s took the %s path %d of %d times" % (
+                name, "cold" if spare else "spare", sum(u != spare for u in used), N))
+    return {n: res[n][:3] for n in names}
 
 
 def phases(home):
@@ -85,15 +97,16 @@ def main():
     try:
         k(home, "daemon", "start")
         k(home, "image", "load", layout, "--tag", "python:3.12-slim")
-        res = {}
         for name, setting in (("warm", "latest"), ("cold", "off")):
             k(home, "sandbox", "create", name, "--cpus", "1", "--memory", "1024", "--disk", "2",
               "--rewind-spare", setting)
             k(home, "sandbox", "pull", name, "python:3.12-slim")
             touch_memory(home, name, MIB)
             k(home, "checkpoint", name, "--label", "base")
-        for name in ("cold", "warm"):
-            res[name] = rewinds(home, name, name == "warm")
+        load0 = open("/proc/loadavg").read().split()[0]
+        res = rewinds(home, ("cold", "warm"))
+        print("host load (1 min) %s before the rewinds, %s after; %g s between rewinds" % (
+            load0, open("/proc/loadavg").read().split()[0], THINK))
         for name in ("cold", "warm"):
             ms, wall, rss = res[name]
             print("rewind %-5s (1 GiB sandbox, ~%d MiB touched, n=%d): median %d ms, p90 %d ms "

@@ -281,7 +281,9 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 				.fs_path = fs, .net_fd = sv[1], .kernel_fd = kfd,
 				.initramfs_fd = ifd, .images = imgs, .nimages = nimgs,
 				.scratch = top, .incoming_fd = sfd, .jail_uid = jail,
-				.cg = &d->cg, .cg_name = cg, .log = log, .machine = v->machine };
+				.cg = &d->cg, .cg_name = cg, .log = log, .machine = v->machine,
+				/* as every QEMU of the daemon (config.json "tcg_tb_mib") */
+				.tb_mib = daemon_tcg_tb_mib(d, NULL) };
 	/* The chain under its top: the frozen layer, then what is under that (its layer is
 	 * in no layers.json yet, so layers_chain cannot start from it). */
 	nbelow = layers_chain(sb->dir, frozen, &chain);
