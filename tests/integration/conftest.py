@@ -122,6 +122,16 @@ def sandbox(home, loaded):
     return "shared"
 
 
+def recv_all(s):
+    """Everything a socket sends until its peer closes (or shuts down) its side."""
+    out = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            return out
+        out += d
+
+
 def wait_for(pred, timeout=30, step=0.2):
     end = time.time() + timeout
     while time.time() < end:

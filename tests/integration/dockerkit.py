@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from conftest import Home, new_home
+from conftest import Home, new_home, recv_all
 
 try:
     import docker as dockerpy
@@ -57,12 +57,7 @@ def raw_http(home, method, path, body=b"", headers=(), timeout=60):
     for k, v in headers:
         head += "%s: %s\r\n" % (k, v)
     s.sendall(head.encode() + b"\r\n" + body)
-    data = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        data += d
+    data = recv_all(s)
     s.close()
     hdr, _, rest = data.partition(b"\r\n\r\n")
     return int(hdr.split(b" ")[1]), hdr.decode(errors="replace"), rest

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from conftest import wait_or_fail
+from conftest import recv_all, wait_or_fail
 from test_89_docker_containers import IMG, SERVER, dk, docker, dockerpy, ok, sock  # noqa: F401
 
 needs_py = pytest.mark.skipif(dockerpy is None,
@@ -42,12 +42,7 @@ def exec_with_stdin(client, ctr, cmd, data):
     raw = s._sock
     raw.sendall(data)
     raw.shutdown(socket.SHUT_WR)
-    buf = b""
-    while True:
-        d = raw.recv(65536)
-        if not d:
-            break
-        buf += d
+    buf = recv_all(raw)
     raw.close()
     out = {1: b"", 2: b""}
     while buf:

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from conftest import recv_all
 from dockerkit import (docker_cli, docker_sock, dockerpy, engine_home, needs_cli,  # noqa: F401
                        needs_py, ok)
 
@@ -139,12 +140,7 @@ def raw_build(dk, tarbytes, query="t=evil"):
     s.sendall(("POST /v1.47/build?%s HTTP/1.1\r\nHost: d\r\nContent-Type: application/x-tar\r\n"
                "Content-Length: %d\r\nConnection: close\r\n\r\n" % (query, len(tarbytes))).encode()
               + tarbytes)
-    data = b""
-    while True:
-        c = s.recv(65536)
-        if not c:
-            break
-        data += c
+    data = recv_all(s)
     s.close()
     return data.decode(errors="replace")
 

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from conftest import recv_all
 from dockerkit import IMG, docker_cli, docker_sock, engine_home, needs_cli
 
 pytestmark = [pytest.mark.hostile, needs_cli]
@@ -289,12 +290,7 @@ def test_garbage_on_hijacked_streams(dk):
             b"\x00" * 100 + b"GET /_ping HTTP/1.1\r\nHost: x\r\n\r\n" + os.urandom(1 << 20))
     s.sendall(junk)
     s.shutdown(socket.SHUT_WR)
-    out = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        out += d
+    out = recv_all(s)
     s.close()
     want = ("%d %s\n" % (len(junk), hashlib.sha256(junk).hexdigest())).encode()
     assert out[8:] == want and out[:8] == b"\x01\x00\x00\x00\x00\x00\x00" + bytes([len(want)]), out

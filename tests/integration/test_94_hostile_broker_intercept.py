@@ -18,7 +18,7 @@ import stat
 import pytest
 
 import brokerkit as bk
-from conftest import own_home, make_sandbox
+from conftest import own_home, make_sandbox, recv_all
 
 KEY = "sk-REAL-intercept-key-5e0d21f7"
 
@@ -109,12 +109,7 @@ def test_broker_tls_listener_standalone(tmp, up):
                 return "tls-failed %s" % e
             t.sendall(("GET /v1/models HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
                        "Connection: close\r\n\r\n" % (host, ph)).encode())
-            out = b""
-            while True:
-                d = t.recv(65536)
-                if not d:
-                    break
-                out += d
+            out = recv_all(t)
             return out.decode(errors="replace")
 
         n0 = len(up.records())
