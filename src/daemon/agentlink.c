@@ -313,9 +313,16 @@ int link_connect(struct agentlink *l, const char *path, void (*on_event)(void *,
 	struct timeval tv = { .tv_sec = 10 };
 	int fd;
 
+	pthread_condattr_t ca;
+
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_mutex_init(&l->wlock, NULL);
-	pthread_cond_init(&l->cond, NULL);
+	/* Timeouts on the monotonic clock: a step of the host's wall clock (NTP, a VM host
+	 * setting it) must neither cut a wait short nor stretch it. */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&l->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	l->fd = -1;
 	l->hello = l->broken = false;
 	l->hello_info = NULL;
@@ -369,10 +376,11 @@ void link_close(struct agentlink *l)
 	pthread_mutex_unlock(&l->lock);
 }
 
+/* A deadline for l->cond (CLOCK_MONOTONIC, link_connect). */
 static struct timespec deadline_ts(int timeout_ms)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ts.tv_sec += timeout_ms / 1000;
 	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
 	if (ts.tv_nsec >= 1000000000L) {
