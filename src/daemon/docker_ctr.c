@@ -1185,6 +1185,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	int pipefd[1] = { -1 }, logfd, r;
 	pthread_attr_t attr;
 	pthread_t t;
+	uint64_t t0 = now_mono_ns(), t_sb, t_img;      /* the phases, for a VM of its own */
 
 	pthread_mutex_lock(&dk.lock);
 	if (c->removing || c->removed) {
@@ -1210,6 +1211,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		r = err->code ? err->code : -EIO;
 		goto fail;
 	}
+	t_sb = now_mono_ns();
 	if ((r = dkc_ports_up(d, sb, c, err)))
 		goto fail_sb;
 	if (c->starts) {
@@ -1223,6 +1225,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	}
 	if ((r = dkc_image(d, sb, c, &img, err)))
 		goto fail_sb;
+	t_img = now_mono_ns();
 	argv = json_array();
 	if (json_is_array(json_object_get(cfg, "Entrypoint")))
 		json_array_extend(argv, json_object_get(cfg, "Entrypoint"));
@@ -1328,6 +1331,12 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk.lock);
 	json_decref(resp);
+	if (c->own_sandbox)     /* where a `docker run` with require_sandbox spends its time */
+		daemon_log("container %s: sandbox %s created and booted in %llu ms, image "
+			   "attached in %llu ms, started in the guest in %llu ms", c->agent_id,
+			   c->sandbox, (unsigned long long)(t_sb - t0) / 1000000,
+			   (unsigned long long)(t_img - t_sb) / 1000000,
+			   (unsigned long long)(now_mono_ns() - t_img) / 1000000);
 	daemon_audit(d, "container.start", c->sandbox,
 		     json_pack("{s:s,s:s,s:s,s:O}", "via", "docker", "id", c->id, "name", c->name,
 			       "argv", json_object_get(cfg, "Cmd")));
@@ -1663,17 +1672,25 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb)
 	for (pp = &dk.ctrs; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
-			c->removed = true;
 			c->refs--;      /* the list's */
 			break;
 		}
+	pthread_mutex_unlock(&dk.lock);
+	/* A sandbox of its own goes before the removal is told (wait "removed", so `docker
+	 * run --rm`'s answer): once the client has it, neither `docker ps -a` nor `kosa8
+	 * sandbox ls` shows the container or its VM (docs/docker.md, "require_sandbox"). */
+	if (c->own_sandbox) {
+		uint64_t t0 = now_mono_ns();
+		k8_err_clear(&err);
+		sb_remove(d, c->sandbox, false, &err);
+		daemon_log("container %s: sandbox %s removed in %llu ms", c->agent_id, c->sandbox,
+			   (unsigned long long)(now_mono_ns() - t0) / 1000000);
+	}
+	pthread_mutex_lock(&dk.lock);
+	c->removed = true;
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk.lock);
 	rm_rf(c->dir);
-	if (c->own_sandbox) {
-		k8_err_clear(&err);
-		sb_remove(d, c->sandbox, false, &err);
-	}
 	daemon_audit(d, "container.rm", c->sandbox,
 		     json_pack("{s:s,s:s,s:s}", "via", "docker", "id", c->id, "name", c->name));
 }
