@@ -1121,15 +1121,10 @@ static int dkc_ip_pick_locked(struct dkc *c)
 }
 
 /* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
-/* Every run or create that resolved an image holds this for reading until the agent
- * has answered it; an eviction holds it for writing, so no slot is taken from under a
- * container between its image's resolution and its start (docs/docker.md, "Limit"). */
-static pthread_rwlock_t dkc_slots = PTHREAD_RWLOCK_INITIALIZER;
-
-/* c's image attached and mounted in sb (its slot), as `img`. Returns 0 holding
- * dkc_slots for reading (the caller unlocks once the agent answered); else not. In the
- * shared engine a full slot table gives up its least recently used image that no
- * running or created container uses. */
+/* c's image attached and mounted in sb (its slot), as `img`. Returns 0 holding the
+ * engine's slot lock for reading (dke_slots_done once the agent answered); else not.
+ * In the shared engine a full slot table gives up its least recently used image that
+ * no running or created container uses. */
 static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct vm_image *img,
 		     struct k8_err *err)
 {
@@ -1137,7 +1132,7 @@ static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct
 	int r;
 
 	for (int tries = 0;; tries++) {
-		pthread_rwlock_rdlock(&dkc_slots);
+		dke_slots_read();
 		r = sb_image_for_run(d, sb, c->image_id[0] ? c->image_id : c->image, img, &icfg,
 				     err);
 		if (r == -ENOENT) {
@@ -1148,13 +1143,13 @@ static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct
 		icfg = NULL;
 		if (!r)
 			return 0;
-		pthread_rwlock_unlock(&dkc_slots);
+		dke_slots_done();
 		if (r != -ENOSPC || c->own_sandbox || tries == 3)
 			break;
 		k8_err_clear(err);
-		pthread_rwlock_wrlock(&dkc_slots);
+		dke_slots_write();
 		r = sb_image_evict(d, sb, NULL, err);
-		pthread_rwlock_unlock(&dkc_slots);
+		dke_slots_done();
 		if (r)
 			break;
 	}
@@ -1279,13 +1274,13 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	snprintf(path, sizeof(path), "%s/log", c->dir);
 	logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (logfd < 0) {
-		pthread_rwlock_unlock(&dkc_slots);
+		dke_slots_done();
 		json_decref(req);
 		r = k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 		goto fail_pipe;
 	}
 	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);    /* takes req */
-	pthread_rwlock_unlock(&dkc_slots);      /* dkc_image's: the agent has answered */
+	dke_slots_done();      /* dkc_image's: the agent has answered */
 	if (r) {
 		dkc_tty_refused(err);
 		dkc_netns_refused(err);
@@ -1572,7 +1567,7 @@ static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, stru
 	req = json_pack("{s:s,s:s,s:s}", "op", "create", "container", c->agent_id, "image",
 			img.digest);
 	r = sb_agent_request(sb, req, 30000, &resp, NULL, err);       /* takes req */
-	pthread_rwlock_unlock(&dkc_slots);      /* dkc_image's */
+	dke_slots_done();      /* dkc_image's */
 	json_decref(resp);
 	if (r == -EEXIST) {             /* made by an earlier copy, or started meanwhile */
 		k8_err_clear(err);
@@ -3148,9 +3143,9 @@ int dkc_image_release(struct daemon *d, const char *digest, struct k8_err *err)
 
 	if (!sb)
 		return err->code;
-	pthread_rwlock_wrlock(&dkc_slots);
+	dke_slots_write();
 	r = sb_image_evict(d, sb, digest, err);
-	pthread_rwlock_unlock(&dkc_slots);
+	dke_slots_done();
 	sb_put(d, sb);
 	return r;
 }
