@@ -1167,6 +1167,47 @@ static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct
 	return r;
 }
 
+/* The agent's `run` (req, taken) of an engine container. An address still held in the
+ * guest (the agent's EADDRINUSE: a stopped container's namespace goes away
+ * asynchronously, or one the host does not know of) is not the container's failure: it
+ * is retried with the next free address, its published ports following it, a few
+ * times (docs/docker.md, "Networking"). */
+#define DKC_ADDR_TRIES 4
+static int dkc_run_request(struct daemon *d, struct sandbox *sb, struct dkc *c, json_t *req,
+			   json_t **resp, struct stream **s, struct k8_err *err)
+{
+	for (int tries = 1;; tries++) {
+		json_t *again = c->ip[0] && !c->own_sandbox && tries < DKC_ADDR_TRIES ?
+				json_deep_copy(req) : NULL;
+		char held[16];
+		int r;
+
+		r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, resp, s, err);  /* takes req */
+		if (r != -EADDRINUSE || !again) {
+			json_decref(again);
+			return r;
+		}
+		req = again;
+		memcpy(held, c->ip, sizeof(held));
+		pthread_mutex_lock(&dk.lock);
+		r = dkc_ip_pick_locked(c);      /* never `held` again */
+		pthread_mutex_unlock(&dk.lock);
+		daemon_log("docker: %s: address %s is held in the guest; %s", c->id, held,
+			   r ? "no other is free" : c->ip);
+		if (r) {
+			json_decref(req);
+			return -EADDRINUSE;     /* err: the agent's */
+		}
+		json_object_set_new(req, "ip", json_string(c->ip));
+		k8_err_clear(err);
+		dkc_ports_down(d, sb, c);
+		if ((r = dkc_ports_up(d, sb, c, err))) {
+			json_decref(req);
+			return r;
+		}
+	}
+}
+
 static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 {
 	struct sandbox *sb;
@@ -1279,7 +1320,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		r = k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 		goto fail_pipe;
 	}
-	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);    /* takes req */
+	r = dkc_run_request(d, sb, c, req, &resp, &s, err);    /* takes req */
 	dke_slots_done();      /* dkc_image's: the agent has answered */
 	if (r) {
 		dkc_tty_refused(err);
