@@ -59,8 +59,9 @@ def uptime():
 
 
 def sandboxes(home):
-    """The names `sandbox ls` shows (the docker path's VM removal ends after its answer)."""
-    return [l.split()[0] for l in out(home, "sandbox", "ls").splitlines()[1:] if l.strip()]
+    """The VMs of this pair that `sandbox ls` still shows (not the shared engine)."""
+    names = [l.split()[0] for l in out(home, "sandbox", "ls").splitlines()[1:] if l.strip()]
+    return [n for n in names if n.startswith("dk-") or n == "bvm"]
 
 
 def quiet(home):
