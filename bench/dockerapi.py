@@ -4,6 +4,7 @@
 #   docker run --rm IMG python -c 1      vs  kosa8 sandbox run docker-engine IMG python -c 1
 #   docker exec C true (CLI), docker-py exec_run  vs  kosa8 sandbox exec docker-engine C true
 #   with require_sandbox: docker run --rm IMG true  vs  sandbox create + run + rm
+#     (BENCH_ONLY=reqsb runs only this pair: BENCH_N_VM rounds, medians and p90)
 # Engine 512 MiB / 1 vCPU. The docker CLI's own start-up is part of its figure, as the
 # kosa8 CLI's is of its own. (Not docker.py: that name would shadow docker-py.)
 import json
@@ -47,6 +48,63 @@ def line(what, a, b, an, bn):
     print("  %-34s %7.3f s   %-28s %7.3f s   ratio %.2f" % (what + " " + an, ma, bn, mb, ma / mb))
 
 
+def p90(xs):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(0.9 * len(xs) + 0.5) - 1)] if xs else 0.0
+
+
+def uptime():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def sandboxes(home):
+    """The VMs of this pair that `sandbox ls` still shows (not the shared engine)."""
+    names = [l.split()[0] for l in out(home, "sandbox", "ls").splitlines()[1:] if l.strip()]
+    return [n for n in names if n.startswith("dk-") or n == "bvm"]
+
+
+def quiet(home):
+    """Untimed, between two measured runs: no VM of the last one still going away, so
+    neither side pays for the other's teardown."""
+    for _ in range(300):
+        if not sandboxes(home):
+            return
+        time.sleep(0.1)
+    raise SystemExit("sandboxes left after a run: %s" % sandboxes(home))
+
+
+def reqsb(home, cfgdir, cfgp, cfg):
+    """require_sandbox: each container a VM of its own, made and removed with it, against
+    sandbox create + run + rm of the same size, alternating which goes first."""
+    with open(cfgp, "w") as f:
+        json.dump(dict(cfg, require_sandbox=True), f)
+
+    def docker_run():
+        docker(home, cfgdir, "run", "--rm", IMG, "true")
+
+    def own_vm(n="bvm"):
+        out(home, "sandbox", "create", n, "--cpus", "1", "--memory", "512", "--disk", "2")
+        out(home, "sandbox", "run", n, IMG, "true")
+        k(home, "sandbox", "rm", "-f", n)
+    quiet(home)
+    docker_run()        # warm: the image's erofs and the first boot's page cache
+    quiet(home)
+    own_vm()
+    d, kk = [], []
+    load0 = uptime()
+    for i in range(NVM):
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+            quiet(home)
+            (d if which == 0 else kk).append(timed(docker_run if which == 0 else own_vm))
+    print("  require_sandbox, %d each, alternating (load %s -> %s):" % (NVM, load0, uptime()))
+    line("VM each: run true", d, kk, "docker run --rm", "create + run + rm")
+    print("  %-34s %7.3f s   %-28s %7.3f s   ratio %.2f" % ("  p90", p90(d), "p90", p90(kk),
+                                                          p90(d) / p90(kk)))
+    print("    docker run --rm: " + " ".join("%.2f" % x for x in d))
+    print("    create + run + rm: " + " ".join("%.2f" % x for x in kk))
+
+
 def main():
     if not shutil.which("docker"):
         print("  skipped: no docker CLI (scripts/deps.sh: docker.io)")
@@ -61,6 +119,9 @@ def main():
             json.dump(cfg, f)
         out(home, "daemon", "start")
         out(home, "image", "load", layout, "--tag", IMG)
+        if os.environ.get("BENCH_ONLY") == "reqsb":
+            reqsb(home, cfgdir, cfgp, cfg)
+            return
         t0 = time.time()
         docker(home, cfgdir, "run", "--rm", IMG, "true")    # boots the engine
         print("engine 512 MiB / 1 vCPU; first docker run (engine boot): %.1f s; median of %d"
@@ -88,21 +149,14 @@ def main():
         if py:
             line("exec true", py, kk, "docker-py exec_run", "kosa8 sandbox exec")
         docker(home, cfgdir, "rm", "-f", cid)
-        # require_sandbox: each container a VM of its own, made and removed with it
-        with open(cfgp, "w") as f:
-            json.dump(dict(cfg, require_sandbox=True), f)
-        d, kk = [], []
-        for i in range(NVM):
-            d.append(timed(docker, home, cfgdir, "run", "--rm", IMG, "true"))
-
-            def own_vm(n="b%d" % i):
-                out(home, "sandbox", "create", n, "--cpus", "1", "--memory", "512", "--disk", "2")
-                out(home, "sandbox", "run", n, IMG, "true")
-                k(home, "sandbox", "rm", "-f", n)
-            kk.append(timed(own_vm))
-        print("  require_sandbox, median of %d:" % NVM)
-        line("VM each: run true", d, kk, "docker run --rm", "create + run + rm")
+        reqsb(home, cfgdir, cfgp, cfg)
     finally:
+        keep = os.environ.get("BENCH_KEEP_LOGS")       # a folder: the daemon's logs, to profile
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+            for n in os.listdir(home):
+                if n.endswith(".log"):
+                    shutil.copy(os.path.join(home, n), keep)
         end_home(home)
         shutil.rmtree(cfgdir, ignore_errors=True)
 

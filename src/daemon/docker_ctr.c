@@ -1120,16 +1120,10 @@ static int dkc_ip_pick_locked(struct dkc *c)
 	return -EADDRNOTAVAIL;
 }
 
-/* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
-/* Every run or create that resolved an image holds this for reading until the agent
- * has answered it; an eviction holds it for writing, so no slot is taken from under a
- * container between its image's resolution and its start (docs/docker.md, "Limit"). */
-static pthread_rwlock_t dkc_slots = PTHREAD_RWLOCK_INITIALIZER;
-
-/* c's image attached and mounted in sb (its slot), as `img`. Returns 0 holding
- * dkc_slots for reading (the caller unlocks once the agent answered); else not. In the
- * shared engine a full slot table gives up its least recently used image that no
- * running or created container uses. */
+/* c's image attached and mounted in sb (its slot), as `img`. Returns 0 holding the
+ * engine's slot lock for reading (dke_slots_done once the agent answered); else not.
+ * In the shared engine a full slot table gives up its least recently used image that
+ * no running or created container uses. */
 static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct vm_image *img,
 		     struct k8_err *err)
 {
@@ -1137,7 +1131,7 @@ static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct
 	int r;
 
 	for (int tries = 0;; tries++) {
-		pthread_rwlock_rdlock(&dkc_slots);
+		dke_slots_read();
 		r = sb_image_for_run(d, sb, c->image_id[0] ? c->image_id : c->image, img, &icfg,
 				     err);
 		if (r == -ENOENT) {
@@ -1148,13 +1142,13 @@ static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct
 		icfg = NULL;
 		if (!r)
 			return 0;
-		pthread_rwlock_unlock(&dkc_slots);
+		dke_slots_done();
 		if (r != -ENOSPC || c->own_sandbox || tries == 3)
 			break;
 		k8_err_clear(err);
-		pthread_rwlock_wrlock(&dkc_slots);
+		dke_slots_write();
 		r = sb_image_evict(d, sb, NULL, err);
-		pthread_rwlock_unlock(&dkc_slots);
+		dke_slots_done();
 		if (r)
 			break;
 	}
@@ -1172,6 +1166,48 @@ static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct
 	return r;
 }
 
+/* The agent's `run` (req, taken) of an engine container. An address still held in the
+ * guest (the agent's EADDRINUSE: a stopped container's namespace goes away
+ * asynchronously, or one the host does not know of) is not the container's failure: it
+ * is retried with the next free address, its published ports following it, a few
+ * times (docs/docker.md, "Networking"). */
+#define DKC_ADDR_TRIES 4
+static int dkc_run_request(struct daemon *d, struct sandbox *sb, struct dkc *c, json_t *req,
+			   json_t **resp, struct stream **s, struct k8_err *err)
+{
+	for (int tries = 1;; tries++) {
+		json_t *again = c->ip[0] && !c->own_sandbox && tries < DKC_ADDR_TRIES ?
+				json_deep_copy(req) : NULL;
+		char held[16];
+		int r;
+
+		r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, resp, s, err);  /* takes req */
+		if (r != -EADDRINUSE || !again) {
+			json_decref(again);
+			return r;
+		}
+		req = again;
+		memcpy(held, c->ip, sizeof(held));
+		pthread_mutex_lock(&dk.lock);
+		r = dkc_ip_pick_locked(c);      /* never `held` again */
+		pthread_mutex_unlock(&dk.lock);
+		daemon_log("docker: %s: address %s is held in the guest; %s", c->id, held,
+			   r ? "no other is free" : c->ip);
+		if (r) {
+			json_decref(req);
+			return -EADDRINUSE;     /* err: the agent's */
+		}
+		json_object_set_new(req, "ip", json_string(c->ip));
+		k8_err_clear(err);
+		dkc_ports_down(d, sb, c);
+		if ((r = dkc_ports_up(d, sb, c, err))) {
+			json_decref(req);
+			return r;
+		}
+	}
+}
+
+/* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
 static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 {
 	struct sandbox *sb;
@@ -1185,6 +1221,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	int pipefd[1] = { -1 }, logfd, r;
 	pthread_attr_t attr;
 	pthread_t t;
+	uint64_t t0 = now_mono_ns(), t_sb, t_img;      /* the phases, for a VM of its own */
 
 	pthread_mutex_lock(&dk.lock);
 	if (c->removing || c->removed) {
@@ -1210,6 +1247,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		r = err->code ? err->code : -EIO;
 		goto fail;
 	}
+	t_sb = now_mono_ns();
 	if ((r = dkc_ports_up(d, sb, c, err)))
 		goto fail_sb;
 	if (c->starts) {
@@ -1223,6 +1261,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	}
 	if ((r = dkc_image(d, sb, c, &img, err)))
 		goto fail_sb;
+	t_img = now_mono_ns();
 	argv = json_array();
 	if (json_is_array(json_object_get(cfg, "Entrypoint")))
 		json_array_extend(argv, json_object_get(cfg, "Entrypoint"));
@@ -1276,13 +1315,13 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	snprintf(path, sizeof(path), "%s/log", c->dir);
 	logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (logfd < 0) {
-		pthread_rwlock_unlock(&dkc_slots);
+		dke_slots_done();
 		json_decref(req);
 		r = k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 		goto fail_pipe;
 	}
-	r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, &resp, &s, err);    /* takes req */
-	pthread_rwlock_unlock(&dkc_slots);      /* dkc_image's: the agent has answered */
+	r = dkc_run_request(d, sb, c, req, &resp, &s, err);    /* takes req */
+	dke_slots_done();      /* dkc_image's: the agent has answered */
 	if (r) {
 		dkc_tty_refused(err);
 		dkc_netns_refused(err);
@@ -1328,6 +1367,12 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk.lock);
 	json_decref(resp);
+	if (c->own_sandbox)     /* where a `docker run` with require_sandbox spends its time */
+		daemon_log("container %s: sandbox %s created and booted in %llu ms, image "
+			   "attached in %llu ms, started in the guest in %llu ms", c->agent_id,
+			   c->sandbox, (unsigned long long)(t_sb - t0) / 1000000,
+			   (unsigned long long)(t_img - t_sb) / 1000000,
+			   (unsigned long long)(now_mono_ns() - t_img) / 1000000);
 	daemon_audit(d, "container.start", c->sandbox,
 		     json_pack("{s:s,s:s,s:s,s:O}", "via", "docker", "id", c->id, "name", c->name,
 			       "argv", json_object_get(cfg, "Cmd")));
@@ -1563,7 +1608,7 @@ static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, stru
 	req = json_pack("{s:s,s:s,s:s}", "op", "create", "container", c->agent_id, "image",
 			img.digest);
 	r = sb_agent_request(sb, req, 30000, &resp, NULL, err);       /* takes req */
-	pthread_rwlock_unlock(&dkc_slots);      /* dkc_image's */
+	dke_slots_done();      /* dkc_image's */
 	json_decref(resp);
 	if (r == -EEXIST) {             /* made by an earlier copy, or started meanwhile */
 		k8_err_clear(err);
@@ -1594,7 +1639,7 @@ static int dkc_image_again(struct daemon *d, struct dkc *c, struct sandbox *sb,
 	int r = dkc_image(d, sb, c, &img, err);
 
 	if (!r)
-		pthread_rwlock_unlock(&dkc_slots);      /* dkc_image's */
+		dke_slots_done();       /* dkc_image's */
 	return r;
 }
 
@@ -1681,17 +1726,25 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb)
 	for (pp = &dk.ctrs; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
-			c->removed = true;
 			c->refs--;      /* the list's */
 			break;
 		}
+	pthread_mutex_unlock(&dk.lock);
+	/* A sandbox of its own goes before the removal is told (wait "removed", so `docker
+	 * run --rm`'s answer): once the client has it, neither `docker ps -a` nor `kosa8
+	 * sandbox ls` shows the container or its VM (docs/docker.md, "require_sandbox"). */
+	if (c->own_sandbox) {
+		uint64_t t0 = now_mono_ns();
+		k8_err_clear(&err);
+		sb_remove(d, c->sandbox, false, &err);
+		daemon_log("container %s: sandbox %s removed in %llu ms", c->agent_id, c->sandbox,
+			   (unsigned long long)(now_mono_ns() - t0) / 1000000);
+	}
+	pthread_mutex_lock(&dk.lock);
+	c->removed = true;
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk.lock);
 	rm_rf(c->dir);
-	if (c->own_sandbox) {
-		k8_err_clear(&err);
-		sb_remove(d, c->sandbox, false, &err);
-	}
 	daemon_audit(d, "container.rm", c->sandbox,
 		     json_pack("{s:s,s:s,s:s}", "via", "docker", "id", c->id, "name", c->name));
 }
@@ -3149,9 +3202,9 @@ int dkc_image_release(struct daemon *d, const char *digest, struct k8_err *err)
 
 	if (!sb)
 		return err->code;
-	pthread_rwlock_wrlock(&dkc_slots);
+	dke_slots_write();
 	r = sb_image_evict(d, sb, digest, err);
-	pthread_rwlock_unlock(&dkc_slots);
+	dke_slots_done();
 	sb_put(d, sb);
 	return r;
 }

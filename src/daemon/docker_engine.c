@@ -20,6 +20,22 @@
 #include <string.h>
 
 static pthread_mutex_t dke_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t dke_slots = PTHREAD_RWLOCK_INITIALIZER;
+
+void dke_slots_read(void)
+{
+	pthread_rwlock_rdlock(&dke_slots);
+}
+
+void dke_slots_write(void)
+{
+	pthread_rwlock_wrlock(&dke_slots);
+}
+
+void dke_slots_done(void)
+{
+	pthread_rwlock_unlock(&dke_slots);
+}
 
 bool dke_require_sandbox(struct daemon *d)
 {

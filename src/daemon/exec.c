@@ -12,6 +12,7 @@
  */
 #include "common/proto.h"
 #include "daemon/broker.h"
+#include "daemon/docker_engine.h"
 #include "daemon/exec.h"
 #include "daemon/sandbox.h"
 #include "daemon/api_route.h"
@@ -183,6 +184,7 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 	json_t *cfg = NULL, *req = NULL, *resp = NULL;
 	struct vm_image img;
 	const char *image = json_string_value(json_object_get(body, "image"));
+	bool slots = false;
 	int r;
 
 	x->d = d;
@@ -220,6 +222,11 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 		goto fail;
 	}
 	if (is_run) {
+		/* in the Docker engine, an eviction waits for this run's start, as for a
+		 * Docker container's (docs/docker.md, "Limit") */
+		slots = !strcmp(x->sb->name, DKE_NAME);
+		if (slots)
+			dke_slots_read();
 		r = sb_image_for_run(d, x->sb, image, &img, &cfg, err);
 		if (r)
 			goto fail;
@@ -230,6 +237,9 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 	if (r)
 		goto fail;
 	r = sb_agent_request(x->sb, req, START_TIMEOUT_MS, &resp, detach ? NULL : &x->stream, err);
+	if (slots)
+		dke_slots_done();
+	slots = false;
 	json_decref(resp);
 	if (r) {
 		/* The agent says which step failed: starting the command itself maps to
@@ -250,6 +260,8 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 	*out = x;
 	return 0;
 fail:
+	if (slots)
+		dke_slots_done();
 	exec_free(x);
 	return r;
 }

@@ -3,6 +3,7 @@
 # into a container before its first start, more than four images in the shared engine
 # (slot eviction), and prune of containers, images and the build cache. The real docker
 # CLI and python3-docker against a daemon of this module's own (engine 512 MiB, 1 vCPU).
+import concurrent.futures
 import io
 import json
 import os
@@ -161,6 +162,21 @@ def test_five_images_in_the_engine(h):
                 assert f.read() == "kept\n"
         finally:
             shutil.rmtree(d, ignore_errors=True)
+        # `kosa8 sandbox run docker-engine` of the free slot's image against a docker run
+        # that evicts it: the run holds the engine's slot lock until it started, so each
+        # either runs or is refused for want of a slot, never "not mounted"
+        # (one round: the window is a few ms wide and this does not hit it at will; it
+        # shows the lock taken and let go with an evicting docker run alongside)
+        attached, other = names[0], names[4]     # the copy above brought five1 back
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            d = ex.submit(docker, h, "run", "--rm", other, "cat", "/n.txt")
+            k = ex.submit(h, "sandbox", "run", "docker-engine", attached, "cat", "/n.txt")
+            k, d = k.result(), d.result()
+        for p, n in ((k, attached), (d, other)):
+            assert "not mounted" not in p.stderr, p.stderr
+            assert p.returncode == 0 and p.stdout == n + "\n" or "images" in p.stderr, \
+                (n, p.stdout, p.stderr)
+        assert k.returncode == 0 or d.returncode == 0, (k.stderr, d.stderr)
     finally:
         docker(h, "rm", "-f", "kept-five1", *["hold-" + n for n in names])
 

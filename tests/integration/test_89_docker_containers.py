@@ -384,5 +384,8 @@ def test_require_sandbox(dk):
     made = [a["sandbox"] for a in audit(dk) if a["action"] == "sandbox.create"
             and (a.get("sandbox") or "").startswith("dk-")]
     assert made, "no dk- sandbox was created"
+    # its VM went before the answer (docs/docker.md): neither list shows it any more
     names = [s["name"] for s in h.json("sandbox", "ls")]
     assert made[-1] not in names, names
+    ids = ok(docker(dk, "ps", "-a", "-q", "--no-trunc")).split()
+    assert not [i for i in ids if i.startswith(made[-1][3:])], ids
