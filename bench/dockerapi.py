@@ -2,6 +2,7 @@
 # dockerapi.py - the Docker-compatible API (issue 12, docs/docker.md) against kosa8's own CLI
 # doing the same in the same run, alternating, median of BENCH_N rounds:
 #   docker run --rm IMG python -c 1      vs  kosa8 sandbox run docker-engine IMG python -c 1
+#   docker run --rm [--network none] IMG true  vs  the same; docker version vs kosa8 version
 #   docker exec C true (CLI), docker-py exec_run  vs  kosa8 sandbox exec docker-engine C true
 #   with require_sandbox: docker run --rm IMG true  vs  sandbox create + run + rm
 #     (BENCH_ONLY=reqsb runs only this pair: BENCH_N_VM rounds, medians and p90)
@@ -131,11 +132,18 @@ def main():
             d.append(timed(docker, home, cfgdir, "run", "--rm", IMG, "python", "-c", "1"))
             kk.append(timed(out, home, "sandbox", "run", "docker-engine", IMG, "python", "-c", "1"))
         line("run python -c 1", d, kk, "docker run --rm", "kosa8 sandbox run")
-        d, kk = [], []
+        d, kk, dn, dv, kv = [], [], [], [], []
         for _ in range(N):
             d.append(timed(docker, home, cfgdir, "run", "--rm", IMG, "true"))
             kk.append(timed(out, home, "sandbox", "run", "docker-engine", IMG, "true"))
+            dn.append(timed(docker, home, cfgdir, "run", "--rm", "--network", "none", IMG, "true"))
+            dv.append(timed(docker, home, cfgdir, "version"))
+            kv.append(timed(out, home, "version"))
         line("run true", d, kk, "docker run --rm", "kosa8 sandbox run")
+        # what the gap is made of: the container's own network namespace (the engine's
+        # `kosa8 sandbox run` shares the VM's), and each CLI's start-up with one request
+        line("run true", dn, kk, "docker run --rm --network none", "kosa8 sandbox run")
+        line("CLI alone", dv, kv, "docker version", "kosa8 version")
         cid = docker(home, cfgdir, "run", "-d", IMG, "sleep", "100000").strip()
         d, kk, py = [], [], []
         api = dockerpy.DockerClient(base_url="unix://" + os.path.join(home, "docker.sock"),
