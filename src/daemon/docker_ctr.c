@@ -85,6 +85,7 @@ struct dkc {
 	enum dkc_state state;
 	bool removing, removed, pumping, own_sandbox;
 	bool prepared;                  /* its root made in the agent before a first start */
+	bool agent_rm;                  /* AutoRemove: the agent removes it as it exits */
 	int exit_code, pid;
 	char error[256];
 	int64_t created_ns, started_ns, finished_ns;
@@ -934,7 +935,8 @@ static void *dkc_pump_thread(void *arg)
 		c->stdin_w = -1;
 	}
 	autorm = json_is_true(json_object_get(c->host, "AutoRemove")) && !c->removing;
-	dkc_save_locked(c);
+	if (!autorm)    /* one removed next needs no durable exit: its files go */
+		dkc_save_locked(c);
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk.lock);
 	daemon_audit(p->d, "container.exit", c->sandbox,
@@ -1270,6 +1272,9 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	wd = json_string_value(json_object_get(cfg, "WorkingDir"));
 	user = json_string_value(json_object_get(cfg, "User"));
 	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
+	/* AutoRemove: the agent removes the container as it exits, before it reports the
+	 * exit, which spares `docker run --rm` a round trip to the guest (dkc_rm_now). */
+	c->agent_rm = json_is_true(json_object_get(c->host, "AutoRemove"));
 	/* The sandbox's broker variables (docker_engine_broker) under the image's and the
 	 * request's Env; added here, so inspect's Config.Env stays as the client gave it. */
 	json_t *benv = broker_env(sb), *env = dkc_merge_env(benv, json_object_get(cfg, "Env"));
@@ -1277,7 +1282,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	req = json_pack("{s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:b,s:b,s:b,s:s}", "op", "run",
 			"container", c->agent_id, "image", img.digest, "argv", argv, "env",
 			env, "cwd", wd && *wd ? wd : "/", "user",
-			user && *user ? user : "0", "stdin", open_stdin, "rm", false, "detach",
+			user && *user ? user : "0", "stdin", open_stdin, "rm", c->agent_rm, "detach",
 			false, "netns", !c->ip[0] ? "none" : c->own_sandbox ? "vm" : "own");
 	/* an engine container: its own namespace and address (a VM of its own isolates one
 	 * with --require-sandbox already; it keeps the VM's) */
@@ -1711,7 +1716,8 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb)
 		return;
 	}
 	c->removing = true;
-	ran = c->starts > 0 || c->prepared;     /* the agent has it */
+	/* the agent has it, unless it ran AutoRemove and exited (agent_rm: gone already) */
+	ran = (c->starts > 0 || c->prepared) && !(c->agent_rm && c->state == DKC_EXITED);
 	pthread_mutex_unlock(&dk.lock);
 	if (ran && !sb)
 		sb = own = sb_get(d, c->sandbox, &err);
