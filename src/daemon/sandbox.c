@@ -809,7 +809,9 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 			json_object_set_new(o, "spare", spj);
 	}
 	pthread_mutex_unlock(&sb->lock);
-	if (detail && sb->state == SB_RUNNING && !sb->paused) {
+	struct k8_err werr = { 0 };     /* a rewind's init first (checkpoint.c) */
+	if (detail && sb_wait_connected(sb, &werr) == 0 && sb->state == SB_RUNNING &&
+	    !sb->paused) {
 		struct k8_err err = { 0 };
 		json_t *resp = NULL;
 		if (link_request(&sb->link, json_pack("{s:s}", "op", "ps"), 10000, &resp, NULL,
