@@ -1017,6 +1017,18 @@ int sb_load_all(struct daemon *d)
 			continue;
 		}
 		spare_reap(d, sb);      /* spares are not adopted */
+		if (sb->connecting && sb->state != SB_PAUSED && vm_alive(sb->pid, sb->pid_start)) {
+			/* A rewind through the spare answered and the daemon died before the
+			 * guest had its init (clock, RNG seed): never adopted, it would run on
+			 * with the checkpoint's. It is stopped as a VM that is gone; its disk,
+			 * the rewound one, boots when next used. */
+			daemon_log("sandbox %s: VM pid %d never had its init after a rewind; "
+				   "stopping it", sb->name, (int)sb->pid);
+			kill(sb->pid, SIGKILL);
+			for (int i = 0; i < 100 && vm_alive(sb->pid, sb->pid_start); i++)
+				usleep(10000);
+			sb->pid = 0;
+		}
 		if (sb->state == SB_PAUSED && sb_paused_on_disk(sb)) {
 			/* A daemon killed between the save and QEMU's end leaves it. */
 			if (vm_alive(sb->pid, sb->pid_start))
@@ -1030,16 +1042,6 @@ int sb_load_all(struct daemon *d)
 			if (sidecar_alive(&sb->fs))
 				fs_adopt(d, sb);
 			daemon_log("sandbox %s: paused to disk", sb->name);
-		} else if (vm_alive(sb->pid, sb->pid_start) && sb->connecting) {
-			/* A rewind through the spare answered and this daemon died before the
-			 * guest had its init (clock, RNG seed): never adopted, it would run on
-			 * with the checkpoint's. Its disk, the rewound one, boots when used. */
-			daemon_log("sandbox %s: VM pid %d never had its init after a rewind; "
-				   "stopping it", sb->name, (int)sb->pid);
-			kill(sb->pid, SIGKILL);
-			sb_kill_vm(d, sb);
-			sb->pid = 0;
-			sb->state = SB_STOPPED;
 		} else if (vm_alive(sb->pid, sb->pid_start)) {
 			if (sb_adopt(d, sb, &err) == 0) {
 				sb->state = SB_RUNNING;
