@@ -696,7 +696,7 @@ static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 static void rewind_connecting(struct sandbox *sb, bool on)
 {
 	pthread_mutex_lock(&sb->lock);
-	sb->connecting = on;
+	__atomic_store_n(&sb->connecting, on, __ATOMIC_RELEASE);  /* read unlocked first */
 	if (!on)
 		pthread_cond_broadcast(&sb->cond);
 	pthread_mutex_unlock(&sb->lock);
@@ -728,7 +728,7 @@ static void rewind_finish(struct rewind_bg *b)
 		snprintf(sb->error, sizeof(sb->error), "rewind to %s failed: %s", b->label,
 			 err.msg);
 	}
-	sb->connecting = false;
+	__atomic_store_n(&sb->connecting, false, __ATOMIC_RELEASE);
 	sb_save(sb);
 	pthread_cond_broadcast(&sb->cond);
 	pthread_mutex_unlock(&sb->lock);
