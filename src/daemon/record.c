@@ -207,7 +207,8 @@ int sb_wait_connected(struct sandbox *sb, struct k8_err *err)
 		pthread_cond_wait(&sb->cond, &sb->lock);
 	}
 	if (waited && sb->state == SB_FAILED)
-		r = k8_err_set(err, -EIO, "sandbox '%s' failed: %s", sb->name, sb->error);
+		r = k8_err_set(err, -EIO, "sandbox '%s' failed: %s; its next run or exec boots "
+			       "its disk as rewound", sb->name, sb->error);
 	pthread_mutex_unlock(&sb->lock);
 	return r;
 }
