@@ -250,7 +250,29 @@ def test_a_restarted_daemon_ends_a_spare_left_behind():
         assert not os.path.exists(os.path.join(h.path, "sandboxes", "r", "spare.json"))
         # and the next rewind makes a new one
         rewind(h, "r", "c")
-        assert spare_ready(h, "r", "c") != pid
+        pid = spare_ready(h, "r", "c")
+        # A daemon that dies after a spare rewind's answer, before the guest had its
+        # init (clock, RNG seed): the next daemon does not adopt that VM (it would run
+        # on with the checkpoint's RNG state) but stops it. The VM is held stopped
+        # (SIGSTOP) right after the answer so the init cannot finish meanwhile.
+        log = os.path.join(h.path, "kosa8d.log")
+        ready = lambda: open(log).read().count("rewind to c: guest ready")
+        before = ready()
+        assert rewind(h, "r", "c")["spare"] is True
+        os.kill(pid, signal.SIGSTOP)
+        if ready() != before:
+            os.kill(pid, signal.SIGCONT)
+            pytest.skip("the guest's init finished before the test could stop its VM")
+        with open(os.path.join(h.path, "sandboxes", "r", "sandbox.json")) as f:
+            assert json.load(f).get("init_pending") is True
+        os.kill(daemon_pid(h.path), signal.SIGKILL)
+        assert wait_for(lambda: not os.path.exists("/proc/%d" % daemon_pid(h.path)) or
+                        not alive(daemon_pid(h.path)), 10)
+        os.kill(pid, signal.SIGCONT)
+        h.start()
+        info = h.json("sandbox", "inspect", "r")
+        assert info["state"] == "stopped" and not alive(pid), info
+        assert "never had its init after a rewind" in open(log).read()
     finally:
         h.stop()
         shutil.rmtree(h.path, ignore_errors=True)
