@@ -5,7 +5,11 @@
 # to its checkpoint BENCH_N times, the two alternated; every rewind waits for the spare
 # to be loaded first (the guide's loop: the agent thinks between runs). Reports the
 # daemon's "ms" (median, p90), the wall time seen by the CLI, the spare's host RSS and
-# the host's load.
+# the host's load. A spare rewind answers before the guest's init is done (it runs
+# after the answer, and every agent request waits for it), so each rewind is followed
+# at once by `sandbox exec NAME CID true`, and the time from the rewind's start to that
+# exec's end is reported too (what the rewind costs until the guest answers), with an
+# exec of an idle sandbox, measured before each rewind, for scale.
 import json
 import os
 import re
@@ -42,19 +46,25 @@ def rewinds(home, names):
     """BENCH_N rewinds of each sandbox, alternated (one of each in turn), so both see the
     same host. Before each, the spare sandbox's spare is loaded (the guide's loop: the
     agent thinks between runs), so no spare is being prepared while either rewinds."""
-    res = {n: ([], [], [], []) for n in names}
+    res = {n: ([], [], [], [], [], []) for n in names}
+    cid = {n: json.loads(k(home, "sandbox", "ps", n, "--json"))[0]["id"] for n in names}
     for n in names:
         k(home, "rewind", n, "--to", "base", "-y")      # the first to a label is cold
     for _ in range(N):
         for name in names:
-            ms, wall, rss, used = res[name]
+            ms, wall, rss, used, ready, idle = res[name]
             s = wait_spare(home, "warm", "base")
             if name == "warm":
                 rss.append(s["rss_kib"])
             time.sleep(THINK)
             t0 = time.time()
+            k(home, "sandbox", "exec", name, cid[name], "true")
+            idle.append(1000 * (time.time() - t0))
+            t0 = time.time()
             r = json.loads(k(home, "rewind", name, "--to", "base", "-y", "--json"))
             wall.append(1000 * (time.time() - t0))
+            k(home, "sandbox", "exec", name, cid[name], "true")
+            ready.append(1000 * (time.time() - t0))
             ms.append(r["ms"])
             used.append(r["spare"])
     for name in names:
@@ -62,7 +72,7 @@ def rewinds(home, names):
         if any(u != spare for u in used):
             print("  note: %s took the %s path %d of %d times" % (
                 name, "cold" if spare else "spare", sum(u != spare for u in used), N))
-    return {n: res[n][:3] for n in names}
+    return {n: res[n][:3] + res[n][4:] for n in names}
 
 
 def phases(home):
@@ -76,6 +86,14 @@ def phases(home):
     except OSError:
         return
     for line in log:
+        m = re.search(r"sandbox ([\w-]+): rewind to \w+: guest ready (\d+) ms after the "
+                      r"answer \(HELLO, version, init and mounts (\d+) ms\)", line)
+        if m:
+            rows.setdefault((m.group(1), "after", "guest ready after the answer"),
+                            []).append(int(m.group(2)))
+            rows.setdefault((m.group(1), "after", "HELLO, version, init, mounts"),
+                            []).append(int(m.group(3)))
+            continue
         m = re.search(r"sandbox ([\w-]+): (rewound to \w+ through its spare|restored VM "
                       r"connected in \d+ ms|rewind to \w+ recorded): (.*)", line)
         if not m:
@@ -108,13 +126,16 @@ def main():
         print("host load (1 min) %s before the rewinds, %s after; %g s between rewinds" % (
             load0, open("/proc/loadavg").read().split()[0], THINK))
         for name in ("cold", "warm"):
-            ms, wall, rss = res[name]
-            print("rewind %-5s (1 GiB sandbox, ~%d MiB touched, n=%d): median %d ms, p90 %d ms "
-                  "in the daemon; %d ms median seen by the CLI%s"
+            ms, wall, rss, ready, idle = res[name]
+            print("rewind %-5s (1 GiB sandbox, ~%d MiB touched, n=%d): answer median %d ms, "
+                  "p90 %d ms in the daemon; %d ms median seen by the CLI%s"
                   % ("spare" if name == "warm" else "cold", MIB, N, statistics.median(ms),
                      p90(ms), statistics.median(wall),
                      "; spare's QEMU RSS %d MiB" % (statistics.median(rss) // 1024)
                      if rss else ""))
+            print("  rewind + first `sandbox exec %s CID true` (CLI to CLI): median %d ms, "
+                  "p90 %d ms; that exec alone in an idle sandbox: median %d ms"
+                  % (name, statistics.median(ready), p90(ready), statistics.median(idle)))
         phases(home)
         k(home, "daemon", "stop")
     finally:

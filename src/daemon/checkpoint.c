@@ -691,6 +691,90 @@ static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 	return sb_connect_vm(d, sb, pid, true, err);
 }
 
+/* While a rewind's guest init runs after the answer, nothing else talks to the agent
+ * (sb_wait_connected; the thread holds the busy token). */
+static void rewind_connecting(struct sandbox *sb, bool on)
+{
+	pthread_mutex_lock(&sb->lock);
+	__atomic_store_n(&sb->connecting, on, __ATOMIC_RELEASE);  /* read unlocked first */
+	if (!on)
+		pthread_cond_broadcast(&sb->cond);
+	pthread_mutex_unlock(&sb->lock);
+}
+
+/* The part of a rewind through the spare after its answer: the agent's HELLO, the
+ * version, the init (clock, RNG seed, hostname), the image mounts, then the next spare.
+ * It holds the busy token the rewind handed it, and a user reference. */
+struct rewind_bg {
+	struct daemon *d;
+	struct sandbox *sb;
+	struct sb_connect conn;
+	char label[64];
+	uint64_t answered;              /* now_mono_ns() when the records were written */
+};
+
+static void rewind_finish(struct rewind_bg *b)
+{
+	struct daemon *d = b->d;
+	struct sandbox *sb = b->sb;
+	struct k8_err err = { 0 };
+	uint64_t t0 = now_mono_ns();
+	int r = sb_connect_vm_finish(d, sb, &b->conn, &err);
+	uint64_t t1 = now_mono_ns();
+
+	pthread_mutex_lock(&sb->lock);
+	if (r) {                        /* the VM is gone (sb_connect_vm_finish) */
+		sb->state = SB_FAILED;
+		snprintf(sb->error, sizeof(sb->error), "rewind to %s failed: %s", b->label,
+			 err.msg);
+	}
+	__atomic_store_n(&sb->connecting, false, __ATOMIC_RELEASE);
+	sb_save(sb);
+	pthread_cond_broadcast(&sb->cond);
+	pthread_mutex_unlock(&sb->lock);
+	if (r) {
+		daemon_log("sandbox %s: rewind to %s failed after its answer: %s", sb->name,
+			   b->label, err.msg);
+		daemon_audit(d, "checkpoint.rewind.failed", sb->name,
+			     json_pack("{s:s,s:s,s:b,s:b}", "label", b->label, "error", err.msg,
+				       "spare", true, "answered", true));
+	} else {
+		daemon_log("sandbox %s: rewind to %s: guest ready %llu ms after the answer "
+			   "(HELLO, version, init and mounts %llu ms)", sb->name, b->label,
+			   (unsigned long long)((t1 - b->answered) / 1000000),
+			   (unsigned long long)((t1 - t0) / 1000000));
+		spare_after_rewind(d, sb, b->label);    /* the next one, in the background */
+	}
+	sb_busy_leave(sb);
+}
+
+static void *rewind_thread(void *arg)
+{
+	struct rewind_bg *b = arg;
+	struct daemon *d = b->d;
+	struct sandbox *sb = b->sb;
+
+	rewind_finish(b);
+	free(b);
+	sb_put(d, sb);
+	return NULL;
+}
+
+/* Hand the busy token and b to a thread (or, if none can start, finish here). */
+static void rewind_hand_over(struct rewind_bg *b)
+{
+	pthread_t t;
+
+	pthread_mutex_lock(&b->sb->lock);
+	b->sb->users++;                 /* the thread's reference (sb_put at its end) */
+	pthread_mutex_unlock(&b->sb->lock);
+	if (pthread_create(&t, NULL, rewind_thread, b) == 0) {
+		pthread_detach(t);
+		return;
+	}
+	rewind_thread(b);
+}
+
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err)
 {
@@ -699,6 +783,7 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	const char *frozen;
 	int r;
 	bool spare = false;
+	struct rewind_bg *bg = NULL;
 	uint64_t t0 = now_mono_ns(), tl, t1, t2, t3;
 
 	if (!label_valid(label) || !(meta = meta_load(sb, label)))
@@ -715,9 +800,19 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	}
 
 	sb_busy_enter(sb);
-	/* Through the spare when one of this label is ready (spare.c); else cold. */
-	r = spare_take(d, sb, label, layer, sizeof(layer), err);
+	/* Through the spare when one of this label is ready (spare.c); else cold. The
+	 * spare's rewind answers once the machine runs and the records are written; the
+	 * guest's init runs after, on a thread of its own (rewind_finish), and every request
+	 * to the agent waits for it (sb_wait_connected). */
+	if (!(bg = calloc(1, sizeof(*bg))))
+		r = -EAGAIN;
+	else {
+		rewind_connecting(sb, true);
+		r = spare_take(d, sb, label, layer, sizeof(layer), &bg->conn, err);
+	}
 	tl = now_mono_ns();
+	if (r)
+		rewind_connecting(sb, false);
 	if (r == 0) {
 		spare = true;
 		layers_set(sb->dir, layer, frozen);
@@ -757,6 +852,14 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		   (unsigned long long)((t2 - t1) / 1000000),
 		   (unsigned long long)((t3 - t2) / 1000000),
 		   (unsigned long long)((now_mono_ns() - t3) / 1000000));
+	if (spare) {
+		bg->d = d;
+		bg->sb = sb;
+		snprintf(bg->label, sizeof(bg->label), "%s", label);
+		bg->answered = now_mono_ns();
+		rewind_hand_over(bg);   /* it leaves the busy token */
+		return 0;
+	}
 	spare_after_rewind(d, sb, label);       /* the next one, in the background */
 	goto out;
 fail:
@@ -772,6 +875,7 @@ fail:
 	daemon_audit(d, "checkpoint.rewind.failed", sb->name,
 		     json_pack("{s:s,s:s,s:b}", "label", label, "error", err->msg, "spare", spare));
 out:
+	free(bg);
 	sb_busy_leave(sb);
 	return r;
 }

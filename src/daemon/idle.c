@@ -101,7 +101,8 @@ static int idle_running(struct sandbox *sb)
 	json_t *resp = NULL;
 	int n = -1;
 
-	if (link_request(&sb->link, json_pack("{s:s}", "op", "stat"), IDLE_STAT_TIMEOUT_MS,
+	if (sb_wait_connected(sb, &err) == 0 &&     /* a rewind's init first */
+	    link_request(&sb->link, json_pack("{s:s}", "op", "stat"), IDLE_STAT_TIMEOUT_MS,
 			 &resp, NULL, &err) == 0) {
 		json_t *r = json_object_get(resp, "running");
 		n = json_is_integer(r) && json_integer_value(r) >= 0 ? (int)json_integer_value(r)

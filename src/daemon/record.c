@@ -93,6 +93,8 @@ static json_t *sb_record(struct sandbox *sb)
 		json_object_set_new(rec, "idle_pause_s", json_integer(sb->idle_pause_s));
 	if (sb->rewind_spare[0])
 		json_object_set_new(rec, "rewind_spare", json_string(sb->rewind_spare));
+	if (sb->connecting)     /* its VM has not had its init yet: never adopted */
+		json_object_set_new(rec, "init_pending", json_true());
 	json_object_set_new(rec, "sidecars",
 			    json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "net", "pid",
 				      (json_int_t)sb->net.pid, "pid_start",
@@ -190,6 +192,25 @@ void sb_busy_leave(struct sandbox *sb)
 	sb->busy = 0;
 	pthread_cond_broadcast(&sb->cond);
 	pthread_mutex_unlock(&sb->lock);
+}
+
+int sb_wait_connected(struct sandbox *sb, struct k8_err *err)
+{
+	bool waited = false;
+	int r = 0;
+
+	if (!__atomic_load_n(&sb->connecting, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&sb->lock);
+	while (sb->connecting) {
+		waited = true;
+		pthread_cond_wait(&sb->cond, &sb->lock);
+	}
+	if (waited && sb->state == SB_FAILED)
+		r = k8_err_set(err, -EIO, "sandbox '%s' failed: %s; its next run or exec boots "
+			       "its disk as rewound", sb->name, sb->error);
+	pthread_mutex_unlock(&sb->lock);
+	return r;
 }
 
 /* ---- the table ---- */

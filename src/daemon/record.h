@@ -57,6 +57,10 @@ struct sandbox {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int busy;                       /* lifecycle operation in progress (boot, rm) */
+	/* a rewind through the spare answered, and its guest's greeting, init and image
+	 * mounts still run on a thread of their own, which holds the busy token
+	 * (checkpoint.c): sb_wait_connected waits; sandbox.json says "init_pending" */
+	bool connecting;
 	int users;                      /* API requests using it (rm waits) */
 	char name[K8_NAME_MAX + 1];
 	char id[17];                    /* short hex id: socket names */
@@ -129,6 +133,10 @@ struct sandbox **sb_collect(struct daemon *d, bool (*want)(struct sandbox *sb, v
  * holder. */
 void sb_busy_enter(struct sandbox *sb);
 void sb_busy_leave(struct sandbox *sb);
+/* Wait until no guest init runs in the background (sb->connecting). 0; or, when one ran
+ * and failed, -EIO with its error (the sandbox is FAILED, its VM gone). Caller holds
+ * neither sb->lock nor the busy token. */
+int sb_wait_connected(struct sandbox *sb, struct k8_err *err);
 /* Write sandbox.json atomically. Caller holds sb->lock. */
 int sb_save(struct sandbox *sb);
 /* The images of a sandbox as kept in sandbox.json and a checkpoint's meta.json: the one

@@ -278,21 +278,32 @@ static int sb_link_restored(struct sandbox *sb, const char *agent_path, struct k
 /* Milliseconds of a span of now_mono_ns(), for the phase log lines. */
 #define SB_MS(ns) ((unsigned long long)((ns) / 1000000))
 
-/* After QEMU was spawned (a fresh boot, or restored from a checkpoint): reach its
- * monitor and the agent (a restored agent before its vCPUs run, see sb_link_restored),
- * confirm its cgroup, then agree on the protocol version and initialise the guest in one
- * exchange (link_negotiate_then). On failure the VM is killed and err holds the reason with the
- * guest console's tail; an agent of another protocol gives -EPROTONOSUPPORT (and no
- * console: the guest is fine, it is not ours). */
-int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
-		  struct k8_err *err)
+/* A failed connection: the VM is killed and err gets the guest console's tail (none
+ * for -EPROTONOSUPPORT: the guest is fine, it is not ours). Returns r. */
+static int sb_connect_fail(struct daemon *d, struct sandbox *sb, int r, struct k8_err *err)
 {
-	char qmp_path[4200], agent_path[4200], tail[1024] = "";
-	json_t *init;
-	uint64_t t[7], tc;
+	char tail[1024] = "";
+
+	if (r != -EPROTONOSUPPORT)
+		console_tail(sb, tail, sizeof(tail));
+	if (tail[0])
+		k8_err_wrap(err, "guest console: ...%s\n", tail);
+	pthread_mutex_lock(&sb->lock);
+	sb_kill_vm(d, sb);
+	pthread_mutex_unlock(&sb->lock);
+	return r;
+}
+
+int sb_connect_vm_start(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
+			struct sb_connect *c, struct k8_err *err)
+{
+	char qmp_path[4200], agent_path[4200];
+	uint64_t *t = c->t;
 	bool linked = false;
 	int r;
 
+	memset(c, 0, sizeof(*c));
+	c->restored = restored;
 	t[0] = now_mono_ns();
 	sb_paths(d, sb, qmp_path, agent_path, sizeof(qmp_path));
 	pthread_mutex_lock(&sb->lock);
@@ -371,7 +382,22 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
 			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
 		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
-	tc = now_mono_ns();
+	c->tc = now_mono_ns();
+	return 0;
+fail:
+	if (!r)
+		r = err->code ? err->code : -EIO;
+	return sb_connect_fail(d, sb, r, err);
+}
+
+int sb_connect_vm_finish(struct daemon *d, struct sandbox *sb, struct sb_connect *c,
+			 struct k8_err *err)
+{
+	uint64_t *t = c->t;
+	bool restored = c->restored;
+	json_t *init;
+	int r;
+
 	r = link_wait_hello(&sb->link, BOOT_TIMEOUT_MS, err);
 	t[4] = now_mono_ns();
 	if (r)
@@ -402,17 +428,19 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 			   "%llu, running %llu, HELLO %llu, cgroup meanwhile %llu, version and "
 			   "init %llu", sb->name, SB_MS(t[6] - t[0]), SB_MS(t[1] - t[0]),
 			   SB_MS(t[2] - t[1]), SB_MS(t[3] - t[2]), SB_MS(t[4] - t[3]),
-			   SB_MS(tc - t[3]), SB_MS(t[5] - t[4]));
+			   SB_MS(c->tc - t[3]), SB_MS(t[5] - t[4]));
 	return 0;
 fail:
-	if (r != -EPROTONOSUPPORT)
-		console_tail(sb, tail, sizeof(tail));
-	if (tail[0])
-		k8_err_wrap(err, "guest console: ...%s\n", tail);
-	pthread_mutex_lock(&sb->lock);
-	sb_kill_vm(d, sb);
-	pthread_mutex_unlock(&sb->lock);
-	return r;
+	return sb_connect_fail(d, sb, r, err);
+}
+
+int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
+		  struct k8_err *err)
+{
+	struct sb_connect c;
+	int r = sb_connect_vm_start(d, sb, pid, restored, &c, err);
+
+	return r ? r : sb_connect_vm_finish(d, sb, &c, err);
 }
 
 /* Boot the VM of a sandbox. Caller holds sb->busy (not the lock). */
@@ -781,7 +809,9 @@ json_t *sb_to_json(struct sandbox *sb, bool detail)
 			json_object_set_new(o, "spare", spj);
 	}
 	pthread_mutex_unlock(&sb->lock);
-	if (detail && sb->state == SB_RUNNING && !sb->paused) {
+	struct k8_err werr = { 0 };     /* a rewind's init first (checkpoint.c) */
+	if (detail && sb_wait_connected(sb, &werr) == 0 && sb->state == SB_RUNNING &&
+	    !sb->paused) {
 		struct k8_err err = { 0 };
 		json_t *resp = NULL;
 		if (link_request(&sb->link, json_pack("{s:s}", "op", "ps"), 10000, &resp, NULL,
@@ -891,6 +921,8 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
 	}
 	sb->forked = json_is_true(json_object_get(rec, "forked"));
+	/* sb_load_all reads it and clears it */
+	sb->connecting = json_is_true(json_object_get(rec, "init_pending"));
 	/* A record without it is older than the balloon: its VM (or paused/) has neither. */
 	if (vm_machine_from_json(json_object_get(rec, "machine"), &sb->machine))
 		daemon_log("sandbox %s: sandbox.json has a damaged \"machine\"; taking the "
@@ -985,6 +1017,18 @@ int sb_load_all(struct daemon *d)
 			continue;
 		}
 		spare_reap(d, sb);      /* spares are not adopted */
+		if (sb->connecting && sb->state != SB_PAUSED && vm_alive(sb->pid, sb->pid_start)) {
+			/* A rewind through the spare answered and the daemon died before the
+			 * guest had its init (clock, RNG seed): never adopted, it would run on
+			 * with the checkpoint's. It is stopped as a VM that is gone; its disk,
+			 * the rewound one, boots when next used. */
+			daemon_log("sandbox %s: VM pid %d never had its init after a rewind; "
+				   "stopping it", sb->name, (int)sb->pid);
+			kill(sb->pid, SIGKILL);
+			for (int i = 0; i < 100 && vm_alive(sb->pid, sb->pid_start); i++)
+				usleep(10000);
+			sb->pid = 0;
+		}
 		if (sb->state == SB_PAUSED && sb_paused_on_disk(sb)) {
 			/* A daemon killed between the save and QEMU's end leaves it. */
 			if (vm_alive(sb->pid, sb->pid_start))
@@ -1019,6 +1063,7 @@ int sb_load_all(struct daemon *d)
 			broker_down(d, sb);
 		}
 		pthread_mutex_lock(&sb->lock);
+		sb->connecting = false;
 		sb_save(sb);
 		pthread_mutex_unlock(&sb->lock);
 		pthread_mutex_lock(&d->lock);
@@ -1317,8 +1362,24 @@ int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err)
 	return r;
 }
 
+static bool sb_want_any(struct sandbox *sb K8_UNUSED, void *arg K8_UNUSED)
+{
+	return true;
+}
+
 void sb_stop_all(struct daemon *d)
 {
+	size_t n = 0;
+	struct sandbox **all = sb_collect(d, sb_want_any, NULL, &n);
+
+	/* A rewind's init running in the background ends first (its thread would mark
+	 * the sandbox failed when its VM went under it). */
+	for (size_t i = 0; i < n; i++) {
+		struct k8_err ignored = { 0 };
+		sb_wait_connected(all[i], &ignored);
+		sb_put_peek(d, all[i]);
+	}
+	free(all);
 	pthread_mutex_lock(&d->lock);
 	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next) {
 		pthread_mutex_lock(&sb->lock);
@@ -1592,6 +1653,12 @@ out:
 int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,
 		     struct stream **stream, struct k8_err *err)
 {
+	int r = sb_wait_connected(sb, err);     /* a rewind's init first (checkpoint.c) */
+
+	if (r) {
+		json_decref(req);
+		return r;
+	}
 	return link_request(&sb->link, req, timeout_ms, resp, stream, err);
 }
 

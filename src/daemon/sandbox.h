@@ -56,8 +56,26 @@ struct sb_socks {
  * and fill the common part of the VM spec (accel, size, dir, sockets). */
 int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 		     struct vm_spec *spec, struct k8_err *err);
+/* After QEMU was spawned (a fresh boot, or restored from a checkpoint): reach its
+ * monitor and the agent (a restored agent before its vCPUs run, greeted at once),
+ * confirm its cgroup, then agree on the protocol version and initialise the guest in one
+ * exchange (clock, RNG seed, hostname), then mount its images. On failure the VM is
+ * killed and err holds the reason with the guest console's tail; an agent of another
+ * protocol gives -EPROTONOSUPPORT (and no console: the guest is fine, it is not ours). */
 int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
 		  struct k8_err *err);
+/* sb_connect_vm in two halves, for a rewind through the spare that answers between them
+ * (checkpoint.c): _start up to the machine running and the agent's port connected and
+ * greeted, _finish the agent's HELLO, version, init and image mounts. Each fails as
+ * sb_connect_vm does; `c` carries the phases' times from one to the other. */
+struct sb_connect {
+	bool restored;
+	uint64_t t[7], tc;
+};
+int sb_connect_vm_start(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored,
+			struct sb_connect *c, struct k8_err *err);
+int sb_connect_vm_finish(struct daemon *d, struct sandbox *sb, struct sb_connect *c,
+			 struct k8_err *err);
 /* link_request on the sandbox's agent: takes req. */
 int sb_agent_request(struct sandbox *sb, json_t *req, int timeout_ms, json_t **resp,
 		     struct stream **stream, struct k8_err *err);

@@ -20,8 +20,10 @@
  *   - kosa8-fs is given the checkpoint's tables and a connection to the spare's port,
  *     as after a cold rewind.
  * A swap is then: the NIC handed over, the old QEMU killed, the sockets renamed, and
- * sb_connect_vm as for any restored VM (cont, the agent greeted, clock, RNG reseed).
- * The rewind's caller records the layer and starts the next spare in the background.
+ * the first half of sb_connect_vm as for any restored VM (cont, the agent's port
+ * connected and greeted). The rewind's caller records the layer and answers; the
+ * second half (the agent's HELLO, clock, RNG reseed, image mounts) and then the next
+ * spare run on a thread of its own (checkpoint.c).
  *
  * One spare per sandbox at most, of the label its setting names ("latest": the label
  * rewound to most recently). It runs in its own cgroup (<name>+spare: '+' is in no
@@ -449,7 +451,7 @@ void spare_after_rewind(struct daemon *d, struct sandbox *sb, const char *label)
 }
 
 int spare_take(struct daemon *d, struct sandbox *sb, const char *label, char *layer,
-	       size_t n, struct k8_err *err)
+	       size_t n, struct sb_connect *conn, struct k8_err *err)
 {
 	struct spare *sp = spare_of(sb);
 	struct spare_vm *v;
@@ -523,7 +525,7 @@ int spare_take(struct daemon *d, struct sandbox *sb, const char *label, char *la
 	}
 	/* sb_connect_vm moves it into the sandbox's cgroup; its own goes after. */
 	t_conn = now_mono_ns();
-	r = sb_connect_vm(d, sb, v->pid, true, err);
+	r = sb_connect_vm_start(d, sb, v->pid, true, conn, err);
 	v->pid = 0;                     /* the sandbox's now, or ended by sb_connect_vm */
 	if (r)
 		goto fail;

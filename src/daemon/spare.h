@@ -11,6 +11,7 @@
 #include "common/util.h"
 #include "daemon/daemon.h"
 #include "daemon/record.h"
+#include "daemon/sandbox.h"
 
 /* Which checkpoint a sandbox keeps a spare of (sandbox.json "rewind_spare"). */
 #define SPARE_LATEST "latest"   /* the label rewound to most recently (the default) */
@@ -27,13 +28,16 @@ void spare_after_rewind(struct daemon *d, struct sandbox *sb, const char *label)
  * token; the sandbox runs with its sidecars up. Returns:
  *   -EAGAIN  no spare of that label is ready, or it could not be used before anything
  *            changed: the running VM is untouched; rewind cold (err is clear).
- *   0        the spare runs as the sandbox's VM: the old QEMU is gone, the agent
- *            greeted, clock set, RNG reseeded; `layer` (n bytes) is its top layer's file
- *            name, on `frozen` (not yet in layers.json: the caller records it).
+ *   0        the spare runs as the sandbox's VM: the old QEMU is gone, the vCPUs run
+ *            and the agent's port is connected and greeted (sb_connect_vm_start); the
+ *            caller must still sb_connect_vm_finish with `conn` (HELLO, clock, RNG
+ *            reseed, mounts) before anything talks to the agent. `layer` (n bytes) is
+ *            its top layer's file name, on `frozen` (not yet in layers.json: the caller
+ *            records it).
  *   < 0      the swap failed after the old VM went: the sandbox has no VM (as a failed
  *            cold rewind), err says why. */
 int spare_take(struct daemon *d, struct sandbox *sb, const char *label, char *layer,
-	       size_t n, struct k8_err *err);
+	       size_t n, struct sb_connect *conn, struct k8_err *err);
 
 /* End the spare (ready or being prepared) and forget what the setting asked: the
  * sandbox stops, is removed, or goes to disk. Accepts a sandbox without one. Does not

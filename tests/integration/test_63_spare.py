@@ -68,9 +68,11 @@ def observe(home, name, cid, loaded):
     eg = home.json("sandbox", "egress", name)
     t0 = time.time()
     guest = home("sandbox", "exec", name, cid, "date", "+%s", check=True).stdout.split()
+    took = time.time() - t0
     return {"files": files, "holder": ask(home, name, cid), "random": rnd.strip(),
             "egress": (eg["mode"], eg.get("rules"), eg["network"]),
-            "clock_ok": abs(int(guest[0]) - t0) < 5 + (time.time() - t0)}
+            "clock_ok": abs(int(guest[0]) - t0) < 5 + took,
+            "clock_1s": abs(int(guest[0]) - t0) < 1 + took}
 
 
 def kosa8_cgroups(pid):
@@ -122,11 +124,15 @@ def test_spare_and_cold_rewind_give_the_same_state(home, loaded, spsb, share):
     time.sleep(6)        # the spare's clock stands where the checkpoint left it
     r = rewind(home, name, "clean")
     assert r["spare"] is True, r
+    # No sleep: the spare's rewind answers before the guest's init (clock, RNG, images)
+    # is done, and every request to the agent waits for it.
     warm = observe(home, name, cid, loaded)
     assert warm["files"] == cold["files"] and warm["holder"] == cold["holder"]
     assert warm["egress"] == cold["egress"]
     assert warm["random"] != cold["random"], "the RNG was not reseeded"
-    assert warm["clock_ok"], "the guest's clock was not set"
+    assert warm["clock_ok"] and warm["clock_1s"], "the guest's clock was not set"
+    with open(os.path.join(home.path, "kosa8d.log")) as f:
+        assert "rewind to clean: guest ready" in f.read()
     # The spare is the sandbox's VM now, in the sandbox's cgroup; the old QEMU is gone.
     info = home.json("sandbox", "inspect", name)
     assert info["pid"] == pid and info["state"] == "running"
@@ -163,6 +169,8 @@ def test_rewind_right_after_another_is_cold_and_works(home, loaded, spsb):
     spare_ready(home, name, "clean")
     dirty(home, name, cid)
     assert rewind(home, name, "clean")["spare"] is True
+    # The next rewind at once: it waits for the first's guest init (which runs after
+    # its answer), and the next spare is loaded only after that init.
     # Back to back: the next spare is still loading (it takes a few hundred ms under
     # TCG, the CLI a few); a second try covers a scheduler that let it finish.
     for _ in range(3):
@@ -193,8 +201,13 @@ def test_spare_of_a_removed_sandbox_goes(home, loaded):
     rewind(home, name, "c")
     pid = spare_ready(home, name, "c")
     vm = home.json("sandbox", "inspect", name)["pid"]
-    home("sandbox", "rm", name, check=True)
+    # rm -f at once after a rewind through the spare: it waits for the guest's init,
+    # which runs after the answer, then ends that VM (the spare) too.
+    assert rewind(home, name, "c")["spare"] is True
+    home("sandbox", "rm", "-f", name, check=True)
     assert not alive(pid) and not alive(vm), "a QEMU outlived its sandbox"
+    assert name not in [s["name"] for s in home.json("sandbox", "ls")]
+    assert not os.path.exists(os.path.join(home.path, "sandboxes", name))
 
 
 def test_setting_off_keeps_no_spare(home):
@@ -237,7 +250,29 @@ def test_a_restarted_daemon_ends_a_spare_left_behind():
         assert not os.path.exists(os.path.join(h.path, "sandboxes", "r", "spare.json"))
         # and the next rewind makes a new one
         rewind(h, "r", "c")
-        assert spare_ready(h, "r", "c") != pid
+        pid = spare_ready(h, "r", "c")
+        # A daemon that dies after a spare rewind's answer, before the guest had its
+        # init (clock, RNG seed): the next daemon does not adopt that VM (it would run
+        # on with the checkpoint's RNG state) but stops it. The VM is held stopped
+        # (SIGSTOP) right after the answer so the init cannot finish meanwhile.
+        log = os.path.join(h.path, "kosa8d.log")
+        ready = lambda: open(log).read().count("rewind to c: guest ready")
+        before = ready()
+        assert rewind(h, "r", "c")["spare"] is True
+        os.kill(pid, signal.SIGSTOP)
+        if ready() != before:
+            os.kill(pid, signal.SIGCONT)
+            pytest.skip("the guest's init finished before the test could stop its VM")
+        with open(os.path.join(h.path, "sandboxes", "r", "sandbox.json")) as f:
+            assert json.load(f).get("init_pending") is True
+        os.kill(daemon_pid(h.path), signal.SIGKILL)
+        assert wait_for(lambda: not os.path.exists("/proc/%d" % daemon_pid(h.path)) or
+                        not alive(daemon_pid(h.path)), 10)
+        os.kill(pid, signal.SIGCONT)
+        h.start()
+        info = h.json("sandbox", "inspect", "r")
+        assert info["state"] == "stopped" and not alive(pid), info
+        assert "never had its init after a rewind" in open(log).read()
     finally:
         h.stop()
         shutil.rmtree(h.path, ignore_errors=True)
