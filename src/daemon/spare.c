@@ -72,6 +72,8 @@ struct spare {
 	bool preparing;                 /* a thread runs spare_thread */
 	char want[64];                  /* the label to keep a spare of; "" none */
 	char loading[64];               /* the label being prepared */
+	pid_t loading_pid;              /* its QEMU while it loads (spare_drop ends it) */
+	unsigned long long loading_start;
 	struct spare_vm *ready;
 };
 
@@ -124,6 +126,17 @@ static void spare_end_pid(pid_t pid, unsigned long long start, bool child)
 		kill(pid, SIGKILL);
 	if (child)
 		waitpid(pid, NULL, 0);
+}
+
+/* The QEMU of the spare being loaded now (pid 0: none), for spare_drop. */
+static void spare_loading(struct sandbox *sb, pid_t pid, unsigned long long start)
+{
+	struct spare *sp = spare_of(sb);
+
+	pthread_mutex_lock(&sp->mu);
+	sp->loading_pid = pid;
+	sp->loading_start = start;
+	pthread_mutex_unlock(&sp->mu);
 }
 
 /* End a spare that was not swapped in and remove its files. */
@@ -303,6 +316,7 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 	if (r)
 		goto fail;
 	v->start = vm_proc_start(v->pid);
+	spare_loading(sb, v->pid, v->start);
 	v->nimages = nimgs;
 	v->memory_mib = mem;
 	v->cpus = cpus;
@@ -324,8 +338,10 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 			k8_err_wrap(err, "QEMU: %.400s", msg + 1);
 		goto fail;
 	}
+	spare_loading(sb, 0, 0);
 	return v;
 fail:
+	spare_loading(sb, 0, 0);
 	spare_vm_destroy(d, sb, v);
 	return NULL;
 }
@@ -549,13 +565,23 @@ void spare_drop(struct daemon *d, struct sandbox *sb)
 	struct spare *sp = spare_of(sb);
 	struct spare_vm *v;
 
+	pid_t loading;
+	unsigned long long start;
+
 	pthread_mutex_lock(&sp->mu);
 	sp->gen++;
 	sp->want[0] = '\0';
 	v = sp->ready;
 	sp->ready = NULL;
+	loading = sp->loading_pid;
+	start = sp->loading_start;
 	pthread_mutex_unlock(&sp->mu);
 	spare_vm_destroy(d, sb, v);
+	/* One still loading ends too (its thread sees the load fail, reaps it and removes
+	 * its files): a daemon that stops now would leave it running with nobody to end it
+	 * once its home is gone. */
+	if (loading > 0 && vm_alive(loading, start))
+		kill(loading, SIGKILL);
 }
 
 void spare_drop_label(struct daemon *d, struct sandbox *sb, const char *label)
