@@ -1825,12 +1825,17 @@ static void dkc_wait_body(void *ctx, int fd, const char *extra, size_t n)
 
 	(void)extra;
 	(void)n;
-	pthread_mutex_lock(&dk.lock);
 	for (;;) {
 		bool ok;
 		struct timespec dl;
 		struct pollfd pfd = { .fd = fd, .events = 0 };
 
+		/* a client that left: the pipe's reader is gone */
+		if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLERR))
+			return;
+		/* the check and the wait under one hold of the lock: a change told between
+		 * them would otherwise wait out the second (docker run --rm answered 1 s late) */
+		pthread_mutex_lock(&dk.lock);
 		if (w->cond == W_REMOVED)
 			ok = c->removed;
 		else if (w->cond == W_NEXT_EXIT)
@@ -1839,14 +1844,10 @@ static void dkc_wait_body(void *ctx, int fd, const char *extra, size_t n)
 			ok = c->state != DKC_RUNNING && !c->pumping;
 		if (ok)
 			break;
-		/* a client that left: the pipe's reader is gone */
-		pthread_mutex_unlock(&dk.lock);
-		if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLERR))
-			return;
-		pthread_mutex_lock(&dk.lock);
 		clock_gettime(CLOCK_REALTIME, &dl);
 		dl.tv_sec += 1;
 		pthread_cond_timedwait(&dk.cond, &dk.lock, &dl);
+		pthread_mutex_unlock(&dk.lock);
 	}
 	code = c->exit_code;
 	pthread_mutex_unlock(&dk.lock);
