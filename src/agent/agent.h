@@ -156,6 +156,10 @@ struct ctr {
 	struct waiter *waiters;
 	int no_new_privs;      /* run asked for it: exec'd processes get it too */
 	uint64_t cap_drop;     /* run's cap_drop: exec'd processes lose them too */
+	int netns_fd;          /* its own network namespace, held until its exit is told
+				  (net_ns_retire); -1 */
+	int pk_fd;             /* its spare's packet socket, the same way; -1 */
+	int own_ip;            /* with an address of its own ("netns":"own") */
 	int dead;
 };
 
@@ -192,6 +196,13 @@ struct net_cfg {
 	/* the sandbox broker's CA (interception mode, docs/broker.md): a PEM certificate
 	 * that containers trust; "" for none */
 	char broker_ca[NET_CA_MAX];
+};
+
+/* A network namespace made ahead for a "netns":"own" container (net.c): the namespace,
+ * links up and routes in place, and a packet socket in it (to announce the address);
+ * both -1 when there is none. */
+struct net_spare {
+	int ns, pk;
 };
 
 /* ---- shared folders (fs.c) ---- */
@@ -393,6 +404,7 @@ struct launch {
 
 struct launch_out {
 	pid_t pid;
+	struct net_spare net;  /* the spare it joined ({-1, -1}: none), the caller's now */
 	int in_fd, out_fd, err_fd; /* agent's ends, nonblocking; in_fd -1 without stdin;
 				      with a tty: out_fd the master, in_fd a dup of it, err_fd -1 */
 };
@@ -433,8 +445,20 @@ int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, co
 int net_ctr_netns(char *msg, size_t msglen);
 /* In a new container's child ("netns":"own"), still root with every capability: its own
  * network namespace with lo and an ipvlan link of the VM's NIC (eth0, address `ip`/32,
- * default route via the VM's gateway). 0 or a negative errno with msg filled. */
-int net_ctr_ipvlan(const struct agent *a, const char *ip, char *msg, size_t msglen);
+ * default route via the VM's gateway): the spare `sp` when there is one, else one made
+ * now. 0 or a negative errno with msg filled. */
+int net_ctr_ipvlan(const struct agent *a, const char *ip, const struct net_spare *sp,
+		   char *msg, size_t msglen);
+/* Before forking a "netns":"own" container: the spare made for it while the VM was
+ * idle ({-1, -1} when none is ready); the caller owns its fds (net_ns_retire). */
+void net_spare_take(const struct agent *a, struct net_spare *sp);
+/* After such a container's exit was told: make the next spare (a thread at SCHED_IDLE),
+ * unless one is ready or on its way. Not while the agent is in another PID namespace. */
+void net_spare_make(const struct agent *a);
+/* An fd of a container's network namespace (*fd, then -1): its namespace or its spare's
+ * packet socket, held until the container's exit was told, closed when the VM is idle,
+ * so the kernel's teardown is not in anyone's wait. */
+void net_ns_retire(int *fd);
 /* Whether `ip` may be a container's own address: IPv4 in the VM's network, host part
  * 16..254, not the VM's, gateway's or a resolver's. */
 int net_ctr_ip_ok(const struct agent *a, const char *ip);

@@ -195,6 +195,8 @@ static void ctr_destroy(struct agent *a, struct ctr *c)
 	if (c->log_fd >= 0)
 		close(c->log_fd);
 	c->log_fd = -1;
+	net_ns_retire(&c->netns_fd);
+	net_ns_retire(&c->pk_fd);
 	agent_unwatch(a, &c->memev);
 	agent_unwatch(a, &c->pidsev);
 	cg_remove(a, c->id);
@@ -254,6 +256,8 @@ static struct ctr *ctr_new(struct agent *a, const char *id, const char *image)
 	snprintf(c->image_hex, sizeof(c->image_hex), "%s", image);
 	c->exit_code = -1;
 	c->log_fd = -1;
+	c->netns_fd = -1;
+	c->pk_fd = -1;
 	c->memev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
 	c->pidsev = (struct watch){ .kind = W_CGEV, .fd = -1, .owner = c };
 	c->next = a->ctrs;
@@ -324,6 +328,18 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 	c->no_new_privs = l->no_new_privs;
 	c->cap_drop = l->cap_drop;
 	c->log_fd = -1;
+	net_ns_retire(&c->netns_fd);    /* a restarted one's last run */
+	net_ns_retire(&c->pk_fd);
+	/* held, so the teardown waits for an idle VM (net.c); -1 if it ended already */
+	c->netns_fd = o.net.ns;
+	c->pk_fd = o.net.pk;
+	if (l->own_netns && c->netns_fd < 0) {
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)o.pid);
+		c->netns_fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	c->own_ip = l->ctr_ip[0] != '\0';
 	cg_open_events(a, c);
 	p = proc_new(a, o.pid, detach ? 0 : reqid, c, o.in_fd, o.out_fd, o.err_fd);
 	p->tty = l->tty;
@@ -432,6 +448,10 @@ void ctr_init_exited(struct agent *a, struct ctr *c, int status, int oom)
 
 void ctr_init_done(struct agent *a, struct ctr *c)
 {
+	net_ns_retire(&c->netns_fd);
+	net_ns_retire(&c->pk_fd);
+	if (c->own_ip)          /* the next such container's namespace, while the VM idles */
+		net_spare_make(a);
 	if (c->auto_rm)
 		ctr_destroy(a, c);
 }

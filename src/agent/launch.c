@@ -4,11 +4,14 @@
  * user and execve() argv searched in the process's own PATH.
  *
  * Parent and child, step by step:
+ *   parent  with an address ("netns":"own"), takes the network namespace made for it
+ *           while the VM was idle (net.c, net_spare_take), if one is ready
  *   parent  unshare(CLONE_NEWPID) (run) or setns(<init>/ns/pid) (exec), fork(), then
  *           setns back to its own PID namespace (only children ever change namespace)
  *   child   waits on the sync pipe
  *   parent  writes the child's pid into the cgroup's cgroup.procs, then releases it
- *   child   oom_score_adj 0, namespaces + rootfs with the shared folders, resolv.conf
+ *   child   oom_score_adj 0, namespaces (joining that network one) + rootfs with the
+ *           shared folders, resolv.conf
  *           and hosts (or setns into the init's), cwd, the seccomp filter (sec.c,
  *           loaded while CAP_SYS_ADMIN is still held, as runc does without
  *           no_new_privs), groups/uid/gid, capabilities (Docker's default set),
@@ -350,9 +353,11 @@ static int launch_pty_recv(int sock)
 }
 
 static void launch_child(const struct agent *a, const struct launch *l, int in_fd, int out_fd,
-			 int err_fd, int sync_fd, int rep, const int ns[5]) __attribute__((noreturn));
+			 int err_fd, int sync_fd, int rep, const int ns[5],
+			 const struct net_spare *spare) __attribute__((noreturn));
 static void launch_child(const struct agent *a, const struct launch *l, int in_fd, int out_fd,
-			 int err_fd, int sync_fd, int rep, const int ns[5])
+			 int err_fd, int sync_fd, int rep, const int ns[5],
+			 const struct net_spare *spare)
 {
 	char msg[400], c;
 	int fsfd[FS_MAX_MOUNTS];
@@ -374,7 +379,8 @@ static void launch_child(const struct agent *a, const struct launch *l, int in_f
 			launch_fail(rep, errno, "sethostname: %s", strerror(errno));
 		if (l->own_netns && !l->ctr_ip[0] && (e = net_ctr_netns(msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
-		if (l->ctr_ip[0] && (e = net_ctr_ipvlan(a, l->ctr_ip, msg, sizeof(msg))) < 0)
+		if (l->ctr_ip[0] &&
+		    (e = net_ctr_ipvlan(a, l->ctr_ip, spare, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		/* Shared folders: copies of the VM's mounts now, attached after pivot_root
 		 * (fs.c); /etc/resolv.conf and /etc/hosts first, so a folder mounted on
@@ -429,6 +435,7 @@ int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, 
 	static const char *const nsname[5] = { "pid", "mnt", "uts", "ipc", "net" };
 	int out[2] = { -1, -1 }, errp[2] = { -1, -1 }, in[2] = { -1, -1 };
 	int syncp[2] = { -1, -1 }, rep[2] = { -1, -1 }, ns[5] = { -1, -1, -1, -1, -1 };
+	struct net_spare spare = { -1, -1 };
 	struct launch_msg m;
 	struct pollfd pfd;
 	pid_t pid;
@@ -437,6 +444,8 @@ int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, 
 
 	if ((r = sec_build(a)) < 0)
 		return k8_err_set(err, r, "building the seccomp filter: %s", strerror(-r));
+	if (!l->target && l->ctr_ip[0])
+		net_spare_take(a, &spare);
 	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 ||
 	    pipe2(rep, O_CLOEXEC) < 0) {
 		r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
@@ -481,7 +490,7 @@ int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, 
 	pid = fork();
 	fe = errno;
 	if (pid == 0)
-		launch_child(a, l, in[0], out[1], errp[1], syncp[0], rep[1], ns);
+		launch_child(a, l, in[0], out[1], errp[1], syncp[0], rep[1], ns, &spare);
 	/* Every later fork (cleanup helpers, the next container) must start from our own
 	 * PID namespace again; if that is impossible the agent cannot go on. */
 	if (setns(a->self_pidns, CLONE_NEWPID) < 0)
@@ -546,6 +555,8 @@ int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, 
 	o->out_fd = steal_fd(&out[0]);
 	o->err_fd = steal_fd(&errp[0]);
 	o->in_fd = steal_fd(&in[1]);
+	o->net = spare;         /* held with the container (ctr.c) */
+	spare = (struct net_spare){ -1, -1 };
 out:
 	launch_close(&out[0]);
 	launch_close(&out[1]);
@@ -559,5 +570,7 @@ out:
 	launch_close(&rep[1]);
 	for (i = 0; i < 5; i++)
 		launch_close(&ns[i]);
+	net_ns_retire(&spare.ns);
+	net_ns_retire(&spare.pk);
 	return r;
 }

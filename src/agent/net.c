@@ -14,14 +14,18 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/if_ether.h>
 #include <linux/if_link.h>
+#include <linux/if_packet.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <net/route.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -549,21 +553,20 @@ static int net_ipvlan_new(int nl, unsigned master, int nsfd)
 	return net_nl(nl, &req.h);
 }
 
-/* Inside the new namespace: the address (a /32) on eth0, lo and eth0 up (arp_notify:
- * the link announces its address, so kosa8-net knows it before a published port's first
- * connection), a route on the link to each of the network's own hosts (gateway, IPv4
- * resolvers, the broker's address), the rest of the /24 unreachable, the default route
- * via the gateway. */
-static int net_ctr_ipvlan_conf(const struct agent *a, const char *ip, char *msg, size_t msglen)
+/* Inside the new namespace, before it has an address: lo and eth0 up (arp_notify on), a
+ * route on the link to each of the network's own hosts (gateway, IPv4 resolvers, the
+ * broker's address), the rest of the /24 unreachable, the default route via the gateway.
+ * None of it depends on the container's address, so a spare namespace has it already. */
+static int net_ctr_links(const struct net_cfg *n, char *msg, size_t msglen)
 {
-	struct in_addr addr, gw, net, host;
+	struct in_addr vm, gw, net, host;
 	unsigned idx;
 	int nl, sk = -1, r, seq = 10;
-	const char *what = "its address";
+	const char *what = "bringing up lo";
 
-	inet_pton(AF_INET, ip, &addr);
-	inet_pton(AF_INET, a->net.gateway, &gw);
-	net.s_addr = addr.s_addr & htonl(~(0xffffffffu >> a->net.prefix));
+	inet_pton(AF_INET, n->ip, &vm);
+	inet_pton(AF_INET, n->gateway, &gw);
+	net.s_addr = vm.s_addr & htonl(~(0xffffffffu >> n->prefix));
 	idx = if_nametoindex("eth0");
 	nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
 	if (!idx || nl < 0) {
@@ -574,9 +577,6 @@ static int net_ctr_ipvlan_conf(const struct agent *a, const char *ip, char *msg,
 		return r;
 	}
 	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/arp_notify", "1");
-	if ((r = net_addr_add(nl, AF_INET, idx, &addr, 32, 0, seq++)) < 0)
-		goto out;
-	what = "bringing up lo";
 	sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (sk < 0) {
 		r = -errno;
@@ -591,8 +591,8 @@ static int net_ctr_ipvlan_conf(const struct agent *a, const char *ip, char *msg,
 	if ((r = net_route_add(nl, AF_INET, idx, &gw, 32, NULL, RTN_UNICAST, seq++)) < 0)
 		goto out;
 	what = "a route to a resolver";
-	for (int i = 0; i < a->net.ndns; i++)
-		if (inet_pton(AF_INET, a->net.dns[i], &host) == 1 &&
+	for (int i = 0; i < n->ndns; i++)
+		if (inet_pton(AF_INET, n->dns[i], &host) == 1 &&
 		    (r = net_route_add(nl, AF_INET, idx, &host, 32, NULL, RTN_UNICAST, seq++)) < 0)
 			goto out;
 	what = "a route to the broker";
@@ -600,7 +600,7 @@ static int net_ctr_ipvlan_conf(const struct agent *a, const char *ip, char *msg,
 	    (r = net_route_add(nl, AF_INET, idx, &host, 32, NULL, RTN_UNICAST, seq++)) < 0)
 		goto out;
 	what = "the unreachable route";
-	if ((r = net_route_add(nl, AF_INET, idx, &net, a->net.prefix, NULL, RTN_UNREACHABLE,
+	if ((r = net_route_add(nl, AF_INET, idx, &net, n->prefix, NULL, RTN_UNREACHABLE,
 				 seq++)) < 0)
 		goto out;
 	what = "the default route";
@@ -610,8 +610,59 @@ out:
 		close(sk);
 	close(nl);
 	if (r < 0)
-		snprintf(msg, msglen, "%s (%s) in the container: %s", what, ip, strerror(-r));
+		snprintf(msg, msglen, "%s in the container: %s", what, strerror(-r));
 	return r;
+}
+
+/* A gratuitous ARP request for `ip` from eth0 (sender and target both `ip`, to
+ * broadcast) through `pk`, a packet socket of the namespace, as the kernel's arp_notify
+ * sends on link up: kosa8-net teaches slirp the address, so a published port's first
+ * connection finds the container. Best effort: a lost one costs that first connection
+ * slirp's own ARP request. The socket is made with the spare, and its last close (which
+ * waits for an RCU grace period, ~10 ms under TCG) is left to the idle thread. */
+static void net_ctr_announce(int pk, unsigned idx, const struct in_addr *ip)
+{
+	struct sockaddr_ll to = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ARP),
+				  .sll_ifindex = (int)idx, .sll_halen = 6 };
+	unsigned char arp[28] = { 0, 1, 8, 0, 6, 4, 0, 1 };  /* Ethernet, IPv4, request */
+	struct ifreq ifr;
+
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "eth0");
+	if (ioctl(pk, SIOCGIFHWADDR, &ifr) < 0)
+		return;
+	memcpy(arp + 8, ifr.ifr_hwaddr.sa_data, 6);
+	memcpy(arp + 14, ip, 4);
+	memcpy(arp + 24, ip, 4);
+	memset(to.sll_addr, 0xff, 6);
+	(void)!sendto(pk, arp, sizeof(arp), 0, (struct sockaddr *)&to, sizeof(to));
+}
+
+/* The container's address, a /32 on eth0. In a spare (links up already) it is announced
+ * through the spare's packet socket `pk`: arp_notify announces on link up only. */
+static int net_ctr_addr(const char *ip, int pk, char *msg, size_t msglen)
+{
+	struct in_addr addr;
+	unsigned idx = if_nametoindex("eth0");
+	int nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE), r;
+
+	if (!idx || nl < 0) {
+		r = -errno;
+		if (nl >= 0)
+			close(nl);
+		snprintf(msg, msglen, "the container's eth0: %s", strerror(errno));
+		return r;
+	}
+	inet_pton(AF_INET, ip, &addr);
+	r = net_addr_add(nl, AF_INET, idx, &addr, 32, 0, 1);
+	close(nl);
+	if (r < 0) {
+		snprintf(msg, msglen, "its address (%s) in the container: %s", ip, strerror(-r));
+		return r;
+	}
+	if (pk >= 0)
+		net_ctr_announce(pk, idx, &addr);
+	return 0;
 }
 
 int net_ctr_ip_ok(const struct agent *a, const char *ip)
@@ -633,22 +684,22 @@ int net_ctr_ip_ok(const struct agent *a, const char *ip)
 	return 1;
 }
 
-int net_ctr_ipvlan(const struct agent *a, const char *ip, char *msg, size_t msglen)
+/* The calling thread's own network namespace with the ipvlan link of `ifname` in it,
+ * named eth0, its strict sysctls, and with `n` its links up and routes (net_ctr_links);
+ * no address (net_ctr_addr). Returns the namespace's fd (/proc/thread-self: a thread has
+ * its own namespace after unshare), or a negative errno with msg filled. */
+static int net_ipvlan_ns(const char *ifname, const struct net_cfg *n, char *msg, size_t msglen)
 {
 	unsigned master;
 	int nl, nsfd, r;
 
-	if (!a->net_up || !a->net.gateway[0]) {
-		snprintf(msg, msglen, "the VM has no network to give the container");
-		return -ENETDOWN;
-	}
-	master = if_nametoindex(a->ifname);
+	master = if_nametoindex(ifname);
 	nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
 	if (!master || nl < 0) {
 		r = -errno;
 		if (nl >= 0)
 			close(nl);
-		snprintf(msg, msglen, "the VM's %s: %s", a->ifname, strerror(errno));
+		snprintf(msg, msglen, "the VM's %s: %s", ifname, strerror(errno));
 		return r;
 	}
 	if (unshare(CLONE_NEWNET) < 0) {
@@ -661,18 +712,18 @@ int net_ctr_ipvlan(const struct agent *a, const char *ip, char *msg, size_t msgl
 	net_sysctl_path("/proc/sys/net/ipv4/conf/all/rp_filter", "1");
 	net_sysctl_path("/proc/sys/net/ipv4/conf/default/rp_filter", "1");
 	net_sysctl_path("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1");
-	nsfd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	nsfd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
 	if (nsfd < 0) {
 		r = -errno;
 		close(nl);
-		snprintf(msg, msglen, "open /proc/self/ns/net: %s", strerror(errno));
+		snprintf(msg, msglen, "open /proc/thread-self/ns/net: %s", strerror(errno));
 		return r;
 	}
 	r = net_ipvlan_new(nl, master, nsfd);
-	close(nsfd);
 	close(nl);
 	if (r < 0) {
-		snprintf(msg, msglen, "an ipvlan link of %s for the container: %s%s", a->ifname,
+		close(nsfd);
+		snprintf(msg, msglen, "an ipvlan link of %s for the container: %s%s", ifname,
 			 strerror(-r), r == -EOPNOTSUPP || r == -ENOENT ?
 			 " (a guest kernel without CONFIG_IPVLAN: rebuild the guest)" : "");
 		return r;
@@ -687,6 +738,7 @@ int net_ctr_ipvlan(const struct agent *a, const char *ip, char *msg, size_t msgl
 		r = -errno;
 		if (sk >= 0)
 			close(sk);
+		close(nsfd);
 		snprintf(msg, msglen, "naming the container's link eth0: %s", strerror(-r));
 		return r;
 	}
@@ -695,7 +747,192 @@ int net_ctr_ipvlan(const struct agent *a, const char *ip, char *msg, size_t msgl
 	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/rp_filter", "1");
 	/* a unicast IP packet in a broadcast frame can only come from another slave */
 	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/drop_unicast_in_l2_multicast", "1");
-	return net_ctr_ipvlan_conf(a, ip, msg, msglen);
+	if (n && (r = net_ctr_links(n, msg, msglen)) < 0) {
+		close(nsfd);
+		return r;
+	}
+	return nsfd;
+}
+
+int net_ctr_ipvlan(const struct agent *a, const char *ip, const struct net_spare *sp,
+		   char *msg, size_t msglen)
+{
+	int r;
+
+	if (!a->net_up || !a->net.gateway[0]) {
+		snprintf(msg, msglen, "the VM has no network to give the container");
+		return -ENETDOWN;
+	}
+	if (sp->ns >= 0) {
+		if (setns(sp->ns, CLONE_NEWNET) < 0) {
+			r = -errno;
+			snprintf(msg, msglen, "joining the prepared network namespace: %s",
+				 strerror(errno));
+			return r;
+		}
+		return net_ctr_addr(ip, sp->pk, msg, msglen);
+	}
+	/* made now: the address first, so eth0 coming up announces it (arp_notify) */
+	if ((r = net_ipvlan_ns(a->ifname, NULL, msg, msglen)) < 0)
+		return r;
+	close(r);
+	if ((r = net_ctr_addr(ip, -1, msg, msglen)) < 0)
+		return r;
+	return net_ctr_links(&a->net, msg, msglen);
+}
+
+/* ---- network namespaces made and ended while the VM is idle ----
+ *
+ * Making a container's namespace and its ipvlan link is most of what "netns":"own" costs
+ * its start, and ending them (the kernel's cleanup_net, in a kworker, as the container's
+ * last process exits) costs its exit about as much again (together ~45 ms of one vCPU
+ * under TCG, docs/agent.md). Neither need be paid while someone waits:
+ * - After the first such run the agent keeps one namespace ready (net_spare_take): the
+ *   next container's child joins it and adds only its address, links and routes. A spare
+ *   serves one container and is never used twice: each container still gets a namespace
+ *   nobody has been in.
+ * - The agent holds each container's namespace (ctr.c) until its exit was reported, then
+ *   hands it here (net_ns_retire); its last reference goes when the VM is idle.
+ * Both are done by one short-lived thread at SCHED_IDLE, which runs only when nothing
+ * else in the VM wants the CPU; it ends when there is nothing left to do. */
+#define NET_RETIRE_MAX 64
+static pthread_mutex_t net_idle_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct net_spare net_spare = { -1, -1 };
+static int net_spare_wanted;        /* a "netns":"own" container has run */
+/* what the next spare is for (net_spare_make), and what the one being made or ready was
+ * made for (the thread's; read by net_spare_take only while one is ready) */
+static char net_want_if[16], net_made_if[16];
+static struct net_cfg net_want_cfg, net_made_cfg;
+static int net_retired[NET_RETIRE_MAX], net_nretired;
+static int net_idle_running;
+
+static void *net_idle_thread(void *arg)
+{
+	struct sched_param sp = { 0 };
+	char msg[256];
+	int vm = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+
+	(void)arg;
+	(void)!sched_setscheduler(0, SCHED_IDLE, &sp);   /* 0: this thread */
+	for (;;) {
+		int fds[NET_RETIRE_MAX], n, make, ns, pk = -1;
+
+		pthread_mutex_lock(&net_idle_lock);
+		n = net_nretired;
+		memcpy(fds, net_retired, (size_t)n * sizeof(int));
+		net_nretired = 0;
+		make = net_spare_wanted && net_spare.ns < 0 && net_want_if[0] && vm >= 0;
+		if (make) {
+			memcpy(net_made_if, net_want_if, sizeof(net_made_if));
+			net_made_cfg = net_want_cfg;
+		}
+		if (!n && !make) {
+			net_idle_running = 0;
+			pthread_mutex_unlock(&net_idle_lock);
+			break;
+		}
+		pthread_mutex_unlock(&net_idle_lock);
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		if (!make)
+			continue;
+		/* from the VM's namespace each time: the last spare's is this thread's now */
+		if (setns(vm, CLONE_NEWNET) < 0) {
+			snprintf(msg, sizeof(msg), "back to the VM's network namespace: %s",
+				 strerror(errno));
+			ns = -1;
+		} else {
+			ns = net_ipvlan_ns(net_made_if, &net_made_cfg, msg, sizeof(msg));
+		}
+		if (ns >= 0 && (pk = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0) {
+			snprintf(msg, sizeof(msg), "a packet socket: %s", strerror(errno));
+			close(ns);
+			ns = -1;
+		}
+		pthread_mutex_lock(&net_idle_lock);
+		if (ns < 0) {
+			net_spare_wanted = 0;   /* asked again by the next such run */
+			agent_log("preparing a container network namespace: %s", msg);
+		} else {
+			net_spare = (struct net_spare){ ns, pk };
+		}
+		pthread_mutex_unlock(&net_idle_lock);
+	}
+	if (vm >= 0)
+		close(vm);
+	return NULL;
+}
+
+/* Start the thread unless it runs (it looks again before it ends). Caller holds the
+ * lock. Never while the agent is in a container's PID namespace (no thread then). */
+static void net_idle_kick_locked(void)
+{
+	pthread_attr_t at;
+	pthread_t t;
+
+	if (net_idle_running)
+		return;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 128 * 1024);
+	if (pthread_create(&t, &at, net_idle_thread, NULL) == 0)
+		net_idle_running = 1;
+	pthread_attr_destroy(&at);
+}
+
+/* Whether two networks give a container the same links and routes. */
+static int net_cfg_same4(const struct net_cfg *x, const struct net_cfg *y)
+{
+	if (strcmp(x->ip, y->ip) || x->prefix != y->prefix || strcmp(x->gateway, y->gateway) ||
+	    x->ndns != y->ndns)
+		return 0;
+	for (int i = 0; i < x->ndns; i++)
+		if (strcmp(x->dns[i], y->dns[i]))
+			return 0;
+	return 1;
+}
+
+void net_spare_take(const struct agent *a, struct net_spare *sp)
+{
+	int stale;
+
+	pthread_mutex_lock(&net_idle_lock);
+	*sp = net_spare;
+	net_spare = (struct net_spare){ -1, -1 };
+	stale = sp->ns >= 0 && (strcmp(net_made_if, a->ifname) ||
+				!net_cfg_same4(&net_made_cfg, &a->net));
+	pthread_mutex_unlock(&net_idle_lock);
+	if (stale) {    /* made for a network the VM no longer has */
+		net_ns_retire(&sp->ns);
+		net_ns_retire(&sp->pk);
+	}
+}
+
+void net_spare_make(const struct agent *a)
+{
+	pthread_mutex_lock(&net_idle_lock);
+	if (a->net_up && a->net.gateway[0]) {
+		snprintf(net_want_if, sizeof(net_want_if), "%s", a->ifname);
+		net_want_cfg = a->net;
+		net_spare_wanted = 1;
+		net_idle_kick_locked();
+	}
+	pthread_mutex_unlock(&net_idle_lock);
+}
+
+void net_ns_retire(int *fd)
+{
+	if (*fd < 0)
+		return;
+	pthread_mutex_lock(&net_idle_lock);
+	if (net_nretired < NET_RETIRE_MAX) {
+		net_retired[net_nretired++] = *fd;
+		net_idle_kick_locked();
+	} else {
+		close(*fd);
+	}
+	pthread_mutex_unlock(&net_idle_lock);
+	*fd = -1;
 }
 
 /* Interception mode: the broker's CA in the container, alone (for NODE_EXTRA_CA_CERTS)
