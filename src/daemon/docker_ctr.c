@@ -848,7 +848,7 @@ static void dkc_log_append(struct dkc_pump *p, uint16_t type, const void *data, 
 	pthread_mutex_unlock(&dk.lock);
 }
 
-static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb);
+static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json_t *exit_rec);
 static void dkc_ports_down(struct daemon *d, struct sandbox *sb, struct dkc *c);
 static bool dkc_tty(struct dkc *c);
 
@@ -858,7 +858,7 @@ static void *dkc_pump_thread(void *arg)
 	struct dkc *c = p->c;
 	struct agentlink *l = &p->sb->link;
 	struct stream *s = p->s;
-	json_t *exit_info = NULL;
+	json_t *exit_info = NULL, *exit_rec;
 	unsigned char *buf = xmalloc(PROTO_DATA_CHUNK);
 	bool autorm;
 
@@ -939,10 +939,13 @@ static void *dkc_pump_thread(void *arg)
 		dkc_save_locked(c);
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk.lock);
-	daemon_audit(p->d, "container.exit", c->sandbox,
-		     json_pack("{s:s,s:s,s:i,s:O?}", "via", "docker", "id", c->id, "code",
-			       c->exit_code, "oom", json_object_get(exit_info, "oom")));
+	exit_rec = json_pack("{s:s,s:s,s:i,s:O?}", "via", "docker", "id", c->id, "code",
+			     c->exit_code, "oom", json_object_get(exit_info, "oom"));
 	json_decref(exit_info);
+	if (!autorm) {
+		daemon_audit(p->d, "container.exit", c->sandbox, exit_rec);
+		exit_rec = NULL;
+	}
 	link_stream_close(l, s);
 
 	pthread_mutex_lock(&dk.lock);
@@ -951,8 +954,8 @@ static void *dkc_pump_thread(void *arg)
 	pthread_mutex_unlock(&dk.lock);
 	/* the reference goes first: removing a container's own sandbox waits for its users */
 	sb_put(p->d, p->sb);
-	if (autorm)
-		dkc_rm_now(p->d, c, NULL);
+	if (autorm)     /* records the exit once the removal is told (docs/docker.md) */
+		dkc_rm_now(p->d, c, NULL, exit_rec);
 	dkc_unref(c);
 	free(p);
 	return NULL;
@@ -1422,7 +1425,7 @@ static void dkc_start_failed(struct daemon *d, struct dkc *c, int r, const char 
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk.lock);
 	if (autorm)
-		dkc_rm_now(d, c, NULL);
+		dkc_rm_now(d, c, NULL, NULL);
 }
 
 int dkc_api_start(struct api_call *call)
@@ -1702,8 +1705,10 @@ int dkc_api_archive_put(struct api_call *call)
 /* ---- rm ---- */
 
 /* Remove c for good: the agent's container, the record, its directory. Caller holds a
- * reference; sb may be NULL (looked up). */
-static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb)
+ * reference; sb may be NULL (looked up). exit_rec (taken): the details of an AutoRemove
+ * container's container.exit, recorded once the removal is told, so `docker run --rm`'s
+ * answer waits for one audit record fewer; the order in the log stays exit, rm. */
+static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json_t *exit_rec)
 {
 	struct k8_err err = { 0 };
 	struct sandbox *own = NULL;
@@ -1713,6 +1718,8 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb)
 	pthread_mutex_lock(&dk.lock);
 	if (c->removed) {
 		pthread_mutex_unlock(&dk.lock);
+		if (exit_rec)
+			daemon_audit(d, "container.exit", c->sandbox, exit_rec);
 		return;
 	}
 	c->removing = true;
@@ -1750,6 +1757,8 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb)
 	c->removed = true;
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk.lock);
+	if (exit_rec)
+		daemon_audit(d, "container.exit", c->sandbox, exit_rec);
 	rm_rf(c->dir);
 	daemon_audit(d, "container.rm", c->sandbox,
 		     json_pack("{s:s,s:s,s:s}", "via", "docker", "id", c->id, "name", c->name));
@@ -1793,7 +1802,7 @@ int dkc_api_rm(struct api_call *call)
 			break;
 	c->removing = false;    /* dkc_rm_now claims it again */
 	pthread_mutex_unlock(&dk.lock);
-	dkc_rm_now(call->d, c, NULL);
+	dkc_rm_now(call->d, c, NULL, NULL);
 	dkc_unref(c);
 	call->status = 204;
 	return 0;
@@ -3258,7 +3267,7 @@ int dkc_api_prune(struct api_call *call)
 		space += c->log_size;   /* what the host keeps of it; the guest's layer is not counted */
 		c->removing = false;    /* dkc_rm_now claims it again */
 		pthread_mutex_unlock(&dk.lock);
-		dkc_rm_now(call->d, c, NULL);
+		dkc_rm_now(call->d, c, NULL, NULL);
 		pthread_mutex_lock(&dk.lock);
 		gone = c->removed;
 		pthread_mutex_unlock(&dk.lock);
