@@ -288,3 +288,58 @@ def test_network_none_is_unchanged(dk):
         assert links(dk, "netn") == ["lo"]
     finally:
         docker(dk, "rm", "-f", "netn")
+
+
+# What a container leaves in its network namespace: a loopback connection it closed
+# first (TIME_WAIT for a minute) and a listener; it prints the namespace and stays.
+LEAVE = r'''
+import os, socket, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 7021))
+s.listen(1)
+c = socket.create_connection(("127.0.0.1", 7021), 3)
+a, _ = s.accept()
+c.close()
+a.close()
+print(os.readlink("/proc/self/ns/net"), flush=True)
+time.sleep(600)
+'''
+# What a container finds, then leaves the same TIME_WAIT behind for the next one.
+LOOK = r'''
+import os, socket
+tcp = [l.split()[1:4] for l in open("/proc/net/tcp").read().splitlines()[1:]]
+udp = [l.split()[1:4] for l in open("/proc/net/udp").read().splitlines()[1:]]
+routes = [l.split()[:3] for l in open("/proc/net/route").read().splitlines()[1:]]
+print(repr((os.readlink("/proc/self/ns/net"), tcp, udp, routes)))
+s = socket.socket()
+s.bind(("127.0.0.1", 7022))
+s.listen(1)
+c = socket.create_connection(("127.0.0.1", 7022), 3)
+a, _ = s.accept()
+c.close()
+a.close()
+'''
+
+
+def test_each_container_gets_a_namespace_nobody_was_in(dk):
+    """The engine makes the next container's network namespace ahead, while the VM idles
+    (docs/agent.md), and ends the last one's late: each container still gets one of its
+    own. One container leaves a listener and a TIME_WAIT connection in its namespace and
+    stays; each of the next three (`run --rm`, one after another, so from spares) finds
+    no socket at all (neither the first's nor the last one's TIME_WAIT, which it leaves
+    in turn), a namespace other than the first's, and its routes (default via the
+    gateway)."""
+    ok(docker(dk, "run", "-d", "--name", "nsa", IMG, "python", "-c", LEAVE))
+    try:
+        wait_or_fail(lambda: "net:[" in ok(docker(dk, "logs", "nsa")),
+                     "the first container's namespace", timeout=60, step=0.5)
+        first = ok(docker(dk, "logs", "nsa")).strip()
+        for _ in range(3):
+            ns, tcp, udp, routes = ast.literal_eval(
+                ok(docker(dk, "run", "--rm", IMG, "python", "-c", LOOK)).strip())
+            assert ns != first, (ns, first)
+            assert tcp == [] and udp == [], (tcp, udp)
+            assert ["eth0", "00000000", "0202000A"] in routes, routes
+    finally:
+        docker(dk, "rm", "-f", "nsa")
