@@ -5,9 +5,12 @@
 #   docker run --rm [--network none] IMG true  vs  the same; docker version vs kosa8 version
 #   docker exec C true (CLI), docker-py exec_run  vs  kosa8 sandbox exec docker-engine C true
 #   with require_sandbox: docker run --rm IMG true  vs  sandbox create + run + rm
-#     (BENCH_ONLY=reqsb runs only this pair: BENCH_N_VM rounds, medians and p90)
+#     (BENCH_ONLY=reqsb runs only this pair: BENCH_N_VM rounds, medians and p90;
+#      BENCH_ONLY=run stops after the engine's run pairs)
 # Engine 512 MiB / 1 vCPU. The docker CLI's own start-up is part of its figure, as the
-# kosa8 CLI's is of its own. (Not docker.py: that name would shadow docker-py.)
+# kosa8 CLI's is of its own. Each timed call starts BENCH_SETTLE s (0.3) after the last
+# one ended, so neither side pays for the other's leftovers in the guest.
+# (Not docker.py: that name would shadow docker-py.)
 import json
 import os
 import shutil
@@ -38,7 +41,14 @@ def docker(home, cfgdir, *args):
     return p.stdout
 
 
+SETTLE = float(os.environ.get("BENCH_SETTLE", "0.3"))
+
+
 def timed(fn, *args):
+    """One timed call, after SETTLE seconds untimed: whatever the last call left to the
+    guest's idle time (a container's network namespace ending, its files going) is done
+    before this one starts, whichever side left it."""
+    time.sleep(SETTLE)
     t0 = time.time()
     fn(*args)
     return time.time() - t0
@@ -144,6 +154,8 @@ def main():
         # `kosa8 sandbox run` shares the VM's), and each CLI's start-up with one request
         line("run true", dn, kk, "docker run --rm --network none", "kosa8 sandbox run")
         line("CLI alone", dv, kv, "docker version", "kosa8 version")
+        if os.environ.get("BENCH_ONLY") == "run":
+            return
         cid = docker(home, cfgdir, "run", "-d", IMG, "sleep", "100000").strip()
         d, kk, py = [], [], []
         api = dockerpy.DockerClient(base_url="unix://" + os.path.join(home, "docker.sock"),
