@@ -159,7 +159,7 @@ struct ctr {
 	int netns_fd;          /* its own network namespace, held until its exit is told
 				  (net_ns_retire); -1 */
 	int pk_fd;             /* its spare's packet socket, the same way; -1 */
-	int own_ip;            /* with an address of its own ("netns":"own") */
+	int own_netns, own_ip; /* a network namespace of its own; with an address ("own") */
 	int dead;
 };
 
@@ -441,20 +441,23 @@ int net_apply(struct agent *a, const struct net_cfg *c, struct k8_err *err);
  * and /etc/hosts (when the image has none). */
 int net_ctr_files(const struct agent *a, const char *hostname, int own_netns, const char *ip,
 		  char *msg, size_t msglen);
-/* In a new container's child ("netns":"none"): its own network namespace, lo up. */
-int net_ctr_netns(char *msg, size_t msglen);
+/* In a new container's child ("netns":"none"): its own network namespace, lo up: the
+ * spare `spare` (net_spare_take without a link) when it is >= 0, else one made now. */
+int net_ctr_netns(int spare, char *msg, size_t msglen);
 /* In a new container's child ("netns":"own"), still root with every capability: its own
  * network namespace with lo and an ipvlan link of the VM's NIC (eth0, address `ip`/32,
  * default route via the VM's gateway): the spare `sp` when there is one, else one made
  * now. 0 or a negative errno with msg filled. */
 int net_ctr_ipvlan(const struct agent *a, const char *ip, const struct net_spare *sp,
 		   char *msg, size_t msglen);
-/* Before forking a "netns":"own" container: the spare made for it while the VM was
- * idle ({-1, -1} when none is ready); the caller owns its fds (net_ns_retire). */
-void net_spare_take(const struct agent *a, struct net_spare *sp);
-/* After such a container's exit was told: make the next spare (a thread at SCHED_IDLE),
- * unless one is ready or on its way. Not while the agent is in another PID namespace. */
-void net_spare_make(const struct agent *a);
+/* Before forking a container with a network namespace of its own: the spare made for it
+ * while the VM was idle, with the link ("own") or empty ("none"); {-1, -1} when none
+ * is ready. The caller owns its fds (net_ns_retire). */
+void net_spare_take(const struct agent *a, int with_link, struct net_spare *sp);
+/* After such a container's exit was told: make the next spare of its kind (a thread at
+ * SCHED_IDLE), unless one is ready or on its way. Not while the agent is in another PID
+ * namespace. */
+void net_spare_make(const struct agent *a, int with_link);
 /* An fd of a container's network namespace (*fd, then -1): its namespace or its spare's
  * packet socket, held until the container's exit was told, closed when the VM is idle,
  * so the kernel's teardown is not in anyone's wait. */

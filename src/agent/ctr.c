@@ -339,6 +339,7 @@ int ctr_run(struct agent *a, uint32_t reqid, const char *id, const char *image, 
 		snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)o.pid);
 		c->netns_fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
+	c->own_netns = l->own_netns;
 	c->own_ip = l->ctr_ip[0] != '\0';
 	cg_open_events(a, c);
 	p = proc_new(a, o.pid, detach ? 0 : reqid, c, o.in_fd, o.out_fd, o.err_fd);
@@ -450,8 +451,8 @@ void ctr_init_done(struct agent *a, struct ctr *c)
 {
 	net_ns_retire(&c->netns_fd);
 	net_ns_retire(&c->pk_fd);
-	if (c->own_ip)          /* the next such container's namespace, while the VM idles */
-		net_spare_make(a);
+	if (c->own_netns)       /* the next such container's namespace, while the VM idles */
+		net_spare_make(a, c->own_ip);
 	if (c->auto_rm)
 		ctr_destroy(a, c);
 }

@@ -4,8 +4,8 @@
  * user and execve() argv searched in the process's own PATH.
  *
  * Parent and child, step by step:
- *   parent  with an address ("netns":"own"), takes the network namespace made for it
- *           while the VM was idle (net.c, net_spare_take), if one is ready
+ *   parent  with a network namespace of its own, takes the one made for it while the
+ *           VM was idle (net.c, net_spare_take), if one is ready
  *   parent  unshare(CLONE_NEWPID) (run) or setns(<init>/ns/pid) (exec), fork(), then
  *           setns back to its own PID namespace (only children ever change namespace)
  *   child   waits on the sync pipe
@@ -377,7 +377,8 @@ static void launch_child(const struct agent *a, const struct launch *l, int in_f
 			launch_fail(rep, errno, "unshare: %s", strerror(errno));
 		if (sethostname(l->ctr_id, strlen(l->ctr_id)) < 0)
 			launch_fail(rep, errno, "sethostname: %s", strerror(errno));
-		if (l->own_netns && !l->ctr_ip[0] && (e = net_ctr_netns(msg, sizeof(msg))) < 0)
+		if (l->own_netns && !l->ctr_ip[0] &&
+		    (e = net_ctr_netns(spare->ns, msg, sizeof(msg))) < 0)
 			launch_fail(rep, -e, "%s", msg);
 		if (l->ctr_ip[0] &&
 		    (e = net_ctr_ipvlan(a, l->ctr_ip, spare, msg, sizeof(msg))) < 0)
@@ -444,8 +445,8 @@ int launch_start(struct agent *a, const struct launch *l, struct launch_out *o, 
 
 	if ((r = sec_build(a)) < 0)
 		return k8_err_set(err, r, "building the seccomp filter: %s", strerror(-r));
-	if (!l->target && l->ctr_ip[0])
-		net_spare_take(a, &spare);
+	if (!l->target && l->own_netns)
+		net_spare_take(a, l->ctr_ip[0] != '\0', &spare);
 	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0 ||
 	    pipe2(rep, O_CLOEXEC) < 0) {
 		r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));

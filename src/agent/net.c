@@ -463,9 +463,11 @@ static int net_ctr_put(const char *path, const char *text, char *msg, size_t msg
 	return r;
 }
 
-int net_ctr_netns(char *msg, size_t msglen)
+/* The calling thread's own network namespace with lo up: its fd (/proc/thread-self), or
+ * a negative errno with msg filled. */
+static int net_empty_ns(char *msg, size_t msglen)
 {
-	int sk, r;
+	int sk, r, fd;
 
 	if (unshare(CLONE_NEWNET) < 0) {
 		r = -errno;
@@ -480,9 +482,35 @@ int net_ctr_netns(char *msg, size_t msglen)
 	}
 	r = net_if_up(sk, "lo");
 	close(sk);
-	if (r < 0)
+	if (r < 0) {
 		snprintf(msg, msglen, "bringing up lo in the container: %s", strerror(-r));
-	return r;
+		return r;
+	}
+	if ((fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) {
+		r = -errno;
+		snprintf(msg, msglen, "open /proc/thread-self/ns/net: %s", strerror(errno));
+		return r;
+	}
+	return fd;
+}
+
+int net_ctr_netns(int spare, char *msg, size_t msglen)
+{
+	int r;
+
+	if (spare >= 0) {
+		if (setns(spare, CLONE_NEWNET) < 0) {
+			r = -errno;
+			snprintf(msg, msglen, "joining the prepared network namespace: %s",
+				 strerror(errno));
+			return r;
+		}
+		return 0;
+	}
+	if ((r = net_empty_ns(msg, msglen)) < 0)
+		return r;
+	close(r);
+	return 0;
 }
 
 /* ---- "netns":"own": an ipvlan link of the NIC in the container's namespace ----
@@ -788,9 +816,10 @@ int net_ctr_ipvlan(const struct agent *a, const char *ip, const struct net_spare
  * last process exits) costs its exit about as much again (together ~45 ms of one vCPU
  * under TCG, docs/agent.md). Neither need be paid while someone waits:
  * - After the first such run the agent keeps one namespace ready (net_spare_take): the
- *   next container's child joins it and adds only its address, links and routes. A spare
- *   serves one container and is never used twice: each container still gets a namespace
- *   nobody has been in.
+ *   next container's child joins it and adds only its address. A spare serves one
+ *   container and is never used twice: each container still gets a namespace nobody
+ *   has been in. "netns":"none" containers get the same, an empty namespace with lo up
+ *   (about 8 ms each way).
  * - The agent holds each container's namespace (ctr.c) until its exit was reported, then
  *   hands it here (net_ns_retire); its last reference goes when the VM is idle.
  * Both are done by one short-lived thread at SCHED_IDLE, which runs only when nothing
@@ -799,12 +828,23 @@ int net_ctr_ipvlan(const struct agent *a, const char *ip, const struct net_spare
 static pthread_mutex_t net_idle_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct net_spare net_spare = { -1, -1 };
 static int net_spare_wanted;        /* a "netns":"own" container has run */
+static int net_empty = -1, net_empty_wanted;    /* the same for "netns":"none" */
 /* what the next spare is for (net_spare_make), and what the one being made or ready was
  * made for (the thread's; read by net_spare_take only while one is ready) */
 static char net_want_if[16], net_made_if[16];
 static struct net_cfg net_want_cfg, net_made_cfg;
 static int net_retired[NET_RETIRE_MAX], net_nretired;
 static int net_idle_running;
+
+/* Back to the VM's namespace `vm`: each spare starts there, and after making one the
+ * thread is in that one. 0, or -1 with msg filled. */
+static int net_idle_home(int vm, char *msg, size_t msglen)
+{
+	if (setns(vm, CLONE_NEWNET) == 0)
+		return 0;
+	snprintf(msg, msglen, "back to the VM's network namespace: %s", strerror(errno));
+	return -1;
+}
 
 static void *net_idle_thread(void *arg)
 {
@@ -815,18 +855,19 @@ static void *net_idle_thread(void *arg)
 	(void)arg;
 	(void)!sched_setscheduler(0, SCHED_IDLE, &sp);   /* 0: this thread */
 	for (;;) {
-		int fds[NET_RETIRE_MAX], n, make, ns, pk = -1;
+		int fds[NET_RETIRE_MAX], n, make, empty, ns, pk = -1;
 
 		pthread_mutex_lock(&net_idle_lock);
 		n = net_nretired;
 		memcpy(fds, net_retired, (size_t)n * sizeof(int));
 		net_nretired = 0;
 		make = net_spare_wanted && net_spare.ns < 0 && net_want_if[0] && vm >= 0;
+		empty = net_empty_wanted && net_empty < 0 && vm >= 0;
 		if (make) {
 			memcpy(net_made_if, net_want_if, sizeof(net_made_if));
 			net_made_cfg = net_want_cfg;
 		}
-		if (!n && !make) {
+		if (!n && !make && !empty) {
 			net_idle_running = 0;
 			pthread_mutex_unlock(&net_idle_lock);
 			break;
@@ -834,28 +875,34 @@ static void *net_idle_thread(void *arg)
 		pthread_mutex_unlock(&net_idle_lock);
 		for (int i = 0; i < n; i++)
 			close(fds[i]);
+		if (empty) {
+			ns = net_idle_home(vm, msg, sizeof(msg)) < 0 ? -1 :
+			     net_empty_ns(msg, sizeof(msg));
+			if (ns < 0)
+				agent_log("preparing an empty network namespace: %s", msg);
+			pthread_mutex_lock(&net_idle_lock);
+			if (ns < 0)
+				net_empty_wanted = 0;   /* asked again by the next such run */
+			else
+				net_empty = ns;
+			pthread_mutex_unlock(&net_idle_lock);
+		}
 		if (!make)
 			continue;
-		/* from the VM's namespace each time: the last spare's is this thread's now */
-		if (setns(vm, CLONE_NEWNET) < 0) {
-			snprintf(msg, sizeof(msg), "back to the VM's network namespace: %s",
-				 strerror(errno));
-			ns = -1;
-		} else {
-			ns = net_ipvlan_ns(net_made_if, &net_made_cfg, msg, sizeof(msg));
-		}
+		ns = net_idle_home(vm, msg, sizeof(msg)) < 0 ? -1 :
+		     net_ipvlan_ns(net_made_if, &net_made_cfg, msg, sizeof(msg));
 		if (ns >= 0 && (pk = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0) {
 			snprintf(msg, sizeof(msg), "a packet socket: %s", strerror(errno));
 			close(ns);
 			ns = -1;
 		}
-		pthread_mutex_lock(&net_idle_lock);
-		if (ns < 0) {
-			net_spare_wanted = 0;   /* asked again by the next such run */
+		if (ns < 0)
 			agent_log("preparing a container network namespace: %s", msg);
-		} else {
+		pthread_mutex_lock(&net_idle_lock);
+		if (ns < 0)
+			net_spare_wanted = 0;   /* asked again by the next such run */
+		else
 			net_spare = (struct net_spare){ ns, pk };
-		}
 		pthread_mutex_unlock(&net_idle_lock);
 	}
 	if (vm >= 0)
@@ -892,11 +939,17 @@ static int net_cfg_same4(const struct net_cfg *x, const struct net_cfg *y)
 	return 1;
 }
 
-void net_spare_take(const struct agent *a, struct net_spare *sp)
+void net_spare_take(const struct agent *a, int with_link, struct net_spare *sp)
 {
 	int stale;
 
 	pthread_mutex_lock(&net_idle_lock);
+	if (!with_link) {
+		*sp = (struct net_spare){ net_empty, -1 };
+		net_empty = -1;
+		pthread_mutex_unlock(&net_idle_lock);
+		return;
+	}
 	*sp = net_spare;
 	net_spare = (struct net_spare){ -1, -1 };
 	stale = sp->ns >= 0 && (strcmp(net_made_if, a->ifname) ||
@@ -908,10 +961,13 @@ void net_spare_take(const struct agent *a, struct net_spare *sp)
 	}
 }
 
-void net_spare_make(const struct agent *a)
+void net_spare_make(const struct agent *a, int with_link)
 {
 	pthread_mutex_lock(&net_idle_lock);
-	if (a->net_up && a->net.gateway[0]) {
+	if (!with_link) {
+		net_empty_wanted = 1;
+		net_idle_kick_locked();
+	} else if (a->net_up && a->net.gateway[0]) {
 		snprintf(net_want_if, sizeof(net_want_if), "%s", a->ifname);
 		net_want_cfg = a->net;
 		net_spare_wanted = 1;
