@@ -581,6 +581,23 @@ static int net_ipvlan_new(int nl, unsigned master, int nsfd)
 	return net_nl(nl, &req.h);
 }
 
+/* In a container's namespace: eth0's index and a netlink socket (returned), or a negative
+ * errno with msg filled. */
+static int net_eth0_nl(unsigned *idx, char *msg, size_t msglen)
+{
+	int nl, r;
+
+	*idx = if_nametoindex("eth0");
+	nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (*idx && nl >= 0)
+		return nl;
+	r = -errno;
+	if (nl >= 0)
+		close(nl);
+	snprintf(msg, msglen, "the container's eth0: %s", strerror(errno));
+	return r;
+}
+
 /* Inside the new namespace, before it has an address: lo and eth0 up (arp_notify on), a
  * route on the link to each of the network's own hosts (gateway, IPv4 resolvers, the
  * broker's address), the rest of the /24 unreachable, the default route via the gateway.
@@ -595,15 +612,8 @@ static int net_ctr_links(const struct net_cfg *n, char *msg, size_t msglen)
 	inet_pton(AF_INET, n->ip, &vm);
 	inet_pton(AF_INET, n->gateway, &gw);
 	net.s_addr = vm.s_addr & htonl(~(0xffffffffu >> n->prefix));
-	idx = if_nametoindex("eth0");
-	nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-	if (!idx || nl < 0) {
-		r = -errno;
-		if (nl >= 0)
-			close(nl);
-		snprintf(msg, msglen, "the container's eth0: %s", strerror(errno));
-		return r;
-	}
+	if ((nl = net_eth0_nl(&idx, msg, msglen)) < 0)
+		return nl;
 	net_sysctl_path("/proc/sys/net/ipv4/conf/eth0/arp_notify", "1");
 	sk = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (sk < 0) {
@@ -671,16 +681,11 @@ static void net_ctr_announce(int pk, unsigned idx, const struct in_addr *ip)
 static int net_ctr_addr(const char *ip, int pk, char *msg, size_t msglen)
 {
 	struct in_addr addr;
-	unsigned idx = if_nametoindex("eth0");
-	int nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE), r;
+	unsigned idx;
+	int nl = net_eth0_nl(&idx, msg, msglen), r;
 
-	if (!idx || nl < 0) {
-		r = -errno;
-		if (nl >= 0)
-			close(nl);
-		snprintf(msg, msglen, "the container's eth0: %s", strerror(errno));
-		return r;
-	}
+	if (nl < 0)
+		return nl;
 	inet_pton(AF_INET, ip, &addr);
 	r = net_addr_add(nl, AF_INET, idx, &addr, 32, 0, 1);
 	close(nl);
@@ -828,7 +833,8 @@ int net_ctr_ipvlan(const struct agent *a, const char *ip, const struct net_spare
 static pthread_mutex_t net_idle_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct net_spare net_spare = { -1, -1 };
 static int net_spare_wanted;        /* a "netns":"own" container has run */
-static int net_empty = -1, net_empty_wanted;    /* the same for "netns":"none" */
+static struct net_spare net_empty = { -1, -1 };  /* the same for "netns":"none" */
+static int net_empty_wanted;
 /* what the next spare is for (net_spare_make), and what the one being made or ready was
  * made for (the thread's; read by net_spare_take only while one is ready) */
 static char net_want_if[16], net_made_if[16];
@@ -844,6 +850,21 @@ static int net_idle_home(int vm, char *msg, size_t msglen)
 		return 0;
 	snprintf(msg, msglen, "back to the VM's network namespace: %s", strerror(errno));
 	return -1;
+}
+
+/* A spare just made into its slot; if making it failed (made.ns < 0), why, on the
+ * console, and none is wanted until the next such container asks again. */
+static void net_idle_keep(struct net_spare made, struct net_spare *slot, int *wanted,
+			  const char *what, const char *msg)
+{
+	if (made.ns < 0)
+		agent_log("preparing %s: %s", what, msg);
+	pthread_mutex_lock(&net_idle_lock);
+	if (made.ns < 0)
+		*wanted = 0;
+	else
+		*slot = made;
+	pthread_mutex_unlock(&net_idle_lock);
 }
 
 static void *net_idle_thread(void *arg)
@@ -862,7 +883,7 @@ static void *net_idle_thread(void *arg)
 		memcpy(fds, net_retired, (size_t)n * sizeof(int));
 		net_nretired = 0;
 		make = net_spare_wanted && net_spare.ns < 0 && net_want_if[0] && vm >= 0;
-		empty = net_empty_wanted && net_empty < 0 && vm >= 0;
+		empty = net_empty_wanted && net_empty.ns < 0 && vm >= 0;
 		if (make) {
 			memcpy(net_made_if, net_want_if, sizeof(net_made_if));
 			net_made_cfg = net_want_cfg;
@@ -878,14 +899,8 @@ static void *net_idle_thread(void *arg)
 		if (empty) {
 			ns = net_idle_home(vm, msg, sizeof(msg)) < 0 ? -1 :
 			     net_empty_ns(msg, sizeof(msg));
-			if (ns < 0)
-				agent_log("preparing an empty network namespace: %s", msg);
-			pthread_mutex_lock(&net_idle_lock);
-			if (ns < 0)
-				net_empty_wanted = 0;   /* asked again by the next such run */
-			else
-				net_empty = ns;
-			pthread_mutex_unlock(&net_idle_lock);
+			net_idle_keep((struct net_spare){ ns, -1 }, &net_empty, &net_empty_wanted,
+				      "an empty network namespace", msg);
 		}
 		if (!make)
 			continue;
@@ -896,14 +911,8 @@ static void *net_idle_thread(void *arg)
 			close(ns);
 			ns = -1;
 		}
-		if (ns < 0)
-			agent_log("preparing a container network namespace: %s", msg);
-		pthread_mutex_lock(&net_idle_lock);
-		if (ns < 0)
-			net_spare_wanted = 0;   /* asked again by the next such run */
-		else
-			net_spare = (struct net_spare){ ns, pk };
-		pthread_mutex_unlock(&net_idle_lock);
+		net_idle_keep((struct net_spare){ ns, pk }, &net_spare, &net_spare_wanted,
+			      "a container network namespace", msg);
 	}
 	if (vm >= 0)
 		close(vm);
@@ -945,8 +954,8 @@ void net_spare_take(const struct agent *a, int with_link, struct net_spare *sp)
 
 	pthread_mutex_lock(&net_idle_lock);
 	if (!with_link) {
-		*sp = (struct net_spare){ net_empty, -1 };
-		net_empty = -1;
+		*sp = net_empty;
+		net_empty = (struct net_spare){ -1, -1 };
 		pthread_mutex_unlock(&net_idle_lock);
 		return;
 	}

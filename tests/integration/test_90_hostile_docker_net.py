@@ -290,36 +290,33 @@ def test_network_none_is_unchanged(dk):
         docker(dk, "rm", "-f", "netn")
 
 
-# What a container leaves in its network namespace: a loopback connection it closed
-# first (TIME_WAIT for a minute) and a listener; it prints the namespace and stays.
-LEAVE = r'''
-import os, socket, time
+# A loopback connection its client closed first: TIME_WAIT in the namespace for a minute,
+# and the listener still open.
+TIME_WAIT = r'''
+import socket
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 7021))
+s.bind(("127.0.0.1", %d))
 s.listen(1)
-c = socket.create_connection(("127.0.0.1", 7021), 3)
+c = socket.create_connection(("127.0.0.1", %d), 3)
 a, _ = s.accept()
 c.close()
 a.close()
+'''
+# What a container leaves in its namespace; it prints which namespace and stays.
+LEAVE = TIME_WAIT % (7021, 7021) + r'''
+import os, time
 print(os.readlink("/proc/self/ns/net"), flush=True)
 time.sleep(600)
 '''
-# What a container finds, then leaves the same TIME_WAIT behind for the next one.
+# What a container finds, then the same left behind for the next one.
 LOOK = r'''
-import os, socket
+import os
 tcp = [l.split()[1:4] for l in open("/proc/net/tcp").read().splitlines()[1:]]
 udp = [l.split()[1:4] for l in open("/proc/net/udp").read().splitlines()[1:]]
 routes = [l.split()[:3] for l in open("/proc/net/route").read().splitlines()[1:]]
 print(repr((os.readlink("/proc/self/ns/net"), tcp, udp, routes)))
-s = socket.socket()
-s.bind(("127.0.0.1", 7022))
-s.listen(1)
-c = socket.create_connection(("127.0.0.1", 7022), 3)
-a, _ = s.accept()
-c.close()
-a.close()
-'''
+''' + TIME_WAIT % (7022, 7022)
 
 
 def test_each_container_gets_a_namespace_nobody_was_in(dk):
