@@ -11,11 +11,10 @@
  *   child   waits on the sync pipe
  *   parent  writes the child's pid into the cgroup's cgroup.procs, then releases it
  *   child   oom_score_adj 0, namespaces (joining that network one) + rootfs with the
- *           shared folders, resolv.conf
- *           and hosts (or setns into the init's), cwd, the seccomp filter (sec.c,
- *           loaded while CAP_SYS_ADMIN is still held, as runc does without
- *           no_new_privs), groups/uid/gid, capabilities (Docker's default set),
- *           stdio, default signals, every other fd close-on-exec, execve()
+ *           shared folders, resolv.conf and hosts (or setns into the init's), cwd,
+ *           the seccomp filter (sec.c, loaded while CAP_SYS_ADMIN is still held, as
+ *           runc does without no_new_privs), groups/uid/gid, capabilities (Docker's
+ *           default set), stdio, default signals, every other fd close-on-exec, execve()
  *           With a tty ("stdin":"tty"), before its identity: a pty from the container's
  *           own devpts (/dev/ptmx after pivot_root or setns), a new session with the
  *           slave as its controlling terminal (setsid + TIOCSCTTY), the slave chowned to
