@@ -494,19 +494,24 @@ static int net_empty_ns(char *msg, size_t msglen)
 	return fd;
 }
 
+/* Join the network namespace `fd` (`what` names it in msg): 0 or a negative errno. */
+static int net_join(int fd, const char *what, char *msg, size_t msglen)
+{
+	int r;
+
+	if (setns(fd, CLONE_NEWNET) == 0)
+		return 0;
+	r = -errno;
+	snprintf(msg, msglen, "joining %s: %s", what, strerror(errno));
+	return r;
+}
+
 int net_ctr_netns(int spare, char *msg, size_t msglen)
 {
 	int r;
 
-	if (spare >= 0) {
-		if (setns(spare, CLONE_NEWNET) < 0) {
-			r = -errno;
-			snprintf(msg, msglen, "joining the prepared network namespace: %s",
-				 strerror(errno));
-			return r;
-		}
-		return 0;
-	}
+	if (spare >= 0)
+		return net_join(spare, "the prepared network namespace", msg, msglen);
 	if ((r = net_empty_ns(msg, msglen)) < 0)
 		return r;
 	close(r);
@@ -797,12 +802,8 @@ int net_ctr_ipvlan(const struct agent *a, const char *ip, const struct net_spare
 		return -ENETDOWN;
 	}
 	if (sp->ns >= 0) {
-		if (setns(sp->ns, CLONE_NEWNET) < 0) {
-			r = -errno;
-			snprintf(msg, msglen, "joining the prepared network namespace: %s",
-				 strerror(errno));
+		if ((r = net_join(sp->ns, "the prepared network namespace", msg, msglen)) < 0)
 			return r;
-		}
 		return net_ctr_addr(ip, sp->pk, msg, msglen);
 	}
 	/* made now: the address first, so eth0 coming up announces it (arp_notify) */
@@ -843,13 +844,10 @@ static int net_retired[NET_RETIRE_MAX], net_nretired;
 static int net_idle_running;
 
 /* Back to the VM's namespace `vm`: each spare starts there, and after making one the
- * thread is in that one. 0, or -1 with msg filled. */
+ * thread is in that one. 0, or a negative errno with msg filled. */
 static int net_idle_home(int vm, char *msg, size_t msglen)
 {
-	if (setns(vm, CLONE_NEWNET) == 0)
-		return 0;
-	snprintf(msg, msglen, "back to the VM's network namespace: %s", strerror(errno));
-	return -1;
+	return net_join(vm, "the VM's network namespace again", msg, msglen);
 }
 
 /* A spare just made into its slot; if making it failed (made.ns < 0), why, on the
