@@ -3,6 +3,8 @@
 # doing the same in the same run, alternating, median of BENCH_N rounds:
 #   docker run --rm IMG python -c 1      vs  kosa8 sandbox run docker-engine IMG python -c 1
 #   docker run --rm [--network none] IMG true  vs  the same; docker version vs kosa8 version
+#   docker --version vs kosa8 --version: each CLI's start-up alone (no daemon), and the
+#     floor it sets under the `run true` ratio (a Docker path costing nothing of its own)
 #   docker exec C true (CLI), docker-py exec_run  vs  kosa8 sandbox exec docker-engine C true
 #   with require_sandbox: docker run --rm IMG true  vs  sandbox create + run + rm
 #     (BENCH_ONLY=reqsb runs only this pair: BENCH_N_VM rounds, medians and p90;
@@ -142,18 +144,27 @@ def main():
             d.append(timed(docker, home, cfgdir, "run", "--rm", IMG, "python", "-c", "1"))
             kk.append(timed(out, home, "sandbox", "run", "docker-engine", IMG, "python", "-c", "1"))
         line("run python -c 1", d, kk, "docker run --rm", "kosa8 sandbox run")
-        d, kk, dn, dv, kv = [], [], [], [], []
+        d, kk, dn, dv, kv, ds, ks = [], [], [], [], [], [], []
         for _ in range(N):
             d.append(timed(docker, home, cfgdir, "run", "--rm", IMG, "true"))
             kk.append(timed(out, home, "sandbox", "run", "docker-engine", IMG, "true"))
             dn.append(timed(docker, home, cfgdir, "run", "--rm", "--network", "none", IMG, "true"))
             dv.append(timed(docker, home, cfgdir, "version"))
             kv.append(timed(out, home, "version"))
+            ds.append(timed(docker, home, cfgdir, "--version"))
+            ks.append(timed(out, home, "--version"))
         line("run true", d, kk, "docker run --rm", "kosa8 sandbox run")
         # what the gap is made of: the container's own network namespace (the engine's
         # `kosa8 sandbox run` shares the VM's), and each CLI's start-up with one request
         line("run true", dn, kk, "docker run --rm --network none", "kosa8 sandbox run")
         line("CLI alone", dv, kv, "docker version", "kosa8 version")
+        # and without any request: the process, its libraries, its runtime's start
+        line("CLI start-up", ds, ks, "docker --version", "kosa8 --version")
+        extra = statistics.median(ds) - statistics.median(ks)
+        mk = statistics.median(kk)
+        print("  the docker CLI starts %.0f ms slower than kosa8's: with a Docker path that "
+              "cost nothing of its own, `run true` would be at %.2f; measured %.2f"
+              % (extra * 1000, (mk + extra) / mk, statistics.median(d) / mk))
         if os.environ.get("BENCH_ONLY") == "run":
             return
         cid = docker(home, cfgdir, "run", "-d", IMG, "sleep", "100000").strip()
