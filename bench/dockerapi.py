@@ -3,6 +3,7 @@
 # doing the same in the same run, alternating, median of BENCH_N rounds:
 #   docker run --rm IMG python -c 1      vs  kosa8 sandbox run docker-engine IMG python -c 1
 #   docker run --rm [--network none] IMG true  vs  the same; docker version vs kosa8 version
+#   docker-py containers.run(IMG, ["true"], remove=True)  vs  the same kosa8 sandbox run
 #   docker --version vs kosa8 --version: each CLI's start-up alone (no daemon), and the
 #     floor it sets under the `run true` ratio (a Docker path costing nothing of its own)
 #   docker exec C true (CLI), docker-py exec_run  vs  kosa8 sandbox exec docker-engine C true
@@ -144,9 +145,13 @@ def main():
             d.append(timed(docker, home, cfgdir, "run", "--rm", IMG, "python", "-c", "1"))
             kk.append(timed(out, home, "sandbox", "run", "docker-engine", IMG, "python", "-c", "1"))
         line("run python -c 1", d, kk, "docker run --rm", "kosa8 sandbox run")
-        d, kk, dn, dv, kv, ds, ks = [], [], [], [], [], [], []
+        d, kk, dn, dv, kv, ds, ks, dp = [], [], [], [], [], [], [], []
+        api = dockerpy.DockerClient(base_url="unix://" + os.path.join(home, "docker.sock"),
+                                    version="auto") if dockerpy else None
         for _ in range(N):
             d.append(timed(docker, home, cfgdir, "run", "--rm", IMG, "true"))
+            if api:     # the frameworks' client: no process to start per call
+                dp.append(timed(lambda: api.containers.run(IMG, ["true"], remove=True)))
             kk.append(timed(out, home, "sandbox", "run", "docker-engine", IMG, "true"))
             dn.append(timed(docker, home, cfgdir, "run", "--rm", "--network", "none", IMG, "true"))
             dv.append(timed(docker, home, cfgdir, "version"))
@@ -157,6 +162,8 @@ def main():
         # what the gap is made of: the container's own network namespace (the engine's
         # `kosa8 sandbox run` shares the VM's), and each CLI's start-up with one request
         line("run true", dn, kk, "docker run --rm --network none", "kosa8 sandbox run")
+        if dp:
+            line("run true", dp, kk, "docker-py containers.run", "kosa8 sandbox run")
         line("CLI alone", dv, kv, "docker version", "kosa8 version")
         # and without any request: the process, its libraries, its runtime's start
         line("CLI start-up", ds, ks, "docker --version", "kosa8 --version")
@@ -169,8 +176,6 @@ def main():
             return
         cid = docker(home, cfgdir, "run", "-d", IMG, "sleep", "100000").strip()
         d, kk, py = [], [], []
-        api = dockerpy.DockerClient(base_url="unix://" + os.path.join(home, "docker.sock"),
-                                    version="auto") if dockerpy else None
         for _ in range(N):
             d.append(timed(docker, home, cfgdir, "exec", cid, "true"))
             kk.append(timed(out, home, "sandbox", "exec", "docker-engine", cid[:12], "true"))
