@@ -554,13 +554,8 @@ static json_t *status_json(struct daemon *d)
 	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next)
 		n++;
 	pthread_mutex_unlock(&d->lock);
-	int kfd = -1, ifd = -1;
 	struct k8_err gerr = { 0 };
-	bool verified = guest_verify_open(&d->guest, &kfd, &ifd, &gerr) == 0;
-	if (verified) {
-		close(kfd);
-		close(ifd);
-	}
+	bool verified = guest_verified(&d->guest, &gerr);
 	bool offline = daemon_offline(d, NULL);
 	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s}}",
 			 "version", "0.1.0", "pid", (int)getpid(), "home", d->home, "accel", d->accel,

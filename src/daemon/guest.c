@@ -11,8 +11,10 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int guest_try_dir(struct guest_image *g, const char *dir, struct k8_err *err)
 {
@@ -144,4 +146,77 @@ int guest_verify_open(const struct guest_image *g, int *kfd, int *ifd, struct k8
 		*kfd = -1;
 	}
 	return r;
+}
+
+/* ---- a report's check, remembered (guest_verified) ---- */
+
+/* What identifies a file's bytes without reading them: a write changes ctime (which no
+ * one can set back), a replacement the inode. */
+struct guest_seen {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtim, ctim;
+};
+
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct guest_seen seen[2];
+static char seen_sha[2][65];            /* what they were checked against */
+
+static void seen_of(const struct stat *st, struct guest_seen *s)
+{
+	*s = (struct guest_seen){ st->st_dev, st->st_ino, st->st_size, st->st_mtim, st->st_ctim };
+}
+
+static bool seen_same(const struct guest_seen *a, const struct guest_seen *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtim.tv_sec == b->mtim.tv_sec && a->mtim.tv_nsec == b->mtim.tv_nsec &&
+	       a->ctim.tv_sec == b->ctim.tv_sec && a->ctim.tv_nsec == b->ctim.tv_nsec;
+}
+
+bool guest_verified(const struct guest_image *g, struct k8_err *err)
+{
+	const char *path[2] = { g->kernel, g->initramfs }, *sha[2] = { g->kernel_sha,
+								       g->initramfs_sha };
+	struct guest_seen now[2] = { { 0 } }, opened[2] = { { 0 } };
+	struct stat st;
+	bool known = g->kernel[0] != '\0', known_before, same = true;
+	int fd[2] = { -1, -1 };
+
+	for (int i = 0; i < 2 && known; i++) {
+		known = stat(path[i], &st) == 0;
+		if (known)
+			seen_of(&st, &now[i]);
+	}
+	known_before = known;       /* both stat()ed: what a hash now is remembered for */
+	pthread_mutex_lock(&seen_lock);
+	for (int i = 0; i < 2 && known; i++)
+		known = !strcmp(seen_sha[i], sha[i]) && seen_same(&seen[i], &now[i]);
+	pthread_mutex_unlock(&seen_lock);
+	if (known)
+		return true;
+	if (guest_verify_open(g, &fd[0], &fd[1], err))
+		return false;
+	/* remembered only when what was hashed is what the paths showed before: a write
+	 * while it was read changed its ctime */
+	for (int i = 0; i < 2; i++) {
+		struct stat ps;
+		struct guest_seen at_path;
+
+		same = same && known_before && fstat(fd[i], &st) == 0 && stat(path[i], &ps) == 0;
+		if (same) {
+			seen_of(&st, &opened[i]);
+			seen_of(&ps, &at_path);
+			same = seen_same(&opened[i], &now[i]) && seen_same(&at_path, &now[i]);
+		}
+		close(fd[i]);
+	}
+	pthread_mutex_lock(&seen_lock);
+	for (int i = 0; i < 2; i++) {
+		seen[i] = same ? opened[i] : (struct guest_seen){ 0 };
+		snprintf(seen_sha[i], sizeof(seen_sha[i]), "%s", same ? sha[i] : "");
+	}
+	pthread_mutex_unlock(&seen_lock);
+	return true;
 }

@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import signal
-import time
 
 from conftest import Home, TOP, daemon_pid, new_home, wait_for
 
@@ -56,19 +55,27 @@ def guest_dir():
 
 
 def test_tampered_guest_image_is_refused():
+    """Changed after the daemon started: status says so (its check is remembered only
+    while the files keep their identity: a write in place changes their ctime), and no
+    sandbox boots it."""
     bad = new_home("k8g-")
     gdir = os.path.join(bad, "guest")
     shutil.copytree(guest_dir(), gdir)
-    with open(os.path.join(gdir, "initramfs.cpio"), "r+b") as f:
-        f.seek(1000)
-        b = f.read(1)
-        f.seek(1000)
-        f.write(bytes([b[0] ^ 0xff]))
     h = Home(os.path.join(bad, "home"))
     from conftest import run
     try:
         run(["daemon", "start", "--accel", "tcg"], h.path, check=True, timeout=120,
             env_extra={"KOSA8_GUEST_DIR": gdir})
+        for _ in range(2):      # hashed, then remembered
+            g = h.json("daemon", "status")["guest"]
+            assert g["verified"] and not g["error"], g
+        with open(os.path.join(gdir, "initramfs.cpio"), "r+b") as f:   # same size, inode
+            f.seek(1000)
+            b = f.read(1)
+            f.seek(1000)
+            f.write(bytes([b[0] ^ 0xff]))
+        g = h.json("daemon", "status")["guest"]
+        assert not g["verified"] and "does not match its manifest" in g["error"], g
         p = h("sandbox", "create", "x", "--memory", "256")
         assert p.returncode != 0
         assert "does not match its manifest" in p.stderr
