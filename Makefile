@@ -24,7 +24,7 @@ LDFLAGS_HOST += -fsanitize=address,undefined
 HARDEN  := -fPIE
 endif
 
-LIBS_CLI    := -lcurl -ljansson -lcrypto -larchive
+LIBS_CLI    := -lcurl -ljansson -lcrypto -larchive -lseccomp
 LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
 # libslirp's .pc file requires glib's; we use only its C API, so link it directly.
 LIBS_NET    := -lslirp -lseccomp -ljansson
@@ -72,7 +72,7 @@ $(B)/agent-obj/%.o: %.c $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(AGENT_CFLAGS) -c -o $@ $<
 
-$(B)/bin/kosa8: $(call obj,$(CLI_SRC) $(COMMON_SRC))
+$(B)/bin/kosa8: $(call obj,$(CLI_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_CLI)
 

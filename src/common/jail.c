@@ -66,6 +66,34 @@ static int jail_mounts(struct k8_err *err)
 	return 0;
 }
 
+/* Every capability out of the bounding set (needs CAP_SETPCAP: while still root) and
+ * the ambient set. */
+static int jail_bounding_drop(struct k8_err *err)
+{
+	for (int cap = 0; cap <= 63; cap++)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+			return k8_err_set(err, -errno, "dropping capability %d: %s", cap,
+					  strerror(errno));
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+		return k8_err_set(err, -errno, "clearing ambient capabilities: %s", strerror(errno));
+	return 0;
+}
+
+int jail_caps_none(struct k8_err *err)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2] = { 0 };
+	int r;
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return k8_err_set(err, -errno, "no_new_privs: %s", strerror(errno));
+	if (geteuid() == 0 && (r = jail_bounding_drop(err)))
+		return r;       /* (another user has none to drop, nor the right to) */
+	if (syscall(SYS_capset, &h, d) < 0)
+		return k8_err_set(err, -errno, "capset: %s", strerror(errno));
+	return 0;
+}
+
 /* Bounding set first (needs CAP_SETPCAP, so while still root), then ids; setresuid
  * away from 0 clears the permitted and effective sets, capset clears inheritable. */
 static int jail_ids(const struct jail_opts *o, struct k8_err *err)
@@ -73,13 +101,10 @@ static int jail_ids(const struct jail_opts *o, struct k8_err *err)
 	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
 	struct __user_cap_data_struct d[2] = { 0 };
 	uid_t r, e, s;
+	int rc;
 
-	for (int cap = 0; cap <= 63; cap++)
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-			return k8_err_set(err, -errno, "dropping capability %d: %s", cap,
-					  strerror(errno));
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-		return k8_err_set(err, -errno, "clearing ambient capabilities: %s", strerror(errno));
+	if ((rc = jail_bounding_drop(err)))
+		return rc;
 	if (setgroups(0, NULL) < 0)
 		return k8_err_set(err, -errno, "setgroups: %s", strerror(errno));
 	if (setresgid(o->gid, o->gid, o->gid) < 0)
@@ -112,8 +137,7 @@ static __u64 jail_ll_fs_rights(int abi)
 	return r;
 }
 
-/* 0 and *abi = 0 when the kernel has no Landlock (ENOSYS / EOPNOTSUPP). */
-static int jail_landlock(const struct jail_opts *o, int *abi, struct k8_err *err)
+int jail_landlock_dirs(const struct jail_dir *dirs, int ndirs, int *abi, struct k8_err *err)
 {
 	struct landlock_ruleset_attr ra = { 0 };
 	__u64 all, ro = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
@@ -130,12 +154,12 @@ static int jail_landlock(const struct jail_opts *o, int *abi, struct k8_err *err
 	rfd = (int)syscall(SYS_landlock_create_ruleset, &ra, sizeof(ra), 0);
 	if (rfd < 0)
 		return k8_err_set(err, -errno, "landlock ruleset: %s", strerror(errno));
-	for (int i = 0; i < o->ndirs; i++) {
+	for (int i = 0; i < ndirs; i++) {
 		struct landlock_path_beneath_attr pb = {
-			.allowed_access = o->dirs[i].ro ? ro
+			.allowed_access = dirs[i].ro ? ro
 				: all & ~(__u64)(LANDLOCK_ACCESS_FS_EXECUTE |
 						 LANDLOCK_ACCESS_FS_IOCTL_DEV),
-			.parent_fd = o->dirs[i].fd,
+			.parent_fd = dirs[i].fd,
 		};
 		if (syscall(SYS_landlock_add_rule, rfd, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0) {
 			int e = errno;
@@ -161,7 +185,7 @@ int jail_enter(const struct jail_opts *o, struct jail_report *rep, struct k8_err
 		return k8_err_set(err, -EINVAL, "a jail needs a uid and gid other than 0");
 	if ((r = jail_cgroups(o, err)) || (r = jail_mounts(err)) || (r = jail_ids(o, err)))
 		return r;
-	if (o->landlock && (r = jail_landlock(o, &rep->landlock_abi, err)))
+	if (o->landlock && (r = jail_landlock_dirs(o->dirs, o->ndirs, &rep->landlock_abi, err)))
 		return r;
 	return 0;
 }

@@ -52,4 +52,12 @@ struct jail_report {
  * an unknown state and must exit. 0, or a negative errno with `err` naming the step. */
 int jail_enter(const struct jail_opts *o, struct jail_report *rep, struct k8_err *err);
 
+/* Pieces of it for a process that keeps its uid (the CLI's extraction of a container's
+ * tar, src/cli/cp.c). no_new_privs, then no capability left in any set (root keeps its
+ * uid and so its own files, without CAP_DAC_OVERRIDE, CAP_CHOWN and the rest). */
+int jail_caps_none(struct k8_err *err);
+/* A Landlock ruleset: file access only beneath `dirs` (read-only ones read-only), never
+ * execute. 0 with *abi = 0 when the kernel has no Landlock (ENOSYS / EOPNOTSUPP). */
+int jail_landlock_dirs(const struct jail_dir *dirs, int ndirs, int *abi, struct k8_err *err);
+
 #endif

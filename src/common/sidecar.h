@@ -133,6 +133,9 @@ void sc_ctl_free(struct sc_ctl *c);
 scmp_filter_ctx sc_seccomp_new(void);
 /* Add unconditional rules: `action` (SCMP_ACT_ALLOW, SCMP_ACT_KILL_PROCESS) for each. */
 int sc_seccomp_add(scmp_filter_ctx ctx, uint32_t action, const int *nrs, size_t n);
+/* The calls that would leave a jail (exec, ptrace, mount, namespaces, modules, keyrings,
+ * id changes), each killing the process; sc_seccomp_new adds them too. */
+int sc_seccomp_kill_escapes(scmp_filter_ctx ctx);
 /* socket() for these address families only. */
 int sc_seccomp_socket(scmp_filter_ctx ctx, const int *families, size_t n);
 /* Load the filter and release `ctx` (also on error). 0 or a negative errno. */

@@ -18,15 +18,6 @@ scmp_filter_ctx sc_seccomp_new(void)
 		SCMP_SYS(rt_sigprocmask), SCMP_SYS(exit), SCMP_SYS(exit_group), SCMP_SYS(futex),
 		SCMP_SYS(getpid), SCMP_SYS(gettid), SCMP_SYS(tgkill), SCMP_SYS(restart_syscall),
 	};
-	static const int kill[] = {
-		SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(ptrace), SCMP_SYS(process_vm_readv),
-		SCMP_SYS(process_vm_writev), SCMP_SYS(bpf), SCMP_SYS(init_module),
-		SCMP_SYS(finit_module), SCMP_SYS(kexec_load), SCMP_SYS(mount), SCMP_SYS(umount2),
-		SCMP_SYS(pivot_root), SCMP_SYS(chroot), SCMP_SYS(unshare), SCMP_SYS(setns),
-		SCMP_SYS(keyctl), SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(userfaultfd),
-		SCMP_SYS(perf_event_open), SCMP_SYS(open_by_handle_at), SCMP_SYS(name_to_handle_at),
-		SCMP_SYS(setuid), SCMP_SYS(setgid), SCMP_SYS(setresuid), SCMP_SYS(setresgid),
-	};
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
 	int rc;
 
@@ -34,7 +25,7 @@ scmp_filter_ctx sc_seccomp_new(void)
 		return NULL;
 	rc = sc_seccomp_add(ctx, SCMP_ACT_ALLOW, allow, ARRAY_SIZE(allow));
 	if (rc == 0)
-		rc = sc_seccomp_add(ctx, SCMP_ACT_KILL_PROCESS, kill, ARRAY_SIZE(kill));
+		rc = sc_seccomp_kill_escapes(ctx);
 	/* Memory, never executable. */
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
@@ -47,6 +38,21 @@ scmp_filter_ctx sc_seccomp_new(void)
 		return NULL;
 	}
 	return ctx;
+}
+
+int sc_seccomp_kill_escapes(scmp_filter_ctx ctx)
+{
+	static const int kill[] = {
+		SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(ptrace), SCMP_SYS(process_vm_readv),
+		SCMP_SYS(process_vm_writev), SCMP_SYS(bpf), SCMP_SYS(init_module),
+		SCMP_SYS(finit_module), SCMP_SYS(kexec_load), SCMP_SYS(mount), SCMP_SYS(umount2),
+		SCMP_SYS(pivot_root), SCMP_SYS(chroot), SCMP_SYS(unshare), SCMP_SYS(setns),
+		SCMP_SYS(keyctl), SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(userfaultfd),
+		SCMP_SYS(perf_event_open), SCMP_SYS(open_by_handle_at), SCMP_SYS(name_to_handle_at),
+		SCMP_SYS(setuid), SCMP_SYS(setgid), SCMP_SYS(setresuid), SCMP_SYS(setresgid),
+	};
+
+	return sc_seccomp_add(ctx, SCMP_ACT_KILL_PROCESS, kill, ARRAY_SIZE(kill));
 }
 
 int sc_seccomp_add(scmp_filter_ctx ctx, uint32_t action, const int *nrs, size_t n)

@@ -8,11 +8,13 @@
 import io
 import os
 import socket
+import subprocess
 import tarfile
+import time
 
 import pytest
 
-from conftest import daemon_pid, sock_api as api, wait_for
+from conftest import KOSA8, daemon_pid, sock_api as api, wait_for
 
 pytestmark = pytest.mark.hostile
 
@@ -124,6 +126,52 @@ def test_copy_out_extracts_nothing_outside(home, sandbox, ctr, tmp_path):
     assert os.readlink(dst / "t" / "esc") == str(target)
     assert not target.exists()
     assert sorted(os.listdir(tmp_path)) == ["dst"]
+
+
+def proc_status(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+
+
+def test_copy_out_extraction_is_jailed(home, sandbox, ctr, tmp_path):
+    """The tar comes from inside the container, so the CLI extracts it in a process of
+    its own, jailed before it reads a byte (src/cli/cp.c): no capabilities even as root,
+    no_new_privs, a seccomp filter, its working directory the destination. Seen from
+    /proc while a big file streams."""
+    p = home("sandbox", "exec", sandbox, ctr, "sh", "-c",
+             "head -c 100000000 /dev/zero > /big", timeout=300)
+    assert p.returncode == 0, p.stderr
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    cli = subprocess.Popen([KOSA8, "sandbox", "cp", "%s:%s:/big" % (sandbox, ctr), str(dst)],
+                           env=dict(os.environ, KOSA8_HOME=home.path),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = None
+    try:
+        while cli.poll() is None and seen is None:
+            try:
+                with open("/proc/%d/task/%d/children" % (cli.pid, cli.pid)) as f:
+                    kids = [int(k) for k in f.read().split()]
+                for k in kids:
+                    st = proc_status(k)
+                    if st.get("Seccomp", "").strip() == "2":
+                        seen = (st, os.readlink("/proc/%d/cwd" % k))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+            time.sleep(0.01)
+        out, errs = cli.communicate(timeout=300)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 0, errs
+    assert (dst / "big").stat().st_size == 100000000
+    assert seen, "no jailed extraction process was seen while the copy ran"
+    st, cwd = seen
+    for cap in ("CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"):
+        assert int(st[cap].strip(), 16) == 0, (cap, st[cap])
+    assert st["NoNewPrivs"].strip() == "1", st
+    assert cwd == str(dst), cwd
+    home("sandbox", "exec", sandbox, ctr, "rm", "-f", "/big", timeout=120)
 
 
 def cp_records(home, sandbox):
