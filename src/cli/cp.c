@@ -8,11 +8,12 @@
  * and anything written through a symlink (ARCHIVE_EXTRACT_SECURE_*), and keeps neither
  * owners nor setuid bits. And it runs in a process of its own, jailed before it reads a
  * byte (cp_jail): no capabilities, no_new_privs, Landlock (files beneath the folder it
- * extracts into, /usr read-only, nothing else), seccomp (no exec, sockets, ptrace,
- * mounts, namespaces or id changes), so a flaw in the tar reader reaches no further
- * than the files the copy was going to write anyway. In: libarchive packs SRC (symlinks stored, not followed) into a
- * pipe that curl sends as the PUT body, so nothing is held whole in memory. `-` is a tar
- * on stdout or stdin, as in docker cp. Each side of a pipe runs in its own thread.
+ * extracts into, /usr read-only, nothing else), seccomp (no exec, sockets, io_uring,
+ * ptrace, mounts, namespaces or id changes), so a flaw in the tar reader reaches no
+ * further than the files the copy was going to write anyway; curl feeds it a pipe.
+ * In: libarchive packs SRC (symlinks stored, not followed) into a pipe that curl sends
+ * as the PUT body, so nothing is held whole in memory; each side in its own thread.
+ * `-` is a tar on stdout or stdin, as in docker cp.
  */
 #include "cli.h"
 #include "common/jail.h"
