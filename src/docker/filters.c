@@ -224,6 +224,19 @@ static int local_time(const char *s, int64_t *sec)
 	return -EINVAL;
 }
 
+/* sec seconds and ns nanoseconds as nanoseconds since the epoch, saturated: a time
+ * past what int64 nanoseconds hold (after 2262, before 1677) is after, or before,
+ * every container there is. */
+static int64_t epoch_ns(int64_t sec, int64_t ns)
+{
+	int64_t r;
+
+	if (__builtin_mul_overflow(sec, (int64_t)1000000000, &r) ||
+	    __builtin_add_overflow(r, ns, &r))
+		return sec < 0 ? INT64_MIN : INT64_MAX;
+	return r;
+}
+
 /* "1700000000" or "1700000000.123": seconds (and a fraction) since the epoch. */
 static int unix_time(const char *s, int64_t *ns)
 {
@@ -246,7 +259,7 @@ static int unix_time(const char *s, int64_t *ns)
 	}
 	if (*p)
 		return -EINVAL;
-	*ns = sec * 1000000000 + frac;
+	*ns = epoch_ns(sec, frac);
 	return 0;
 }
 
@@ -264,14 +277,15 @@ int dfilters_until(const struct dfilters *f, int64_t now_ns, int64_t *until_ns,
 	if (n > 1)
 		return k8_err_set(err, -EINVAL, "more than one until filter specified");
 	if (ds_parse_rfc3339(v[0], &sec, &nsec) == 0)
-		*until_ns = sec * 1000000000 + nsec;
+		*until_ns = epoch_ns(sec, nsec);
 	else if (local_time(v[0], &sec) == 0)
-		*until_ns = sec * 1000000000;
+		*until_ns = epoch_ns(sec, 0);
 	else if (unix_time(v[0], &x) == 0)
 		*until_ns = x;
-	else if (go_duration(v[0], &x) == 0)
-		*until_ns = now_ns - x;
-	else
+	else if (go_duration(v[0], &x) == 0) {
+		if (__builtin_sub_overflow(now_ns, x, until_ns))
+			*until_ns = x < 0 ? INT64_MAX : INT64_MIN;
+	} else
 		return k8_err_set(err, -EINVAL,
 				  "invalid filter 'until=%s': give a duration (24h, 90m), a Unix "
 				  "time or a date (2006-01-02T15:04:05)", v[0]);

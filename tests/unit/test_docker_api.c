@@ -325,6 +325,14 @@ static void test_until(void)
 		CHECK_EQ_INT(rc, -EINVAL);
 	}
 	CHECK(until_of("10", &rc) == 10LL * 1000000000 && rc == 0);  /* a Unix time */
+	/* past what int64 nanoseconds hold: after (or before) everything, never a wrap
+	 * (fuzz_dstream found the Unix time's) */
+	CHECK(until_of("83484566900", &rc) == INT64_MAX && rc == 0);
+	CHECK(until_of("9999-12-31T23:59:59Z", &rc) == INT64_MAX && rc == 0);
+	CHECK_EQ_INT(dfilters_parse("{\"until\":[\"-2500000h\"]}", allowed, &f, &e), 0);
+	CHECK_EQ_INT(dfilters_until(&f, 2000000000LL * 1000000000, &at, &e), 0);
+	CHECK(at == INT64_MAX);
+	dfilters_free(&f);
 	memset(&e, 0, sizeof(e));
 	CHECK_EQ_INT(dfilters_parse("{\"until\":[\"1h\",\"2h\"]}", allowed, &f, &e), 0);
 	CHECK_EQ_INT(dfilters_until(&f, 0, &at, &e), -EINVAL);
