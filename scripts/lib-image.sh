@@ -1,27 +1,34 @@
 # SPDX-License-Identifier: Apache-2.0
 # lib-image.sh - sourced by test-image.sh and node-image.sh (the tests' images, built from
-# Debian packages): one build at a time, its start and end, the Debian mirror this machine
-# is configured with, the trimming of a debootstrap root, and packing it as a one-layer
-# OCI image layout with umoci. The script sets $out, $release and $cache first, and uses
-# the $mirror, $work and $start that image_begin sets.
+# Debian packages): the cache entry (scripts/k8cache.py), the start and end of a build, the
+# Debian mirror this machine is configured with, the trimming of a debootstrap root, and
+# packing it as a one-layer OCI image layout with umoci. The script sets $top, $script,
+# $fill and $release first, and uses the $mirror, $work and $start that image_begin sets.
 # shellcheck shell=sh disable=SC2034,SC2154
 
-# image_reuse: print $out and exit when it is built already; else hold its lock until the
-# script exits, waiting while another run builds it (test.sh starts the images early, in
-# the background, and a test may ask for one before it is done), and check again.
+# image_reuse NAME KEYFILE...: outside a build, print the checked cache entry NAME-<key>
+# (key: the KEYFILEs, this file and $release; built first by running this script again
+# with --fill, under the entry's lock, so test.sh's early background build and a test
+# that asks for the image meanwhile share one build) and exit. With --fill (run by
+# k8cache.py build) return: the script goes on to fill $K8CACHE_OUT.
 image_reuse() {
-	mkdir -p "$(dirname "$out")"
-	exec 9>"$out.lock"
-	flock 9
-	if [ -f "$out/index.json" ] && [ -f "$out/oci-layout" ]; then
-		echo "$out"
+	py=/usr/bin/python3
+	[ -x "$py" ] || py=python3
+	n=$1
+	shift
+	if [ "$fill" != --fill ]; then
+		k=$("$py" "$top/scripts/k8cache.py" key -f "$top/scripts/lib-image.sh" \
+			$(for f in "$@"; do printf -- '-f %s ' "$f"; done) -s "$release")
+		e=$("$py" "$top/scripts/k8cache.py" build "$n" "$k" -- "$script" --fill)
+		echo "$e/oci"
 		exit 0
 	fi
+	: "${K8CACHE_OUT:?--fill is run by k8cache.py build}"
 }
 
 # image_begin NAME TOOL...: what every build does first: root (debootstrap needs it), the
 # tools present, sbin on PATH; sets $mirror (for $release), $work (a new directory in
-# $cache, removed when the script exits) and $start. Uses the script's log().
+# $K8CACHE_OUT's parent, removed when the script exits) and $start. Uses the script's log().
 image_begin() {
 	n=$1
 	shift
@@ -32,18 +39,15 @@ image_begin() {
 	done
 	PATH=$PATH:/usr/sbin:/sbin
 	mirror=$(image_mirror "$release")
-	mkdir -p "$cache"
-	work=$(mktemp -d "$cache/$n-build.XXXXXX")
+	work=$(mktemp -d "$(dirname "$K8CACHE_OUT")/.work-$n.XXXXXX")
 	trap 'rm -rf "$work"' EXIT INT TERM
 	start=$(date +%s)
 }
 
-# image_done LAYOUT: LAYOUT moved into place as $out, said, and its path printed.
+# image_done LAYOUT: LAYOUT moved into the entry as oci/, and said.
 image_done() {
-	rm -rf "$out"
-	mv "$1" "$out"
-	log "built $out in $(( $(date +%s) - start )) s ($(du -sh "$out" | cut -f1))"
-	echo "$out"
+	mv "$1" "$K8CACHE_OUT/oci"
+	log "built $n in $(( $(date +%s) - start )) s ($(du -sh "$K8CACHE_OUT" | cut -f1))"
 }
 
 # image_mirror RELEASE: KOSA8_DEBIAN_MIRROR, else the first deb822 source, then the

@@ -7,22 +7,22 @@
 # layout with umoci, tagged 3.12-slim (annotation org.opencontainers.image.ref.name).
 # (The name is the one tests and docs use; the python inside is Debian's python3.)
 #
-# Cache: ${KOSA8_CACHE:-build/cache}/python-image-<key>, key = hash of this script, lib-image.sh and
-# the release; a second run prints the cached path at once. Must run as root
-# (debootstrap). Prints the layout path on stdout; progress goes to stderr.
+# Cache: the entry python-image-<key> of the machine-wide cache (scripts/k8cache.py), key =
+# hash of this script, lib-image.sh and the release; a second run (from any clone) prints
+# the checked entry's layout at once. Must run as root (debootstrap). Prints the layout
+# path on stdout; progress goes to stderr.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-cache=${KOSA8_CACHE:-$top/build/cache}
+script=$top/scripts/test-image.sh
+fill=${1:-}
 release=${KOSA8_TEST_RELEASE:-bookworm}
 tag=3.12-slim
-key=$( (cat "$0" "$top/scripts/lib-image.sh"; echo "$release") | sha256sum | cut -c1-16)
-out=$cache/python-image-$key
 
 . "$top/scripts/lib-image.sh"
 
 log() { echo "test-image.sh: $*" >&2; }
 
-image_reuse
+image_reuse python-image "$script"
 # Root, the tools, the Debian mirror this machine is configured with, a work directory.
 image_begin python-image debootstrap umoci
 
