@@ -150,7 +150,8 @@ test: check-layers unit integration
 san:
 	$(MAKE) B=build-san SAN=1 unit
 
-bench: all
+# Installs and builds what it needs first (bench/run.sh), like the tests.
+bench:
 	./bench/run.sh
 
 # How many idle sandboxes this host holds (issue 15): takes the machine for many minutes.

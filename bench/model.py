@@ -18,7 +18,7 @@ core count) compare the engines. RSS: kosa8's whole process; llama.cpp's less no
 (measured before llama.cpp loads).
 
     python3 bench/model.py [--threads 1,2] [--repeat 3] [--gen 32] [--json]
-    (needs build/bin/kosa8-model and build/node-ref, which tests/model installs)
+    (needs build/bin/kosa8-model; installs node-llama-cpp once per machine: scripts/npm-pins)
 """
 import argparse
 import json
@@ -29,25 +29,22 @@ import sys
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(TOP, "tests", "model"))
+sys.path.insert(0, os.path.join(TOP, "scripts"))
 import gguf_writer  # noqa: E402
+import k8cache  # noqa: E402
 
 B = os.path.join(TOP, os.environ.get("B", "build"))
 BIN = os.path.join(os.environ.get("KOSA8_BIN", os.path.join(B, "bin")), "kosa8-model")
-NODE_REF = os.path.join(TOP, "build", "node-ref")
 N_PROMPT = 64
 
 
 def make(kind):
-    d = os.path.join(B, "model-bench")
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "qwen05-%s.gguf" % kind)
-    if not os.path.exists(path):
-        gguf_writer.make_model(path + ".tmp", "qwen2", "Q8_0", "bpe-qwen2", n_embd=896, n_layer=24,
-                               n_head=14, n_head_kv=2, n_ff=4864, n_vocab_pad=8192,
-                               types=gguf_writer.QWEN05_Q4KM if kind == "q4_k_m" else None,
-                               tied=True)
-        os.rename(path + ".tmp", path)
-    return path
+    src = os.path.join(TOP, "tests", "model", "gguf_writer.py")
+    return k8cache.generated("gguf-bench-qwen05-" + kind, [src], gguf_writer.make_model,
+                             arch="qwen2", wtype="Q8_0", vocab="bpe-qwen2", n_embd=896, n_layer=24,
+                             n_head=14, n_head_kv=2, n_ff=4864, n_vocab_pad=8192,
+                             types=gguf_writer.QWEN05_Q4KM if kind == "q4_k_m" else None,
+                             tied=True)
 
 
 def run_kosa8(path, toks, n, threads):
@@ -60,7 +57,7 @@ def run_kosa8(path, toks, n, threads):
 
 
 def run_ref(path, toks, n, threads):
-    env = dict(os.environ, K8_NODE_REF=NODE_REF, K8_THREADS=str(threads))
+    env = dict(os.environ, K8_NODE_REF=k8cache.npm("llama"), K8_THREADS=str(threads))
     p = subprocess.run(["node", os.path.join(TOP, "tests", "model", "ref.mjs"), "bench", path,
                         toks, str(n)], capture_output=True, text=True, check=True, env=env)
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -79,10 +76,7 @@ def main():
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    if not os.path.isdir(os.path.join(NODE_REF, "node_modules", "node-llama-cpp")):
-        print("model: build/node-ref has no node-llama-cpp; run tests/model first "
-              "(it installs node-llama-cpp 3.21.1 there)")
-        return 1
+    k8cache.npm("llama")     # installed once per machine, before anything is timed
     toks = ",".join(str(300 + (i * 37) % 200) for i in range(N_PROMPT))
     cores = os.cpu_count()
     results = {"cores": cores, "load_start": load(), "rows": []}

@@ -10,7 +10,7 @@ other and from exact arithmetic as layers are added, on Qwen2.5-0.5B-shaped rand
   and 2 threads.
 
     python3 bench/model_drift.py [--layers 2,6,12,24] [--type q8_0|q4_k_m] [--steps 16]
-    (needs build/bin/kosa8-model and build/node-ref, which tests/model installs)
+    (needs build/bin/kosa8-model; installs node-llama-cpp once per machine: scripts/npm-pins)
 """
 import argparse
 import json
@@ -22,26 +22,23 @@ import numpy as np
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(TOP, "tests", "model"))
+sys.path.insert(0, os.path.join(TOP, "scripts"))
 import gguf_writer  # noqa: E402
+import k8cache  # noqa: E402
 import npref  # noqa: E402
 
 B = os.path.join(TOP, os.environ.get("B", "build"))
 BIN = os.path.join(os.environ.get("KOSA8_BIN", os.path.join(B, "bin")), "kosa8-model")
-NODE_REF = os.path.join(TOP, "build", "node-ref")
 PROMPT = [281, 1007, 300, 415, 389]
 
 
 def make(layers, kind):
-    d = os.path.join(B, "model-drift")
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "qwen05-%s-%d.gguf" % (kind, layers))
-    if not os.path.exists(path):
-        gguf_writer.make_model(path + ".tmp", "qwen2", "Q8_0", "bpe-qwen2", n_embd=896,
-                               n_layer=layers, n_head=14, n_head_kv=2, n_ff=4864,
-                               n_vocab_pad=8192, tied=True,
-                               types=gguf_writer.QWEN05_Q4KM if kind == "q4_k_m" else None)
-        os.rename(path + ".tmp", path)
-    return path
+    src = os.path.join(TOP, "tests", "model", "gguf_writer.py")
+    return k8cache.generated("gguf-drift-qwen05-%s-%d" % (kind, layers), [src],
+                             gguf_writer.make_model, arch="qwen2", wtype="Q8_0", vocab="bpe-qwen2",
+                             n_embd=896, n_layer=layers, n_head=14, n_head_kv=2, n_ff=4864,
+                             n_vocab_pad=8192, tied=True,
+                             types=gguf_writer.QWEN05_Q4KM if kind == "q4_k_m" else None)
 
 
 def logprobs(l):
@@ -59,7 +56,7 @@ def kosa8(path, n, force, scalar=False):
 
 
 def llama(path, n, threads):
-    env = dict(os.environ, K8_NODE_REF=NODE_REF, K8_THREADS=str(threads))
+    env = dict(os.environ, K8_NODE_REF=k8cache.npm("llama"), K8_THREADS=str(threads))
     p = subprocess.run(["node", os.path.join(TOP, "tests", "model", "ref.mjs"), "run", path,
                         ",".join(map(str, PROMPT)), str(n)], capture_output=True, text=True,
                        check=True, env=env)

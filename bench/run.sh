@@ -1,24 +1,34 @@
 #!/bin/sh
 # run.sh - all benchmarks (make bench). Ratios are measured side by side in one run.
+# Works from a fresh clone: installs the Debian packages (scripts/deps.sh), builds, and the
+# benchmarks fetch what else they need (test images, node-llama-cpp) into the machine-wide
+# cache (scripts/k8cache.py), as the tests do.
 set -eu
+# VMs, cgroups, network namespaces and apt-get want root: ask sudo when we are not.
+if [ "$(id -u)" -ne 0 ]; then
+	command -v sudo >/dev/null 2>&1 || { echo "$0: run this as root" >&2; exit 1; }
+	exec sudo -E "$0" "$@"
+fi
 cd "$(dirname "$0")"
+../scripts/deps.sh
+make -C .. -s -j2 B="${B:-build}" all
 echo "== sandbox core (issue 2)"
-python3 core.py
+/usr/bin/python3 core.py
 echo "== images from a registry (issue 3)"
-python3 pull.py
+/usr/bin/python3 pull.py
 echo "== checkpoint and rewind (issue 6)"
-python3 checkpoint.py
+/usr/bin/python3 checkpoint.py
 echo "== rewind through a spare against a cold rewind (issue 15)"
-python3 spare.py
+/usr/bin/python3 spare.py
 echo "== fork from a checkpoint against a cold rewind, and what a fork shares (issue 15)"
-python3 fork.py
+/usr/bin/python3 fork.py
 echo "== pause and resume: to disk against in memory (issue 15)"
-python3 pause.py
+/usr/bin/python3 pause.py
 echo "== what an idle sandbox costs: TCG's cache sizes, then paused by the idle pause (issue 15)"
-python3 idle.py
+/usr/bin/python3 idle.py
 echo "== idle CPU per guest kernel, RSS after a freed heap with and without free page reporting (issue 15)"
 # IDLECPU_OLD_VMLINUX=<a kernel built before NO_HZ_IDLE> adds it side by side.
-python3 idlecpu.py
+/usr/bin/python3 idlecpu.py
 echo "== frame parsing and egress policy (issue 4)"
 # bench/netparse.c against src/net's pure half (addr, pkt, dns, policy), nothing else.
 NB=${B:-build}
@@ -36,22 +46,22 @@ echo "== QEMU's jail (issue 10)"
 ${CC:-cc} -O2 -std=gnu11 -D_GNU_SOURCE -I../src -o "$NB/bench/jailcost" jailcost.c \
 	../src/daemon/jail.c ../src/common/util.c -ljansson -lcrypto -pthread
 "$NB/bench/jailcost"
-python3 jail.py
+/usr/bin/python3 jail.py
 echo "== network egress (issue 4)"
 # TCP guest -> host through kosa8-net against QEMU's own -netdev user, same VM.
-python3 net.py
+/usr/bin/python3 net.py
 echo "== shared folders (issue 5)"
 # kosa8's FUSE-over-virtio-serial folders against virtio-9p of the same kind of folder.
-python3 mounts.py
+/usr/bin/python3 mounts.py
 echo "== local model engine against llama.cpp (issue 13)"
-python3 model.py
+/usr/bin/python3 model.py
 echo "== egress broker (issue 14)"
 # kosa8-broker standalone: latency it adds, first streamed byte, 32 concurrent clients,
 # against the same client talking to the same HTTPS upstream directly.
-python3 broker.py
+/usr/bin/python3 broker.py
 # The official openai npm client inside a sandbox, through the broker and directly.
-python3 broker_node.py
+/usr/bin/python3 broker_node.py
 echo "== copying files in and out of containers (issue 12's archive)"
-python3 cp.py
+/usr/bin/python3 cp.py
 echo "== the Docker-compatible API against kosa8's own CLI (issue 12)"
-python3 dockerapi.py
+/usr/bin/python3 dockerapi.py

@@ -9,12 +9,15 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The machine-wide build cache (test images, npm sets): `import k8cache` in a test file.
+sys.path.insert(0, os.path.join(TOP, "scripts"))
 BIN = os.environ.get("KOSA8_BIN", os.path.join(TOP, "build", "bin"))
 KOSA8 = os.path.join(BIN, "kosa8")
 
@@ -120,6 +123,50 @@ def sandbox(home, loaded):
          check=True, timeout=300)
     home("sandbox", "pull", "shared", loaded, check=True, timeout=600)
     return "shared"
+
+
+def _cgroup_limits(pid):
+    """memory (bytes), cpu (CPUs of quota) and pids limits of the cgroups holding pid,
+    read from the host's cgroup files (v1 or v2)."""
+    out = {}
+    with open("/proc/%d/cgroup" % pid) as f:
+        lines = [l.rstrip("\n").split(":", 2) for l in f]
+    root = "/sys/fs/cgroup"
+    for _, ctl, path in lines:
+        ctls = ctl.split(",")
+        if ctl == "":                               # v2
+            d = root + path if not os.path.isdir(root + "/unified") else None
+            if d and os.path.exists(d + "/memory.max"):
+                out["memory"] = int(open(d + "/memory.max").read())
+                q, per = open(d + "/cpu.max").read().split()
+                out["cpu"] = int(q) / int(per)
+                out["pids"] = int(open(d + "/pids.max").read())
+        if "memory" in ctls:
+            out["memory"] = int(open(root + "/memory" + path + "/memory.limit_in_bytes").read())
+        if "cpu" in ctls:
+            d = root + "/cpu" + path
+            out["cpu"] = int(open(d + "/cpu.cfs_quota_us").read()) / \
+                int(open(d + "/cpu.cfs_period_us").read())
+        if "pids" in ctls:
+            out["pids"] = int(open(root + "/pids" + path + "/pids.max").read())
+    return out
+
+
+def host_cgroup_limits(home, pid, skip=True):
+    """The host limits on QEMU's pid (_cgroup_limits: memory, cpu and pids, each
+    asserted present). A daemon that says it has no usable cgroups (a property of the
+    host) skips the calling test, saying so, or with skip=False gives None (a test that
+    checks more than the limits goes on); one that says it has them must have put QEMU in
+    them."""
+    cg = home.json("daemon", "status")["cgroup"]
+    if not cg["usable"]:
+        if skip:
+            pytest.skip("host: kosa8d has no usable cgroups here: %s" % cg.get("note"))
+        return None
+    lim = _cgroup_limits(pid)
+    assert set(lim) == {"memory", "cpu", "pids"}, ("QEMU %d is not in kosa8's cgroups" % pid,
+                                                   lim)
+    return lim
 
 
 def recv_all(s):

@@ -20,13 +20,13 @@ import time
 import pytest
 
 import brokerkit as bk
+import k8cache
 from conftest import Home, new_home, wait_for
 
 SECRETS = {"openai": "sk-REAL-openai-0123456789", "anthropic": "sk-ant-REAL-abcdef",
            "ex": "ex-REAL-generic-42"}
 RULES = ["openai=openai", "anthropic=anthropic", "header:api.example.com:X-Api-Key=ex",
          "header:bad.example.com:X-Key=ex"]
-NPM_DIR = os.path.join(bk.TOP, "build", "broker-npm")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 
@@ -260,29 +260,29 @@ def test_process_is_confined(tmp, up, broker):
         b.close()
 
 
-def _npm_ready():
-    if os.path.isdir(os.path.join(NPM_DIR, "node_modules", "openai")) and \
-       os.path.isdir(os.path.join(NPM_DIR, "node_modules", "@anthropic-ai", "sdk")):
-        return True
+def _npm_clients():
+    """The official clients (scripts/npm-pins, set "clients"), installed once per machine:
+    the directory holding their node_modules, or None."""
     if not shutil.which("node") or not shutil.which("npm"):
-        return False
-    os.makedirs(NPM_DIR, exist_ok=True)
-    with open(os.path.join(NPM_DIR, "package.json"), "w") as f:
-        json.dump({"name": "k8-broker-clients", "private": True}, f)
-    p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "openai@6",
-                        "@anthropic-ai/sdk@1"], cwd=NPM_DIR, capture_output=True, text=True,
-                       timeout=900)
-    return p.returncode == 0
+        return None
+    try:
+        return k8cache.npm("clients")
+    except RuntimeError:
+        return None
 
 
 @pytest.mark.parametrize("mode", ["openai", "openai-stream", "anthropic", "anthropic-stream"])
 def test_official_sdk_clients(broker, up, tmp, mode):
-    if not shutil.which("node") or not _npm_ready():
+    clients = _npm_clients()
+    if clients is None:
         if os.environ.get("CI") == "true":
             pytest.fail("node/npm or the openai/@anthropic-ai/sdk packages are missing")
         pytest.skip("node/npm or the npm packages are missing (CI=true makes this a failure)")
-    script = os.path.join(NPM_DIR, "broker_clients.mjs")
+    # The client script beside a link to the cached packages (the entry itself stays sealed).
+    script = os.path.join(tmp, "broker_clients.mjs")
     shutil.copy(os.path.join(bk.HERE, "broker_clients.mjs"), script)
+    if not os.path.lexists(os.path.join(tmp, "node_modules")):
+        os.symlink(os.path.join(clients, "node_modules"), os.path.join(tmp, "node_modules"))
     hosts = os.path.join(tmp, "hosts")
     with open(hosts, "w") as f:
         f.write("127.0.0.1 localhost api.openai.com api.anthropic.com\n")

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixtures for the model engine tests: the kosa8-model binary, llama.cpp via node-llama-cpp
-(installed once into build/node-ref, never committed) and generated GGUF files (cached in
-build/model-test, keyed by the writer's source)."""
-import hashlib
+and generated GGUF files, both cached machine-wide (scripts/k8cache.py: the npm set "llama"
+of scripts/npm-pins, installed once; each model file keyed by its generator's source and
+arguments), never committed."""
 import json
 import os
 import shutil
@@ -13,11 +13,12 @@ import pytest
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.join(TOP, os.environ.get("B", "build"))
-NODE_REF = os.path.join(TOP, "build", "node-ref")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(TOP, "scripts"))
 
 import gguf_writer  # noqa: E402
+import k8cache  # noqa: E402
 
 
 def _missing(why):
@@ -42,22 +43,11 @@ def engine():
 
 @pytest.fixture(scope="session")
 def ref():
-    """node ref.mjs, with node-llama-cpp 3.21.1 installed into build/node-ref on first use."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
+    """node ref.mjs, with node-llama-cpp (scripts/npm-pins, "llama") installed on first use."""
+    node = shutil.which("node")
+    if not node or not shutil.which("npm"):
         _missing("node and npm are needed for the llama.cpp reference (node-llama-cpp)")
-    mod = os.path.join(NODE_REF, "node_modules", "node-llama-cpp")
-    if not os.path.isdir(mod):
-        os.makedirs(NODE_REF, exist_ok=True)
-        pkg = os.path.join(NODE_REF, "package.json")
-        if not os.path.exists(pkg):
-            with open(pkg, "w") as f:
-                f.write('{"name": "kosa8-node-ref", "private": true}\n')
-        p = subprocess.run([npm, "i", "-E", "node-llama-cpp@3.21.1"], cwd=NODE_REF,
-                           capture_output=True, text=True, timeout=900)
-        if p.returncode:
-            _missing("npm i node-llama-cpp@3.21.1 failed: " + p.stderr[-500:])
-    env = dict(os.environ, K8_NODE_REF=NODE_REF)
+    env = dict(os.environ, K8_NODE_REF=npm_set("llama"))
 
     def run(*args, stdin=None):
         p = subprocess.run([node, os.path.join(HERE, "ref.mjs"), *map(str, args)], input=stdin,
@@ -68,18 +58,22 @@ def ref():
     return run
 
 
-_WRITER_HASH = hashlib.sha256(open(os.path.join(HERE, "gguf_writer.py"), "rb").read()).hexdigest()[:12]
+def npm_set(name):
+    """The directory holding node_modules of the npm set NAME (scripts/npm-pins)."""
+    try:
+        return k8cache.npm(name)
+    except RuntimeError as e:
+        _missing(str(e))
+
+
+def cached_gguf(name, sources, make, **kw):
+    """A generated model file, made once per machine by make(path, **kw): the cache entry
+    gguf-NAME-<key of the generator's SOURCES (files here) and kw>."""
+    return k8cache.generated("gguf-" + name, [os.path.join(HERE, f) for f in sources], make, **kw)
 
 
 @pytest.fixture(scope="session")
 def model_file():
-    d = os.path.join(BUILD, "model-test")
-    os.makedirs(d, exist_ok=True)
-
     def make(name, **kw):
-        path = os.path.join(d, "%s-%s.gguf" % (name, _WRITER_HASH))
-        if not os.path.exists(path):
-            gguf_writer.make_model(path + ".tmp", **kw)
-            os.rename(path + ".tmp", path)
-        return path
+        return cached_gguf(name, ["gguf_writer.py"], gguf_writer.make_model, **kw)
     return make

@@ -18,21 +18,17 @@ import urllib.request
 import pytest
 
 import scripted
-from conftest import BUILD, HERE
+from conftest import BUILD, cached_gguf
 
 BIN = os.environ.get("KOSA8_BIN", os.path.join(BUILD, "bin"))
 TOKEN = "hf_s3cr3t_t0k3n_never_logged"
 
 
 def _gguf(name, script):
-    d = os.path.join(BUILD, "model-test")
-    os.makedirs(d, exist_ok=True)
-    src = open(os.path.join(HERE, "scripted.py"), "rb").read()
-    path = os.path.join(d, "pull-%s-%s.gguf" % (name, hashlib.sha256(src).hexdigest()[:12]))
-    if not os.path.exists(path):
-        scripted.make_scripted(path + ".tmp", script=script)
-        os.rename(path + ".tmp", path)
-    return open(path, "rb").read()
+    path = cached_gguf("pull-" + name, ["scripted.py", "gguf_writer.py"], scripted.make_scripted,
+                       script=script)
+    with open(path, "rb") as f:
+        return f.read()
 
 
 class Hub:
@@ -217,8 +213,8 @@ def _port():
     return p
 
 
-def test_import_serve_ps_stop_rm(k8):
-    src = os.path.join(BUILD, "model-test", "import-me.gguf")
+def test_import_serve_ps_stop_rm(k8, tmp_path):
+    src = str(tmp_path / "import-me.gguf")
     with open(src, "wb") as f:
         f.write(_gguf("chat", ["Hello", " world", "!"]))
     p = k8("model", "import", src, "--name", "hello")

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""kosa8-model serve through the official SDKs (openai 6.30.1, @anthropic-ai/sdk 1.15.0,
-installed into build/node-api on first use, never committed) and through raw HTTP for what
+"""kosa8-model serve through the official SDKs (openai and @anthropic-ai/sdk at the versions
+of scripts/npm-pins, set "clients", installed once per machine, never committed) and through raw HTTP for what
 the SDKs hide: error shapes, oversized bodies, a client that disconnects.
 
 The models are scripted (scripted.py): hand-set weights that always say the same thing, so
@@ -20,9 +20,8 @@ import urllib.request
 import pytest
 
 import scripted
-from conftest import BUILD, HERE, TOP, _missing
+from conftest import BUILD, HERE, _missing, cached_gguf, npm_set
 
-NODE_API = os.path.join(TOP, "build", "node-api")
 CHAT = ["Hello", " world", "!", " How", " can", " I", " help", "?"]
 CHAT_TEXT = "".join(CHAT)
 TOOL = ["<tool_call>", '\n{"name": "run_code", "arguments": {"code": "print(6*7)"}}\n', "</tool_call>"]
@@ -38,24 +37,16 @@ LLAMA_CALL = '{"name": "run_code", "parameters": {"code": "print(6*7)"}}'
 
 @pytest.fixture(scope="session")
 def sdk():
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
+    node = shutil.which("node")
+    if not node or not shutil.which("npm"):
         _missing("node and npm are needed for the openai and @anthropic-ai/sdk clients")
-    if not os.path.isdir(os.path.join(NODE_API, "node_modules", "@anthropic-ai", "sdk")) or \
-       not os.path.isdir(os.path.join(NODE_API, "node_modules", "openai")):
-        os.makedirs(NODE_API, exist_ok=True)
-        with open(os.path.join(NODE_API, "package.json"), "w") as f:
-            f.write('{"name": "kosa8-node-api", "private": true}\n')
-        p = subprocess.run([npm, "i", "-E", "openai@6.30.1", "@anthropic-ai/sdk@1.15.0"],
-                           cwd=NODE_API, capture_output=True, text=True, timeout=600)
-        if p.returncode:
-            _missing("npm i openai @anthropic-ai/sdk failed: " + p.stderr[-500:])
+    node_api = npm_set("clients")
 
     def call(base, sdk_name, op, params=None):
         p = subprocess.run([node, os.path.join(HERE, "client.mjs"), base,
                             json.dumps({"sdk": sdk_name, "op": op, "params": params or {}})],
                            capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ, K8_NODE_API=NODE_API))
+                           env=dict(os.environ, K8_NODE_API=node_api))
         assert p.returncode == 0, p.stderr[-2000:]
         return json.loads(p.stdout.strip().splitlines()[-1])
     return call
@@ -63,16 +54,8 @@ def sdk():
 
 def _model(name, **kw):
     kw.setdefault("vocab", "bpe-qwen2")
-    d = os.path.join(BUILD, "model-test")
-    os.makedirs(d, exist_ok=True)
-    src = open(os.path.join(HERE, "scripted.py"), "rb").read() + \
-        open(os.path.join(HERE, "gguf_writer.py"), "rb").read()
-    import hashlib
-    path = os.path.join(d, "scripted-%s-%s.gguf" % (name, hashlib.sha256(src).hexdigest()[:12]))
-    if not os.path.exists(path):
-        scripted.make_scripted(path + ".tmp", **kw)
-        os.rename(path + ".tmp", path)
-    return path
+    return cached_gguf("scripted-" + name, ["scripted.py", "gguf_writer.py"],
+                       scripted.make_scripted, **kw)
 
 
 def _free_port():
