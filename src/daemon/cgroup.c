@@ -7,12 +7,17 @@
  * has it, else v1 controllers (cpu, memory, pids), else nothing and the note says why.
  * QEMU enters its cgroups itself between fork and exec (cgroup_prepare opens the
  * cgroup.procs files, the child writes "0"), so none of it runs outside them.
+ * Paths: <root>/kosa8/<home tag>/<sandbox name> (v2: <root> is /sys/fs/cgroup; v1: each
+ * controller's hierarchy), one parent per daemon home (cgroup_probe).
  */
+#include "common/sha.h"
 #include "common/util.h"
 #include "daemon/cgroup.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -34,18 +39,35 @@ static int cg_write(const char *dir, const char *file, const char *val)
 	return r;
 }
 
-int cgroup_probe(struct cgroup_info *ci)
+/* ci->base from the home's real path (the path itself when it cannot be resolved). */
+static void cg_base(struct cgroup_info *ci, const char *home)
 {
+	char real[PATH_MAX], hex[65];
+
+	if (!realpath(home, real))
+		snprintf(real, sizeof(real), "%s", home);
+	sha256_hex(real, strlen(real), hex);
+	snprintf(ci->base, sizeof(ci->base), "kosa8/%.12s", hex);
+}
+
+int cgroup_probe(struct cgroup_info *ci, const char *home)
+{
+	char dir[512];
+
 	memset(ci, 0, sizeof(*ci));
+	cg_base(ci, home);
 	if (access(CG "/cgroup.controllers", F_OK) == 0) {
 		cleanup_free char *ctl = NULL;
+		snprintf(dir, sizeof(dir), CG "/%s", ci->base);
 		if (read_file(CG "/cgroup.controllers", 4096, &ctl, NULL) == 0 &&
 		    strstr(ctl, "memory") && strstr(ctl, "pids") && access(CG, W_OK) == 0 &&
-		    (mkdir(CG "/kosa8", 0755) == 0 || errno == EEXIST)) {
+		    mkdir_p(dir, 0755) == 0) {
+			/* each level hands the controllers down to the next */
 			cg_write(CG, "cgroup.subtree_control", "+memory +pids +cpu");
 			cg_write(CG "/kosa8", "cgroup.subtree_control", "+memory +pids +cpu");
+			cg_write(dir, "cgroup.subtree_control", "+memory +pids +cpu");
 			ci->version = 2;
-			snprintf(ci->note, sizeof(ci->note), "cgroup v2 at %s/kosa8", CG);
+			snprintf(ci->note, sizeof(ci->note), "cgroup v2 at %s", dir);
 			return 0;
 		}
 		snprintf(ci->note, sizeof(ci->note),
@@ -54,12 +76,17 @@ int cgroup_probe(struct cgroup_info *ci)
 		return 0;
 	}
 	if (access(CG "/memory", W_OK) == 0 && access(CG "/cpu", W_OK) == 0) {
-		mkdir(CG "/memory/kosa8", 0755);
-		mkdir(CG "/cpu/kosa8", 0755);
-		mkdir(CG "/pids/kosa8", 0755);
+		static const char *const ctl[] = { "memory", "cpu", "pids" };
+		for (size_t i = 0; i < ARRAY_SIZE(ctl); i++) {
+			snprintf(dir, sizeof(dir), CG "/%s", ctl[i]);
+			if (access(dir, W_OK) == 0) {
+				snprintf(dir, sizeof(dir), CG "/%s/%s", ctl[i], ci->base);
+				mkdir_p(dir, 0755);
+			}
+		}
 		ci->version = 1;
-		snprintf(ci->note, sizeof(ci->note), "cgroup v1 (memory, cpu%s) under %s/*/kosa8",
-			 access(CG "/pids", W_OK) == 0 ? ", pids" : "", CG);
+		snprintf(ci->note, sizeof(ci->note), "cgroup v1 (memory, cpu%s) under %s/*/%s",
+			 access(CG "/pids", W_OK) == 0 ? ", pids" : "", CG, ci->base);
 		return 0;
 	}
 	snprintf(ci->note, sizeof(ci->note),
@@ -78,7 +105,7 @@ int cgroup_prepare(const struct cgroup_info *ci, const char *name, int cpus, uin
 
 	*nfds = 0;
 	if (ci->version == 2) {
-		snprintf(dir, sizeof(dir), CG "/kosa8/%s", name);
+		snprintf(dir, sizeof(dir), CG "/%s/%s", ci->base, name);
 		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
 			return -errno;
 		snprintf(val, sizeof(val), "%llu", (unsigned long long)limit);
@@ -95,7 +122,7 @@ int cgroup_prepare(const struct cgroup_info *ci, const char *name, int cpus, uin
 		return 0;
 	}
 	if (ci->version == 1) {
-		snprintf(dir, sizeof(dir), CG "/memory/kosa8/%s", name);
+		snprintf(dir, sizeof(dir), CG "/memory/%s/%s", ci->base, name);
 		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
 			return -errno;
 		snprintf(val, sizeof(val), "%llu", (unsigned long long)limit);
@@ -104,7 +131,7 @@ int cgroup_prepare(const struct cgroup_info *ci, const char *name, int cpus, uin
 		if ((fd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
 			return -errno;
 		fds[(*nfds)++] = fd;
-		snprintf(dir, sizeof(dir), CG "/cpu/kosa8/%s", name);
+		snprintf(dir, sizeof(dir), CG "/cpu/%s/%s", ci->base, name);
 		if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
 			cg_write(dir, "cpu.cfs_period_us", "100000");
 			snprintf(val, sizeof(val), "%d", cpus * 100000);
@@ -113,7 +140,7 @@ int cgroup_prepare(const struct cgroup_info *ci, const char *name, int cpus, uin
 			if ((fd = open(path, O_WRONLY | O_CLOEXEC)) >= 0)
 				fds[(*nfds)++] = fd;
 		}
-		snprintf(dir, sizeof(dir), CG "/pids/kosa8/%s", name);
+		snprintf(dir, sizeof(dir), CG "/pids/%s/%s", ci->base, name);
 		if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
 			cg_write(dir, "pids.max", "512");
 			snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
@@ -149,12 +176,12 @@ void cgroup_remove(const struct cgroup_info *ci, const char *name)
 	char dir[512];
 
 	if (ci->version == 2) {
-		snprintf(dir, sizeof(dir), CG "/kosa8/%s", name);
+		snprintf(dir, sizeof(dir), CG "/%s/%s", ci->base, name);
 		rmdir(dir);
 	} else if (ci->version == 1) {
 		static const char *const ctl[] = { "memory", "cpu", "pids" };
 		for (size_t i = 0; i < ARRAY_SIZE(ctl); i++) {
-			snprintf(dir, sizeof(dir), CG "/%s/kosa8/%s", ctl[i], name);
+			snprintf(dir, sizeof(dir), CG "/%s/%s/%s", ctl[i], ci->base, name);
 			rmdir(dir);
 		}
 	}
@@ -166,18 +193,18 @@ int cgroup_procs_paths(const struct cgroup_info *ci, const char *name, char out[
 	int n = 0;
 
 	if (ci->version == 2 && max >= 1) {
-		snprintf(out[0], 512, CG "/kosa8/%s", name);
+		snprintf(out[0], 512, CG "/%s/%s", ci->base, name);
 		if (mkdir(out[0], 0755) < 0 && errno != EEXIST)
 			return 0;
 		cg_write(out[0], "pids.max", "512");
-		snprintf(out[0], 512, CG "/kosa8/%s/cgroup.procs", name);
+		snprintf(out[0], 512, CG "/%s/%s/cgroup.procs", ci->base, name);
 		return 1;
 	}
 	for (size_t i = 0; ci->version == 1 && i < ARRAY_SIZE(v1) && n < max; i++) {
-		snprintf(out[n], 512, CG "/%s/kosa8/%s", v1[i], name);
+		snprintf(out[n], 512, CG "/%s/%s/%s", v1[i], ci->base, name);
 		if (mkdir(out[n], 0755) < 0 && errno != EEXIST)
 			continue;
-		snprintf(out[n], 512, CG "/%s/kosa8/%s/cgroup.procs", v1[i], name);
+		snprintf(out[n], 512, CG "/%s/%s/%s/cgroup.procs", v1[i], ci->base, name);
 		n++;
 	}
 	return n;

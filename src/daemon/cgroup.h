@@ -9,9 +9,13 @@
 
 struct cgroup_info {
 	int version;            /* 2, 1, or 0 when neither is usable */
+	char base[32];          /* "kosa8/<home tag>": this daemon's cgroups, below each root */
 	char note[256];         /* human-readable: what is used, or why nothing is */
 };
-int cgroup_probe(struct cgroup_info *ci);
+/* What the host offers, for the daemon whose home is `home`: each home gets its own
+ * parent cgroup (kosa8/<12 hex of the SHA-256 of the home's real path>), so two
+ * daemons on one host with sandboxes of the same name never share a cgroup. */
+int cgroup_probe(struct cgroup_info *ci, const char *home);
 /* Put `pid` into a cgroup for sandbox `name` with cpu/memory/pids limits. On hosts
  * without usable cgroups returns -ENOTSUP and the note says why. */
 int cgroup_apply(const struct cgroup_info *ci, const char *name, pid_t pid, int cpus,

@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	cgroup_probe(&d->cg);
+	cgroup_probe(&d->cg, d->home);
 	daemon_log("host limits: %s", d->cg.note);
 	k8_err_clear(&err);
 	if (guest_find_home(&d->guest, d->home, &err) < 0)
