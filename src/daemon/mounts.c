@@ -549,6 +549,8 @@ int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	uid_t fsuid;
 	json_t *cfg;
 	const char *reserve;
+	char max_nodes[24];
+	json_int_t cap;
 
 	if (!sb->nmounts)
 		return 0;
@@ -618,6 +620,12 @@ int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	}
 	argv[argc++] = "--reserve";
 	argv[argc++] = reserve ? reserve : K8FS_DEFAULT_RESERVE;
+	/* a lower node cap (kosa8-fs checks the range; it refuses to start on a bad one) */
+	if ((cap = json_integer_value(json_object_get(cfg, "fs_max_nodes"))) > 0) {
+		snprintf(max_nodes, sizeof(max_nodes), "%lld", (long long)cap);
+		argv[argc++] = "--max-nodes";
+		argv[argc++] = max_nodes;
+	}
 	for (int i = 0; i < nfds; i++) {
 		argv[argc++] = "--mount-fd";
 		argv[argc++] = specs[i];

@@ -2,7 +2,7 @@
 /* main.c - kosa8-fs: serves a sandbox's shared folders to the guest's FUSE mount.
  *
  *   kosa8-fs --id ID --control PATH --uid UID [--cgroup PROCS]... [--reserve SPEC]
- *            --mount-fd N:rw|ro [--mount-fd ...]                     (kosa8d)
+ *            [--max-nodes N] --mount-fd N:rw|ro [--mount-fd ...]     (kosa8d)
  *   kosa8-fs --id ID --port PATH --control PATH --mount HOSTDIR:rw|ro [...]  (tests)
  *
  * As kosa8d starts it: the shares are inherited directory fds (pinned, idmapped clones
@@ -44,6 +44,7 @@ struct fs_opts {
 	const char *port, *ctl;
 	struct jail_opts jail;
 	bool jailed;
+	size_t max_nodes;            /* --max-nodes (0: K8FS_MAX_NODES) */
 };
 
 static int fs_connect_port(const char *path)
@@ -166,7 +167,8 @@ static int fs_pump(struct fs_ctx *c, int port)
 }
 
 #define FS_USAGE "usage: kosa8-fs --id ID --control PATH (--uid UID [--cgroup PROCS]... " \
-	"[--reserve SIZE[,PCT%]] --mount-fd N:rw|ro ... | --port PATH --mount HOSTDIR:rw|ro ...)"
+	"[--reserve SIZE[,PCT%]] [--max-nodes N] --mount-fd N:rw|ro ... | " \
+	"--port PATH --mount HOSTDIR:rw|ro ...)"
 
 static void fs_parse_args(int argc, char **argv, struct fs_ctx *c, struct fs_opts *o)
 {
@@ -204,6 +206,12 @@ static void fs_parse_args(int argc, char **argv, struct fs_ctx *c, struct fs_opt
 			if (fs_reserve_parse(v, &c->reserve_bytes, &c->reserve_pct) < 0)
 				sc_die("--reserve %s: expected SIZE[,PCT%%] like 1G,5%% "
 					       "(SIZE with K, M, G or T; PCT at most 90)", v);
+		} else if (!strcmp(a, "--max-nodes")) {
+			char *e;
+			unsigned long n = strtoul(v, &e, 10);
+			if (*e || n < 16 || n > K8FS_MAX_NODES)
+				sc_die("--max-nodes %s: expected 16 to %u", v, K8FS_MAX_NODES);
+			o->max_nodes = n;
 		} else if (!strcmp(a, "--mount-fd")) {
 			char *e;
 			long fd = strtol(v, &e, 10);
@@ -298,6 +306,11 @@ int main(int argc, char **argv)
 			sc_log("open files limited to %llu: at most %zu nodes, %zu handles",
 			       (unsigned long long)rl.rlim_cur, c->max_nodes, c->max_handles);
 		}
+	}
+	/* a lower cap asked for (config.json's fs_max_nodes) */
+	if (opts.max_nodes && (!c->max_nodes || opts.max_nodes < c->max_nodes)) {
+		c->max_nodes = opts.max_nodes;
+		sc_log("at most %zu nodes (--max-nodes)", c->max_nodes);
 	}
 	if ((r = fs_ctx_init(c)) < 0)
 		sc_die("cannot set up: %s", strerror(-r));
