@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from conftest import daemon_pid, wait_for
+from conftest import daemon_pid, host_cgroup_limits, wait_for
 
 # Counts in memory and appends each count as a line: after a resume the count goes on
 # from where it was (its memory survived) and the file holds 1..N with no gap or repeat.
@@ -44,18 +44,6 @@ def whole(seq):
     return seq == list(range(1, len(seq) + 1))
 
 
-def cgroup_limits(pid):
-    """memory.max and cpu.max of the cgroup QEMU runs in (v2), or None."""
-    try:
-        with open("/proc/%d/cgroup" % pid) as f:
-            rel = [ln.split("::", 1)[1].strip() for ln in f if ln.startswith("0::")][0]
-        base = "/sys/fs/cgroup" + rel
-        return tuple(open(os.path.join(base, k)).read().strip()
-                     for k in ("memory.max", "cpu.max"))
-    except (OSError, IndexError):
-        return None
-
-
 def start_counter(home, sb, loaded):
     cid = home("sandbox", "start", sb, loaded, "python3", "-c", COUNTER,
                check=True).stdout.strip()
@@ -67,7 +55,7 @@ def test_pause_to_disk_ends_qemu_and_resume_continues(home, psb, loaded):
     cid = start_counter(home, psb, loaded)
     before = home.json("sandbox", "inspect", psb)
     qpid = before["pid"]
-    limits = cgroup_limits(qpid)
+    limits = host_cgroup_limits(home, qpid, skip=False)
     out = home.json("sandbox", "pause", psb)
     assert out["to"] == "disk", out
     assert not os.path.exists("/proc/%d" % qpid), "QEMU still runs while paused to disk"
@@ -83,7 +71,7 @@ def test_pause_to_disk_ends_qemu_and_resume_continues(home, psb, loaded):
     assert after["pid"] != qpid
     # the same limits on the new QEMU
     assert after["limits"] == before["limits"], (before["limits"], after["limits"])
-    assert cgroup_limits(after["pid"]) == limits
+    assert host_cgroup_limits(home, after["pid"], skip=False) == limits
     seen = lines(home, psb, cid)
     assert wait_for(lambda: len(lines(home, psb, cid)) > len(seen) + 3, 30), \
         "it did not count on after the resume"

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import make_sandbox, own_home, wait_for
+from conftest import host_cgroup_limits, make_sandbox, own_home, wait_for
 
 IDLE = 2          # seconds
 SEEN = {}
@@ -17,19 +17,6 @@ SEEN = {}
 
 def me(home, name):
     return [s for s in home.json("sandbox", "ls") if s["name"] == name][0]
-
-
-def host_limits(pid):
-    """memory.max, cpu.max and pids.max of the cgroup QEMU runs in (v2), or None."""
-    try:
-        with open("/proc/%d/cgroup" % pid) as f:
-            rel = [ln.split("::", 1)[1].strip() for ln in f if ln.startswith("0::")][0]
-        base = "/sys/fs/cgroup" + rel
-        return tuple(open(os.path.join(base, k)).read().strip()
-                     for k in ("memory.max", "cpu.max", "pids.max")
-                     if os.path.exists(os.path.join(base, k)))
-    except (OSError, IndexError):
-        return None
 
 
 def idle_pauses(home, name):
@@ -59,7 +46,7 @@ def test_idle_sandbox_pauses_to_disk_and_a_run_resumes_it(home, isb, loaded):
     assert p.returncode == 0, p.stderr
     ins = home.json("sandbox", "inspect", isb)
     qpid, limits = ins["pid"], ins["limits"]
-    SEEN["cg"] = host_limits(qpid)
+    SEEN["cg"] = host_cgroup_limits(home, qpid, skip=False)
     SEEN["limits"] = limits
 
     # Inspect every half second: looking is not using, so it pauses all the same.
@@ -98,7 +85,7 @@ def test_running_container_keeps_it_awake_and_limits_hold(home, isb, loaded):
     assert len(idle_pauses(home, isb)) == n0
     # the resumed QEMU has the limits the first one had, on the host too
     assert s["limits"] == SEEN["limits"], (s["limits"], SEEN["limits"])
-    assert host_limits(qpid) == SEEN["cg"]
+    assert host_cgroup_limits(home, qpid, skip=False) == SEEN["cg"]
     home("sandbox", "stop", isb, cid, check=True, timeout=60)
     # nothing runs any more: idle again, paused again (the stop was the last use)
     assert wait_for(lambda: me(home, isb)["state"] == "paused", 60, 0.5), \

@@ -22,7 +22,6 @@ import pytest
 from conftest import daemon_pid, make_sandbox, own_home, wait_for
 
 IMAGE = "python:3.12-slim"
-GiB = 1 << 30
 MiB = 1 << 20
 
 
@@ -210,8 +209,9 @@ def test_host_name_changes_seen_on_next_open(mhome, msb, root):
                             % stale_for("name-late", "late\n"))
         with open(a, "w") as f:
             f.write("A2\n")
-        assert cat("name-a") in ("A2\n", None)
-        wait_for(lambda: cat("name-a") == "A2\n", 10, 0.2)
+        if cat("name-a") != "A2\n":
+            problems.append("deleted, then created again on the host, absent inside (for %s)"
+                            % stale_for("name-a", "A2\n"))
         os.rename(a, b)
         if cat("name-a") is not None or cat("name-b") != "A2\n":
             problems.append("renamed on the host, old name still read inside (for %s)" %
@@ -499,13 +499,18 @@ print(repr({"sha": h.hexdigest(), "size": n, "s": time.time() - t0}))
 '''
 
 
-def test_one_gib_written_inside(mhome, msb, root):
-    n = 1024
+# 64 MiB through the share proves the data path (every request size, the whole file's
+# digest both ways); its throughput is bench/mounts.py's business, not the suite's.
+BIG_MIB = 64
+
+
+def test_big_file_written_inside(mhome, msb, root):
+    n = BIG_MIB
     t0 = time.time()
     out = gpy(mhome, msb, BIG_WRITE, str(n), timeout=1200)
     wall = time.time() - t0
-    print("1 GiB written inside in %.1f s (guest %.1f s): %.1f MB/s" %
-          (wall, out["s"], GiB / 1e6 / out["s"]))
+    print("%d MiB written inside in %.1f s (guest %.1f s): %.1f MB/s" %
+          (n, wall, out["s"], n * MiB / 1e6 / out["s"]))
     p = os.path.join(root.rw, "big-guest.bin")
     assert os.path.getsize(p) == n * MiB
     base = bytearray(bytes(range(256)) * 4096)
@@ -518,19 +523,19 @@ def test_one_gib_written_inside(mhome, msb, root):
     os.unlink(p)
 
 
-def test_one_gib_read_inside(mhome, msb, root):
+def test_big_file_read_inside(mhome, msb, root):
     p = os.path.join(root.rw, "big-host.bin")
     h = hashlib.sha256()
     with open(p, "wb") as f:
-        for _ in range(1024):
+        for _ in range(BIG_MIB):
             b = os.urandom(MiB)
             f.write(b)
             h.update(b)
     t0 = time.time()
     out = gpy(mhome, msb, BIG_READ, "/data/big-host.bin", timeout=1200)
-    print("1 GiB read inside in %.1f s (guest %.1f s): %.1f MB/s" %
-          (time.time() - t0, out["s"], GiB / 1e6 / out["s"]))
-    assert out["size"] == GiB
+    print("%d MiB read inside in %.1f s (guest %.1f s): %.1f MB/s" %
+          (BIG_MIB, time.time() - t0, out["s"], BIG_MIB * MiB / 1e6 / out["s"]))
+    assert out["size"] == BIG_MIB * MiB
     assert out["sha"] == h.hexdigest()
     os.unlink(p)
 
