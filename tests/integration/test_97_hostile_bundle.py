@@ -11,39 +11,35 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 
 import pytest
 
-from conftest import KOSA8, new_home
+from conftest import Home, new_home
 
 pytestmark = pytest.mark.hostile
 
 
-class Daemon:
+class Daemon(Home):
     """A daemon of its own whose guest can only come from its home or next to kosa8d
-    (KOSA8_GUEST_DIR would override a bundle's)."""
+    (KOSA8_GUEST_DIR, empty here, would override a bundle's)."""
+    CLEAN = {"KOSA8_GUEST_DIR": "", "KOSA8_OFFLINE": ""}
 
     def __init__(self, prefix, *start):
-        self.path = new_home(prefix)
-        self.env = dict(os.environ, KOSA8_HOME=self.path)
-        for k in ("KOSA8_OFFLINE", "KOSA8_GUEST_DIR"):
-            self.env.pop(k, None)
-        p = self("daemon", "start", *start, timeout=200)
-        assert p.returncode == 0, p.stdout + p.stderr
+        super().__init__(new_home(prefix))
+        self.start(*start)
 
-    def __call__(self, *args, timeout=300):
-        return subprocess.run([KOSA8, *args], capture_output=True, text=True, timeout=timeout,
-                              env=self.env)
+    def __call__(self, *args, **kw):
+        return super().__call__(*args, env_extra=self.CLEAN, **kw)
 
-    def json(self, *args):
-        p = self(*args, "--json")
-        assert p.returncode == 0, p.stderr
-        return json.loads(p.stdout)
+    def json(self, *args, **kw):
+        return super().json(*args, env_extra=self.CLEAN, **kw)
+
+    def start(self, *extra):
+        return self("daemon", "start", *extra, check=True, timeout=200)
 
     def close(self):
-        self("daemon", "stop", timeout=120)
+        self.stop()
         shutil.rmtree(self.path, ignore_errors=True)
 
 
