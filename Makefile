@@ -57,7 +57,7 @@ ifneq ($(wildcard src/fs/main.c),)
 PROGS += $(B)/bin/kosa8-fs
 endif
 
-.PHONY: all progs guest unit test integration san bench fuzz clean deps check-static check-layers bench-density proto-variants
+.PHONY: all progs guest FORCE unit test integration san bench fuzz clean deps check-static check-layers bench-density proto-variants
 all: progs guest
 
 progs: $(PROGS)
@@ -78,7 +78,7 @@ $(B)/bin/kosa8: $(call obj,$(CLI_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
 
 # The daemon checks egress rules with kosa8-net's own parser.
 NET_POLICY_OBJ := $(call obj,src/net/addr.c src/net/dns.c src/net/policy.c)
-$(B)/bin/kosa8d: $(call obj,src/daemon/main.c) $(HOST_LIB_OBJ) $(NET_POLICY_OBJ)
+$(B)/bin/kosa8d: $(call obj,src/daemon/main.c) $(HOST_LIB_OBJ) $(NET_POLICY_OBJ) $(B)/gen/guest_digest.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON)
 
@@ -95,8 +95,25 @@ $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/prot
 	$(CC) -static -o $@ $^ -l:libjansson.a -l:libseccomp.a
 
 # Guest image: kernel (cached by source version + fragment hash), initramfs, manifest.
-guest: $(B)/bin/kosa8-agent
+# guest.sh runs every time (it knows the kernel's cache key) and rewrites a file only when
+# its bytes change, so what depends on the manifest is rebuilt only then.
+guest: $(B)/guest/manifest.json
+$(B)/guest/manifest.json: $(B)/bin/kosa8-agent FORCE
 	B=$(B) ./scripts/guest.sh
+
+# The guest image this build is released with (src/common/guest_digest.h): the SHA-256 of
+# its manifest.json, compiled into kosa8d, which refuses a bundle's guest of another
+# digest (docs/design.md "Guest image"). Only kosa8d's link waits for the guest, and so
+# for the kernel: unit tests, the ASan build (`make san`) and the fuzz targets do not.
+$(B)/gen/guest_digest.c: $(B)/guest/manifest.json
+	@mkdir -p $(dir $@)
+	@h=$$(sha256sum $< | cut -c1-64) && \
+	printf '%s\n' "/* generated from $< by the Makefile; src/common/guest_digest.h */" \
+		'#include "common/guest_digest.h"' \
+		"const char guest_release_digest[] = \"sha256:$$h\";" > $@.tmp && mv $@.tmp $@
+$(B)/gen/guest_digest.o: $(B)/gen/guest_digest.c src/common/guest_digest.h
+	$(CC) $(CFLAGS) $(HARDEN) -c -o $@ $<
+FORCE:
 
 # Test builds for the protocol version handshake (docs/protocol.md, "Versions";
 # tests/integration/test_61_agent_proto.py), not part of `all`: guests whose agent speaks
@@ -122,7 +139,7 @@ $(B)/proto/obj/agentlink-3.o: src/daemon/agentlink.c $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(HARDEN) -DK8D_PROTO_MAX=3 -c -o $@ $<
 # Next to the real kosa8d: it finds its sidecars there.
-$(B)/bin/kosa8d-proto3: $(call obj,src/daemon/main.c) $(filter-out $(call obj,src/daemon/agentlink.c),$(HOST_LIB_OBJ)) $(B)/proto/obj/agentlink-3.o $(NET_POLICY_OBJ)
+$(B)/bin/kosa8d-proto3: $(call obj,src/daemon/main.c) $(filter-out $(call obj,src/daemon/agentlink.c),$(HOST_LIB_OBJ)) $(B)/proto/obj/agentlink-3.o $(NET_POLICY_OBJ) $(B)/gen/guest_digest.o
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON)
 proto-variants: progs $(B)/proto/guest1/manifest.json $(B)/proto/guest3/manifest.json $(B)/bin/kosa8d-proto3
@@ -162,7 +179,7 @@ fuzz:
 	./tests/fuzz/run.sh
 
 clean:
-	rm -rf $(B)/bin $(B)/obj $(B)/agent-obj $(B)/tests $(B)/guest $(B)/proto build-san
+	rm -rf $(B)/bin $(B)/obj $(B)/agent-obj $(B)/tests $(B)/guest $(B)/gen $(B)/proto build-san
 
 # kosa8-model (issue 13): the local model engine, its own process (it parses model files).
 MODEL_SRC     := $(filter-out src/model/main.c,$(wildcard src/model/*.c))

@@ -54,6 +54,10 @@
 #define AGENT_CTR_DIR "/scratch/containers"
 #define AGENT_TRASH_DIR "/scratch/.trash"
 #define AGENT_IMAGES_DIR "/images"
+/* The VM's generation (the init's "generation", new on every boot, rewind, fork and
+ * resume from disk): 32 hex digits and a newline, rewritten in place so that every
+ * container's read-only bind of it (/dev/kosa8/generation, mount.c) shows the new one. */
+#define AGENT_GEN_FILE "/run/kosa8-generation"
 #define AGENT_CG_ROOT "/sys/fs/cgroup"
 #define AGENT_CG_DIR "/sys/fs/cgroup/kosa8"
 #define AGENT_SLOTS GUEST_MMIO_TRANSPORTS   /* slot indexes accepted (common/guest.h) */

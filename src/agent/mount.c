@@ -279,6 +279,23 @@ static int mnt_ctr_dev(const char *root, char *msg, size_t msglen)
 		snprintf(p, sizeof(p), "%s/%s", dev, links[i][1]);
 		symlink(links[i][0], p);
 	}
+	/* /dev/kosa8/generation: the VM's generation file itself, bound read-only, so a
+	 * process alive at a checkpoint reads its own copy's generation after a fork or a
+	 * rewind (req.c, req_generation). None before a host that sends one. */
+	if (access(AGENT_GEN_FILE, F_OK) == 0) {
+		snprintf(p, sizeof(p), "%s/kosa8", dev);
+		if (mkdir(p, 0755) < 0)
+			return MNT_FAIL("mkdir /dev/kosa8: %s", strerror(errno));
+		snprintf(p, sizeof(p), "%s/kosa8/generation", dev);
+		fd = open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
+		if (fd < 0)
+			return MNT_FAIL("creating /dev/kosa8/generation: %s", strerror(errno));
+		close(fd);
+		if (mount(AGENT_GEN_FILE, p, NULL, MS_BIND, NULL) < 0 ||
+		    mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV |
+			  MS_NOEXEC, NULL) < 0)
+			return MNT_FAIL("binding /dev/kosa8/generation: %s", strerror(errno));
+	}
 	return 0;
 }
 

@@ -289,11 +289,40 @@ static int req_seed(const char *hex, struct k8_err *err)
 	return r < 0 ? k8_err_set(err, r, "seeding the RNG: %s", strerror(-r)) : 0;
 }
 
+/* The VM's generation, given by the host in every init of a new run of this memory (a
+ * boot, a rewind, a fork, a resume from disk): `gen` is 32 lowercase hex digits (req_init
+ * checked). It is
+ * mixed into the RNG (uncredited, as the kernel's vmgenid driver does with the ACPI
+ * generation ID) and written over AGENT_GEN_FILE in place: the file's inode is what the
+ * containers' binds show, so a process alive at a checkpoint sees its copy's generation
+ * change (docs/agent.md "The generation"). */
+static int req_generation(const char *gen, struct k8_err *err)
+{
+	char line[34];
+	int fd, r = 0;
+
+	snprintf(line, sizeof(line), "%s\n", gen);
+	fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)!write(fd, gen, 32);
+		close(fd);
+	}
+	mkdir_p("/run", 0755);
+	fd = open(AGENT_GEN_FILE, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0444);
+	if (fd < 0)
+		return k8_err_set(err, -errno, "%s: %s", AGENT_GEN_FILE, strerror(errno));
+	/* Same length every time: a reader sees the old line or the new one. */
+	if (pwrite(fd, line, 33, 0) != 33)
+		r = -(errno ? errno : EIO);
+	close(fd);
+	return r < 0 ? k8_err_set(err, r, "writing %s: %s", AGENT_GEN_FILE, strerror(-r)) : 0;
+}
+
 /* The init's "net" and "mounts" take effect once per boot: a repeated init (after a
  * reconnect or a rewind) may leave them out or repeat them, not change them. */
 static int req_init(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
 {
-	const char *host, *seed;
+	const char *host, *seed, *gen;
 	long long t, pids, reserve;
 	json_t *lim = json_object_get(req, "limits"), *net = json_object_get(req, "net"),
 	       *mounts = json_object_get(req, "mounts"), *ans;
@@ -304,8 +333,11 @@ static int req_init(struct agent *a, uint32_t id, json_t *req, struct k8_err *er
 
 	if ((r = req_int(req, "time_ns", 0, INT64_MAX, 0, &t, err)) < 0 ||
 	    (r = req_str(req, "hostname", 64, 0, &host, err)) < 0 ||
-	    (r = req_str(req, "seed", 1024, 0, &seed, err)) < 0)
+	    (r = req_str(req, "seed", 1024, 0, &seed, err)) < 0 ||
+	    (r = req_str(req, "generation", 32, 0, &gen, err)) < 0)
 		return r;
+	if (gen && (strlen(gen) != 32 || strspn(gen, "0123456789abcdef") != 32))
+		return k8_err_set(err, -EINVAL, "field 'generation' must be 32 lowercase hex digits");
 	if (lim && !json_is_null(lim) && !json_is_object(lim))
 		return k8_err_set(err, -EINVAL, "field 'limits' must be an object");
 	if ((r = req_int(lim, "pids", 16, 4194304, a->pids_max, &pids, err)) < 0 ||
@@ -329,6 +361,8 @@ static int req_init(struct agent *a, uint32_t id, json_t *req, struct k8_err *er
 			       "boot; they cannot change without a reboot");
 		goto out;
 	}
+	if (gen && (r = req_generation(gen, err)) < 0)
+		goto out;
 	if (seed && (r = req_seed(seed, err)) < 0)
 		goto out;
 	if (t > 0) {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_IMAGE = 'i', OPT_MODEL = 'm', OPT_NO_GUEST = 'g' };
+enum { OPT_IMAGE = 'i', OPT_MODEL = 'm', OPT_NO_GUEST = 'g', OPT_TRUST_GUEST = 't' };
 
 /* FILE made absolute (it need not exist yet; its directory must). */
 static char *abs_out(const char *f)
@@ -67,28 +67,38 @@ static int cmd_export(const struct cli_cmd *self, int argc, char **argv, const c
 
 static int cmd_import(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
+	static const struct cli_opt opts[] = {
+		{ "trust-guest", 0, 1, OPT_TRUST_GUEST }, { "json", 0, 0, CLI_OPT_JSON },
+		{ NULL, 0, 0, 0 },
+	};
 	struct cli_args a;
 	struct client cl;
 	struct k8_err err = { 0 };
 	json_t *res = NULL;
 	int rc;
 
-	if (!cli_begin(self, argc, argv, cli_json_only, 0, 1, 1, home, &a, &cl, &rc))
+	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
 		return rc;
 	int json = cli_has_opt(&a, CLI_OPT_JSON);
+	const char *trust = NULL;
+	for (int i = 0; i < a.nopts; i++)
+		if (a.opts[i].id == OPT_TRUST_GUEST)
+			trust = a.opts[i].arg;
 	cleanup_free char *path = realpath(a.pos[0], NULL);
 	if (!path) {
 		k8_err_set(&err, -errno, "%s: %s", a.pos[0], strerror(errno));
 		return cli_end(&a, &cl, cli_fail(&err));
 	}
-	json_t *body = json_pack("{s:s}", "path", path);
+	json_t *body = json_pack("{s:s,s:s?}", "path", path, "trust_guest", trust);
 	rc = cli_post_progress(&cl, "/v1/bundle/import", body, json, &res);
 	if (rc == CLI_EXIT_OK && !json)
 		printf("imported %s: %d parts verified, %zu images, %d models%s\n", path,
 		       (int)json_integer_value(json_object_get(res, "parts")),
 		       json_array_size(json_object_get(res, "images")),
 		       (int)json_integer_value(json_object_get(res, "models")),
-		       json_is_true(json_object_get(res, "guest")) ? ", the guest image" : "");
+		       !json_is_true(json_object_get(res, "guest")) ? "" :
+		       json_is_true(json_object_get(res, "trusted_guest")) ?
+		       ", the guest image (trusted by --trust-guest, not this build's)" : ", the guest image");
 	json_decref(body);
 	json_decref(res);
 	return cli_end(&a, &cl, rc);
@@ -112,14 +122,20 @@ const struct cli_cmd cli_bundle_cmds[] = {
 	  "  kosa8 bundle export offline.k8b --image python:3.12-slim \\\n"
 	  "      --model qwen2.5-0.5b-instruct-q4_k_m\n" },
 	{ "bundle import", cmd_import, "verify a bundle, then install what it holds",
-	  "Usage: kosa8 bundle import FILE [--json]\n"
+	  "Usage: kosa8 bundle import FILE [--trust-guest sha256:HEX] [--json]\n"
 	  "\n"
 	  "Every part is checked against the bundle's manifest (a part missing, extra, twice,\n"
 	  "of another size or SHA-256, or a truncated file is refused) before anything is\n"
 	  "installed: images into the store, models into the model store, the guest image into\n"
 	  "$KOSA8_HOME/guest (used by the daemon from then on). Needs no network.\n"
+	  "The guest image runs in every sandbox, so it is also checked against the one this\n"
+	  "kosa8 was released with (its digest, the SHA-256 of the guest's manifest.json, is\n"
+	  "built in: `kosa8 daemon status --json`, guest.release_digest); a bundle with another\n"
+	  "guest image is refused and nothing is installed.\n"
 	  "\n"
 	  "Options:\n"
+	  "  --trust-guest sha256:HEX  accept a guest image of this digest instead (the published\n"
+	  "                checksum of a guest you trust); the audit log records it\n"
 	  "  --json        progress as JSON lines, then what was installed as one JSON line\n"
 	  "\n"
 	  "Example:\n"

@@ -434,6 +434,12 @@ static int show_status(const json_t *st, void *ctx)
 		       json_string_value(json_object_get(guest, "initramfs")) ?: "?",
 		       json_is_true(ver) ? "checksum verified" :
 		       json_is_false(ver) ? "checksum NOT verified" : "checksum unknown");
+		const char *dg = json_string_value(json_object_get(guest, "digest"));
+		const char *rel = json_string_value(json_object_get(guest, "release_digest"));
+		if (dg && *dg)
+			printf("              %s (%s)\n", dg, rel && !strcmp(dg, rel) ?
+			       "the one this kosa8 was released with" :
+			       "NOT the one this kosa8 was released with");
 	}
 	fflush(stdout);
 	warn_security(st);

@@ -557,7 +557,7 @@ static json_t *status_json(struct daemon *d)
 	struct k8_err gerr = { 0 };
 	bool verified = guest_verified(&d->guest, &gerr);
 	bool offline = daemon_offline(d, NULL);
-	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s}}",
+	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s,s:s,s:s?}}",
 			 "version", "0.1.0", "pid", (int)getpid(), "home", d->home, "accel", d->accel,
 			 "accel_reason", d->accel_reason, "uptime_s",
 			 (json_int_t)((now_mono_ns() - d->started_mono) / 1000000000ull), "sandboxes", n,
@@ -565,7 +565,8 @@ static json_t *status_json(struct daemon *d)
 			 "cgroup", "version", d->cg.version, "usable", d->cg.version != 0, "note",
 			 d->cg.note, "guest", "dir", d->guest.dir, "kernel", d->guest.kernel,
 			 "initramfs", d->guest.initramfs, "source", d->guest.source, "verified",
-			 verified, "error", gerr.msg);
+			 verified, "error", gerr.msg, "digest", d->guest.digest, "release_digest",
+			 d->guest_release);
 }
 
 /* What guards the host from QEMU: the jail, and the plain word on TCG. */

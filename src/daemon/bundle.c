@@ -10,12 +10,15 @@
  * models/sha256-<hex>. Import reads the manifest, streams each member into a staging
  * directory under $KOSA8_HOME while hashing it, refuses a member that is not listed, is
  * listed twice, has another size or digest, or a bundle that ends before every part came;
- * only then installs: images (through the store's own loader), models, the guest image.
+ * refuses a guest image whose manifest is not the one this build was released with (or
+ * the one the user trusts by digest: check_guest); only then installs: images (through
+ * the store's own loader), models, the guest image.
  * A refused bundle leaves nothing behind but the staging directory, which is removed.
  */
 #include "daemon/bundle.h"
 #include "daemon/bundle_read.h"
 #include "daemon/daemon.h"
+#include "daemon/guest.h"
 #include "daemon/model.h"
 #include "daemon/api_route.h"
 #include "image/image.h"
@@ -327,12 +330,66 @@ out:
 
 /* ---- import ---- */
 
+static bool digest_ok(const char *s)
+{
+	if (strncmp(s, "sha256:", 7) || strlen(s) != 71)
+		return false;
+	for (const char *c = s + 7; *c; c++)
+		if (!strchr("0123456789abcdef", *c))
+			return false;
+	return true;
+}
+
+/* The bundle's guest image, staged in `gdir`, before anything is installed: its kernel
+ * and initramfs must match its own manifest.json, and that manifest must be the one this
+ * build was released with (d->guest_release), or the one the user named with
+ * --trust-guest (`trust`; *trusted says so). A guest image runs in every later sandbox,
+ * so a bundle is never its own judge. */
+static int check_guest(struct daemon *d, const char *gdir, const char *bundle, const char *trust,
+		       char digest[72], bool *trusted, struct k8_err *err)
+{
+	struct guest_image g;
+	int kfd = -1, ifd = -1, r;
+
+	*trusted = false;
+	if ((r = guest_find_dir(&g, gdir, err)) || (r = guest_verify_open(&g, &kfd, &ifd, err))) {
+		k8_err_wrap(err, "%s: its guest image (nothing was installed)", bundle);
+		return r;
+	}
+	close(kfd);
+	close(ifd);
+	snprintf(digest, 72, "%s", g.digest);
+	if (d->guest_release && !strcmp(g.digest, d->guest_release))
+		return 0;
+	if (trust && !strcmp(trust, g.digest)) {
+		*trusted = true;
+		return 0;
+	}
+	daemon_audit(d, "bundle.guest.refused", NULL, json_pack("{s:s,s:s,s:s?,s:s?}", "path", bundle,
+		     "guest", g.digest, "release", d->guest_release, "trust_guest", trust));
+	if (trust)
+		return k8_err_set(err, -EPERM, "%s: its guest image is %s, not the %s named by "
+				  "--trust-guest. Nothing was installed", bundle, g.digest, trust);
+	return k8_err_set(err, -EPERM,
+			  "%s: its guest image (%s) is not the one this kosa8 was released with "
+			  "(%s); refusing it: a guest image runs in every sandbox. Nothing was "
+			  "installed. Import it only if that digest is the published checksum of a "
+			  "guest image you trust: kosa8 bundle import FILE --trust-guest DIGEST",
+			  bundle, g.digest, d->guest_release ? d->guest_release : "none");
+}
+
 int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pctx, json_t **out,
 		  struct k8_err *err)
 {
 	const char *path = json_string_value(json_object_get(body, "path"));
+	json_t *tj = json_object_get(body, "trust_guest");
+	const char *trust = json_string_value(tj);
+	char digest[72] = "";
+	bool trusted = false;
 	if (!path || path[0] != '/')
 		return k8_err_set(err, -EINVAL, "path must be an absolute path to a bundle");
+	if ((tj && !json_is_null(tj) && !trust) || (trust && !digest_ok(trust)))
+		return k8_err_set(err, -EINVAL, "trust_guest must be sha256: and 64 lowercase hex digits");
 	char stage[4200];
 	snprintf(stage, sizeof(stage), "%s/tmp/bundle-%d-%ld", d->home, (int)getpid(), (long)time(NULL));
 	struct archive *a = archive_read_new();
@@ -354,6 +411,12 @@ int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pc
 	manifest = br.manifest;
 	seen = br.seen;
 	nparts = br.nparts;
+	bool guest = json_object_get(seen, "guest/manifest.json") != NULL;
+	if (guest) {
+		cleanup_free char *gdir = xasprintf("%s/guest", stage);
+		if ((r = check_guest(d, gdir, path, trust, digest, &trusted, err)))
+			goto out;
+	}
 	/* Everything verified: install. Images first (the store's loader checks them again),
 	 * then models, then the guest image. */
 	json_t *refs = json_object_get(manifest, "images");
@@ -384,7 +447,6 @@ int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pc
 			goto out;
 		nmodels++;
 	}
-	bool guest = json_object_get(seen, "guest/manifest.json") != NULL;
 	if (guest) {
 		cleanup_free char *gdst = xasprintf("%s/guest", d->home);
 		cleanup_free char *gold = xasprintf("%s/guest.old", d->home);
@@ -418,9 +480,12 @@ int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pc
 		if (guest_find_home(&g, d->home, &gerr) == 0)
 			d->guest = g;
 	}
-	daemon_audit(d, "bundle.import", NULL, json_pack("{s:s,s:i}", "path", path, "parts", nparts));
-	*out = json_pack("{s:s,s:i,s:O,s:i,s:b}", "path", path, "parts", nparts, "images",
-			 loaded ? loaded : refs, "models", nmodels, "guest", guest);
+	/* A guest the user vouched for (--trust-guest) is named in the record, and says so. */
+	daemon_audit(d, "bundle.import", NULL, json_pack("{s:s,s:i,s:s?,s:b}", "path", path, "parts",
+		     nparts, "guest", guest ? digest : NULL, "trusted_guest", trusted));
+	*out = json_pack("{s:s,s:i,s:O,s:i,s:b,s:s?,s:b}", "path", path, "parts", nparts, "images",
+			 loaded ? loaded : refs, "models", nmodels, "guest", guest, "guest_digest",
+			 guest ? digest : NULL, "trusted_guest", trusted);
 out:
 	archive_read_free(a);
 	rm_rf(stage);

@@ -42,6 +42,8 @@ struct daemon {
 	struct audit *audit;
 	struct cgroup_info cg;
 	struct guest_image guest;
+	const char *guest_release;      /* "sha256:...": the guest this build was released with
+	                                   (main.c, src/common/guest_digest.h); bundle.c */
 	char accel[8];
 	char accel_reason[512];
 	char accel_opt[8];              /* --accel: auto, kvm, tcg */

@@ -23,12 +23,13 @@ static int guest_try_dir(struct guest_image *g, const char *dir, struct k8_err *
 	json_error_t je;
 	json_t *m;
 	const char *kf, *ks, *inf, *is, *src;
+	size_t n;
 	int r;
 
-	r = read_file(mpath, 1 << 16, &text, NULL);
+	r = read_file(mpath, 1 << 16, &text, &n);
 	if (r)
 		return r;
-	m = json_loads(text, 0, &je);
+	m = json_loadb(text, n, 0, &je);
 	if (!m)
 		return k8_err_set(err, -EINVAL, "%s is not valid JSON: %s", mpath, je.text);
 	if (json_unpack(m, "{s:{s:s,s:s},s:{s:s,s:s}}", "kernel", "file", &kf, "sha256", &ks,
@@ -42,10 +43,22 @@ static int guest_try_dir(struct guest_image *g, const char *dir, struct k8_err *
 	snprintf(g->initramfs, sizeof(g->initramfs), "%s/%s", dir, inf);
 	snprintf(g->kernel_sha, sizeof(g->kernel_sha), "%s", ks);
 	snprintf(g->initramfs_sha, sizeof(g->initramfs_sha), "%s", is);
+	char msha[65];
+	sha256_hex(text, n, msha);
+	snprintf(g->digest, sizeof(g->digest), "sha256:%s", msha);
 	src = json_string_value(json_object_get(m, "kernel_source"));
 	snprintf(g->source, sizeof(g->source), "%s", src ? src : "");
 	json_decref(m);
 	return 0;
+}
+
+int guest_find_dir(struct guest_image *g, const char *dir, struct k8_err *err)
+{
+	memset(g, 0, sizeof(*g));
+	int r = guest_try_dir(g, dir, err);
+	if (r && err && !err->code)
+		k8_err_set(err, r, "%s/manifest.json: %s", dir, strerror(-r));
+	return r;
 }
 
 int guest_find(struct guest_image *g, struct k8_err *err)

@@ -11,9 +11,12 @@ struct guest_image {
 	char dir[4096];
 	char kernel[4096], initramfs[4096];
 	char kernel_sha[65], initramfs_sha[65];
+	char digest[72];                /* "sha256:" + the SHA-256 of manifest.json */
 	char source[128];
 };
 int guest_find(struct guest_image *g, struct k8_err *err);
+/* The guest image whose manifest.json is in `dir` (no other place looked at). */
+int guest_find_dir(struct guest_image *g, const char *dir, struct k8_err *err);
 /* As guest_find, but first $KOSA8_HOME/guest (where `kosa8 bundle import` installs one). */
 int guest_find_home(struct guest_image *g, const char *home, struct k8_err *err);
 /* Open and verify both files against the manifest; on success *kfd and *ifd are open fds of

@@ -18,6 +18,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -45,24 +46,75 @@ bad:
 			  "least %d (one sandbox), e.g. \"%s\"", JAIL_ROLES, JAIL_DEFAULT_RANGE);
 }
 
-/* 1: the claim file names `sbdir`; 0: free or stale (may be taken); -1: someone else's. */
-static int claim_state(const char *path, const char *sbdir)
+/* A claim file: the sandbox directory on its first line, the first uid of its block on
+ * the second. A kosa8 from before per-uid claims wrote one line, in the file of the
+ * block's first uid only, and meant the whole block by it. */
+static bool claim_read(uid_t uid, char **dir, bool *whole_block)
 {
-	cleanup_free char *text = NULL, *rec = NULL;
+	char path[128];
 	size_t n;
 
-	if (read_file(path, 8192, &text, &n))
-		return 0;
-	text[strcspn(text, "\n")] = '\0';
-	if (!strcmp(text, sbdir))
-		return 1;
-	rec = xasprintf("%s/sandbox.json", text);
-	return text[0] == '/' && access(rec, F_OK) == 0 ? -1 : 0;
+	snprintf(path, sizeof(path), "%s/%lu", JAIL_CLAIM_DIR, (unsigned long)uid);
+	if (read_file(path, 8192, dir, &n))
+		return false;
+	char *nl = strchr(*dir, '\n');
+	*whole_block = !nl || !nl[1];
+	if (nl)
+		*nl = '\0';
+	return true;
+}
+
+/* Who holds `uid`: 1 `sbdir`; 0 nobody (no claim, or a stale one: its directory holds no
+ * sandbox.json); -1 another sandbox, whose directory goes to `holder`. A one-line claim
+ * of one of the three uids below counts too (it covered its block). */
+static int uid_state(uid_t uid, const char *sbdir, char *holder, size_t hn)
+{
+	for (uid_t k = 0; k < JAIL_ROLES && k <= uid; k++) {
+		cleanup_free char *dir = NULL, *rec = NULL;
+		bool whole;
+
+		if (!claim_read(uid - k, &dir, &whole) || (k && !whole))
+			continue;
+		if (!strcmp(dir, sbdir))
+			return 1;
+		rec = xasprintf("%s/sandbox.json", dir);
+		if (dir[0] == '/' && access(rec, F_OK) == 0) {
+			snprintf(holder, hn, "%s", dir);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void block_release(const struct jail_range *r, const char *sbdir, int index)
+{
+	char path[128];
+
+	for (int role = 0; role < JAIL_ROLES; role++) {
+		uid_t u = jail_uid(r, index, (enum jail_role)role);
+		cleanup_free char *dir = NULL;
+		bool whole;
+
+		snprintf(path, sizeof(path), "%s/%lu", JAIL_CLAIM_DIR, (unsigned long)u);
+		if (claim_read(u, &dir, &whole) && !strcmp(dir, sbdir))
+			unlink(path);
+	}
+}
+
+/* The home a sandbox directory is in: "<home>/sandboxes/<name>" without the tail. */
+static size_t home_len(const char *sbdir)
+{
+	const char *s = strstr(sbdir, "/sandboxes/"), *t;
+
+	while (s && (t = strstr(s + 1, "/sandboxes/")))
+		s = t;
+	return s ? (size_t)(s - sbdir) : strlen(sbdir);
 }
 
 int jail_claim(const struct jail_range *r, const char *sbdir, int *index, struct k8_err *err)
 {
 	cleanup_close int lk = -1;
+	char other[4096] = "";
 	int rc;
 
 	if ((rc = mkdir_p(JAIL_CLAIM_DIR, 0700)) < 0)
@@ -72,21 +124,45 @@ int jail_claim(const struct jail_range *r, const char *sbdir, int *index, struct
 		return k8_err_set(err, -errno, "lock %s: %s", JAIL_CLAIM_DIR, strerror(errno));
 	for (long i = -1; i < (long)r->blocks; i++) {
 		long idx = i < 0 ? *index : i;
-		char path[128];
-		cleanup_free char *line = NULL;
+		bool free_ = true;
 
 		if (idx < 0 || idx >= (long)r->blocks)
 			continue;
-		snprintf(path, sizeof(path), "%s/%lu", JAIL_CLAIM_DIR,
-			 (unsigned long)jail_uid(r, (int)idx, JAIL_QEMU));
-		if (claim_state(path, sbdir) < 0)
+		/* Per uid, not per block: another home's range may overlap this one at any
+		 * offset, and its blocks then straddle ours. */
+		for (int role = 0; role < JAIL_ROLES && free_; role++) {
+			char holder[4096];
+
+			if (uid_state(jail_uid(r, (int)idx, (enum jail_role)role), sbdir, holder,
+				      sizeof(holder)) < 0) {
+				free_ = false;
+				if (!other[0] && (home_len(holder) != home_len(sbdir) ||
+						  strncmp(holder, sbdir, home_len(sbdir))))
+					snprintf(other, sizeof(other), "%s", holder);
+			}
+		}
+		if (!free_)
 			continue;
-		line = xasprintf("%s\n", sbdir);
-		if ((rc = write_file_atomic(path, line, strlen(line), 0600)) < 0)
-			return k8_err_set(err, rc, "write %s: %s", path, strerror(-rc));
+		cleanup_free char *line = xasprintf("%s\n%lu\n", sbdir,
+						    (unsigned long)jail_uid(r, (int)idx, JAIL_QEMU));
+		for (int role = 0; role < JAIL_ROLES; role++) {
+			char path[128];
+
+			snprintf(path, sizeof(path), "%s/%lu", JAIL_CLAIM_DIR,
+				 (unsigned long)jail_uid(r, (int)idx, (enum jail_role)role));
+			if ((rc = write_file_atomic(path, line, strlen(line), 0600)) < 0) {
+				block_release(r, sbdir, (int)idx);
+				return k8_err_set(err, rc, "write %s: %s", path, strerror(-rc));
+			}
+		}
 		*index = (int)idx;
 		return 0;
 	}
+	if (other[0])
+		return k8_err_set(err, -ENOSPC,
+				  "every uid block of jail_uids is in use (%u sandboxes), some by another "
+				  "home's sandbox %s: the two homes' jail_uids overlap. Give each home a "
+				  "range of its own in config.json", r->blocks, other);
 	return k8_err_set(err, -ENOSPC,
 			  "every uid block of jail_uids is in use (%u sandboxes); give the daemon a "
 			  "larger range in config.json", r->blocks);
@@ -95,17 +171,13 @@ int jail_claim(const struct jail_range *r, const char *sbdir, int *index, struct
 void jail_release(const struct jail_range *r, const char *sbdir, int index)
 {
 	cleanup_close int lk = -1;
-	char path[128];
 
 	if (index < 0 || index >= (int)r->blocks)
 		return;
 	lk = open(JAIL_CLAIM_DIR "/.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (lk < 0 || flock(lk, LOCK_EX) < 0)
 		return;
-	snprintf(path, sizeof(path), "%s/%lu", JAIL_CLAIM_DIR,
-		 (unsigned long)jail_uid(r, index, JAIL_QEMU));
-	if (claim_state(path, sbdir) == 1)
-		unlink(path);
+	block_release(r, sbdir, index);
 }
 
 /* ---- the QEMU jail ---- */
@@ -285,12 +357,21 @@ const char *jail_qemu_enter(const struct jail_spec *j)
 		  NULL) < 0)
 		return "making the jail's root read-only";
 
-	/* Identity: every capability gone, for good. */
+	/* Identity: every capability gone, for good. Not dumpable: PR_SET_DUMPABLE does
+	 * not survive execve, but execve makes a process whose effective gid is not its
+	 * real gid non-dumpable (as fs.suid_dumpable says, 0 or 2: never by its own uid),
+	 * so no process of QEMU's uid may ptrace it or open its /proc/<pid>/mem, and its
+	 * /proc files are root's. The real gid is JAIL_REAL_GID, which grants nothing:
+	 * files are reached with the effective gid, signals look at uids only. No core file
+	 * either (a core of QEMU is the guest's memory). */
+	static const struct rlimit no_core = { 0, 0 };
+	if (setrlimit(RLIMIT_CORE, &no_core) < 0)
+		return "setting RLIMIT_CORE to 0";
 	for (int cap = 0; cap <= 63; cap++)
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
 			return "dropping the capability bounding set";
 	if (syscall(SYS_setgroups, 0, NULL) < 0 ||
-	    syscall(SYS_setresgid, j->uid, j->uid, j->uid) < 0 ||
+	    syscall(SYS_setresgid, JAIL_REAL_GID, j->uid, j->uid) < 0 ||
 	    syscall(SYS_setresuid, j->uid, j->uid, j->uid) < 0)
 		return "changing to the sandbox's uid";
 	memset(caps, 0, sizeof(caps));

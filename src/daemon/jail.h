@@ -5,9 +5,11 @@
  * (config key "jail_uids", default JAIL_DEFAULT_RANGE): one for QEMU, one for kosa8-net,
  * one for kosa8-fs, one for kosa8-broker (broker.c); gid = uid. Distinct uids per process keep a compromised
  * QEMU from signalling or tracing its own sidecars, and distinct blocks keep sandboxes
- * apart. A block is claimed by a file /run/kosa8/jail/<first uid> naming the sandbox's
- * directory, so two daemons with different homes never hand out the same block; a claim
- * whose sandbox directory no longer holds a sandbox.json is stale and taken over.
+ * apart. Each uid of a block is claimed by a file /run/kosa8/jail/<uid> naming the
+ * sandbox's directory (and the block's first uid), so two daemons with different homes
+ * never hand out the same uid, even when their ranges overlap at an offset that is not a
+ * multiple of a block; a claim whose sandbox directory no longer holds a sandbox.json is
+ * stale and taken over.
  */
 #ifndef KOSA8_DAEMON_JAIL_H
 #define KOSA8_DAEMON_JAIL_H
@@ -51,13 +53,17 @@ static inline uid_t jail_uid(const struct jail_range *r, int index, enum jail_ro
  * namespace whose root is an empty read-only tmpfs holding
  * only /usr (and the /lib, /bin symlinks or read-only binds of the host), the dynamic
  * linker's cache, /dev/{null,zero,random,urandom}, /dev/kvm under KVM and a procfs that
- * shows only its own process; then the sandbox's QEMU uid and gid with no
+ * shows only its own process; then the sandbox's QEMU uid and gid (real gid
+ * JAIL_REAL_GID, so it is not dumpable after exec; no core file) with no
  * supplementary groups, every capability set empty, no_new_privs, and our seccomp
  * filter under the one QEMU's `-sandbox on` adds. Every file it uses (disks, sockets,
  * kernel) arrives as an open descriptor, so nothing of $KOSA8_HOME is in its root.
  * Not a new pid namespace: the daemon finds, adopts and kills QEMU by host pid.
  * docs/threat-model.md "QEMU jail". */
 #define JAIL_ROOT "/run/kosa8/jail-root"   /* empty mount point, used by every jail */
+/* QEMU's real gid (its effective and saved gids are its uid): nogroup. A real gid other
+ * than the effective one is what makes execve leave QEMU non-dumpable. */
+#define JAIL_REAL_GID 65534
 
 struct jail_spec {
 	uid_t uid;                      /* QEMU's uid (= gid); 0: no jail */

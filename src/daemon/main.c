@@ -16,6 +16,7 @@
 #include "daemon/sandbox.h"
 #include "daemon/audit.h"
 #include "image/image.h"
+#include "common/guest_digest.h"
 
 #include <fcntl.h>
 #include <getopt.h>
@@ -243,6 +244,7 @@ int main(int argc, char **argv)
 	cgroup_probe(&d->cg, d->home);
 	daemon_log("host limits: %s", d->cg.note);
 	k8_err_clear(&err);
+	d->guest_release = guest_release_digest;
 	if (guest_find_home(&d->guest, d->home, &err) < 0)
 		daemon_log("WARNING: %s", err.msg);
 	k8_err_clear(&err);

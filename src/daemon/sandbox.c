@@ -219,27 +219,32 @@ static int sb_mount_images(struct sandbox *sb, struct k8_err *err)
 	return 0;
 }
 
-/* The init request (docs/protocol.md): the clock, a fresh RNG seed, the hostname and
- * the limits; on a fresh boot also the network and the shared folders (a restored guest
+/* The init request (docs/protocol.md): the clock, a fresh RNG seed, a fresh generation,
+ * the hostname and the limits; on a fresh boot also the network and the shared folders (a restored guest
  * kept its own: those are set once per boot). NULL when the host has no randomness. */
 static json_t *sb_init_req(struct sandbox *sb, bool restored)
 {
-	unsigned char seed[32];
-	char hex[65], host[K8_NAME_MAX + 1];
+	unsigned char seed[32], gen[16];
+	char hex[65], genhex[33], host[K8_NAME_MAX + 1];
 	json_t *req;
 
-	if (getrandom(seed, sizeof(seed), 0) != sizeof(seed))
+	if (getrandom(seed, sizeof(seed), 0) != sizeof(seed) ||
+	    getrandom(gen, sizeof(gen), 0) != sizeof(gen))
 		return NULL;
 	k8_hex(seed, 32, hex);
+	k8_hex(gen, 16, genhex);
 	explicit_bzero(seed, sizeof(seed));
 	/* The guest's hostname: the sandbox name with '_' (not valid there) as '-'. */
 	snprintf(host, sizeof(host), "%s", sb->name);
 	for (char *c = host; *c; c++)
 		if (*c == '_')
 			*c = '-';
-	req = json_pack("{s:s,s:I,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
-			(json_int_t)now_real_ns(), "hostname", host, "seed", hex, "limits", "pids",
-			1024, "memory_reserve_mib", 64);
+	/* "generation": new for every run of this memory (boot, rewind, fork, resume from
+	 * disk; not an in-memory resume, which is the same run): the VM generation ID that
+	 * microvm cannot give (docs/design.md "Forks, rewinds and randomness"). */
+	req = json_pack("{s:s,s:I,s:s,s:s,s:s,s:{s:i,s:i}}", "op", "init", "time_ns",
+			(json_int_t)now_real_ns(), "hostname", host, "seed", hex, "generation", genhex,
+			"limits", "pids", 1024, "memory_reserve_mib", 64);
 	explicit_bzero(hex, sizeof(hex));
 	if (!restored) {
 		json_object_set_new(req, "net", net_guest_config());

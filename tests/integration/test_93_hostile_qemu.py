@@ -91,7 +91,8 @@ def test_qemu_identity_is_the_sandbox_uid_with_nothing_else(home, sandbox):
     uid = jail_uid(home, sandbox)
     assert uid != 0
     assert st["Uid"].split() == [str(uid)] * 4, st["Uid"]
-    assert st["Gid"].split() == [str(uid)] * 4, st["Gid"]
+    # real gid nogroup (it grants nothing), so that exec left QEMU non-dumpable
+    assert st["Gid"].split() == ["65534"] + [str(uid)] * 3, st["Gid"]
     assert st["Groups"] == ""
     for f in CAP_FIELDS:
         assert int(st[f], 16) == 0, (f, st[f])
@@ -99,6 +100,25 @@ def test_qemu_identity_is_the_sandbox_uid_with_nothing_else(home, sandbox):
     assert st["Seccomp"] == "2"
     # ours and QEMU's own (-sandbox on)
     assert int(st.get("Seccomp_filters", "2")) >= 2
+
+
+def test_qemu_is_not_dumpable(home, sandbox):
+    """Not dumpable: its /proc files are root's, so a process of its own uid (another
+    thread of an escape, or a sandbox handed the same uid) cannot read its memory or
+    trace it, and it leaves no core file (the guest's memory)."""
+    pid = qemu_pid(home, sandbox)
+    for f in ("environ", "mem", "maps"):
+        assert os.stat("/proc/%d/%s" % (pid, f)).st_uid == 0, f
+    with open("/proc/%d/limits" % pid) as f:
+        core = [l for l in f if l.startswith("Max core file size")][0].split()
+    assert core[4:6] == ["0", "0"], core
+    # acting as its uid and gid (setpriv keeps real = effective), no capabilities
+    uid = jail_uid(home, sandbox)
+    p = subprocess.run(["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
+                        "--inh-caps=-all", "--bounding-set=-all", "/usr/bin/python3", "-I", "-c",
+                        "open('/proc/%d/mem', 'rb')" % pid], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0 and "PermissionError" in p.stderr, (p.returncode, p.stderr)
 
 
 def test_qemu_is_in_the_sandbox_cgroup(home, sandbox):
