@@ -1,6 +1,17 @@
 #!/bin/sh
 # test.sh - everything CI runs: dependencies, a -Werror build, unit tests (plain and under
-# ASan+UBSan), a short fuzz run, and the end-to-end suite against real QEMU VMs.
+# ASan+UBSan), a short fuzz run, the model engine, and the end-to-end suite against real
+# QEMU VMs (docs/testing.md).
+#
+# Stages run one after another, but for two that start first and run in the background:
+# the guest kernel (cached machine-wide, so built only on a fresh machine or after
+# guest/kernel.config changes) and the test fixtures (python and node images, the npm
+# clients; cached likewise). The end-to-end suite runs in lanes (tests/integration/
+# lanes.py: E2E_LANES, default 2), the Docker API's files against a kosa8d built with
+# ASan+UBSan. At the end a table gives each stage's wall time and the slowest tests.
+#
+#   PYTEST_ARGS="test_x.py ..."  only these end-to-end files, plain build, one pytest
+#   FUZZ_SECONDS=15              each fuzz target's time
 set -eu
 # VMs, cgroups, network namespaces and apt-get want root: ask sudo when we are not.
 if [ "$(id -u)" -ne 0 ]; then
@@ -9,62 +20,90 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-./scripts/deps.sh
-t0=$(date +%s)
-# The tests' images (Debian packages and npm: mostly downloads) build in the background
-# while the guest kernel and the code compile; a test that needs one waits for its lock.
-mkdir -p build
-( ./scripts/test-image.sh && ./scripts/node-image.sh ) >build/test-images.log 2>&1 &
-make -s -j2 WERROR=1 all
-echo "== build: $(( $(date +%s) - t0 )) s"
-make -s WERROR=1 check-layers unit
-make -s WERROR=1 san
-FUZZ_SECONDS=${FUZZ_SECONDS:-15} ./tests/fuzz/run.sh
-echo "== unit + san + fuzz: $(( $(date +%s) - t0 )) s"
-# The model engine against llama.cpp (node-llama-cpp, installed into build/node-ref on first
-# use) and its server against the official openai and @anthropic-ai/sdk clients.
-/usr/bin/python3 -m pytest -q "$top/tests/model"
-echo "== unit + san + fuzz + model: $(( $(date +%s) - t0 )) s"
+report=$top/build/test-report
+rm -rf "$report"
+mkdir -p "$report"
+stages=$report/stages.txt
+py=/usr/bin/python3
+
+# stage NAME CMD...: run CMD as one timed stage (a line "NAME START END RC" in $stages);
+# a failed stage ends the run (the table is printed on the way out) unless $keep_going,
+# when it returns the status.
+stage() {
+	name=$1
+	shift
+	echo "== $name: $*"
+	s=$(date +%s)
+	rc=0
+	"$@" || rc=$?
+	echo "$name $s $(date +%s) $rc" >>"$stages"
+	[ "$rc" -eq 0 ] && return 0
+	echo "== $name FAILED (exit $rc)" >&2
+	[ -n "${keep_going:-}" ] && return "$rc"
+	exit "$rc"
+}
+# bg NAME CMD...: the same in the background, output to $report/NAME.log.
+bg() {
+	name=$1
+	shift
+	(
+		s=$(date +%s)
+		rc=0
+		"$@" >"$report/$name.log" 2>&1 || rc=$?
+		echo "$name $s $(date +%s) $rc" >>"$stages"
+	) &
+}
+# bg_wait NAME PID: wait for a background stage; its log when it failed.
+bg_wait() {
+	wait "$2" || true
+	rc=$(awk -v n="$1" '$1 == n { print $4 }' "$stages")
+	if [ "${rc:-1}" -ne 0 ]; then
+		tail -40 "$report/$1.log" >&2
+		echo "== $1 FAILED (log $report/$1.log)" >&2
+		exit 1
+	fi
+}
+trap '[ -f "$stages" ] && $py "$top/tests/report.py" "$report" || true' EXIT
+
+stage deps ./scripts/deps.sh
+bg kernel ./scripts/kernel.sh
+kernel_pid=$!
+fixtures() {
+	./scripts/test-image.sh && ./scripts/node-image.sh &&
+		$py scripts/k8cache.py npm clients && $py scripts/k8cache.py npm llama
+}
+bg fixtures fixtures
+fixtures_pid=$!
+# All but kosa8d's link, which waits for the guest image's digest (the "guest" stage).
+stage build make -s -j2 WERROR=1 progs-early
+stage unit sh -c "make -s -j2 WERROR=1 check-layers unit && $py -m pytest -q tests/tools"
+stage san make -s -j2 WERROR=1 B=build-san SAN=1 unit
+stage fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-15}" ./tests/fuzz/run.sh
+# The model engine against llama.cpp (node-llama-cpp) and its server against the official
+# openai and @anthropic-ai/sdk clients (npm sets of scripts/npm-pins, cached machine-wide).
+stage model $py -m pytest -q tests/model
+bg_wait kernel "$kernel_pid"
+# The guest image, kosa8d, and the kosa8d built with ASan+UBSan that the Docker API's
+# end-to-end files run against.
+stage guest sh -c "make -s -j2 WERROR=1 all && make -s -j2 WERROR=1 B=build-san SAN=1 progs"
+bg_wait fixtures "$fixtures_pid"
+
 cd tests/integration
-# The daemon's request paths that juggle references and threads the most (the Docker API,
-# copying files, hijacked streams) run against kosa8d built with ASan+UBSan: a reference
-# dropped twice corrupts the heap only now and then, and ASan sees it every time. They run
-# only there, not also against the plain kosa8d (every other test covers that build): the
-# suite's time in CI is bounded. The other binaries are the plain ones (the sidecars run
-# under seccomp, the agent in the guest). PYTEST_ARGS (a hand-picked run) runs everything
-# it names against the plain build.
-asan_files="test_82_docker_frameworks.py test_88_docker_api.py test_89_docker_containers.py
-	test_90_cp.py test_99_hostile_cp.py test_83_docker_build.py test_99_hostile_build.py
-	test_83_docker_tty.py test_90_hostile_docker.py test_94_hostile_broker_docker.py
-	test_90_hostile_docker_net.py test_99_hostile_docker_gaps.py"
 if [ -n "${PYTEST_ARGS:-}" ]; then
 	# shellcheck disable=SC2086
-	/usr/bin/python3 -m pytest -v --durations=20 $PYTEST_ARGS
-	echo "== end to end: $(( $(date +%s) - t0 )) s"
+	stage e2e $py -m pytest -v --durations=20 --junitxml="$report/e2e.xml" $PYTEST_ARGS
 	exit 0
 fi
-ignore=""
-for f in $asan_files; do ignore="$ignore --ignore=$f"; done
-# shellcheck disable=SC2086
-/usr/bin/python3 -m pytest -v --durations=30 $ignore
-echo "== end to end (plain kosa8d): $(( $(date +%s) - t0 )) s"
-make -C "$top" -s -j2 B=build-san SAN=1 progs
 sanbin=$(mktemp -d /tmp/k8san-bin-XXXXXX)
 cp "$top"/build/bin/* "$sanbin"/
 cp "$top"/build-san/bin/kosa8d "$sanbin"/kosa8d
 rm -f /tmp/k8san-asan.*
 rc=0
-# shellcheck disable=SC2086
-KOSA8_BIN=$sanbin KOSA8_GUEST_DIR=$top/build/guest \
-ASAN_OPTIONS=log_path=/tmp/k8san-asan:detect_leaks=0 \
-UBSAN_OPTIONS=log_path=/tmp/k8san-asan:print_stacktrace=1 \
-	/usr/bin/python3 -m pytest -v --durations=15 $asan_files || rc=$?
+keep_going=1 stage e2e $py lanes.py run --san-bin "$sanbin" --report "$report" || rc=$?
 rm -rf "$sanbin"
 if ls /tmp/k8san-asan.* >/dev/null 2>&1; then
 	cat /tmp/k8san-asan.*
 	echo "== kosa8d under ASan+UBSan reported the errors above" >&2
-	rc=1
+	exit 1
 fi
-[ "$rc" -eq 0 ] || exit "$rc"
-echo "== end to end (kosa8d under ASan+UBSan): $(( $(date +%s) - t0 )) s"
-echo "== all: $(( $(date +%s) - t0 )) s"
+exit "$rc"

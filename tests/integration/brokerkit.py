@@ -10,6 +10,7 @@
 # test CA 1 for api.openai.com, api.anthropic.com, api.example.com) and :8443 (from test
 # CA 2, which the broker does not trust, for bad.example.com), and plain HTTP on :8080
 # (PLAIN_PORT: a stand-in for the local model server).
+import fcntl
 import json
 import os
 import secrets as pysecrets
@@ -92,12 +93,17 @@ class Upstream:
         self.ca2 = make_ca(d, "ca2")
         self.good = make_leaf(d, "good", self.ca1, HOSTS)
         self.bad = make_leaf(d, "bad", self.ca2, ["bad.example.com"])
+        # The /30 is picked and taken under a host-wide lock: the suite's lanes (and other
+        # runs) pick at the same time.
+        lock = open("/run/lock/k8-brokerkit-net.lock", "w")
+        fcntl.flock(lock, fcntl.LOCK_EX)
         self.host_ip, self.ip = free_net()
         sh("ip", "netns", "add", self.ns)
         try:
             sh("ip", "link", "add", self.veth_h, "type", "veth", "peer", "name", self.veth_n)
             sh("ip", "link", "set", self.veth_n, "netns", self.ns)
             sh("ip", "addr", "add", self.host_ip + "/30", "dev", self.veth_h)
+            lock.close()
             sh("ip", "link", "set", self.veth_h, "up")
             ns = ["ip", "netns", "exec", self.ns]
             sh(*ns, "ip", "addr", "add", self.ip + "/30", "dev", self.veth_n)
@@ -113,6 +119,7 @@ class Upstream:
             line = self.proc.stdout.readline()
             assert line.strip() == "ready", "upstream did not start: %r" % line
         except BaseException:
+            lock.close()
             self.close()
             raise
 
