@@ -1,5 +1,5 @@
 # kosa8 - top-level entry point. `make` builds the host programs, the static guest agent
-# and the guest image (kernel cached under build/cache, initramfs, SHA-256 manifest).
+# and the guest image (kernel cached machine-wide: scripts/k8cache.py; initramfs, manifest).
 #   make            everything           make test       unit + integration tests
 #   make unit       C unit tests         make san        ASan+UBSan build, unit tests
 #   make bench      benchmarks           make fuzz       libFuzzer targets, briefly

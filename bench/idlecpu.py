@@ -3,7 +3,7 @@
 # side by side in one run:
 #  1. host CPU of IDLECPU_N (default 10) idle sandboxes (512 MiB, 1 vCPU, no image, only
 #     the agent) under each guest kernel: IDLECPU_OLD_VMLINUX (a kernel built before
-#     NO_HZ_IDLE, e.g. build/cache/kernel-6.1.192-3-510fa39b35e1ca15/vmlinux; the part is
+#     NO_HZ_IDLE, e.g. /var/cache/kosa8/kernel-6.1.192-3-<key>/vmlinux; the part is
 #     skipped without it) against the build's guest image. Same daemon, same machine, only
 #     the kernel differs. CPU is QEMU's utime+stime over IDLECPU_WINDOW_S.
 #  2. host RSS of one idle sandbox after a run that allocated and freed ~200 MiB of heap,
