@@ -911,15 +911,10 @@ int server_main(int argc, char **argv)
 	}
 	static struct srv s;
 	struct k8_err err = { 0 };
-	if (model_load(&s.m, path, &err) || tok_load(&s.t, &s.m.g, &err))
+	/* Mapped now, read only once jailed: the header, tensors, tokenizer and template are
+	 * a hostile file's bytes (test_98 watches the load from /proc). */
+	if (model_map(&s.m, path, &err))
 		return fail("%s", err.msg);
-	if (ctx > s.m.hp.n_ctx_train && s.m.hp.n_ctx_train > 0)
-		ctx = s.m.hp.n_ctx_train;
-	s.have_tmpl = chat_detect(&s.ct, &s.m.g, &s.t, &s.tmpl_err) == 0;
-	if (!s.have_tmpl)
-		fprintf(stderr, "kosa8-model serve: chat endpoints disabled: %s\n", s.tmpl_err.msg);
-	if (!(s.cache = malloc((size_t)ctx * sizeof(int32_t))))
-		return fail("out of memory");
 	if (name) {
 		s.id = strdup(name);
 	} else {
@@ -944,6 +939,15 @@ int server_main(int argc, char **argv)
 	tzset();
 	if (mjail_enter(&jail, &err))
 		return fail("jail: %s", err.msg);
+	if (model_parse(&s.m, path, &err) || tok_load(&s.t, &s.m.g, &err))
+		return fail("%s", err.msg);
+	if (ctx > s.m.hp.n_ctx_train && s.m.hp.n_ctx_train > 0)
+		ctx = s.m.hp.n_ctx_train;
+	s.have_tmpl = chat_detect(&s.ct, &s.m.g, &s.t, &s.tmpl_err) == 0;
+	if (!s.have_tmpl)
+		fprintf(stderr, "kosa8-model serve: chat endpoints disabled: %s\n", s.tmpl_err.msg);
+	if (!(s.cache = malloc((size_t)ctx * sizeof(int32_t))))
+		return fail("out of memory");
 	if (model_ctx_new(&s.c, &s.m, ctx, threads, &err))
 		return fail("%s", err.msg);
 	struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handle, &s,
