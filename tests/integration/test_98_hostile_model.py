@@ -23,6 +23,7 @@ from conftest import BIN, TOP, Home, new_home
 sys.path.insert(0, os.path.join(TOP, "tests", "model"))
 import gguf_writer  # noqa: E402
 import scripted  # noqa: E402
+import squatter  # noqa: E402  (tests/integration)
 
 pytestmark = pytest.mark.hostile
 
@@ -184,3 +185,30 @@ def test_model_file_is_parsed_inside_the_jail():
         assert "jailed" in err and "not jailed" not in err, err
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_squatted_port_is_an_error_naming_its_holder(served):
+    """Issue 34, 3: any local user can listen on the model port first. `kosa8 model
+    serve` must not then report success (nor let a broker be pointed at that port): the
+    daemon binds the port itself, and a port held by someone else is an error naming the
+    holder. Nothing is sent to the squatter, not even a health check."""
+    h, _, _, model = served
+    h("model", "import", model, "--name", "squat", check=True, timeout=120)
+    port = free_port()
+    sq = squatter.Squatter(port)
+    try:
+        p = h("model", "serve", "squat", "--port", str(port), "--threads", "1", "--ctx",
+              "256", timeout=200)
+        assert p.returncode == 5, (p.returncode, p.stdout, p.stderr)
+        assert "in use" in p.stderr and "pid %d" % sq.pid in p.stderr, p.stderr
+        assert "uid 65534" in p.stderr and "python" in p.stderr, p.stderr
+        assert "squat" not in [s["name"] for s in h.json("model", "ps")]
+        assert sq.records() == [], sq.records()
+    finally:
+        sq.close()
+        h("model", "stop", "squat", timeout=60)
+    # the port free again, the same command serves
+    out = h.json("model", "serve", "squat", "--port", str(port), "--threads", "1", "--ctx",
+                 "256", timeout=200)
+    assert out["port"] == port
+    assert h("model", "stop", "squat", timeout=60).returncode == 0
