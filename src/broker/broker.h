@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* broker.h - kosa8-broker: one process per sandbox that adds API keys to the sandbox's
  * model-API requests on the host. Rules and secrets (rules.c), the TLS upstream
- * (upstream.c), one client connection (proxy.c), the process (main.c). docs/broker.md. */
+ * (upstream.c), one client connection (proxy.c), the reflected-key guard (guard.c), the
+ * process (main.c). docs/broker.md. */
 #ifndef K8_BROKER_H
 #define K8_BROKER_H
 
@@ -127,6 +128,13 @@ int upstream_write(struct upstream *u, const void *buf, size_t n);
 /* Has the server closed a kept-alive connection (or sent something unasked)? */
 bool upstream_stale(struct upstream *u);
 SSL_CTX *upstream_ctx(const char *ca_file, struct k8_err *err);
+
+/* guard.c: buf[0..n) is response body data not passed on yet, the bytes held back last
+ * time first. -1: the key is in it (pass none of it on); else how many of its first bytes
+ * may go to the client now. The rest could still become the key with the next bytes:
+ * the caller keeps them in front of those. end: no more bytes follow, so none is held.
+ * klen 0 (no key: the local model) passes everything. */
+ssize_t guard_pass(const char *key, size_t klen, const char *buf, size_t n, bool end);
 
 /* intercept.c: interception mode (--listen-tls). Read the sandbox CA (PEM certificate
  * and key) from fd, make every rule host's certificate, drop the CA's key. */

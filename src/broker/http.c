@@ -288,7 +288,10 @@ static int http_hex(char ch)
 	return -1;
 }
 
-ssize_t http_chunked_feed(struct http_chunked *c, const char *p, size_t n, const char **why)
+/* The framer; with `data`, the chunks' data bytes are also copied there (*dlen of them).
+ * Writing never overtakes reading, so data may be p itself. */
+static ssize_t http_chunked_run(struct http_chunked *c, const char *p, size_t n, char *data,
+				size_t *dlen, const char **why)
 {
 	size_t i = 0;
 
@@ -340,6 +343,10 @@ ssize_t http_chunked_feed(struct http_chunked *c, const char *p, size_t n, const
 			if (take > c->left)
 				take = (size_t)c->left;
 			c->left -= take;
+			if (data) {
+				memmove(data + *dlen, p + i, take);
+				*dlen += take;
+			}
 			i += take;
 			if (!c->left)
 				c->st = CH_DATA_CR;
@@ -386,4 +393,40 @@ ssize_t http_chunked_feed(struct http_chunked *c, const char *p, size_t n, const
 		}
 	}
 	return (ssize_t)i;
+}
+
+ssize_t http_chunked_feed(struct http_chunked *c, const char *p, size_t n, const char **why)
+{
+	return http_chunked_run(c, p, n, NULL, NULL, why);
+}
+
+ssize_t http_chunked_decode(struct http_chunked *c, char *p, size_t n, size_t *dlen,
+			    const char **why)
+{
+	*dlen = 0;
+	return http_chunked_run(c, p, n, p, dlen, why);
+}
+
+int http_encoded(const struct http_msg *m)
+{
+	for (int i = 0; i < m->nh; i++) {
+		const struct http_hdr *h = &m->h[i];
+		if (!http_name_is(h, "content-encoding"))
+			continue;
+		/* a list of codings: only "identity" (or nothing) leaves the bytes as they are */
+		for (size_t a = 0; a < h->vlen;) {
+			size_t b = a;
+			while (b < h->vlen && h->value[b] != ',')
+				b++;
+			size_t s = a, e = b;
+			while (s < e && (h->value[s] == ' ' || h->value[s] == '\t'))
+				s++;
+			while (e > s && (h->value[e - 1] == ' ' || h->value[e - 1] == '\t'))
+				e--;
+			if (e > s && (e - s != 8 || strncasecmp(h->value + s, "identity", 8)))
+				return i;
+			a = b + 1;
+		}
+	}
+	return -1;
 }

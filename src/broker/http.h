@@ -69,5 +69,13 @@ void http_chunked_init(struct http_chunked *c, bool allow_trailers);
 /* Consume up to n bytes. Returns how many belong to the body (n, or fewer when the body
  * ended inside p; then c->done is set), or -1 on a syntax error with *why set. */
 ssize_t http_chunked_feed(struct http_chunked *c, const char *p, size_t n, const char **why);
+/* The same, and the chunks' data bytes are moved to the front of p (in place: framing,
+ * extensions and trailers dropped), *dlen of them. */
+ssize_t http_chunked_decode(struct http_chunked *c, char *p, size_t n, size_t *dlen,
+			    const char **why);
+
+/* A message whose body is encoded (Content-Encoding other than "identity"): the index of
+ * that header, else -1. */
+int http_encoded(const struct http_msg *m);
 
 #endif

@@ -7,15 +7,18 @@
  *   3. check the placeholder in the rule's credential header (constant-time): 403;
  *   4. check the body size (Content-Length, or counted as chunks arrive): 413;
  *   5. rebuild the head: every incoming credential and hop-by-hop header dropped, Host
- *      set to the rule's host, the real key added; open or reuse the TLS upstream;
+ *      set to the rule's host, Accept-Encoding identity, the real key added; open or
+ *      reuse the TLS upstream;
  *   6. pass the body through untouched (its framing checked on the way), then the
- *      response: its head verbatim, its body as each read returns (no buffering, so a
- *      server-sent event stream arrives event by event).
+ *      response: its head verbatim (refused when encoded), its body as each read
+ *      returns (no buffering, so a server-sent event stream arrives event by event; a
+ *      chunked one in chunks of our own).
  * A refusal answers with a JSON error body and closes the connection. Every outcome is
  * counted per host (rules.c). The key is copied into a stack buffer for the head (wiped
  * once sent) and kept until the response has passed, to check that the upstream does
  * not hand it back (a reflecting server): a response head holding it is refused, a body
- * read holding it is cut off before it. Nothing here logs a header value. */
+ * holding it, across reads and chunks, is cut off before any of it (guard.c). Nothing
+ * here logs a header value. */
 #include "broker/broker.h"
 #include "common/sidecar.h"
 
@@ -53,6 +56,7 @@ static const char *const proxy_strip[] = {
 	"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie",
 	"host", "connection", "keep-alive", "proxy-connection", "te", "upgrade", "expect",
 	"trailer", "forwarded", "x-forwarded-for",
+	"accept-encoding",      /* replaced by identity: the key guard reads plain bytes */
 };
 
 static void proxy_log(struct conn *c, int status, const char *why)
@@ -253,7 +257,7 @@ static int proxy_build_head(char *out, size_t cap, const struct http_msg *m,
 	PUT(m->target, m->tlen);
 	PUTS(" HTTP/1.1\r\nHost: ");
 	PUTS(r->kind == RULE_LOCAL ? "localhost" : r->host);
-	PUTS("\r\n");
+	PUTS("\r\nAccept-Encoding: identity\r\n");
 	for (int i = 0; i < m->nh; i++) {
 		const struct http_hdr *h = &m->h[i];
 		if (proxy_stripped(h, r))
@@ -331,6 +335,9 @@ static ssize_t proxy_ufill(struct conn *c)
 	return r;
 }
 
+static int proxy_response_body(struct conn *c, const struct http_msg *rm, const char *key,
+			       size_t klen);
+
 /* Response head and body to the client. 0 when the upstream connection may be kept;
  * -1 a refusal before anything reached the client (*why, *msg); -2 the connections must
  * close (cut short, close-delimited, client gone); -3 the key showed up in the body. */
@@ -371,48 +378,95 @@ static int proxy_response(struct conn *c, const struct http_msg *req, struct htt
 		*msg = "the upstream's answer contained the API key; it was not passed on";
 		return -1;
 	}
+	/* Compressed, the key would pass the guard unseen: identity was asked for. */
+	if (http_encoded(rm) >= 0) {
+		*why = REF_UPSTREAM_PROTOCOL;
+		*msg = "the upstream answered with a Content-Encoding other than identity, which "
+			"the broker asked for: an encoded answer cannot be checked for the API key, "
+			"so it is not passed on";
+		return -1;
+	}
 	if (proxy_write(c, c->rbuf, hl) < 0)
 		return -2;
 	c->replied = true;
 	c->down_bytes += hl;
 	memmove(c->rbuf, c->rbuf + hl, c->rlen - hl);
 	c->rlen -= hl;
-
-	struct http_chunked ch;
-	uint64_t left = rm->clen;
-	http_chunked_init(&ch, true);
 	if (rm->body == HTTP_BODY_NONE)
 		return c->rlen ? -2 : 0;
+	return proxy_response_body(c, rm, key, klen);
+}
+
+/* A chunk of `n` data bytes to the client (the broker's own framing). */
+static int proxy_write_chunk(struct conn *c, const char *p, size_t n)
+{
+	char size[24];
+	int sn = snprintf(size, sizeof(size), "%zx\r\n", n);
+	if (proxy_write(c, size, (size_t)sn) < 0 || proxy_write(c, p, n) < 0 ||
+	    proxy_write(c, "\r\n", 2) < 0)
+		return -EPIPE;
+	c->down_bytes += (uint64_t)sn + n + 2;
+	return 0;
+}
+
+/* The response body, checked for the key as one stream (guard.c): a chunked one is
+ * decoded and passed on in chunks of the broker's own (extensions and trailers dropped),
+ * so no boundary, of a read or of a chunk, can hide the key. Returns as proxy_response. */
+static int proxy_response_body(struct conn *c, const struct http_msg *rm, const char *key,
+			       size_t klen)
+{
+	struct http_chunked ch;
+	uint64_t left = rm->clen;
+	size_t held = 0;        /* rbuf[0..held): data not passed on, it could start the key */
+	bool chunked = rm->body == HTTP_BODY_CHUNKED;
+
+	http_chunked_init(&ch, true);
 	for (;;) {
-		if (c->rlen == 0) {
+		bool end = false;
+		if (c->rlen == held) {
 			ssize_t r = proxy_ufill(c);
 			if (r == 0 && rm->body == HTTP_BODY_CLOSE)
-				return -2;      /* done; the client sees the close too */
-			if (r <= 0)
+				end = true;     /* the close ends it; the client sees it too */
+			else if (r <= 0)
 				return -2;      /* cut short: closing tells the client */
 		}
-		size_t take = c->rlen;
+		size_t raw = c->rlen - held, n = raw;   /* raw bytes after the held ones */
 		if (rm->body == HTTP_BODY_LENGTH) {
-			if (take > left)
-				take = (size_t)left;
-			left -= take;
-		} else if (rm->body == HTTP_BODY_CHUNKED) {
+			if (n > left)
+				n = raw = (size_t)left;
+			left -= n;
+			end = left == 0;
+		} else if (chunked) {
 			const char *w = NULL;
-			ssize_t t = http_chunked_feed(&ch, c->rbuf, c->rlen, &w);
+			ssize_t t = http_chunked_decode(&ch, c->rbuf + held, raw, &n, &w);
 			if (t < 0)
 				return -2;
-			take = (size_t)t;
+			raw = (size_t)t;
+			end = ch.done;
 		}
-		if (klen && memmem(c->rbuf, take, key, klen))
-			return -3;      /* the key in the body: cut off before it is passed on */
-		if (proxy_write(c, c->rbuf, take) < 0)
+		size_t extra = c->rlen - held - raw;    /* past the body's end */
+		ssize_t pass = guard_pass(key, klen, c->rbuf, held + n, end);
+		if (pass < 0)
+			return -3;      /* the key: cut off before any of it is passed on */
+		if (pass > 0 && (chunked ? proxy_write_chunk(c, c->rbuf, (size_t)pass) :
+				 proxy_write(c, c->rbuf, (size_t)pass)) < 0)
 			return -2;
-		c->down_bytes += take;
-		memmove(c->rbuf, c->rbuf + take, c->rlen - take);
-		c->rlen -= take;
-		if ((rm->body == HTTP_BODY_LENGTH && left == 0) ||
-		    (rm->body == HTTP_BODY_CHUNKED && ch.done))
-			return c->rlen ? -2 : 0;   /* bytes past the end: do not reuse */
+		if (!chunked)
+			c->down_bytes += (uint64_t)pass;
+		size_t keep = held + n - (size_t)pass;
+		memmove(c->rbuf, c->rbuf + pass, keep);
+		memmove(c->rbuf + keep, c->rbuf + held + raw, extra);
+		held = keep;
+		c->rlen = keep + extra;
+		if (!end)
+			continue;
+		if (chunked) {
+			if (proxy_write(c, "0\r\n\r\n", 5) < 0)
+				return -2;
+			c->down_bytes += 5;
+		}
+		/* bytes past the end, or a close-delimited body: do not reuse */
+		return extra || rm->body == HTTP_BODY_CLOSE ? -2 : 0;
 	}
 }
 

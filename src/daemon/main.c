@@ -257,8 +257,11 @@ int main(int argc, char **argv)
 		daemon_log("%s", ACCEL_TCG_NOTE);
 	if (d->jail_off)
 		daemon_log("WARNING: %s", d->jail_why);
-	model_reap_orphans(d);  /* before adopted brokers are told where their model is */
 	sb_load_all(d);
+	/* After adoption: every adopted broker has been told no model server runs (this
+	 * daemon has none yet) while the old daemon's servers still hold their ports, so
+	 * none points at a port that is free for anyone to take (issue 34). */
+	model_reap_orphans(d);
 
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
 	lfd = listen_unix(path, &err);

@@ -15,11 +15,13 @@
 #include "daemon/model.h"
 #include "daemon/broker.h"
 #include "daemon/daemon.h"
+#include "daemon/ports.h"
 #include "daemon/sidecar.h"
 #include "daemon/vm.h"
 #include "daemon/api_route.h"
 #include "common/sha.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <curl/curl.h>
 #include <dirent.h>
@@ -27,8 +29,10 @@
 #include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -716,18 +720,33 @@ json_t *model_list_json(struct daemon *d)
 	return a;
 }
 
-/* ---- servers ---- */
+/* ---- servers ----
+ *
+ * Who holds a server's port: kosa8d binds it (ports_bind, before the child exists) and
+ * the child gets it as fd MODEL_LISTEN_FD; the daemon keeps its own copy until the
+ * server has been retired, so from `model serve` until every broker has been told the
+ * server is gone, the address is ours: no other local user can take it in between
+ * (issue 34). A watcher thread sees a child end (pidfd) and retires it at once, whoever
+ * reaped it: dead servers move from `servers` to `retired` (srv_reap, under srv_lock),
+ * and srv_retire tells the brokers, then closes the port. Locks: retire_lock, then
+ * srv_lock (never the other way: the brokers' push asks model_server_addr). */
+
+#define MODEL_LISTEN_FD 3       /* the listening socket in kosa8-model (--listen-fd 3) */
 
 struct msrv {
 	char name[160];
 	pid_t pid;
+	int pidfd;              /* -1: the kernel has no pidfd_open; the watcher polls */
+	bool starting;          /* model_serve waits for it (and alone reaps it) */
+	int lfd;                /* the daemon's copy of the listening socket */
 	char host[64];
 	int port;
 	char *pidfile;          /* run/model-NAME.pid: "PID START", for the next daemon */
 	struct msrv *next;
 };
-static struct msrv *servers;
+static struct msrv *servers, *retired;
 static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
+static int watch_wake[2] = { -1, -1 };  /* a byte: the list of servers changed */
 
 static bool srv_alive(struct msrv *s)
 {
@@ -742,19 +761,124 @@ static struct msrv *srv_find(const char *name)
 	return NULL;
 }
 
+/* Move the servers that ended to `retired` (srv_lock held). Their ports stay bound. One
+ * still starting is model_serve's to reap (pid -1 once it has). */
 static void srv_reap(void)
 {
 	for (struct msrv **pp = &servers; *pp;) {
-		if (!srv_alive(*pp)) {
+		if ((*pp)->pid < 0 || (!(*pp)->starting && !srv_alive(*pp))) {
 			struct msrv *s = *pp;
 			*pp = s->next;
 			if (s->pidfile)
 				unlink(s->pidfile);
-			free(s->pidfile);
-			free(s);
+			s->next = retired;
+			retired = s;
 		} else {
 			pp = &(*pp)->next;
 		}
+	}
+}
+
+/* The retired servers: tell every broker with a local-model rule where its server is
+ * now, then let the ports go. Call without srv_lock (the brokers ask model_server_addr).
+ * Returns how many were retired. */
+static int srv_retire(struct daemon *d)
+{
+	/* one at a time: whoever returns from here knows the retired ports are let go */
+	static pthread_mutex_t retire_lock = PTHREAD_MUTEX_INITIALIZER;
+
+	pthread_mutex_lock(&retire_lock);
+	pthread_mutex_lock(&srv_lock);
+	struct msrv *r = retired;
+	retired = NULL;
+	pthread_mutex_unlock(&srv_lock);
+	if (r)
+		broker_model_changed(d);
+	int n = 0;
+	for (struct msrv *next; r; r = next, n++) {
+		next = r->next;
+		close(r->lfd);
+		if (r->pidfd >= 0)
+			close(r->pidfd);
+		free(r->pidfile);
+		free(r);
+	}
+	pthread_mutex_unlock(&retire_lock);
+	if (!n)
+		return 0;
+	if (watch_wake[1] >= 0 && write(watch_wake[1], "r", 1) < 0) {
+		/* the pipe is full: the watcher will rebuild anyway */
+	}
+	return n;
+}
+
+/* The watcher: wakes when a server ends (its pidfd) or the list changes, and retires
+ * what ended, so a running broker never keeps an address whose server is gone. */
+static void *srv_watch(void *arg)
+{
+	struct daemon *d = arg;
+	struct pollfd p[65];
+
+	for (;;) {
+		int n = 0, timeout = -1;
+		p[n++] = (struct pollfd){ .fd = watch_wake[0], .events = POLLIN };
+		pthread_mutex_lock(&srv_lock);
+		for (struct msrv *s = servers; s; s = s->next) {
+			if (s->starting)
+				continue;       /* model_serve watches it until it answers */
+			if (s->pidfd < 0 || n == (int)ARRAY_SIZE(p))
+				timeout = 500;  /* no pidfd (or too many): look twice a second */
+			else
+				p[n++] = (struct pollfd){ .fd = s->pidfd, .events = POLLIN };
+		}
+		pthread_mutex_unlock(&srv_lock);
+		if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR)
+			continue;
+		if (p[0].revents) {
+			char buf[64];
+			if (read(watch_wake[0], buf, sizeof(buf)) < 0) {
+				/* EAGAIN: another woke us first */
+			}
+		}
+		/* A pidfd that fired ended a server, or was closed under us (then the list
+		 * changed): either way, reap and retire. */
+		pthread_mutex_lock(&srv_lock);
+		srv_reap();
+		pthread_mutex_unlock(&srv_lock);
+		int gone = srv_retire(d);
+		if (gone)
+			daemon_log("%d model server(s) ended: the brokers were told, their ports "
+				   "let go", gone);
+	}
+	return NULL;
+}
+
+/* Start the watcher once (srv_lock held). */
+static void srv_watch_start(struct daemon *d)
+{
+	static bool started;
+	pthread_t t;
+
+	if (started)
+		return;
+	if (pipe2(watch_wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+		daemon_log("WARNING: model servers are not watched (pipe: %s); an ended one is "
+			   "noticed at the next model command", strerror(errno));
+		return;
+	}
+	if (pthread_create(&t, NULL, srv_watch, d) != 0) {
+		daemon_log("WARNING: model servers are not watched (no thread); an ended one is "
+			   "noticed at the next model command");
+		return;
+	}
+	pthread_detach(t);
+	started = true;
+}
+
+static void srv_watch_poke(void)
+{
+	if (watch_wake[1] >= 0 && write(watch_wake[1], "s", 1) < 0) {
+		/* full: a wake-up is pending anyway */
 	}
 }
 
@@ -802,17 +926,25 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 	json_int_t threads = json_integer_value(json_object_get(body, "threads"));
 	json_int_t ctx = json_integer_value(json_object_get(body, "ctx"));
 	const char *host = json_string_value(json_object_get(body, "host"));
+	unsigned char ab[16];
+	int family = 0;
 	if (!port)
 		port = 7434;
 	if (!host)
 		host = "127.0.0.1";
+	if (inet_pton(AF_INET, host, ab) == 1)
+		family = AF_INET;
+	else if (inet_pton(AF_INET6, host, ab) == 1)
+		family = AF_INET6;
 	if (port < 1 || port > 65535 || threads < 0 || threads > 256 || ctx < 0 || ctx > (1 << 20) ||
-	    strlen(host) >= 64) {
+	    strlen(host) >= 64 || !family) {
 		json_decref(meta);
-		return k8_err_set(err, -EINVAL, "port, threads, ctx or host out of range");
+		return k8_err_set(err, -EINVAL, "port, threads, ctx or host out of range (host: an "
+				  "IPv4 or IPv6 address)");
 	}
 	cleanup_free char *blob = mpath(d, "blobs/sha256-%s", json_string_value(json_object_get(meta, "sha256")));
 	json_decref(meta);
+	srv_retire(d);          /* ports of servers that ended are let go first */
 	pthread_mutex_lock(&srv_lock);
 	srv_reap();
 	struct msrv *old = srv_find(name);
@@ -825,10 +957,25 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 		pthread_mutex_unlock(&srv_lock);
 		return e;
 	}
+	/* The daemon binds: a port someone else holds is an error naming them, never a
+	 * server that failed to bind while a squatter answers in its place. */
+	int bound = 0, lfd = ports_bind(host, family, (int)port, &bound, err);
+	if (lfd < 0) {
+		pthread_mutex_unlock(&srv_lock);
+		if (lfd != -EEXIST)
+			return k8_err_wrap(err, "cannot serve '%s'", name);
+		char why[sizeof(err->msg)];
+		snprintf(why, sizeof(why), "%s", err->msg);
+		k8_err_clear(err);
+		return k8_err_set(err, lfd, "cannot serve '%s': %s; kosa8 serves a model only on a "
+				  "port it holds itself: stop that process or choose another port "
+				  "(--port)", name, why);
+	}
+	srv_watch_start(d);
 	cleanup_free char *exe = sidecar_exe("kosa8-model");
 	cleanup_free char *logdir = xasprintf("%s/logs", d->home);
 	cleanup_free char *log = xasprintf("%s/model-%s.log", logdir, name);
-	char sport[16], sth[16], sctx[16], uid[32] = "";
+	char sport[16], sth[16], sctx[16], uid[32] = "", slfd[8];
 	/* kosa8-model jails itself (src/model/jail.h) as MODEL_JAIL_UID, or config.json's
 	 * "model_uid"; "jail": false turns that off as it does QEMU's. */
 	json_t *cfg = daemon_config(d);
@@ -839,9 +986,14 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 	snprintf(sport, sizeof(sport), "%d", (int)port);
 	snprintf(sth, sizeof(sth), "%d", threads ? (int)threads : 2);
 	snprintf(sctx, sizeof(sctx), "%d", ctx ? (int)ctx : 4096);
+	snprintf(slfd, sizeof(slfd), "%d", MODEL_LISTEN_FD);
 	mkdir_p(logdir, 0700);
 	pid_t pid = fork();
 	if (pid == 0) {
+		/* the socket first, at its fixed number (dup2 clears close-on-exec) */
+		if (lfd == MODEL_LISTEN_FD ? fcntl(lfd, F_SETFD, 0) < 0 :
+		    dup2(lfd, MODEL_LISTEN_FD) < 0)
+			_exit(127);
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 		int nul = open("/dev/null", O_RDONLY);
 		if (fd >= 0) {
@@ -851,13 +1003,14 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 		if (nul >= 0)
 			dup2(nul, 0);
 		setsid();
-		execl(exe, "kosa8-model", "serve", blob, "--port", sport, "--host", host, "--name",
-		      name, "--threads", sth, "--ctx", sctx,
+		execl(exe, "kosa8-model", "serve", blob, "--listen-fd", slfd, "--port", sport,
+		      "--host", host, "--name", name, "--threads", sth, "--ctx", sctx,
 		      d->jail_off ? "--no-jail" : uid[0] ? "--user" : (char *)NULL, uid, (char *)NULL);
 		_exit(127);
 	}
 	if (pid < 0) {
 		int e = k8_err_set(err, -errno, "fork: %s", strerror(errno));
+		close(lfd);
 		pthread_mutex_unlock(&srv_lock);
 		return e;
 	}
@@ -865,6 +1018,9 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 	snprintf(s->name, sizeof(s->name), "%s", name);
 	snprintf(s->host, sizeof(s->host), "%s", host);
 	s->pid = pid;
+	s->starting = true;
+	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	s->lfd = lfd;
 	s->port = (int)port;
 	s->next = servers;
 	servers = s;
@@ -879,15 +1035,22 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 		write_file_atomic(s->pidfile, t, (size_t)tn, 0600);
 	}
 	pthread_mutex_unlock(&srv_lock);
-	/* Ready once /health answers (loading maps the file; big models take a moment). */
+	/* Ready once /health answers (loading maps the file; big models take a moment).
+	 * The port is ours: nothing else can answer on it. */
 	for (int i = 0; i < 1200; i++) {
-		if (health_ok(host, (int)port))
+		if (health_ok(host, (int)port)) {
+			pthread_mutex_lock(&srv_lock);
+			s->starting = false;    /* the watcher's now */
+			pthread_mutex_unlock(&srv_lock);
+			srv_watch_poke();
 			break;
+		}
 		if (waitpid(pid, NULL, WNOHANG) == pid) {
 			pthread_mutex_lock(&srv_lock);
 			s->pid = -1;
 			srv_reap();
 			pthread_mutex_unlock(&srv_lock);
+			srv_retire(d);
 			cleanup_free char *t = NULL;
 			size_t n = 0;
 			read_file(log, 1 << 16, &t, &n);
@@ -901,8 +1064,10 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 		if (i == 1199) {
 			pthread_mutex_lock(&srv_lock);
 			srv_kill(s);
+			s->pid = -1;
 			srv_reap();
 			pthread_mutex_unlock(&srv_lock);
+			srv_retire(d);
 			return k8_err_set(err, -ETIMEDOUT, "kosa8-model serve %s did not answer on %s:%d "
 					  "within 120 s; see %s", name, host, (int)port, log);
 		}
@@ -975,11 +1140,16 @@ int model_stop(struct daemon *d, const char *name, struct k8_err *err)
 		pthread_mutex_unlock(&srv_lock);
 		return k8_err_set(err, -ENOENT, "model '%s' is not being served (kosa8 model ps)", name);
 	}
+	if (s->starting) {
+		pthread_mutex_unlock(&srv_lock);
+		return k8_err_set(err, -EBUSY, "model '%s' is still starting (its `kosa8 model "
+				  "serve` has not returned); stop it once it has", name);
+	}
 	srv_kill(s);
 	srv_reap();
 	pthread_mutex_unlock(&srv_lock);
+	srv_retire(d);          /* the brokers are told, then the port is let go */
 	daemon_audit(d, "model.stop", NULL, json_pack("{s:s}", "name", name));
-	broker_model_changed(d);
 	return 0;
 }
 
@@ -1018,13 +1188,17 @@ void model_reap_orphans(struct daemon *d)
 
 void model_stop_all(struct daemon *d)
 {
-	(void)d;
 	pthread_mutex_lock(&srv_lock);
 	for (struct msrv *s = servers; s; s = s->next)
-		if (srv_alive(s))
+		if (!s->starting && srv_alive(s))
 			srv_kill(s);
+		else if (s->starting)
+			kill(s->pid, SIGTERM);  /* its model_serve reaps it */
 	srv_reap();
 	pthread_mutex_unlock(&srv_lock);
+	/* Sandboxes may outlive the daemon (stop without --stop-vms): their brokers are told
+	 * no server runs before the ports are let go. */
+	srv_retire(d);
 }
 
 int model_remove(struct daemon *d, const char *name, struct k8_err *err)

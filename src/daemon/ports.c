@@ -10,7 +10,9 @@
  * the same number at the next boot (ports_up). A rewind or a pause keeps kosa8-net,
  * and so the listeners and their numbers. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +63,89 @@ static bool ports_public_allowed(struct daemon *d)
 	return ok;
 }
 
-/* A listening TCP socket at ip:port (port 0: any); *bound gets its port. The fd or a
- * negative errno with err set. */
-static int port_bind(const char *ip, int family, int port, int *bound, struct k8_err *err)
+/* One line of /proc/net/tcp or tcp6: a socket listening on `port`? Its owner's uid and
+ * its inode then. */
+static bool ports_tcp_listener(const char *line, int port, unsigned *uid, unsigned long *ino)
+{
+	unsigned lport, st;
+
+	return sscanf(line, " %*u: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*s %*s %*s %u %*d %lu",
+		      &lport, &st, uid, ino) == 4 && st == 0x0A && (int)lport == port;
+}
+
+/* The process holding socket inode `ino` (scanning /proc/PID/fd), 0 when none is seen. */
+static pid_t ports_socket_pid(unsigned long ino)
+{
+	char want[48], path[64], link[48];
+	DIR *proc = opendir("/proc");
+	struct dirent *pe;
+	pid_t found = 0;
+
+	snprintf(want, sizeof(want), "socket:[%lu]", ino);
+	while (proc && !found && (pe = readdir(proc))) {
+		pid_t pid = (pid_t)atoi(pe->d_name);
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+		DIR *fds = opendir(path);
+		struct dirent *fe;
+		while (fds && !found && (fe = readdir(fds))) {
+			snprintf(path, sizeof(path), "/proc/%d/fd/%.16s", (int)pid, fe->d_name);
+			ssize_t n = readlink(path, link, sizeof(link) - 1);
+			if (n > 0 && (link[n] = '\0', !strcmp(link, want)))
+				found = pid;
+		}
+		if (fds)
+			closedir(fds);
+	}
+	if (proc)
+		closedir(proc);
+	return found;
+}
+
+void ports_holder(int port, char *out, size_t n)
+{
+	static const char *const tables[] = { "/proc/net/tcp", "/proc/net/tcp6" };
+	size_t len = 0;
+
+	out[0] = '\0';
+	for (size_t t = 0; t < ARRAY_SIZE(tables); t++) {
+		FILE *f = fopen(tables[t], "re");
+		char line[512];
+		unsigned uid;
+		unsigned long ino;
+		while (f && len + 1 < n && fgets(line, sizeof(line), f)) {
+			if (!ports_tcp_listener(line, port, &uid, &ino))
+				continue;
+			char comm[32] = "?", user[64] = "", pwbuf[1024];
+			struct passwd pw, *pwp = NULL;
+			pid_t pid = ports_socket_pid(ino);
+			if (pid > 0) {
+				char path[64];
+				snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+				FILE *c = fopen(path, "re");
+				if (c && fgets(comm, sizeof(comm), c))
+					comm[strcspn(comm, "\n")] = '\0';
+				if (c)
+					fclose(c);
+				for (char *p = comm; *p; p++)  /* another user's name for it */
+					if (*p < 0x21 || *p > 0x7e)
+						*p = '?';
+			}
+			if (getpwuid_r(uid, &pw, pwbuf, sizeof(pwbuf), &pwp) == 0 && pwp)
+				snprintf(user, sizeof(user), " (%.40s)", pw.pw_name);
+			int w = pid > 0 ? snprintf(out + len, n - len, "%spid %d (%s), uid %u%s",
+						   len ? "; " : "", (int)pid, comm, uid, user)
+					: snprintf(out + len, n - len, "%suid %u%s", len ? "; " : "",
+						   uid, user);
+			len = w < 0 ? len : len + (size_t)w < n ? len + (size_t)w : n - 1;
+		}
+		if (f)
+			fclose(f);
+	}
+}
+
+int ports_bind(const char *ip, int family, int port, int *bound, struct k8_err *err)
 {
 	union { struct sockaddr sa; struct sockaddr_in s4; struct sockaddr_in6 s6; } a = { 0 };
 	socklen_t al;
@@ -89,8 +171,12 @@ static int port_bind(const char *ip, int family, int port, int *bound, struct k8
 	    getsockname(fd, &a.sa, &al) < 0) {
 		e = errno;
 		close(fd);
-		if (e == EADDRINUSE)
-			return k8_err_set(err, -EEXIST, "host port %s:%d is in use", ip, port);
+		if (e == EADDRINUSE) {
+			char who[256];
+			ports_holder(port, who, sizeof(who));
+			return k8_err_set(err, -EEXIST, "host port %s:%d is in use%s%s", ip, port,
+					  who[0] ? " by " : "", who);
+		}
 		if (e == EADDRNOTAVAIL)
 			return k8_err_set(err, -EINVAL, "%s is not an address of this host", ip);
 		return k8_err_set(err, -e, "binding %s:%d: %s", ip, port, strerror(e));
@@ -156,7 +242,7 @@ static int port_publish_held(struct daemon *d, struct sandbox *sb, const char *h
 	if (r)
 		return k8_err_set(err, r, "%s:%d is published already by sandbox '%s'", ip,
 				  host_port, sb->name);
-	if ((fd = port_bind(ip, family, host_port, &got, err)) < 0)
+	if ((fd = ports_bind(ip, family, host_port, &got, err)) < 0)
 		return fd;
 	live = ports_live(sb);
 	if (live && (r = port_pass(sb, fd, guest_ip, guest_port, err))) {
@@ -375,7 +461,7 @@ void ports_up(struct daemon *d, struct sandbox *sb)
 			goto taken;
 		err = (struct k8_err){ 0 };
 		if (fd < 0)
-			fd = port_bind(p->host_ip, family, p->host_port, &got, &err);
+			fd = ports_bind(p->host_ip, family, p->host_port, &got, &err);
 		if (fd < 0 || port_pass(sb, fd, p->guest_ip, p->guest_port, &err)) {
 			if (fd >= 0 && p->fd < 0)
 				close(fd);

@@ -14,6 +14,16 @@
 struct daemon;
 struct sandbox;
 
+/* A listening TCP socket (SO_REUSEADDR, close-on-exec) at ip:port, family AF_INET or
+ * AF_INET6 as ip is (port 0: any); *bound gets its port. The fd, or a negative errno with
+ * err set: -EEXIST when the port is in use, the message naming who holds it
+ * (ports_holder); -EINVAL for an address not of this host. */
+int ports_bind(const char *ip, int family, int port, int *bound, struct k8_err *err);
+/* Who listens on TCP `port` on this host (any address, IPv4 or IPv6), into out: "pid N
+ * (COMM), uid U (USER)" for each listener ("uid U (USER)" when no process is seen
+ * holding it), "; " between them; "" when none. From /proc/net/tcp{,6} and /proc/PID/fd. */
+void ports_holder(int port, char *out, size_t n);
+
 /* Publish host_ip:host_port -> the guest's guest_port (TCP) on sb. host_ip NULL or ""
  * is 127.0.0.1; a loopback address always, any other only when the daemon allows public
  * ports (--allow-public-ports, config.json "allow_public_ports": true). host_port 0:

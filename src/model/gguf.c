@@ -269,7 +269,7 @@ int gguf_parse(struct gguf *g, const void *buf, size_t size, struct k8_err *err)
 	return 0;
 }
 
-int gguf_open(struct gguf *g, const char *path, struct k8_err *err)
+int gguf_map(struct gguf *g, const char *path, struct k8_err *err)
 {
 	memset(g, 0, sizeof(*g));
 	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -283,9 +283,25 @@ int gguf_open(struct gguf *g, const char *path, struct k8_err *err)
 	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	if (m == MAP_FAILED)
 		return k8_err_set(err, -errno, "%s: mmap: %s", path, strerror(errno));
-	int rc = gguf_parse(g, m, (size_t)st.st_size, err);
+	g->base = m;
+	g->size = (size_t)st.st_size;
 	g->mapped = true;
-	if (rc) {
+	return 0;
+}
+
+int gguf_parse_mapped(struct gguf *g, struct k8_err *err)
+{
+	int rc = gguf_parse(g, g->base, g->size, err);
+	g->mapped = true;       /* gguf_parse cleared it; base and size are kept */
+	return rc;
+}
+
+int gguf_open(struct gguf *g, const char *path, struct k8_err *err)
+{
+	int rc = gguf_map(g, path, err);
+	if (rc)
+		return rc;
+	if ((rc = gguf_parse_mapped(g, err))) {
 		gguf_close(g);
 		return k8_err_wrap(err, "%s", path), rc;
 	}

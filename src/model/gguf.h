@@ -63,6 +63,11 @@ struct gguf {
 int gguf_parse(struct gguf *g, const void *buf, size_t size, struct k8_err *err);
 /* mmap `path` read-only and parse it. */
 int gguf_open(struct gguf *g, const char *path, struct k8_err *err);
+/* The two halves of gguf_open: map `path` without reading a byte of it (kosa8-model
+ * serve maps before its jail and parses inside it), then parse the mapping. After a
+ * failed parse the mapping stays until gguf_close. */
+int gguf_map(struct gguf *g, const char *path, struct k8_err *err);
+int gguf_parse_mapped(struct gguf *g, struct k8_err *err);
 /* Free what parse/open allocated and unmap; accepts a zeroed struct. */
 void gguf_close(struct gguf *g);
 

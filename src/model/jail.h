@@ -2,13 +2,13 @@
 /* jail.h - the jail `kosa8-model serve` enters once the model is mapped and its port bound.
  *
  * Model files and API clients are hostile, so the server keeps nothing it does not need:
- * it maps the file and binds the listening socket as the user that started it, then
- * (src/common/jail.c) takes an empty read-only root in a private mount namespace, its own
- * uid and gid (MODEL_JAIL_UID unless --user), no capability, no_new_privs, not dumpable,
- * Landlock with no file access at all, and a seccomp allow-list with no socket(),
- * connect(), bind(), exec, fork or signal to another process. Everything after that (the
- * thread pool, libmicrohttpd's threads) starts inside it. docs/threat-model.md "Model
- * server jail".
+ * it maps the file (reading none of it) and binds the listening socket as the user that
+ * started it, then (src/common/jail.c) takes an empty read-only root in a private mount
+ * namespace, its own uid and gid (MODEL_JAIL_UID unless --user), no capability,
+ * no_new_privs, not dumpable, Landlock with no file access at all, and a seccomp
+ * allow-list with no socket(), connect(), bind(), exec, fork or signal to another
+ * process. Everything after that (parsing the model file, the thread pool,
+ * libmicrohttpd's threads) happens inside it. docs/threat-model.md "Model server jail".
  */
 #ifndef KOSA8_MODEL_JAIL_H
 #define KOSA8_MODEL_JAIL_H

@@ -2,7 +2,8 @@
 /* main.c - kosa8-model: the local model engine's command line (for tests and benchmarks).
  *
  *   kosa8-model info FILE
- *   kosa8-model serve FILE [--port P] [--host H] [--threads N] [--ctx N] [--name NAME]
+ *   kosa8-model serve FILE [--port P] [--host H | --listen-fd N] [--threads N] [--ctx N]
+ *                    [--name NAME] [--user UID:GID | --no-jail]
  *   kosa8-model render FILE [--anthropic] < request.json   (the prompt a chat request makes)
  *   kosa8-model tokenize FILE TEXT [--special] [--bos]
  *   kosa8-model run FILE (--prompt TEXT | --tokens 1,2,3) [-n N] [--greedy] [--temp T]
@@ -287,7 +288,8 @@ static int cmd_render(const char *path, bool anthropic)
 static void usage(void)
 {
 	fputs("usage: kosa8-model info FILE\n"
-	      "       kosa8-model serve FILE [--port P] [--host H] [--threads N] [--ctx N] [--name N]\n"
+	      "       kosa8-model serve FILE [--port P] [--host H | --listen-fd N] [--threads N]\n"
+	      "                         [--ctx N] [--name N] [--user UID:GID | --no-jail]\n"
 	      "       kosa8-model render FILE [--anthropic] < request.json\n"
 	      "       kosa8-model tokenize FILE TEXT [--special] [--bos]\n"
 	      "       kosa8-model run FILE (--prompt TEXT | --tokens 1,2,3) [-n N] [--greedy]\n"

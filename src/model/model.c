@@ -146,13 +146,24 @@ static int load_hp(struct model *m, struct k8_err *err)
 	return 0;
 }
 
-int model_load(struct model *m, const char *path, struct k8_err *err)
+int model_map(struct model *m, const char *path, struct k8_err *err)
 {
 	memset(m, 0, sizeof(*m));
 	quant_init();
-	int rc = gguf_open(&m->g, path, err);
+	return gguf_map(&m->g, path, err);
+}
+
+int model_load(struct model *m, const char *path, struct k8_err *err)
+{
+	int rc = model_map(m, path, err);
+	return rc ? rc : model_parse(m, path, err);
+}
+
+int model_parse(struct model *m, const char *path, struct k8_err *err)
+{
+	int rc = gguf_parse_mapped(&m->g, err);
 	if (rc)
-		return rc;
+		goto fail;
 	if ((rc = load_hp(m, err)))
 		goto fail;
 	struct model_hp *hp = &m->hp;

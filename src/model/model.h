@@ -36,6 +36,10 @@ struct model {
 
 /* Open and check a model file: architecture, hyperparameters, every tensor's shape and type. */
 int model_load(struct model *m, const char *path, struct k8_err *err);
+/* model_load in two steps: map the file (nothing of it read), then check it (`path` only
+ * names it in errors). A failed parse frees the model. */
+int model_map(struct model *m, const char *path, struct k8_err *err);
+int model_parse(struct model *m, const char *path, struct k8_err *err);
 void model_free(struct model *m);
 
 /* One conversation's state: KV cache (half floats, as llama.cpp keeps it) and scratch. */

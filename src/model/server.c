@@ -16,6 +16,7 @@
  * Anthropic {"type":"error","error":{"type","message"}}.
  */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <pthread.h>
@@ -848,8 +849,23 @@ K8_PRINTF(1, 2) static int fail(const char *fmt, ...)
 	return 1;
 }
 
-#define SERVE_USAGE "usage: kosa8-model serve FILE [--port P] [--host H] [--threads N] " \
-	"[--ctx N] [--name NAME] [--user UID:GID | --no-jail]"
+#define SERVE_USAGE "usage: kosa8-model serve FILE [--port P] [--host H | --listen-fd N] " \
+	"[--threads N] [--ctx N] [--name NAME] [--user UID:GID | --no-jail]"
+
+/* --listen-fd: a listening TCP socket the parent bound (kosa8d passes fd 3, so that the
+ * port is never free between its check and our bind). Its address replaces --host and
+ * --port. 0, or -EINVAL when fd is not one. */
+static int listen_given(int fd, struct sockaddr_storage *ss)
+{
+	int v = 0, t = 0;
+	socklen_t l = sizeof(v), tl = sizeof(t), sl = sizeof(*ss);
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &l) < 0 || !v ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &tl) < 0 || t != SOCK_STREAM ||
+	    getsockname(fd, (struct sockaddr *)ss, &sl) < 0 ||
+	    (ss->ss_family != AF_INET && ss->ss_family != AF_INET6))
+		return -EINVAL;
+	return fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 ? -errno : 0;
+}
 
 /* The listening socket, bound before the jail takes bind() away. fd or -errno. */
 static int listen_on(const struct sockaddr_storage *ss)
@@ -872,12 +888,13 @@ static int listen_on(const struct sockaddr_storage *ss)
 int server_main(int argc, char **argv)
 {
 	const char *path = NULL, *host = "127.0.0.1", *name = NULL, *user = NULL;
-	int port = 7434, threads = 2, ctx = 4096;
+	int port = 7434, threads = 2, ctx = 4096, given = -1;
 	bool no_jail = false;
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--port") && v) port = atoi(argv[++i]);
 		else if (!strcmp(a, "--host") && v) host = argv[++i];
+		else if (!strcmp(a, "--listen-fd") && v) given = atoi(argv[++i]);
 		else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
 		else if (!strcmp(a, "--ctx") && v) ctx = atoi(argv[++i]);
 		else if (!strcmp(a, "--name") && v) name = argv[++i];
@@ -886,7 +903,8 @@ int server_main(int argc, char **argv)
 		else if (!strcmp(a, "--no-jail")) no_jail = true;
 		else return fail("%s", SERVE_USAGE);
 	}
-	if (!path || port < 0 || port > 65535 || threads < 1 || threads > 256 || ctx < 16 || ctx > (1 << 20))
+	if (!path || port < 0 || port > 65535 || threads < 1 || threads > 256 || ctx < 16 ||
+	    ctx > (1 << 20) || (given != -1 && given < 3))
 		return fail("%s", SERVE_USAGE);
 	/* Root jails itself (jail.h); anyone else gets the seccomp filter only. */
 	struct mjail jail = { .jail = geteuid() == 0 && !no_jail, .uid = MODEL_JAIL_UID,
@@ -899,7 +917,18 @@ int server_main(int argc, char **argv)
 	struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
 	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
-	if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+	char given_host[INET6_ADDRSTRLEN];
+	if (given >= 0) {
+		if (listen_given(given, &ss) < 0)
+			return fail("--listen-fd %d: not a listening TCP socket", given);
+		host = inet_ntop(ss.ss_family, ss.ss_family == AF_INET6 ? (void *)&s6->sin6_addr :
+				 (void *)&s4->sin_addr, given_host, sizeof(given_host));
+		if (!host)
+			host = "?";
+		port = ntohs(ss.ss_family == AF_INET6 ? s6->sin6_port : s4->sin_port);
+		if (ss.ss_family == AF_INET6)
+			flags |= MHD_USE_IPv6;
+	} else if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
 		s4->sin_family = AF_INET;
 		s4->sin_port = htons((uint16_t)port);
 	} else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
@@ -911,15 +940,10 @@ int server_main(int argc, char **argv)
 	}
 	static struct srv s;
 	struct k8_err err = { 0 };
-	if (model_load(&s.m, path, &err) || tok_load(&s.t, &s.m.g, &err))
+	/* Mapped now, read only once jailed: the header, tensors, tokenizer and template are
+	 * a hostile file's bytes (test_98 watches the load from /proc). */
+	if (model_map(&s.m, path, &err))
 		return fail("%s", err.msg);
-	if (ctx > s.m.hp.n_ctx_train && s.m.hp.n_ctx_train > 0)
-		ctx = s.m.hp.n_ctx_train;
-	s.have_tmpl = chat_detect(&s.ct, &s.m.g, &s.t, &s.tmpl_err) == 0;
-	if (!s.have_tmpl)
-		fprintf(stderr, "kosa8-model serve: chat endpoints disabled: %s\n", s.tmpl_err.msg);
-	if (!(s.cache = malloc((size_t)ctx * sizeof(int32_t))))
-		return fail("out of memory");
 	if (name) {
 		s.id = strdup(name);
 	} else {
@@ -935,7 +959,7 @@ int server_main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
-	int lfd = listen_on(&ss);
+	int lfd = given >= 0 ? given : listen_on(&ss);
 	if (lfd < 0)
 		return fail("cannot listen on %s port %d: %s", host, port, strerror(-lfd));
 	/* Read before the jail what would be read lazily from files it hides: jansson's hash
@@ -944,6 +968,15 @@ int server_main(int argc, char **argv)
 	tzset();
 	if (mjail_enter(&jail, &err))
 		return fail("jail: %s", err.msg);
+	if (model_parse(&s.m, path, &err) || tok_load(&s.t, &s.m.g, &err))
+		return fail("%s", err.msg);
+	if (ctx > s.m.hp.n_ctx_train && s.m.hp.n_ctx_train > 0)
+		ctx = s.m.hp.n_ctx_train;
+	s.have_tmpl = chat_detect(&s.ct, &s.m.g, &s.t, &s.tmpl_err) == 0;
+	if (!s.have_tmpl)
+		fprintf(stderr, "kosa8-model serve: chat endpoints disabled: %s\n", s.tmpl_err.msg);
+	if (!(s.cache = malloc((size_t)ctx * sizeof(int32_t))))
+		return fail("out of memory");
 	if (model_ctx_new(&s.c, &s.m, ctx, threads, &err))
 		return fail("%s", err.msg);
 	struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handle, &s,

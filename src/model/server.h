@@ -3,7 +3,8 @@
 #ifndef K8_SERVER_H
 #define K8_SERVER_H
 
-/* argv after "serve": FILE [--port P] [--host H] [--threads N] [--ctx N] [--name NAME].
+/* argv after "serve": FILE [--port P] [--host H | --listen-fd N] [--threads N] [--ctx N]
+ * [--name NAME] [--user UID:GID | --no-jail].
  * Runs until SIGTERM/SIGINT; returns the exit status. */
 int server_main(int argc, char **argv);
 

@@ -5,7 +5,8 @@
  *
  * Any abort() below is a broken invariant: a head length past the input, headers beyond
  * the array or outside the buffer, a framer that consumed more than it was given or
- * returned different results for the same bytes split differently. */
+ * returned different results for the same bytes split differently, a decoder whose data
+ * differs between the two. */
 #include "broker/http.h"
 
 #include <stdlib.h>
@@ -27,6 +28,44 @@ static void check_msg(const struct http_msg *m, const char *buf, size_t len, int
 		if (memchr(h->value, '\r', h->vlen) || memchr(h->value, '\n', h->vlen))
 			abort();
 	}
+}
+
+/* The decoder (in place) consumes what the framer does and yields the same data bytes,
+ * whole and in pieces, never more than it consumed. */
+static void check_decode(const char *p, size_t n, bool trailers, const uint8_t *steps,
+			 size_t ns, ssize_t framed)
+{
+	struct http_chunked a, b;
+	const char *why;
+	char *x = malloc(n + 1), *y = malloc(n + 1);
+	size_t xn = 0, yn = 0, off = 0, k = 0;
+	memcpy(x, p, n);
+	memcpy(y, p, n);
+	http_chunked_init(&a, trailers);
+	ssize_t whole = http_chunked_decode(&a, x, n, &xn, &why);
+	if (whole != framed || (whole >= 0 && xn > (size_t)whole))
+		abort();
+	http_chunked_init(&b, trailers);
+	while (whole >= 0 && off < n && !b.done) {
+		size_t step = ns ? (size_t)steps[k++ % ns] % 17 + 1 : 1, dn = 0;
+		if (step > n - off)
+			step = n - off;
+		char *piece = malloc(step);
+		memcpy(piece, p + off, step);
+		ssize_t t = http_chunked_decode(&b, piece, step, &dn, &why);
+		if (t < 0 || dn > (size_t)t) {
+			free(piece);
+			break;
+		}
+		memcpy(y + yn, piece, dn);
+		yn += dn;
+		off += (size_t)t;
+		free(piece);
+	}
+	if (whole >= 0 && a.done && (!b.done || xn != yn || memcmp(x, y, xn)))
+		abort();
+	free(x);
+	free(y);
 }
 
 /* The framer over the body, whole and in pieces of sizes taken from `steps`. */
@@ -58,6 +97,7 @@ static void check_chunked(const char *p, size_t n, bool trailers, const uint8_t 
 		abort();
 	if (whole >= 0 && (a.done != b.done || (a.done && (size_t)whole != off)))
 		abort();
+	check_decode(p, n, trailers, steps, ns, whole);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -84,6 +124,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	rc = http_parse_response(buf, len, "GET", 3, m, &why);
 	check_msg(m, buf, len, rc);
+	if (rc > 0 && (http_encoded(m) < -1 || http_encoded(m) >= m->nh))
+		abort();
 	if (rc > 0)
 		check_chunked(buf + rc, len - (size_t)rc, true, steps, ns);
 	check_chunked(buf, len, false, steps, ns);

@@ -12,11 +12,16 @@
 #   /v1/chat/completions      OpenAI chat (JSON, or SSE when the body says "stream": true)
 #   /v1/messages              Anthropic messages (JSON, or SSE)
 #   /reflect, /reflect-head   echo the request's headers in the body (and X-Echo)
+#   /reflect-gzip             the same body, gzip-compressed when Accept-Encoding offers gzip
+#   /reflect-gzip-always      the same body, gzip-compressed whatever the request asked
+#   /reflect-split            the body in two writes 300 ms apart, cut inside the credential
+#   /reflect-chunked          the body chunked, a chunk boundary inside the credential
 #   anything else             {"ok": true, "path": ...} (or the number of bytes received)
 # A request body containing "slow" makes a stream pause 300 ms between events.
 # --plain-port: the same answers over plain HTTP (a stand-in for `kosa8 model serve`, the
 # broker's local-model rule, in the bench).
 import argparse
+import gzip
 import json
 import socket
 import ssl
@@ -91,6 +96,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.record(b"")
+        if self.path in ("/reflect-gzip", "/reflect-gzip-always", "/reflect-split",
+                         "/reflect-chunked"):
+            self.reflect_more(json.dumps(dict(self.headers.items())).encode())
+            return
         if self.path.startswith("/reflect"):
             # a hostile or careless server that echoes the request's headers
             seen = json.dumps(dict(self.headers.items())).encode()
@@ -105,6 +114,36 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(seen)
             return
         self.send_json(200, {"ok": True, "path": self.path})
+
+    def reflect_more(self, seen):
+        # Echoes that a guard looking for the key's literal bytes in each read would miss:
+        # compressed, or cut inside the credential across two reads or two chunks.
+        cred = self.headers.get("X-Api-Key") or self.headers.get("Authorization") or "?"
+        cut = seen.find(cred.encode()) + len(cred) // 2
+        if self.path.startswith("/reflect-gzip"):
+            self.send_response(200)
+            if self.path == "/reflect-gzip-always" or \
+               "gzip" in self.headers.get("Accept-Encoding", ""):
+                seen = gzip.compress(seen)
+                self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(seen)))
+            self.end_headers()
+            self.wfile.write(seen)
+            return
+        self.send_response(200)
+        if self.path == "/reflect-split":
+            self.send_header("Content-Length", str(len(seen)))
+            parts = [seen[:cut], seen[cut:]]
+        else:
+            self.send_header("Transfer-Encoding", "chunked")
+            parts = [b"%x\r\n%s\r\n" % (len(p), p) for p in (seen[:cut], seen[cut:])]
+            parts[-1] += b"0\r\n\r\n"
+        self.end_headers()
+        self.wfile.write(parts[0])
+        self.wfile.flush()
+        time.sleep(0.3)                 # the rest arrives in a read of its own
+        self.wfile.write(parts[1])
+        self.wfile.flush()
 
     def do_POST(self):
         body = self.read_body()

@@ -24,6 +24,7 @@ from conftest import TOP, daemon_pid, own_home, make_sandbox, wait_for
 
 sys.path.insert(0, os.path.join(TOP, "tests", "model"))
 import scripted  # noqa: E402
+import squatter  # noqa: E402  (tests/integration)
 
 KEY = "sk-REAL-local-test-key-93ab1c"
 SCRIPT = ["Hello", " from", " the", " local", " model"]
@@ -208,6 +209,32 @@ def test_local_model_follows_the_server(h, agent, model):
     assert out.startswith("200 ") and "Hello from the local model" in out, out
     assert h.json("sandbox", "broker", agent)["stats"]["hosts"]["local-model"]["refused"][
         "no_model"] >= 1
+
+
+def test_a_dead_model_server_is_not_followed_to_a_squatter(h, agent, model):
+    # Issue 34, 3: a model server that dies (here kill -9, as a crash) is noticed by the
+    # daemon at once, without any command: the running broker is told no server runs,
+    # and only then is the port let go. A local user (uid nobody) who takes the port
+    # afterwards gets nothing: the broker answers 503 no_model instead of forwarding the
+    # sandbox's prompt to whoever listens there now.
+    out = req(h, agent, "KOSA8_LOCAL_MODEL_URL", "/chat/completions", "Authorization: Bearer PH")
+    assert out.startswith("200 "), out
+    [srv] = h.json("model", "ps")
+    os.kill(srv["pid"], signal.SIGKILL)
+    sq = squatter.Squatter(srv["port"], wait=15)     # binds as soon as the port is free
+    try:
+        out = req(h, agent, "KOSA8_LOCAL_MODEL_URL", "/chat/completions",
+                  "Authorization: Bearer PH", body=json.dumps(
+                      {"model": "m", "max_tokens": 16,
+                       "messages": [{"role": "user", "content": "the secret plan"}]}))
+        assert out.startswith("503 ") and "no_model" in out, out
+        assert sq.records() == [], sq.records()
+    finally:
+        sq.close()
+        h.json("model", "serve", "tiny", "--port", str(free_port()), "--threads", "1", "--ctx",
+               "512", timeout=200)
+    out = req(h, agent, "KOSA8_LOCAL_MODEL_URL", "/chat/completions", "Authorization: Bearer PH")
+    assert out.startswith("200 ") and "Hello from the local model" in out, out
 
 
 def test_adopted_broker_follows_the_model_after_a_daemon_restart(h, agent, model):

@@ -4,6 +4,7 @@
 # asserts the attack fails, is counted where it is a refusal, reaches no upstream it
 # should not, and leaves the broker alive with its secrets intact (the next honest
 # request still gets the real key upstream).
+import gzip
 import json
 import os
 import shutil
@@ -200,5 +201,65 @@ def test_a_reflecting_upstream_does_not_hand_back_the_key(env):
                b"\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 200") and key not in out, out[:300]
     assert out.endswith(b"x" * 16)          # the body up to the key, then the cut
+    assert b.stats()["refused"]["upstream_protocol"] == before + 2
+    honest_request_still_works(b, up)
+
+
+def body_of(out):
+    """The body the client saw, de-chunked when the head says so (as a client would)."""
+    head, _, body = out.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" not in head.lower():
+        return body
+    data = b""
+    while body:
+        size, _, body = body.partition(b"\r\n")
+        n = int(size.split(b";")[0] or b"0", 16)
+        if n == 0:
+            break
+        data, body = data + body[:n], body[n + 2:]
+    return data
+
+
+def test_a_compressed_echo_does_not_carry_the_key(env):
+    """Issue 34, 2: the guard reads the key's plain bytes, so the broker asks the upstream
+    for identity (whatever the client offered) and refuses a compressed answer."""
+    b, up = env
+    ph = b.placeholder.encode()
+    key = SECRETS["ex"].encode()
+    before = b.stats()["refused"].get("upstream_protocol", 0)
+    n0 = len(up.records())
+    out = send(b, b"GET /reflect-gzip HTTP/1.1\r\nHost: api.example.com\r\nX-Api-Key: " + ph +
+               b"\r\nAccept-Encoding: gzip, deflate, br\r\n\r\n")
+    head = out.partition(b"\r\n\r\n")[0].lower()
+    assert b"content-encoding" not in head, out[:300]
+    assert key not in out and key not in (gzip.decompress(body_of(out))
+                                          if body_of(out).startswith(b"\x1f\x8b") else b"")
+    hdr = dict((k.lower(), v) for k, v in up.records()[n0]["headers"])
+    assert hdr["accept-encoding"] == "identity", hdr
+    # an upstream that compresses anyway: refused before anything reaches the client
+    out = send(b, b"GET /reflect-gzip-always HTTP/1.1\r\nHost: api.example.com\r\nX-Api-Key: " +
+               ph + b"\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 502") and b"Content-Encoding" in out, out[:400]
+    assert b"upstream_protocol" in out and b"\x1f\x8b" not in out
+    assert b.stats()["refused"]["upstream_protocol"] == before + 2
+    honest_request_still_works(b, up)
+
+
+def test_a_key_split_across_reads_or_chunks_is_caught(env):
+    """Issue 34, 2: the echoed key arrives in two reads (and, chunked, in two chunks): the
+    guard sees the body as one stream, and holds back a possible start of the key, so the
+    client gets none of it, not even its first half."""
+    b, up = env
+    ph = b.placeholder.encode()
+    key = SECRETS["ex"].encode()
+    before = b.stats()["refused"].get("upstream_protocol", 0)
+    for path in (b"/reflect-split", b"/reflect-chunked"):
+        out = send(b, b"GET " + path + b" HTTP/1.1\r\nHost: api.example.com\r\nX-Api-Key: " +
+                   ph + b"\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 200"), (path, out[:300])
+        body = body_of(out)
+        assert key not in out and key not in body, (path, out)
+        assert key[:len(key) // 2] not in body, (path, body)
+        assert body.endswith(b'"X-Api-Key": "'), (path, body)  # everything before the key
     assert b.stats()["refused"]["upstream_protocol"] == before + 2
     honest_request_still_works(b, up)

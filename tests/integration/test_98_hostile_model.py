@@ -10,16 +10,20 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 
 import pytest
 
-from conftest import TOP, Home, new_home
+from conftest import BIN, TOP, Home, new_home
 
 sys.path.insert(0, os.path.join(TOP, "tests", "model"))
+import gguf_writer  # noqa: E402
 import scripted  # noqa: E402
+import squatter  # noqa: E402  (tests/integration)
 
 pytestmark = pytest.mark.hostile
 
@@ -124,3 +128,87 @@ def test_hostile_requests_leave_the_server_and_the_store_intact(served):
     assert [m["sha256"] for m in ls if m["name"] == "tool"] == [before], ls
     blob = os.path.join(h.path, "models", "blobs", "sha256-" + before)
     assert hashlib.sha256(open(blob, "rb").read()).hexdigest() == before
+
+
+def model_rss(pid, ino):
+    """Resident bytes of the process's mapping of the file with inode `ino` (0: not yet
+    touched, or not mapped), from /proc/PID/smaps."""
+    rss, ours = 0, False
+    with open("/proc/%d/smaps" % pid) as f:
+        for line in f:
+            head = line.split()
+            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                ours = head[4] == str(ino)
+            elif ours and head[0] == "Rss:":
+                rss += int(head[1])
+    return rss
+
+
+def test_model_file_is_parsed_inside_the_jail():
+    """Issue 34, 4: the GGUF header, the tokenizer and the chat template are hostile bytes,
+    so kosa8-model maps the file, enters its jail, and only then reads a byte of it. Seen
+    from the host while it loads: as soon as any page of the model's mapping is resident
+    (the parser has touched the file) and while it still has one thread (before the
+    engine's threads and the HTTP server: the load), it is already jailed. A model with a
+    large vocabulary makes the load long enough to watch (about 0.1 s here)."""
+    if os.geteuid() != 0:
+        pytest.skip("host: only root can give kosa8-model a uid of its own")
+    d = tempfile.mkdtemp(prefix="k8mj", dir="/tmp")
+    try:
+        model = os.path.join(d, "big.gguf")
+        gguf_writer.make_model(model, n_embd=64, n_layer=1, n_head=2, n_head_kv=1, n_ff=64,
+                               n_vocab_pad=400000)
+        ino = os.stat(model).st_ino
+        p = subprocess.Popen([os.path.join(BIN, "kosa8-model"), "serve", model, "--port",
+                              str(free_port()), "--threads", "1", "--ctx", "256"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        loading = []            # (status) of each sample taken while it parsed
+        try:
+            while p.poll() is None:
+                try:
+                    touched = model_rss(p.pid, ino) > 0     # first: then the status
+                    st = proc_status(p.pid)
+                except (FileNotFoundError, ProcessLookupError):
+                    break
+                if touched and st["Threads"] == ["1"]:
+                    loading.append(st)
+                elif touched:
+                    break       # threads: the load is over
+        finally:
+            p.terminate()
+            err = p.communicate(timeout=30)[1]
+        assert loading, "never saw the load (file touched, one thread): " + err
+        for st in loading:
+            assert st["Uid"][0] != "0", ("parsed as root", st["Uid"], len(loading))
+            assert int(st["CapEff"][0], 16) == 0, st["CapEff"]
+            assert st["NoNewPrivs"] == ["1"] and st["Seccomp"] == ["2"], st
+        assert "jailed" in err and "not jailed" not in err, err
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_squatted_port_is_an_error_naming_its_holder(served):
+    """Issue 34, 3: any local user can listen on the model port first. `kosa8 model
+    serve` must not then report success (nor let a broker be pointed at that port): the
+    daemon binds the port itself, and a port held by someone else is an error naming the
+    holder. Nothing is sent to the squatter, not even a health check."""
+    h, _, _, model = served
+    h("model", "import", model, "--name", "squat", check=True, timeout=120)
+    port = free_port()
+    sq = squatter.Squatter(port)
+    try:
+        p = h("model", "serve", "squat", "--port", str(port), "--threads", "1", "--ctx",
+              "256", timeout=200)
+        assert p.returncode == 5, (p.returncode, p.stdout, p.stderr)
+        assert "in use" in p.stderr and "pid %d" % sq.pid in p.stderr, p.stderr
+        assert "uid 65534" in p.stderr and "python" in p.stderr, p.stderr
+        assert "squat" not in [s["name"] for s in h.json("model", "ps")]
+        assert sq.records() == [], sq.records()
+    finally:
+        sq.close()
+        h("model", "stop", "squat", timeout=60)
+    # the port free again, the same command serves
+    out = h.json("model", "serve", "squat", "--port", str(port), "--threads", "1", "--ctx",
+                 "256", timeout=200)
+    assert out["port"] == port
+    assert h("model", "stop", "squat", timeout=60).returncode == 0
