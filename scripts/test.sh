@@ -81,11 +81,14 @@ stage san make -s -j2 WERROR=1 B=build-san SAN=1 unit
 stage fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-15}" ./tests/fuzz/run.sh
 # The model engine against llama.cpp (node-llama-cpp) and its server against the official
 # openai and @anthropic-ai/sdk clients (npm sets of scripts/npm-pins, cached machine-wide).
-stage model $py -m pytest -q tests/model
+stage model $py -m pytest -q tests/model --ignore=tests/model/test_bundle.py \
+	--ignore=tests/model/test_pull.py
 bg_wait kernel "$kernel_pid"
 # The guest image, kosa8d, and the kosa8d built with ASan+UBSan that the Docker API's
 # end-to-end files run against.
 stage guest sh -c "make -s -j2 WERROR=1 all && make -s -j2 WERROR=1 B=build-san SAN=1 progs"
+# The daemon's model and bundle verbs (they need kosa8d, so the guest).
+stage bundle $py -m pytest -q tests/model/test_bundle.py tests/model/test_pull.py
 bg_wait fixtures "$fixtures_pid"
 
 cd tests/integration
