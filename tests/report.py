@@ -29,7 +29,7 @@ def stage_table(rows):
     bg = {"kernel", "fixtures"}
     print("\n== stages (wall seconds; background stages ran beside the ones below them)")
     print("%-10s %7s %7s %7s  %s" % ("stage", "start", "end", "wall", "result"))
-    for name, s, e, rc in sorted(rows, key=lambda r: (r[1], r[0])):
+    for name, s, e, rc in sorted(rows, key=lambda r: (r[1], r[2], r[0])):
         print("%-10s %7d %7d %7d  %s%s" % (name, s - t0, e - t0, e - s,
                                           "ok" if rc == 0 else "FAILED (%d)" % rc,
                                           "  (background)" if name in bg else ""))

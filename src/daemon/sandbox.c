@@ -1348,6 +1348,8 @@ int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err)
 	sb->state = SB_REMOVING;
 	sb_kill_vm(d, sb);
 	pthread_mutex_unlock(&sb->lock);
+	/* a spare still being prepared makes files in the directory: it ends first */
+	spare_wait_idle(sb);
 	sb_unlink(d, sb);
 	if (wipe)
 		wipe_tree(sb->dir);

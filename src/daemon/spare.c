@@ -68,6 +68,7 @@ struct spare_vm {
 
 struct spare {
 	pthread_mutex_t mu;
+	pthread_cond_t idle;            /* broadcast when spare_thread ends (spare_wait_idle) */
 	unsigned gen;                   /* bumped by every drop */
 	bool preparing;                 /* a thread runs spare_thread */
 	char want[64];                  /* the label to keep a spare of; "" none */
@@ -85,6 +86,7 @@ static struct spare *spare_of(struct sandbox *sb)
 	if (!sb->spare) {
 		sb->spare = xcalloc(1, sizeof(*sb->spare));
 		pthread_mutex_init(&sb->spare->mu, NULL);
+		pthread_cond_init(&sb->spare->idle, NULL);
 	}
 	pthread_mutex_unlock(&spare_alloc_mu);
 	return sb->spare;
@@ -128,15 +130,32 @@ static void spare_end_pid(pid_t pid, unsigned long long start, bool child)
 		waitpid(pid, NULL, 0);
 }
 
-/* The QEMU of the spare being loaded now (pid 0: none), for spare_drop. */
-static void spare_loading(struct sandbox *sb, pid_t pid, unsigned long long start)
+/* The QEMU of the spare being loaded now (pid 0: none), for spare_drop. A drop that came
+ * before the pid was known ends it here. */
+static void spare_loading(struct sandbox *sb, pid_t pid, unsigned long long start, unsigned gen)
 {
 	struct spare *sp = spare_of(sb);
+	bool dropped;
 
 	pthread_mutex_lock(&sp->mu);
 	sp->loading_pid = pid;
 	sp->loading_start = start;
+	dropped = sp->gen != gen;
 	pthread_mutex_unlock(&sp->mu);
+	if (pid > 0 && dropped && vm_alive(pid, start))
+		kill(pid, SIGKILL);
+}
+
+/* Whether the spare being made (of drop generation `gen`) was dropped meanwhile. */
+static bool spare_dropped(struct sandbox *sb, unsigned gen)
+{
+	struct spare *sp = spare_of(sb);
+	bool r;
+
+	pthread_mutex_lock(&sp->mu);
+	r = sp->gen != gen;
+	pthread_mutex_unlock(&sp->mu);
+	return r;
 }
 
 /* End a spare that was not swapped in and remove its files. */
@@ -227,7 +246,7 @@ out:
 /* Start a QEMU restoring checkpoint `label` of sb, stopped once loaded. NULL on failure
  * (err says why; nothing is left). */
 static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const char *label,
-				    struct k8_err *err)
+				    unsigned gen, struct k8_err *err)
 {
 	struct spare_vm *v = xcalloc(1, sizeof(*v));
 	struct vm_image *imgs = v->images;
@@ -258,6 +277,11 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 	if (!d->jail_off && sb->jail_index >= 0)
 		jail = jail_uid(&d->jail, sb->jail_index, JAIL_QEMU);
 	pthread_mutex_unlock(&sb->lock);
+	/* dropped already (a stop or rm is under way): no file is made in its directory */
+	if (spare_dropped(sb, gen)) {
+		k8_err_set(err, -ECANCELED, "dropped while it was being prepared");
+		goto fail;
+	}
 	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
 		goto fail;
 	state = xasprintf("%s/checkpoints/%s/state", sb->dir, label);
@@ -316,7 +340,7 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 	if (r)
 		goto fail;
 	v->start = vm_proc_start(v->pid);
-	spare_loading(sb, v->pid, v->start);
+	spare_loading(sb, v->pid, v->start, gen);
 	v->nimages = nimgs;
 	v->memory_mib = mem;
 	v->cpus = cpus;
@@ -338,10 +362,10 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 			k8_err_wrap(err, "QEMU: %.400s", msg + 1);
 		goto fail;
 	}
-	spare_loading(sb, 0, 0);
+	spare_loading(sb, 0, 0, gen);
 	return v;
 fail:
-	spare_loading(sb, 0, 0);
+	spare_loading(sb, 0, 0, gen);
 	spare_vm_destroy(d, sb, v);
 	return NULL;
 }
@@ -364,6 +388,7 @@ static void *spare_thread(void *arg)
 		if (!sp->want[0] || (sp->ready && !strcmp(sp->ready->label, sp->want))) {
 			sp->preparing = false;
 			sp->loading[0] = '\0';
+			pthread_cond_broadcast(&sp->idle);
 			pthread_mutex_unlock(&sp->mu);
 			break;
 		}
@@ -376,7 +401,7 @@ static void *spare_thread(void *arg)
 		spare_vm_destroy(d, sb, old);
 
 		uint64_t t0 = now_mono_ns();
-		v = spare_start(d, sb, label, &err);
+		v = spare_start(d, sb, label, gen, &err);
 		if (!v) {
 			daemon_log("sandbox %s: no spare of checkpoint %s: %s", sb->name, label,
 				   err.msg);
@@ -428,6 +453,7 @@ static void spare_want(struct daemon *d, struct sandbox *sb, const char *label)
 	if (pthread_create(&t, NULL, spare_thread, sb) != 0) {
 		pthread_mutex_lock(&sp->mu);
 		sp->preparing = false;
+		pthread_cond_broadcast(&sp->idle);
 		pthread_mutex_unlock(&sp->mu);
 		sb_put(d, sb);
 		return;
@@ -582,6 +608,16 @@ void spare_drop(struct daemon *d, struct sandbox *sb)
 	 * once its home is gone. */
 	if (loading > 0 && vm_alive(loading, start))
 		kill(loading, SIGKILL);
+}
+
+void spare_wait_idle(struct sandbox *sb)
+{
+	struct spare *sp = spare_of(sb);
+
+	pthread_mutex_lock(&sp->mu);
+	while (sp->preparing)
+		pthread_cond_wait(&sp->idle, &sp->mu);
+	pthread_mutex_unlock(&sp->mu);
 }
 
 void spare_drop_label(struct daemon *d, struct sandbox *sb, const char *label)

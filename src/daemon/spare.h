@@ -45,6 +45,10 @@ int spare_take(struct daemon *d, struct sandbox *sb, const char *label, char *la
 void spare_drop(struct daemon *d, struct sandbox *sb);
 /* The same when checkpoint `label` goes, if the spare is of that label. */
 void spare_drop_label(struct daemon *d, struct sandbox *sb, const char *label);
+/* Wait until no spare is being prepared for sb (after a drop, the preparation ends soon:
+ * its QEMU is killed, and one not started yet is not). Called without sb->lock, which
+ * the preparation takes. */
+void spare_wait_idle(struct sandbox *sb);
 /* At daemon start: end a spare an earlier daemon left (spare.json: its pid, start time
  * and layer) and remove its files. Spares are never adopted. */
 void spare_reap(struct daemon *d, struct sandbox *sb);

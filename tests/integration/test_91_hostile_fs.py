@@ -5,6 +5,7 @@
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -224,7 +225,7 @@ def test_sidecars_run_jailed(fhome, base):
             assert st["Seccomp"] == "2", which
             with open("/proc/%d/cgroup" % pid) as f:
                 cg = f.read()
-            assert "/kosa8/%s" % name in cg, (which, cg)
+            assert re.search(r"/kosa8/[0-9a-f]{12}/%s$" % re.escape(name), cg, re.M), (which, cg)
             assert os.readlink("/proc/%d/ns/mnt" % pid) != os.readlink("/proc/self/ns/mnt")
             uids.add(uid[0])
         assert len(uids) == 2, uids          # one uid each
