@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "common/jail.h"
 #include "common/sidecar.h"
+#include "common/uarchive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -210,11 +211,13 @@ static char *cp_rebase(const char *p, const char *from, const char *to)
 
 static int cp_extract(int fd, const char *from, const char *to, struct k8_err *err)
 {
-	struct archive *in = archive_read_new(), *out = archive_write_disk_new();
+	struct archive *in = uarchive_reader(0, err), *out;
 	struct archive_entry *e;
 	int r = 0, rc;
 
-	archive_read_support_format_tar(in);
+	if (!in)
+		return err->code;
+	out = archive_write_disk_new();
 	archive_write_disk_set_options(out, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM |
 					    ARCHIVE_EXTRACT_SECURE_NODOTDOT |
 					    ARCHIVE_EXTRACT_SECURE_SYMLINKS |

@@ -24,6 +24,7 @@
 #include "daemon/sandbox.h"
 #include "common/proto.h"
 #include "common/sha.h"
+#include "common/uarchive.h"
 #include "docker/dockerfile.h"
 #include "docker/dockerignore.h"
 #include "docker/query.h"
@@ -674,14 +675,15 @@ static bool dkb_is_glob(const char *s)
 /* ADD of a local archive: its entries under `dst`, each path checked and cleaned. */
 static int dkb_add_archive(struct dkb_copy *c, int fd, const char *dst, bool *was)
 {
-	struct archive *in = archive_read_new();
+	struct archive *in;
 	struct archive_entry *e;
 	int r = 0, ar;
 
 	*was = false;
-	archive_read_support_filter_all(in);
-	archive_read_support_format_tar(in);
-	archive_read_support_format_gnutar(in);
+	/* what libarchive decodes by a program (lrzip, lzop...) is not an archive here: the
+	 * file is copied as it is, as Docker copies a compression it does not know */
+	if (!(in = uarchive_reader(UARCHIVE_COMPRESSED, c->err)))
+		return c->err->code;
 	if (archive_read_open_fd(in, fd, 65536) != ARCHIVE_OK) {
 		archive_read_free(in);
 		lseek(fd, 0, SEEK_SET);
@@ -923,11 +925,13 @@ static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const ch
 
 	if (fd < 0)
 		return fd;
-	a = archive_read_new();
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
+	if (!(a = uarchive_reader(UARCHIVE_COMPRESSED, err))) {
+		close(fd);
+		return err->code;
+	}
 	if (archive_read_open_fd(a, fd, 65536) != ARCHIVE_OK) {
-		r = k8_err_set(err, -EINVAL, "layer %s: %s", digest, archive_error_string(a) ?: "?");
+		r = k8_err_set(err, -EINVAL, "layer %s is not a tar archive (plain, gzip, zstd, xz "
+			       "or bzip2): %s", digest, archive_error_string(a) ?: "?");
 		goto out;
 	}
 	while ((rr = archive_read_next_header(a, &e)) == ARCHIVE_OK) {

@@ -36,6 +36,7 @@
  * them whole), at most UNPACK_MAX_ENTRIES entries per layer.
  */
 #include "image/image_int.h"
+#include "common/uarchive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -724,17 +725,12 @@ int unpack_layer(int rootfd, const char *layer_path, uint64_t max_bytes, uint64_
 		u.layer = slash + 1;
 	if (fd < 0)
 		return k8_err_set(err, -errno, "opening layer %s: %s", layer_path, strerror(errno));
-	u.a = archive_read_new();
+	u.a = uarchive_reader(UARCHIVE_COMPRESSED | UARCHIVE_EMPTY, err);
 	if (!u.a)
-		return k8_err_set(err, -ENOMEM, "libarchive: out of memory");
-	archive_read_support_filter_gzip(u.a);
-	archive_read_support_filter_zstd(u.a);
-	archive_read_support_filter_xz(u.a);
-	archive_read_support_filter_bzip2(u.a);
-	archive_read_support_format_tar(u.a);
-	archive_read_support_format_empty(u.a);
+		return err->code;
 	if (archive_read_open_fd(u.a, fd, 1 << 16) != ARCHIVE_OK) {
-		r = k8_err_set(err, -EINVAL, "layer %s is not a tar archive (plain, gzip or zstd): %s",
+		r = k8_err_set(err, -EINVAL, "layer %s is not a tar archive (plain, gzip, zstd, xz "
+			       "or bzip2): %s",
 			       u.layer, archive_error_string(u.a) ? archive_error_string(u.a) : "?");
 		goto out;
 	}

@@ -5,6 +5,7 @@
 # are as they were.
 import hashlib
 import io
+import json
 import os
 import shutil
 import socket
@@ -13,6 +14,7 @@ import tempfile
 
 import pytest
 
+from conftest import Home, new_home, run
 from dockerkit import docker_cli, engine_home, needs_cli
 
 pytestmark = [pytest.mark.hostile, needs_cli]
@@ -161,4 +163,112 @@ def test_dockerfile_outside_context_and_copy_dotdot_refused(dk):
         t.addfile(ti, io.BytesIO(df))
     out = raw_build(dk, body.getvalue(), query="dockerfile=../../../../etc/hostname")
     assert "errorDetail" in out and "Successfully built" not in out, out
+    shutil.rmtree(d)
+
+
+# ---- libarchive starts no program (lrzip, lzop, grzip...) on hostile bytes ----
+
+# lrzip's magic (version 0.6): a reader with every libarchive filter hands such bytes to
+# the `lrzip` found on PATH, as whoever reads them.
+LRZ = b"LRZI\0\6" + b"\0" * 18 + b"hostile bytes"
+
+
+@pytest.fixture(scope="module")
+def lrz(tmp_path_factory):
+    """A daemon whose PATH starts with a stand-in `lrzip` that leaves a marker (its uid)
+    and fails. No engine: ADD and COPY run no VM."""
+    d = str(tmp_path_factory.mktemp("lrzbin"))
+    marker = os.path.join(d, "lrzip-ran")
+    with open(os.path.join(d, "lrzip"), "w") as f:
+        f.write("#!/bin/sh\nid -u > %s\nexit 1\n" % marker)
+    os.chmod(os.path.join(d, "lrzip"), 0o755)
+    h = Home(new_home("k8lz-"))
+    run(["daemon", "start"], h.path, check=True, timeout=200,
+        env_extra={"PATH": d + ":" + os.environ.get("PATH", "/usr/bin:/bin")})
+    h.marker = marker
+    try:
+        yield h
+    finally:
+        h.stop()
+        if os.environ.get("KOSA8_KEEP_HOME") is None:
+            shutil.rmtree(h.path, ignore_errors=True)
+
+
+def no_program_ran(h):
+    if os.path.exists(h.marker):
+        with open(h.marker) as f:
+            return "the stand-in lrzip ran as uid %s" % f.read().strip()
+    return None
+
+
+def test_add_of_lrzip_bytes_runs_no_program(lrz):
+    """ADD of a local file that starts with lrzip's magic: kosa8d (root) never starts
+    `lrzip`; the file is not an archive kosa8 unpacks, so it is copied as it is (as Docker
+    copies a compression it does not know)."""
+    d = tempfile.mkdtemp(prefix="k8hbctx-")
+    with open(os.path.join(d, "Dockerfile"), "w") as f:
+        f.write("FROM scratch\nADD x.lrz /x.lrz\n")
+    with open(os.path.join(d, "x.lrz"), "wb") as f:
+        f.write(LRZ)
+    p = docker(lrz, "build", "-t", "lrz-add", ".", cwd=d)
+    assert no_program_ran(lrz) is None, no_program_ran(lrz)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    blobs = os.path.join(lrz.path, "images", "blobs", "sha256")
+    mdg = json.loads(docker(lrz, "image", "inspect", "-f", "{{json .RepoDigests}}",
+                            "lrz-add").stdout)[0].split("@sha256:")[1]
+    with open(os.path.join(blobs, mdg)) as f:
+        layer = json.load(f)["layers"][-1]["digest"].split(":")[1]
+    with tarfile.open(os.path.join(blobs, layer)) as t:
+        assert t.extractfile("x.lrz").read() == LRZ
+    shutil.rmtree(d)
+
+
+def lrz_layout(dst):
+    """An OCI layout (tag "lrz") whose one layer is lrzip bytes labelled tar+gzip: the
+    store checks a layer's digest, not its contents, until something reads it."""
+    blobs = os.path.join(dst, "blobs", "sha256")
+    os.makedirs(blobs)
+
+    def put(data):
+        dg = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(blobs, dg), "wb") as f:
+            f.write(data)
+        return "sha256:" + dg, len(data)
+
+    ldg, lsize = put(LRZ)
+    cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
+                      "rootfs": {"type": "layers", "diff_ids": [ldg]}}).encode()
+    cdg, csize = put(cfg)
+    man = json.dumps({"schemaVersion": 2,
+                      "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                      "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                 "digest": cdg, "size": csize},
+                      "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                                  "digest": ldg, "size": lsize}]}).encode()
+    mdg, msize = put(man)
+    with open(os.path.join(dst, "oci-layout"), "w") as f:
+        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    with open(os.path.join(dst, "index.json"), "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": mdg,
+            "size": msize, "annotations": {"org.opencontainers.image.ref.name": "lrz"}}]}, f)
+
+
+def test_base_image_layer_of_lrzip_bytes_refused(lrz, tmp_path):
+    """A base image whose layer is lrzip bytes: a COPY reads the image's layers for its
+    symlinks, and that read refuses the layer with a clear error instead of starting
+    `lrzip` as root."""
+    lrz_layout(str(tmp_path / "layout"))
+    lrz("image", "load", str(tmp_path / "layout"), "--tag", "lrzbase:1", check=True,
+        timeout=120)
+    d = tempfile.mkdtemp(prefix="k8hbctx-")
+    with open(os.path.join(d, "Dockerfile"), "w") as f:
+        f.write("FROM lrzbase:1\nCOPY f /d/f\n")
+    with open(os.path.join(d, "f"), "w") as f:
+        f.write("x\n")
+    p = docker(lrz, "build", "-t", "lrz-base", ".", cwd=d)
+    assert no_program_ran(lrz) is None, no_program_ran(lrz)
+    assert p.returncode != 0, (p.stdout, p.stderr)
+    assert "is not a tar archive (plain, gzip, zstd, xz or bzip2)" in p.stderr, p.stderr
+    assert docker(lrz, "version").returncode == 0
     shutil.rmtree(d)
