@@ -30,10 +30,10 @@ LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
 LIBS_NET    := -lslirp -lseccomp -ljansson
 LIBS_FS     := -lseccomp -ljansson
 
-# The sidecars' seccomp helpers need libseccomp: only kosa8-net, kosa8-fs, kosa8-broker
-# and the unit tests link them. The reader of untrusted archives needs libarchive: the
-# CLI, kosa8d and the tests of what uses it.
-SIDECAR_SRC := src/common/sidecar_seccomp.c
+# The sidecars' seccomp helpers and the jailed workers need libseccomp: only kosa8,
+# kosa8d, kosa8-net, kosa8-fs, kosa8-broker and the unit tests link them. The reader of
+# untrusted archives needs libarchive: the CLI, kosa8d and the tests of what uses it.
+SIDECAR_SRC := src/common/sidecar_seccomp.c src/common/worker.c
 ARCHIVE_SRC := src/common/uarchive.c
 COMMON_SRC := $(filter-out $(SIDECAR_SRC) $(ARCHIVE_SRC),$(wildcard src/common/*.c))
 IMAGE_SRC  := $(wildcard src/image/*.c)
@@ -47,7 +47,7 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 aobj = $(patsubst %.c,$(B)/agent-obj/%.o,$(1))
 
 # kosa8d's docker.sock (src/daemon/docker_api.c) uses the Docker building blocks.
-HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(ARCHIVE_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c))
+HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c))
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 
