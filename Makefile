@@ -30,10 +30,12 @@ LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
 LIBS_NET    := -lslirp -lseccomp -ljansson
 LIBS_FS     := -lseccomp -ljansson
 
-# The sidecars' seccomp helpers need libseccomp: only kosa8-net, kosa8-fs, kosa8-broker
-# and the unit tests link them.
-COMMON_SRC := $(filter-out src/common/sidecar_seccomp.c,$(wildcard src/common/*.c))
-SIDECAR_SRC := src/common/sidecar_seccomp.c
+# The sidecars' seccomp helpers and the jailed workers need libseccomp: only kosa8,
+# kosa8d, kosa8-net, kosa8-fs, kosa8-broker and the unit tests link them. The reader of
+# untrusted archives needs libarchive: the CLI, kosa8d and the tests of what uses it.
+SIDECAR_SRC := src/common/sidecar_seccomp.c src/common/worker.c
+ARCHIVE_SRC := src/common/uarchive.c
+COMMON_SRC := $(filter-out $(SIDECAR_SRC) $(ARCHIVE_SRC),$(wildcard src/common/*.c))
 IMAGE_SRC  := $(wildcard src/image/*.c)
 DAEMON_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
@@ -45,7 +47,7 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 aobj = $(patsubst %.c,$(B)/agent-obj/%.o,$(1))
 
 # kosa8d's docker.sock (src/daemon/docker_api.c) uses the Docker building blocks.
-HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c))
+HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c))
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 
@@ -72,7 +74,7 @@ $(B)/agent-obj/%.o: %.c $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(AGENT_CFLAGS) -c -o $@ $<
 
-$(B)/bin/kosa8: $(call obj,$(CLI_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
+$(B)/bin/kosa8: $(call obj,$(CLI_SRC) $(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_CLI)
 
@@ -210,7 +212,7 @@ $(B)/tests/test_broker_%: tests/unit/test_broker_%.c $(call obj,$(BROKER_SRC) $(
 # Their unit tests link only src/docker, src/common and the image reference parser.
 DOCKER_SRC   := $(wildcard src/docker/*.c)
 DOCKER_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_docker_*.c))
-$(DOCKER_TESTS): $(B)/tests/%: tests/unit/%.c $(call obj,$(DOCKER_SRC) $(COMMON_SRC) src/image/reference.c)
+$(DOCKER_TESTS): $(B)/tests/%: tests/unit/%.c $(call obj,$(DOCKER_SRC) $(COMMON_SRC) $(ARCHIVE_SRC) src/image/reference.c)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lcrypto -larchive
 

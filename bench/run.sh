@@ -47,6 +47,14 @@ ${CC:-cc} -O2 -std=gnu11 -D_GNU_SOURCE -I../src -o "$NB/bench/jailcost" jailcost
 	../src/daemon/jail.c ../src/common/util.c -ljansson -lcrypto -pthread
 "$NB/bench/jailcost"
 /usr/bin/python3 jail.py
+echo "== the image unpacker's jail (issue 34)"
+# One layer unpacked in kosa8d's way before (in-process) and in a jailed worker, side by
+# side (src/image/unpack_jail.c), on the python test image.
+${CC:-cc} -O2 -std=gnu11 -D_GNU_SOURCE -I../src -o "$NB/bench/unpackjail" unpackjail.c \
+	../src/image/*.c ../src/common/util.c ../src/common/sha.c ../src/common/jail.c \
+	../src/common/worker.c ../src/common/sidecar_seccomp.c ../src/common/uarchive.c \
+	-ljansson -lcrypto -lcurl -larchive -lseccomp -pthread
+"$NB/bench/unpackjail" "$(../scripts/test-image.sh | tail -1)"
 echo "== network egress (issue 4)"
 # TCP guest -> host through kosa8-net against QEMU's own -netdev user, same VM.
 /usr/bin/python3 net.py

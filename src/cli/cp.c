@@ -7,7 +7,7 @@
  * from inside a container, so it is hostile: extraction refuses absolute names, `..`
  * and anything written through a symlink (ARCHIVE_EXTRACT_SECURE_*), and keeps neither
  * owners nor setuid bits. And it runs in a process of its own, jailed before it reads a
- * byte (cp_jail): no capabilities, no_new_privs, Landlock (files beneath the folder it
+ * byte (a worker, src/common/worker.h): no capabilities, no_new_privs, Landlock (files beneath the folder it
  * extracts into, /usr read-only, nothing else), seccomp (no exec, sockets, io_uring,
  * ptrace, mounts, namespaces or id changes), so a flaw in the tar reader reaches no
  * further than the files the copy was going to write anyway; curl feeds it a pipe.
@@ -16,8 +16,8 @@
  * `-` is a tar on stdout or stdin, as in docker cp.
  */
 #include "cli.h"
-#include "common/jail.h"
-#include "common/sidecar.h"
+#include "common/uarchive.h"
+#include "common/worker.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -210,11 +210,13 @@ static char *cp_rebase(const char *p, const char *from, const char *to)
 
 static int cp_extract(int fd, const char *from, const char *to, struct k8_err *err)
 {
-	struct archive *in = archive_read_new(), *out = archive_write_disk_new();
+	struct archive *in = uarchive_reader(0, err), *out;
 	struct archive_entry *e;
 	int r = 0, rc;
 
-	archive_read_support_format_tar(in);
+	if (!in)
+		return err->code;
+	out = archive_write_disk_new();
 	archive_write_disk_set_options(out, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM |
 					    ARCHIVE_EXTRACT_SECURE_NODOTDOT |
 					    ARCHIVE_EXTRACT_SECURE_SYMLINKS |
@@ -265,90 +267,17 @@ out:
 	return r;
 }
 
-/* In the extraction's process, its working directory the folder it extracts into: the
- * jail (the header says what and why). */
-static int cp_jail(struct k8_err *err)
-{
-	/* no network, and no io_uring (its own socket and connect would pass a filter) */
-	static const int no_net[] = { SCMP_SYS(socket), SCMP_SYS(socketpair), SCMP_SYS(connect),
-				      SCMP_SYS(bind), SCMP_SYS(listen), SCMP_SYS(accept4),
-				      SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter),
-				      SCMP_SYS(io_uring_register) };
-	struct jail_dir dirs[2] = {
-		{ .fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = false },
-		{ .fd = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = true },
-	};
-	scmp_filter_ctx ctx;
-	int abi, r;
-
-	if (dirs[0].fd < 0 || dirs[1].fd < 0)
-		r = k8_err_set(err, -errno, "jailing the extraction: %s", strerror(errno));
-	else if (!(r = jail_caps_none(err)))
-		r = jail_landlock_dirs(dirs, 2, &abi, err);
-	for (int i = 0; i < 2; i++)
-		if (dirs[i].fd >= 0)
-			close(dirs[i].fd);
-	if (r)
-		return r;
-	ctx = seccomp_init(SCMP_ACT_ALLOW);
-	if (!ctx || sc_seccomp_kill_escapes(ctx) ||
-	    sc_seccomp_add(ctx, SCMP_ACT_KILL_PROCESS, no_net, ARRAY_SIZE(no_net)) ||
-	    sc_seccomp_load(ctx))
-		return k8_err_set(err, -EPERM, "jailing the extraction: seccomp failed");
-	return 0;
-}
-
-/* What the extraction's process reports (on a pipe) as it ends. */
-struct cp_report {
-	int code;
-	char msg[sizeof(((struct k8_err *)0)->msg)];
+/* What the extraction's process is given. */
+struct cp_extract_arg {
+	int in;
+	const char *from, *to;
 };
 
-/* The extraction: in a child, jailed, reading the tar from `in`; its report on `rep`. */
-static pid_t cp_extract_child(int in, int rep, const char *from, const char *to)
+static int cp_extract_fn(void *ctx, uint64_t *value, struct k8_err *err)
 {
-	pid_t pid = fork();
+	struct cp_extract_arg *x = ctx;
 
-	if (pid != 0)
-		return pid;
-	struct cp_report m = { 0 };
-	struct k8_err e = { 0 };
-	int lo = in < rep ? in : rep, hi = in < rep ? rep : in;
-
-	/* nothing of the CLI's but the tar and the report: stdio stays for libarchive */
-	syscall(SYS_close_range, 3u, (unsigned)lo - 1, 0u);
-	syscall(SYS_close_range, (unsigned)lo + 1, (unsigned)hi - 1, 0u);
-	syscall(SYS_close_range, (unsigned)hi + 1, ~0u, 0u);
-	signal(SIGPIPE, SIG_DFL);
-	m.code = cp_jail(&e);
-	if (!m.code)
-		m.code = cp_extract(in, from, to, &e);
-	snprintf(m.msg, sizeof(m.msg), "%s", e.msg);
-	(void)!write(rep, &m, sizeof(m));
-	_exit(m.code ? 1 : 0);
-}
-
-/* The child's end: 0, or its error (a child killed by its filter says so). */
-static int cp_extract_wait(pid_t pid, int rep, struct k8_err *err)
-{
-	struct cp_report m = { 0 };
-	int st = 0;
-	ssize_t n;
-
-	do
-		n = read(rep, &m, sizeof(m));
-	while (n < 0 && errno == EINTR);
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	if (n == (ssize_t)sizeof(m) && WIFEXITED(st)) {
-		m.msg[sizeof(m.msg) - 1] = '\0';
-		return m.code ? k8_err_set(err, m.code < 0 ? m.code : -EIO, "%s", m.msg) : 0;
-	}
-	if (WIFSIGNALED(st))
-		return k8_err_set(err, -EPERM, "the extraction was stopped by signal %d%s",
-				  WTERMSIG(st), WTERMSIG(st) == SIGSYS ?
-				  " (it tried a system call its jail forbids)" : "");
-	return k8_err_set(err, -EIO, "the extraction ended without a report");
+	return cp_extract(x->in, x->from, x->to, err);
 }
 
 static int cp_out(struct client *cl, const struct cp_remote *src, const char *dst,
@@ -359,7 +288,7 @@ static int cp_out(struct client *cl, const struct cp_remote *src, const char *ds
 	json_t *st = NULL;
 	const char *from, *to, *dir;
 	struct stat sb;
-	int pfd[2], rep[2], r;
+	int pfd[2], rep, r;
 	pid_t pid;
 	char cwd[PATH_MAX];
 
@@ -402,19 +331,32 @@ static int cp_out(struct client *cl, const struct cp_remote *src, const char *ds
 		json_decref(st);
 		return r;
 	}
-	if (pipe2(pfd, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
 		r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
 		(void)!chdir(cwd);
 		json_decref(st);
 		return r;
 	}
-	pid = cp_extract_child(pfd[0], rep[1], from, to);
+	/* the jail: files beneath the folder it extracts into (its working directory),
+	 * /usr read-only, no capability even as root (worker.h) */
+	struct cp_extract_arg x = { .in = pfd[0], .from = from, .to = to };
+	struct worker w = {
+		.name = "kosa8-cp", .userns = -1, .keep = { pfd[0] }, .nkeep = 1,
+		.dirs = { { .fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC) },
+			  { .fd = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = true } },
+		.ndirs = 2, .fn = cp_extract_fn, .ctx = &x,
+	};
+	if (w.dirs[0].fd < 0 || w.dirs[1].fd < 0)
+		pid = k8_err_set(err, -errno, "jailing the extraction: %s", strerror(errno));
+	else
+		pid = worker_start(&w, &rep, err);
 	close(pfd[0]);
-	close(rep[1]);
+	for (int i = 0; i < w.ndirs; i++)
+		if (w.dirs[i].fd >= 0)
+			close(w.dirs[i].fd);
 	if (pid < 0) {
-		r = k8_err_set(err, -errno, "fork: %s", strerror(errno));
+		r = err->code;
 		close(pfd[1]);
-		close(rep[0]);
 		(void)!chdir(cwd);
 		json_decref(st);
 		return r;
@@ -424,8 +366,8 @@ static int cp_out(struct client *cl, const struct cp_remote *src, const char *ds
 	cp_http_run(&h);        /* a child that ended early leaves it EPIPE */
 	close(pfd[1]);
 	h.out_fd = -1;
-	r = cp_extract_wait(pid, rep[0], err);
-	close(rep[0]);
+	r = worker_wait(pid, rep, "the extraction", NULL, err);
+	close(rep);
 	if (h.rc) {
 		k8_err_clear(err);
 		*err = h.err;

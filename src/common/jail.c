@@ -1,17 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* jail.c - a sidecar jails itself: cgroup, empty mount namespace, uid, capabilities,
- * no_new_privs, Landlock (jail.h says why in this order). */
+ * no_new_privs, Landlock (jail.h says why in this order); user namespaces and idmapped
+ * clones for the jails that keep ids. */
+#include <ctype.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/landlock.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <linux/mount.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/jail.h"
@@ -66,12 +72,13 @@ static int jail_mounts(struct k8_err *err)
 	return 0;
 }
 
-/* Every capability out of the bounding set (needs CAP_SETPCAP: while still root) and
- * the ambient set. */
-static int jail_bounding_drop(struct k8_err *err)
+/* Every capability but those in `keep` out of the bounding set (needs CAP_SETPCAP:
+ * while still root), and the ambient set cleared. */
+static int jail_bounding_drop(uint64_t keep, struct k8_err *err)
 {
 	for (int cap = 0; cap <= 63; cap++)
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+		if (!(keep >> cap & 1) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 &&
+		    errno != EINVAL)
 			return k8_err_set(err, -errno, "dropping capability %d: %s", cap,
 					  strerror(errno));
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
@@ -79,19 +86,27 @@ static int jail_bounding_drop(struct k8_err *err)
 	return 0;
 }
 
-int jail_caps_none(struct k8_err *err)
+int jail_caps_keep(uint64_t keep, struct k8_err *err)
 {
 	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
-	struct __user_cap_data_struct d[2] = { 0 };
+	struct __user_cap_data_struct d[2] = {
+		{ .effective = (uint32_t)keep, .permitted = (uint32_t)keep },
+		{ .effective = (uint32_t)(keep >> 32), .permitted = (uint32_t)(keep >> 32) },
+	};
 	int r;
 
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return k8_err_set(err, -errno, "no_new_privs: %s", strerror(errno));
-	if (geteuid() == 0 && (r = jail_bounding_drop(err)))
+	if (geteuid() == 0 && (r = jail_bounding_drop(keep, err)))
 		return r;       /* (another user has none to drop, nor the right to) */
 	if (syscall(SYS_capset, &h, d) < 0)
 		return k8_err_set(err, -errno, "capset: %s", strerror(errno));
 	return 0;
+}
+
+int jail_caps_none(struct k8_err *err)
+{
+	return jail_caps_keep(0, err);
 }
 
 /* Bounding set first (needs CAP_SETPCAP, so while still root), then ids; setresuid
@@ -103,7 +118,7 @@ static int jail_ids(const struct jail_opts *o, struct k8_err *err)
 	uid_t r, e, s;
 	int rc;
 
-	if ((rc = jail_bounding_drop(err)))
+	if ((rc = jail_bounding_drop(0, err)))
 		return rc;
 	if (setgroups(0, NULL) < 0)
 		return k8_err_set(err, -errno, "setgroups: %s", strerror(errno));
@@ -187,5 +202,90 @@ int jail_enter(const struct jail_opts *o, struct jail_report *rep, struct k8_err
 		return r;
 	if (o->landlock && (r = jail_landlock_dirs(o->dirs, o->ndirs, &rep->landlock_abi, err)))
 		return r;
+	return 0;
+}
+
+/* Write `text` to an existing file (a /proc map). 0 or -errno. */
+static int jail_write(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), r = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+		r = errno ? -errno : -EIO;
+	close(fd);
+	return r;
+}
+
+int jail_userns(const struct jail_idmap *uids, const struct jail_idmap *gids,
+		struct k8_err *err)
+{
+	char path[64], map[64];
+	int fd = -1, r = 0;
+	pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
+
+	if (pid < 0)
+		return k8_err_set(err, -errno, "a user namespace: %s", strerror(errno));
+	if (pid == 0) {
+		for (;;)
+			pause();
+	}
+	/* as root in ours we may map any ids */
+	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
+	snprintf(map, sizeof(map), "%u %u %u\n", uids->inside, uids->outside, uids->count);
+	if ((r = jail_write(path, map)) == 0) {
+		snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
+		snprintf(map, sizeof(map), "%u %u %u\n", gids->inside, gids->outside, gids->count);
+		r = jail_write(path, map);
+	}
+	if (r == 0) {
+		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			r = -errno;
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	if (r)
+		return k8_err_set(err, r, "mapping ids in a user namespace: %s", strerror(-r));
+	return fd;
+}
+
+int jail_idmapped_clone(int dirfd, int userns, uint64_t attrs, struct k8_err *err)
+{
+	struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | attrs,
+				   .userns_fd = (uint64_t)userns };
+	int tree = (int)syscall(SYS_open_tree, dirfd, "",
+				OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+
+	if (tree < 0)
+		return k8_err_set(err, -errno, "cannot make a private mount of it (open_tree: %s); "
+				  "this needs Linux 5.12 or later", strerror(errno));
+	if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+		int e = errno;
+		close(tree);
+		return k8_err_set(err, -e, "its file system cannot be used through an idmapped "
+				  "mount (%s): ext4, xfs, btrfs and tmpfs can", strerror(e));
+	}
+	return tree;
+}
+
+int jail_ids_parse(const char *spec, uint32_t min, uint32_t *first, uint32_t *count)
+{
+	unsigned long a, b;
+	char *e;
+
+	if (!spec)
+		return -EINVAL;
+	errno = 0;
+	a = strtoul(spec, &e, 10);
+	if (errno || e == spec || *e != '-' || !isdigit((unsigned char)e[1]))
+		return -EINVAL;
+	b = strtoul(e + 1, &e, 10);
+	if (errno || *e || b < a || a == 0 || b > 0xfffffffeUL || b - a + 1 < min)
+		return -EINVAL;
+	*first = (uint32_t)a;
+	*count = (uint32_t)(b - a + 1);
 	return 0;
 }

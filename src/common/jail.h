@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* jail.h - the self-jail a sidecar (kosa8-fs, kosa8-net) enters before it reads a byte
- * from the guest.
+ * from the guest, and the pieces other jails are made of (the workers of worker.h, the
+ * idmapped shares of src/daemon/mounts.c).
  *
  * The daemon starts a sidecar as root with the few fds it needs already open (sockets,
  * shared-folder roots). jail_enter() then, in this order: joins the sandbox's cgroup,
@@ -19,6 +20,7 @@
 #define KOSA8_COMMON_JAIL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "common/util.h"
@@ -53,11 +55,37 @@ struct jail_report {
 int jail_enter(const struct jail_opts *o, struct jail_report *rep, struct k8_err *err);
 
 /* Pieces of it for a process that keeps its uid (the CLI's extraction of a container's
- * tar, src/cli/cp.c). no_new_privs, then no capability left in any set (root keeps its
+ * tar, src/cli/cp.c) or becomes root of a user namespace of its own (kosa8d's workers,
+ * worker.h). no_new_privs, then no capability left in any set (root keeps its
  * uid and so its own files, without CAP_DAC_OVERRIDE, CAP_CHOWN and the rest). */
 int jail_caps_none(struct k8_err *err);
+/* The same, keeping the capabilities in `keep` (a mask of 1ull << CAP_*) in the
+ * permitted, effective and bounding sets; inheritable and ambient empty. */
+int jail_caps_keep(uint64_t keep, struct k8_err *err);
 /* A Landlock ruleset: file access only beneath `dirs` (read-only ones read-only), never
  * execute. 0 with *abi = 0 when the kernel has no Landlock (ENOSYS / EOPNOTSUPP). */
 int jail_landlock_dirs(const struct jail_dir *dirs, int ndirs, int *abi, struct k8_err *err);
+
+/* ---- ids through a user namespace (needs root) ---- */
+
+/* "FIRST-LAST": inclusive host ids above 0 and below 2^32-1, at least `min` of them.
+ * 0 with *first and *count, or -EINVAL. */
+int jail_ids_parse(const char *spec, uint32_t min, uint32_t *first, uint32_t *count);
+
+/* `count` ids from `inside` (ids in the namespace) are `outside` (the host's). */
+struct jail_idmap {
+	uint32_t inside, outside, count;
+};
+/* A new user namespace with these uid and gid maps, held by nothing but the returned
+ * fd (a child is cloned into it and waits while its maps are written, then goes). The
+ * fd, or a negative errno with a message. */
+int jail_userns(const struct jail_idmap *uids, const struct jail_idmap *gids,
+		struct k8_err *err);
+/* A detached, non-recursive clone of the directory `dirfd` (open_tree: Linux 5.12)
+ * whose ids are mapped through the user namespace `userns` (a file of on-disk uid u is
+ * the host's uid the namespace maps u to, and back), with `attrs` (MOUNT_ATTR_*) set
+ * too. Its fd, or a negative errno with a message (a file system without idmapped
+ * mounts: ext4, xfs, btrfs and tmpfs have them). */
+int jail_idmapped_clone(int dirfd, int userns, uint64_t attrs, struct k8_err *err);
 
 #endif

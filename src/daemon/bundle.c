@@ -23,6 +23,7 @@
 #include "daemon/api_route.h"
 #include "image/image.h"
 #include "common/sha.h"
+#include "common/uarchive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -392,11 +393,12 @@ int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pc
 		return k8_err_set(err, -EINVAL, "trust_guest must be sha256: and 64 lowercase hex digits");
 	char stage[4200];
 	snprintf(stage, sizeof(stage), "%s/tmp/bundle-%d-%ld", d->home, (int)getpid(), (long)time(NULL));
-	struct archive *a = archive_read_new();
+	struct archive *a = uarchive_reader(0, err);
 	struct bundle_read br = { 0 };
 	json_t *manifest, *seen, *loaded = NULL;
 	int r = 0, nparts;
-	archive_read_support_format_tar(a);
+	if (!a)
+		return err->code;
 	rm_rf(stage);
 	if ((r = mkdir_p(stage, 0700))) {
 		r = k8_err_set(err, r, "%s: %s", stage, strerror(-r));

@@ -24,6 +24,8 @@
 #include "daemon/sandbox.h"
 #include "common/proto.h"
 #include "common/sha.h"
+#include "common/uarchive.h"
+#include "common/worker.h"
 #include "docker/dockerfile.h"
 #include "docker/dockerignore.h"
 #include "docker/query.h"
@@ -674,14 +676,15 @@ static bool dkb_is_glob(const char *s)
 /* ADD of a local archive: its entries under `dst`, each path checked and cleaned. */
 static int dkb_add_archive(struct dkb_copy *c, int fd, const char *dst, bool *was)
 {
-	struct archive *in = archive_read_new();
+	struct archive *in;
 	struct archive_entry *e;
 	int r = 0, ar;
 
 	*was = false;
-	archive_read_support_filter_all(in);
-	archive_read_support_format_tar(in);
-	archive_read_support_format_gnutar(in);
+	/* what libarchive decodes by a program (lrzip, lzop...) is not an archive here: the
+	 * file is copied as it is, as Docker copies a compression it does not know */
+	if (!(in = uarchive_reader(UARCHIVE_COMPRESSED, c->err)))
+		return c->err->code;
 	if (archive_read_open_fd(in, fd, 65536) != ARCHIVE_OK) {
 		archive_read_free(in);
 		lseek(fd, 0, SEEK_SET);
@@ -911,68 +914,167 @@ static void dkb_links_below(json_t *below, const char *p)
 	}
 }
 
-/* Apply one layer's entries: a symlink is set; any other entry at its path replaces it
- * (a non-directory also what was below it); a whiteout `.wh.NAME` removes NAME and
- * below; `.wh..wh..opq` empties its directory. */
-static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const char *digest,
-			   struct k8_err *err)
-{
-	struct archive *a;
-	struct archive_entry *e;
-	int fd = image_blob_open(b->d->images, digest, err), rr, r = 0;
+/* The layer's entries as the links worker sends them: a 5-byte head (type: 0 other, 1
+ * directory, 2 symlink; the name's length; the target's, DKB_LREC_NONE for none, both
+ * little-endian), then the name and the target, without NULs. */
+#define DKB_LREC_NONE 0xffffu
 
-	if (fd < 0)
-		return fd;
-	a = archive_read_new();
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
-	if (archive_read_open_fd(a, fd, 65536) != ARCHIVE_OK) {
-		r = k8_err_set(err, -EINVAL, "layer %s: %s", digest, archive_error_string(a) ?: "?");
+struct dkb_scan {
+	int in, out;
+	const char *digest;
+};
+
+/* In the worker: read the layer, send each entry's type, name and link target. */
+static int dkb_links_scan(void *ctx, uint64_t *value, struct k8_err *err)
+{
+	struct dkb_scan *sc = ctx;
+	struct archive *a = uarchive_reader(UARCHIVE_COMPRESSED, err);
+	struct archive_entry *e;
+	int rr, r = 0;
+
+	if (!a)
+		return err->code;
+	if (archive_read_open_fd(a, sc->in, 65536) != ARCHIVE_OK) {
+		r = k8_err_set(err, -EINVAL, "layer %s is not a tar archive (plain, gzip, zstd, xz "
+			       "or bzip2): %s", sc->digest, archive_error_string(a) ?: "?");
 		goto out;
 	}
 	while ((rr = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
-		const char *name = archive_entry_pathname(e), *base;
-		char p[4200], par[4200];
+		const char *name = archive_entry_pathname(e), *tg = archive_entry_symlink(e);
+		mode_t t = archive_entry_filetype(e);
+		unsigned char head[5];
+		size_t nl = name ? strlen(name) : 0, tl;
 
-		if (!name || strlen(name) >= sizeof(p) - 1)
-			continue;
-		snprintf(p, sizeof(p), "%s", name);
-		dignore_clean(p);
-		if (!strcmp(p, ".") || !strncmp(p, "../", 3) || !strcmp(p, ".."))
+		if (!name || nl >= 4200 - 1)
+			continue;       /* kept out of the map, as the unpacker refuses it */
+		tl = t == AE_IFLNK && tg && strlen(tg) < 4096 ? strlen(tg) : DKB_LREC_NONE;
+		head[0] = t == AE_IFLNK ? 2 : t == AE_IFDIR ? 1 : 0;
+		head[1] = (unsigned char)nl;
+		head[2] = (unsigned char)(nl >> 8);
+		head[3] = (unsigned char)tl;
+		head[4] = (unsigned char)(tl >> 8);
+		if (write_full(sc->out, head, sizeof(head)) || write_full(sc->out, name, nl) ||
+		    (tl != DKB_LREC_NONE && write_full(sc->out, tg, tl)))
+			goto out;       /* the daemon stopped reading: it has its answer */
+		++*value;
+		archive_read_data_skip(a);
+	}
+	if (rr != ARCHIVE_EOF)
+		r = k8_err_set(err, -EINVAL, "layer %s: %s", sc->digest,
+			       archive_error_string(a) ?: "?");
+out:
+	archive_read_free(a);
+	return r;
+}
+
+/* One record from the worker into p and tg (NUL-terminated): 1, 0 at the end, or a
+ * negative errno for a record no worker of ours writes. */
+static int dkb_lrec_read(int fd, int *type, char p[4200], char tg[4097], bool *has_tg)
+{
+	unsigned char head[5];
+	size_t nl, tl;
+	ssize_t n;
+
+	do
+		n = read(fd, head, 1);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return n == 0 ? 0 : -errno;
+	if (read_full(fd, head + 1, 4))
+		return -EPIPE;
+	nl = head[1] | (size_t)head[2] << 8;
+	tl = head[3] | (size_t)head[4] << 8;
+	if (head[0] > 2 || nl >= 4200 - 1 || (tl != DKB_LREC_NONE && tl >= 4096) ||
+	    (tl != DKB_LREC_NONE && head[0] != 2))
+		return -EBADMSG;
+	*has_tg = tl != DKB_LREC_NONE;
+	if (read_full(fd, p, nl) || (*has_tg && read_full(fd, tg, tl)))
+		return -EPIPE;
+	p[nl] = '\0';
+	tg[*has_tg ? tl : 0] = '\0';
+	*type = head[0];
+	return 1;
+}
+
+/* Apply one layer's entries: a symlink is set; any other entry at its path replaces it
+ * (a non-directory also what was below it); a whiteout `.wh.NAME` removes NAME and
+ * below; `.wh..wh..opq` empties its directory. The layer (a registry's, or a RUN's: the
+ * guest's bytes) is read by a jailed worker (src/common/worker.h), which sends only
+ * each entry's type, name and link target. */
+static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const char *digest,
+			   struct k8_err *err)
+{
+	cleanup_close int fd = image_blob_open(b->d->images, digest, err);
+	struct k8_err werr = { 0 };
+	struct dkb_scan sc = { .in = fd, .digest = digest };
+	int p[2], ns, report, rr = 0, r = 0, type = 0;
+	char name[4200], tg[4097];
+	bool has_tg = false;
+	pid_t pid;
+
+	if (fd < 0)
+		return fd;
+	if (image_store_userns(b->d->images, &ns, err))
+		return err->code;
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return k8_err_set(err, -errno, "pipe: %s", strerror(errno));
+	sc.out = p[1];
+	struct worker w = {
+		.name = "kosa8d-links", .userns = ns, .keep = { fd, p[1] }, .nkeep = 2,
+		.dirs = { { .fd = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = true } },
+		.ndirs = 1, .fn = dkb_links_scan, .ctx = &sc,
+	};
+	if (w.dirs[0].fd < 0)
+		pid = k8_err_set(err, -errno, "/usr: %s", strerror(errno));
+	else
+		pid = worker_start(&w, &report, err);
+	k8_closep(&w.dirs[0].fd);
+	close(p[1]);
+	if (pid < 0) {
+		close(p[0]);
+		return err->code;
+	}
+	while (!r && (rr = dkb_lrec_read(p[0], &type, name, tg, &has_tg)) > 0) {
+		const char *base;
+		char par[4200];
+
+		dignore_clean(name);
+		if (!strcmp(name, ".") || !strncmp(name, "../", 3) || !strcmp(name, ".."))
 			continue;       /* the unpacker refuses those anyway */
-		base = strrchr(p, '/');
-		snprintf(par, sizeof(par), "%.*s", base ? (int)(base - p) : 0, p);
-		base = base ? base + 1 : p;
+		base = strrchr(name, '/');
+		snprintf(par, sizeof(par), "%.*s", base ? (int)(base - name) : 0, name);
+		base = base ? base + 1 : name;
 		if (!strcmp(base, ".wh..wh..opq")) {
 			dkb_links_drop(links, below, par, false);
 		} else if (!strncmp(base, ".wh.", 4)) {
 			char t[4200];
 			snprintf(t, sizeof(t), "%s%s%s", par, par[0] ? "/" : "", base + 4);
 			dkb_links_drop(links, below, t, true);
-		} else if (archive_entry_filetype(e) == AE_IFLNK) {
-			const char *tg = archive_entry_symlink(e);
+		} else if (type == 2) {
 			if (json_object_size(links) >= DKB_LINKS_MAX) {
 				r = k8_err_set(err, -E2BIG, "the image has more than %d symlinks "
 					       "(kosa8's limit for COPY's resolution)", DKB_LINKS_MAX);
 				break;
 			}
-			dkb_links_drop(links, below, p, true);
+			dkb_links_drop(links, below, name, true);
 			/* a name that is not UTF-8 is not kept (the unpacker refuses going
 			 * through it) */
-			if (tg && strlen(tg) < 4096 && !json_object_set_new(links, p, json_string(tg)))
-				dkb_links_below(below, p);
-		} else if (archive_entry_filetype(e) == AE_IFDIR) {
-			json_object_del(links, p);      /* a directory keeps what is below it */
+			if (has_tg && !json_object_set_new(links, name, json_string(tg)))
+				dkb_links_below(below, name);
+		} else if (type == 1) {
+			json_object_del(links, name);   /* a directory keeps what is below it */
 		} else {
-			dkb_links_drop(links, below, p, true);
+			dkb_links_drop(links, below, name, true);
 		}
-		archive_read_data_skip(a);
 	}
-	if (!r && rr != ARCHIVE_EOF)
-		r = k8_err_set(err, -EINVAL, "layer %s: %s", digest, archive_error_string(a) ?: "?");
-out:
-	archive_read_free(a);
-	close(fd);
+	if (!r && rr < 0)
+		r = k8_err_set(err, -EBADMSG, "the worker reading layer %s sent a malformed "
+			       "entry", digest);
+	close(p[0]);            /* a worker still sending gets EPIPE and ends */
+	rr = worker_wait(pid, report, "the worker reading the layer", NULL, &werr);
+	close(report);
+	if (!r && rr)
+		r = k8_err_set(err, rr, "%s", werr.msg);
 	return r;
 }
 
@@ -1293,18 +1395,63 @@ static struct sandbox *dkb_sandbox(struct dkb *b, struct vm_image *img, struct k
 	return NULL;
 }
 
-/* Copy the exited container's layer into fd (capped). */
+/* The check of a RUN's layer, in a jailed worker: it reads the tar from a pipe. */
+static int dkb_check_fn(void *ctx, uint64_t *value, struct k8_err *err)
+{
+	return drunlayer_check(*(int *)ctx, DKB_LAYER_MAX, DKB_LAYER_ENTRIES, err);
+}
+
+/* Start the check's worker: a user namespace's root with no capability, no file but
+ * /usr read-only. Its pid and report fd; *feed is the pipe to write the layer into. */
+static pid_t dkb_check_start(struct dkb *b, int *feed, int *report, struct k8_err *err)
+{
+	int p[2], ns;
+	pid_t pid;
+
+	if (image_store_userns(b->d->images, &ns, err))
+		return -1;
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		k8_err_set(err, -errno, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	struct worker w = {
+		.name = "kosa8d-runlayer", .userns = ns, .caps = 0, .keep = { p[0] }, .nkeep = 1,
+		.dirs = { { .fd = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = true } },
+		.ndirs = 1, .fn = dkb_check_fn, .ctx = &p[0],
+	};
+	if (w.dirs[0].fd < 0)
+		pid = k8_err_set(err, -errno, "/usr: %s", strerror(errno));
+	else
+		pid = worker_start(&w, report, err);
+	k8_closep(&w.dirs[0].fd);
+	close(p[0]);
+	if (pid < 0)
+		close(p[1]);
+	else
+		*feed = p[1];
+	return pid;
+}
+
+/* Copy the exited container's layer into fd (capped), and through a pipe to its check
+ * (runlayer.h), which reads it as it comes in a jailed worker (the guest made those
+ * bytes: kosa8d never parses them). */
 static int dkb_take_layer(struct dkb *b, struct sandbox *sb, const char *ctr, int fd,
 			  struct k8_err *err)
 {
 	struct archive_xfer *x = NULL;
-	char *buf;
+	struct k8_err cerr = { 0 };
+	int feed = -1, report = -1, r = archive_layer_open(b->d, sb, ctr, &x, err), rc;
 	uint64_t total = 0;
+	char *buf;
 	ssize_t n;
-	int r = archive_layer_open(b->d, sb, ctr, &x, err);
+	pid_t pid;
 
 	if (r)
 		return r;
+	if ((pid = dkb_check_start(b, &feed, &report, err)) < 0) {
+		archive_close(x);
+		return err->code;
+	}
 	buf = xmalloc(65536);
 	while ((n = archive_get_read(x, buf, 65536, err)) > 0) {
 		if ((total += (uint64_t)n) > DKB_LAYER_MAX + (64u << 20)) {
@@ -1316,12 +1463,20 @@ static int dkb_take_layer(struct dkb *b, struct sandbox *sb, const char *ctr, in
 			k8_err_set(err, r, "writing the RUN's layer: %s", strerror(-r));
 			break;
 		}
+		/* a check that ended early (a refusal) has read enough: its report says */
+		if (feed >= 0 && write_full(feed, buf, (size_t)n))
+			k8_closep(&feed);
 	}
 	if (!r && n < 0)
 		r = (int)n;
 	free(buf);
 	archive_close(x);
-	return r ? r : drunlayer_check(fd, DKB_LAYER_MAX, DKB_LAYER_ENTRIES, err);
+	k8_closep(&feed);
+	rc = worker_wait(pid, report, "the check of the RUN's layer", NULL, &cerr);
+	close(report);
+	if (!r && rc)
+		r = k8_err_set(err, rc, "%s", cerr.msg);
+	return r;
 }
 
 /* Run the step's command in a container of the current image; its layer into fd. */
@@ -1479,7 +1634,15 @@ static int dkb_run(struct dkb *b, json_t *body, json_t **result, struct k8_err *
 	if (mkdir(ctxdir, 0700) < 0 ||
 	    (b->ctxfd = open(ctxdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return k8_err_set(err, -errno, "%s: %s", ctxdir, strerror(errno));
-	r = image_unpack_layer(b->ctxfd, ctxtar, DKB_UNPACK_MAX, err);
+	{
+		/* a client's tar: in a jailed worker; its owners mean nothing to COPY (0:0
+		 * unless --chown), so none are kept */
+		cleanup_close int cfd = open(ctxtar, O_RDONLY | O_CLOEXEC);
+		uint64_t used = 0;
+		r = cfd < 0 ? k8_err_set(err, -errno, "%s: %s", ctxtar, strerror(errno))
+			    : image_unpack_jailed(b->d->images, b->ctxfd, cfd, "context.tar", false,
+						  DKB_UNPACK_MAX, &used, err);
+	}
 	unlink(ctxtar);
 	if (r)
 		return k8_err_wrap(err, "the build context was refused");

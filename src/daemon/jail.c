@@ -2,6 +2,7 @@
 /* jail.c - the per-sandbox blocks of unprivileged uids, and the jail QEMU runs in
  * (see jail.h). */
 #include "daemon/jail.h"
+#include "common/jail.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,22 +26,13 @@
 
 int jail_range_parse(const char *spec, struct jail_range *r, struct k8_err *err)
 {
-	unsigned long first, last;
-	char *e;
+	uint32_t first, count;
 
-	errno = 0;
-	first = strtoul(spec, &e, 10);
-	if (errno || e == spec || *e != '-')
-		goto bad;
-	spec = e + 1;
-	last = strtoul(spec, &e, 10);
-	if (errno || e == spec || *e || last < first || first == 0 || last > 0xfffffffeUL ||
-	    last - first + 1 < JAIL_ROLES)
-		goto bad;
-	r->base = (uid_t)first;
-	r->blocks = (unsigned)((last - first + 1) / JAIL_ROLES);
-	return 0;
-bad:
+	if (jail_ids_parse(spec, JAIL_ROLES, &first, &count) == 0) {
+		r->base = (uid_t)first;
+		r->blocks = count / JAIL_ROLES;
+		return 0;
+	}
 	return k8_err_set(err, -EINVAL,
 			  "jail_uids must be FIRST-LAST, unused uids above 0 with room for at "
 			  "least %d (one sandbox), e.g. \"%s\"", JAIL_ROLES, JAIL_DEFAULT_RANGE);

@@ -235,6 +235,21 @@ int main(int argc, char **argv)
 			d->jail_off = true;
 			snprintf(d->jail_why, sizeof(d->jail_why), "%s", JAIL_NOROOT_NOTE);
 		}
+		/* the image unpacker's ids (src/image/unpack_jail.c): apart from the sandboxes' */
+		const char *uspec = json_string_value(json_object_get(cfg, "unpack_uids"));
+		if (!bad)
+			bad = image_store_unpack_ids(d->images, uspec ? uspec : IMAGE_UNPACK_IDS_DEFAULT,
+						     &err);
+		if (!bad) {
+			uint32_t ufirst, ucount;
+			uint64_t jend = (uint64_t)d->jail.base + (uint64_t)d->jail.blocks * JAIL_ROLES;
+			image_store_unpack_range(d->images, &ufirst, &ucount);
+			if (ufirst < jend && d->jail.base < (uint64_t)ufirst + ucount)
+				bad = k8_err_set(&err, -EINVAL, "unpack_uids (%u-%u) overlaps "
+						 "jail_uids (%u-%llu): give each its own ids",
+						 ufirst, ufirst + (ucount - 1), (unsigned)d->jail.base,
+						 (unsigned long long)jend - 1);
+		}
 		json_decref(cfg);
 		if (bad) {
 			fprintf(stderr, "kosa8d: %s/config.json: %s\n", d->home, err.msg);

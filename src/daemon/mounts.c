@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 
 #include "daemon/mounts.h"
+#include "common/jail.h"
 #include "daemon/record.h"
 
 /* Guest paths no mount may cover: the kernel's, the agent's own, the scratch disk and
@@ -418,56 +419,6 @@ static void fs_event(void *ctx, json_t *ev)
 	}
 }
 
-/* Write `text` to an existing file (a /proc map). 0 or -errno. */
-static int mount_write(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC), r = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
-		r = errno ? -errno : -EIO;
-	close(fd);
-	return r;
-}
-
-/* A user namespace mapping uid `from` to `to` (and gid likewise), for an idmapped
- * mount; its fd, or a negative errno. A child is cloned into a new user namespace and
- * waits; we write its maps (as root in ours we may map any id), take the namespace's fd
- * and let it go. */
-static int mount_userns(uid_t from, uid_t to, gid_t gfrom, gid_t gto, struct k8_err *err)
-{
-	char path[64], map[64];
-	int fd = -1, r = 0;
-	pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
-
-	if (pid < 0)
-		return k8_err_set(err, -errno, "a user namespace for the idmapped share: %s",
-				  strerror(errno));
-	if (pid == 0) {
-		for (;;)
-			pause();
-	}
-	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
-	snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)from, (unsigned)to);
-	if ((r = mount_write(path, map)) == 0) {
-		snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
-		snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)gfrom, (unsigned)gto);
-		r = mount_write(path, map);
-	}
-	if (r == 0) {
-		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			r = -errno;
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	if (r)
-		return k8_err_set(err, r, "mapping ids for the idmapped share: %s", strerror(-r));
-	return fd;
-}
-
 /* The detached mount kosa8-fs serves: a non-recursive clone of the pinned folder (mounts
  * below it are not in it, so a share never crosses into another file system), idmapped
  * so the folder owner's files are kosa8-fs's own (uid `fsuid`) and what it creates is
@@ -476,37 +427,23 @@ static int mount_userns(uid_t from, uid_t to, gid_t gfrom, gid_t gto, struct k8_
 static int mount_clone(int dirfd, const struct sb_mount *m, uid_t fsuid, struct k8_err *err)
 {
 	struct stat st;
-	struct mount_attr attr = {
-		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-			    MOUNT_ATTR_NOEXEC | MOUNT_ATTR_NOSYMFOLLOW |
-			    (m->ro ? MOUNT_ATTR_RDONLY : 0),
-	};
+	struct jail_idmap u = { .outside = fsuid, .count = 1 }, g = u;
 	int tree, ns;
 
 	if (fstat(dirfd, &st) < 0)
 		return k8_err_set(err, -errno, "host folder %s: %s", m->host, strerror(errno));
-	tree = (int)syscall(SYS_open_tree, dirfd, "",
-			    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
-	if (tree < 0)
-		return k8_err_set(err, -errno, "host folder %s: cannot make a private mount of it "
-				  "(open_tree: %s); this needs Linux 5.12 or later", m->host,
-				  strerror(errno));
-	ns = mount_userns(st.st_uid, fsuid, st.st_gid, (gid_t)fsuid, err);
-	if (ns < 0) {
-		close(tree);
-		return ns;
-	}
-	attr.userns_fd = (__u64)ns;
-	if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
-		int e = errno;
-		close(ns);
-		close(tree);
-		return k8_err_set(err, -e, "host folder %s: its file system cannot be shared "
-				  "through an idmapped mount (%s); kosa8-fs runs without root and "
-				  "needs one: share a folder on ext4, xfs, btrfs or tmpfs",
-				  m->host, strerror(e));
-	}
+	u.inside = st.st_uid;
+	g.inside = st.st_gid;
+	ns = jail_userns(&u, &g, err);
+	if (ns < 0)
+		return k8_err_wrap(err, "host folder %s: the idmapped share", m->host);
+	tree = jail_idmapped_clone(dirfd, ns, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+				   MOUNT_ATTR_NOEXEC | MOUNT_ATTR_NOSYMFOLLOW |
+				   (m->ro ? MOUNT_ATTR_RDONLY : 0), err);
 	close(ns);
+	if (tree < 0)
+		return k8_err_wrap(err, "host folder %s (kosa8-fs runs without root and needs an "
+				   "idmapped mount)", m->host);
 	return tree;
 }
 

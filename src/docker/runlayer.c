@@ -2,6 +2,7 @@
 /* runlayer.c - the check of a RUN step's layer (runlayer.h). */
 #include "docker/runlayer.h"
 #include "docker/dockerignore.h"
+#include "common/uarchive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -13,14 +14,14 @@
 
 int drunlayer_check(int fd, uint64_t max_bytes, unsigned max_entries, struct k8_err *err)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a = uarchive_reader(0, err);
 	struct archive_entry *e;
 	uint64_t total = 0;
 	unsigned n = 0;
 	int r = 0, ar;
 
-	archive_read_support_format_tar(a);
-	archive_read_support_format_gnutar(a);
+	if (!a)
+		return err->code;
 	lseek(fd, 0, SEEK_SET);
 	if (archive_read_open_fd(a, fd, 65536) != ARCHIVE_OK) {
 		r = k8_err_set(err, -EINVAL, "the RUN's layer is not a tar: %s",

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* disk.c - one read-only EROFS disk per image: unpack the layers in order, mkfs.erofs.
+/* disk.c - one read-only EROFS disk per image: unpack the layers in order (each in a
+ * jailed worker, unpack_jail.c), mkfs.erofs.
  *
  * The tree is built in tmp/disk-N/root (tmp/ is 0700, so setuid files in the tree are
  * out of other users' reach), packed with mkfs.erofs (run directly, no shell; its
@@ -140,10 +141,14 @@ static int disk_build(struct image_store *st, const char *hex, image_progress_fn
 	}
 	json_array_foreach(json_object_get(m, "layers"), i, l) {
 		const char *dg = json_string_value(json_object_get(l, "digest"));
-		cleanup_free char *lpath = xasprintf("%s/blobs/sha256/%s", st->root, dg + 7);
+		cleanup_close int lfd = openat(st->blobfd, dg + 7, O_RDONLY | O_NOFOLLOW |
+					       O_CLOEXEC);
 		if (progress)
 			progress(ctx, "unpack", dg, done, total);
-		r = unpack_layer(rootfd, lpath, IMAGE_UNPACK_MAX, &used, err);
+		r = lfd < 0 ? k8_err_set(err, -errno, "opening layer %s: %s", dg + 7,
+					 strerror(errno))
+			    : image_unpack_jailed(st, rootfd, lfd, dg + 7, true, IMAGE_UNPACK_MAX,
+						  &used, err);
 		if (r) {
 			k8_err_wrap(err, "unpacking image sha256:%.12s", hex);
 			goto out;

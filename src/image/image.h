@@ -102,13 +102,43 @@ uint64_t image_store_freed(struct image_store *st);
 /* Remove a reference; blobs and disks no longer referenced are deleted. */
 int image_remove(struct image_store *st, const char *ref, struct k8_err *err);
 
+/* ---- Unpacking in a jail (unpack_jail.c; docs/images.md "The unpacker's jail") ----
+ *
+ * Every layer kosa8d unpacks (an image's, for its disk; a build's context) is read by a
+ * worker (src/common/worker.h): a child process that is root of a user namespace of the
+ * store's own, whose ids 0..count-1 are the host's FIRST..FIRST+count-1 (config.json
+ * "unpack_uids", default below), with only CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER and
+ * CAP_FSETID there (CAP_DAC_OVERRIDE alone when owners are not kept), writing through
+ * an idmapped clone of the tree (so a file of image uid u is uid u on disk), Landlock to
+ * that tree and /usr read-only, seccomp. A daemon that is not root has no namespace: its worker runs
+ * as the daemon's user with no capability and keeps no owners. */
+#define IMAGE_UNPACK_IDS_FIRST 851072u     /* just above the jail_uids default */
+#define IMAGE_UNPACK_IDS_COUNT 65536u
+#define IMAGE_UNPACK_IDS_DEFAULT "851072-916607"
+/* Set the unpacker's host ids from "FIRST-LAST" (at least 65536); before the first
+ * unpack. 0 or -EINVAL with a message. */
+int image_store_unpack_ids(struct image_store *st, const char *spec, struct k8_err *err);
+/* The ids it holds (for the daemon's checks that ranges do not overlap). */
+void image_store_unpack_range(struct image_store *st, uint32_t *first, uint32_t *count);
+/* The store's user namespace for workers (made at the first call; the store keeps it)
+ * in *ns: an fd, or -1 when the daemon is not root (no namespace). 0 or a negative errno
+ * with a message. */
+int image_store_userns(struct image_store *st, int *ns, struct k8_err *err);
+/* Unpack the layer open at `fd` (read from where it stands) into the directory `rootfd`
+ * in a worker: image_unpack_layer's checks and results, `name` in messages, owners kept
+ * when `owners`, *used added to (bytes the layer declared). A worker that dies is an
+ * error like any other. */
+int image_unpack_jailed(struct image_store *st, int rootfd, int fd, const char *name,
+			bool owners, uint64_t max_bytes, uint64_t *used, struct k8_err *err);
+
 /* Unpack one layer tar stream (gzip, zstd or uncompressed; detected) into the directory
  * `rootfd` refers to, applying OCI whiteouts. Hostile input is refused with -EPERM or
  * -EINVAL and a message: absolute or `..` paths, paths through symlinks, hard links to
  * outside the root; -EFBIG when the files' declared sizes pass `max_bytes` in total
  * (checked before writing). Device nodes, FIFOs and sockets are never created (the
  * entry only removes what was at its path). On error the tree may hold part of the
- * layer: callers discard it. Exposed for unit tests and fuzzing. */
+ * layer: callers discard it. In this process, as whoever calls it: for unit tests and
+ * fuzzing (kosa8d uses image_unpack_jailed). */
 int image_unpack_layer(int rootfd, const char *layer_path, uint64_t max_bytes,
 		       struct k8_err *err);
 

@@ -31,6 +31,10 @@ struct image_store {
 	json_t *building;          /* object: manifest hex -> true while its disk is built */
 	uint64_t seq;              /* unique names in tmp/ */
 	uint64_t freed;            /* bytes the GC deleted since the store was opened */
+	/* unpack_jail.c: the unpacker's ids and its user namespace (made at first use;
+	 * guarded by lock) */
+	uint32_t unpack_first, unpack_count;
+	int unpack_ns;
 };
 
 /* reference.c */
@@ -95,9 +99,16 @@ int store_ref_set(struct image_store *st, const char *name, const char *mhex,
 /* Create a unique name for tmp/: "<prefix>-<pid>-<seq>". */
 void store_tmp_name(struct image_store *st, const char *prefix, char *out, size_t n);
 
-/* unpack.c: image_unpack_layer with a running byte count (*used is added to). */
-int unpack_layer(int rootfd, const char *layer_path, uint64_t max_bytes, uint64_t *used,
-		 struct k8_err *err);
+/* unpack.c: image_unpack_layer on an open layer (read from where it stands), `name` in
+ * messages, with a running byte count (*used is added to). UNPACK_OWNERS: owners kept
+ * (needs CAP_CHOWN), else files stay ours; UNPACK_MODES: modes as they are (needs
+ * CAP_DAC_OVERRIDE to fill a directory without u+w), else u+r on files and u+rwx on
+ * directories. In this process: kosa8d calls it only in a jailed worker
+ * (image_unpack_jailed). */
+#define UNPACK_OWNERS 1u
+#define UNPACK_MODES  2u
+int unpack_layer_fd(int rootfd, int fd, const char *name, unsigned flags, uint64_t max_bytes,
+		    uint64_t *used, struct k8_err *err);
 /* rm -rf of dirfd/name that never follows a symlink. */
 int unpack_remove_at(int dirfd, const char *name, unsigned depth);
 

@@ -24,6 +24,7 @@
  * (NAME:latest) and gives bare tags their repository.
  */
 #include "image/image_int.h"
+#include "common/uarchive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -350,17 +351,12 @@ static int load_docker_member(struct load *l, struct archive *a, const char *nam
 
 static int load_scan(struct load *l, int pass)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a = uarchive_reader(UARCHIVE_COMPRESSED, l->err);
 	struct archive_entry *ae;
 	int r = 0;
 
 	if (!a)
-		return k8_err_set(l->err, -ENOMEM, "libarchive: out of memory");
-	archive_read_support_filter_gzip(a);
-	archive_read_support_filter_zstd(a);
-	archive_read_support_filter_xz(a);
-	archive_read_support_filter_bzip2(a);
-	archive_read_support_format_tar(a);
+		return l->err->code;
 	if (archive_read_open_filename(a, l->src, 1 << 16) != ARCHIVE_OK) {
 		r = k8_err_set(l->err, -EINVAL, "%s is not a tar archive: %s", l->src,
 			       archive_error_string(a) ? archive_error_string(a) : "?");

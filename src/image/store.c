@@ -418,7 +418,9 @@ int image_store_open(const char *root, struct image_store **out, struct k8_err *
 	int r;
 
 	st = xcalloc(1, sizeof(*st));
-	st->rootfd = st->lockfd = st->tmpfd = st->blobfd = st->diskfd = -1;
+	st->rootfd = st->lockfd = st->tmpfd = st->blobfd = st->diskfd = st->unpack_ns = -1;
+	st->unpack_first = IMAGE_UNPACK_IDS_FIRST;
+	st->unpack_count = IMAGE_UNPACK_IDS_COUNT;
 	st->root = xstrdup(root);
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_cond_init(&st->cond, NULL);
@@ -483,6 +485,7 @@ void image_store_close(struct image_store *st)
 	k8_closep(&st->tmpfd);
 	k8_closep(&st->lockfd);   /* releases the flock */
 	k8_closep(&st->rootfd);
+	k8_closep(&st->unpack_ns);
 	json_decref(st->refs);
 	json_decref(st->building);
 	pthread_mutex_destroy(&st->lock);

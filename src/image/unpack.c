@@ -21,9 +21,11 @@
  * nodes, FIFOs and sockets are never created: the entry only removes what was at its
  * path (the 0:0 character device is overlayfs' whiteout, so that is the right meaning
  * for it, and a harmless one for the rest). Modes are kept, setuid bits included: the
- * tree is only mkfs.erofs' input inside a 0700 directory. Owners are kept when we run as
- * root (fchown, AT_SYMLINK_NOFOLLOW for links); otherwise files stay ours, with u+r on
- * files and u+rwx on directories so that later layers and mkfs.erofs can use them.
+ * tree is only mkfs.erofs' input inside a 0700 directory. Owners are kept when asked
+ * (UNPACK_OWNERS: kosa8d's worker, root of its user namespace, unpack_jail.c; fchown,
+ * AT_SYMLINK_NOFOLLOW for links); otherwise files stay ours, and unless UNPACK_MODES,
+ * with u+r on files and u+rwx on directories so that later layers and mkfs.erofs can
+ * use them.
  *
  * Whiteouts (OCI): ".wh.NAME" removes NAME of lower layers; ".wh..wh..opq" empties its
  * directory of lower layers' entries. Entries of the same layer survive both: every path
@@ -36,6 +38,7 @@
  * them whole), at most UNPACK_MAX_ENTRIES entries per layer.
  */
 #include "image/image_int.h"
+#include "common/uarchive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -60,7 +63,8 @@ struct unpack {
 	const char *layer;       /* for messages */
 	uint64_t max, *used;
 	unsigned entries;
-	bool owners;             /* running as root: keep uid/gid */
+	bool owners;             /* keep uid/gid (UNPACK_OWNERS) */
+	bool modes;              /* modes as they are, else u+r files, u+rwx directories */
 	struct k8_err *err;
 	uint64_t *set;           /* open addressing, 0 = empty */
 	size_t set_cap, set_n;
@@ -399,6 +403,17 @@ static int unpack_sys_err(struct unpack *u, const char *op, const char *path)
 	return k8_err_set(u->err, -e, "layer %s: %s '%s': %s", u->layer, op, path, strerror(e));
 }
 
+/* fchown's EINVAL: an id the unpacker's user namespace does not map (image.h). */
+static int unpack_chown_err(struct unpack *u, const char *path, uid_t uid, gid_t gid)
+{
+	if (errno != EINVAL)
+		return unpack_sys_err(u, "chown", path);
+	return k8_err_set(u->err, -EOVERFLOW, "layer %s: '%s' is owned by %u:%u; kosa8 keeps "
+			  "owners up to the size of its unpacker's id range (config.json "
+			  "\"unpack_uids\", docs/images.md)", u->layer, path, (unsigned)uid,
+			  (unsigned)gid);
+}
+
 static int unpack_file(struct unpack *u, struct archive_entry *ae, const char *path)
 {
 	const char *base;
@@ -463,8 +478,8 @@ static int unpack_file(struct unpack *u, struct archive_entry *ae, const char *p
 		return unpack_sys_err(u, "sizing", path);
 	*u->used += size >= 0 ? (uint64_t)size : got;
 	if (u->owners && fchown(fd, uid, gid) < 0)
-		return unpack_sys_err(u, "chown", path);
-	if (!u->owners)
+		return unpack_chown_err(u, path, uid, gid);
+	if (!u->modes)
 		mode |= 0400;
 	if (fchmod(fd, mode) < 0)
 		return unpack_sys_err(u, "chmod", path);
@@ -518,8 +533,8 @@ static int unpack_dir(struct unpack *u, struct archive_entry *ae, const char *pa
 	if (fd < 0)
 		return unpack_sys_err(u, "opening", path);
 	if (u->owners && fchown(fd, uid, gid) < 0)
-		return unpack_sys_err(u, "chown", path);
-	if (!u->owners)
+		return unpack_chown_err(u, path, uid, gid);
+	if (!u->modes)
 		mode |= 0700;
 	if (fchmod(fd, mode) < 0)
 		return unpack_sys_err(u, "chmod", path);
@@ -552,7 +567,7 @@ static int unpack_symlink(struct unpack *u, struct archive_entry *ae, const char
 	if (symlinkat(target, pfd, base) < 0)
 		return unpack_sys_err(u, "creating symlink", path);
 	if (u->owners && fchownat(pfd, base, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
-		return unpack_sys_err(u, "chown", path);
+		return unpack_chown_err(u, path, uid, gid);
 	unpack_times(ae, ts);
 	if (ts[1].tv_nsec != UTIME_OMIT && utimensat(pfd, base, ts, AT_SYMLINK_NOFOLLOW) < 0)
 		return unpack_sys_err(u, "setting times of", path);
@@ -707,34 +722,22 @@ static void unpack_apply_times(struct unpack *u)
 	}
 }
 
-int unpack_layer(int rootfd, const char *layer_path, uint64_t max_bytes, uint64_t *used,
-		 struct k8_err *err)
+int unpack_layer_fd(int rootfd, int fd, const char *name, unsigned flags, uint64_t max_bytes,
+		    uint64_t *used, struct k8_err *err)
 {
 	struct unpack u = {
-		.rootfd = rootfd, .layer = layer_path, .max = max_bytes, .used = used,
-		.owners = geteuid() == 0, .err = err,
+		.rootfd = rootfd, .layer = name, .max = max_bytes, .used = used,
+		.owners = flags & UNPACK_OWNERS, .modes = flags & UNPACK_MODES, .err = err,
 	};
 	struct archive_entry *ae;
-	cleanup_close int fd = open(layer_path, O_RDONLY | O_CLOEXEC);
-	const char *slash = strrchr(layer_path, '/');
 	int r = 0;
 
-	/* Messages name the blob, not the whole store path. */
-	if (slash && strlen(slash + 1) == 64)
-		u.layer = slash + 1;
-	if (fd < 0)
-		return k8_err_set(err, -errno, "opening layer %s: %s", layer_path, strerror(errno));
-	u.a = archive_read_new();
+	u.a = uarchive_reader(UARCHIVE_COMPRESSED | UARCHIVE_EMPTY, err);
 	if (!u.a)
-		return k8_err_set(err, -ENOMEM, "libarchive: out of memory");
-	archive_read_support_filter_gzip(u.a);
-	archive_read_support_filter_zstd(u.a);
-	archive_read_support_filter_xz(u.a);
-	archive_read_support_filter_bzip2(u.a);
-	archive_read_support_format_tar(u.a);
-	archive_read_support_format_empty(u.a);
+		return err->code;
 	if (archive_read_open_fd(u.a, fd, 1 << 16) != ARCHIVE_OK) {
-		r = k8_err_set(err, -EINVAL, "layer %s is not a tar archive (plain, gzip or zstd): %s",
+		r = k8_err_set(err, -EINVAL, "layer %s is not a tar archive (plain, gzip, zstd, xz "
+			       "or bzip2): %s",
 			       u.layer, archive_error_string(u.a) ? archive_error_string(u.a) : "?");
 		goto out;
 	}
@@ -771,7 +774,14 @@ out:
 int image_unpack_layer(int rootfd, const char *layer_path, uint64_t max_bytes,
 		       struct k8_err *err)
 {
+	cleanup_close int fd = open(layer_path, O_RDONLY | O_CLOEXEC);
+	const char *slash = strrchr(layer_path, '/');
 	uint64_t used = 0;
 
-	return unpack_layer(rootfd, layer_path, max_bytes, &used, err);
+	if (fd < 0)
+		return k8_err_set(err, -errno, "opening layer %s: %s", layer_path, strerror(errno));
+	/* Messages name the blob, not the whole store path. */
+	return unpack_layer_fd(rootfd, fd, slash && strlen(slash + 1) == 64 ? slash + 1
+						: layer_path, geteuid() == 0 ? UNPACK_OWNERS | UNPACK_MODES : 0,
+			       max_bytes, &used, err);
 }

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from conftest import Home, new_home, recv_all
+from conftest import Home, new_home, recv_all, run
 
 try:
     import docker as dockerpy
@@ -24,22 +24,31 @@ needs_py = pytest.mark.skipif(dockerpy is None,
                               reason="python3-docker is needed (scripts/deps.sh)")
 
 
-def engine_home(python_layout, prefix, *start_args):
-    """A module fixture's body: a daemon whose engine is 512 MiB / 1 vCPU / 2 GB, started
-    with start_args, with IMG loaded; yields its Home, then stops it and removes its home
-    (kept with KOSA8_KEEP_HOME)."""
+def daemon_home(prefix, config, start_args=(), env_extra=None, layout=None):
+    """A module fixture's body: a daemon of its own (config.json `config`, started with
+    start_args and env_extra in its environment), with IMG loaded from `layout` when
+    given; yields its Home, then stops it and removes its home (kept with
+    KOSA8_KEEP_HOME)."""
     h = Home(new_home(prefix))
     with open(os.path.join(h.path, "config.json"), "w") as f:
-        json.dump({"docker_engine_memory_mib": 512, "docker_engine_cpus": 1,
-                   "docker_engine_disk_gb": 2}, f)
-    h.start(*start_args)
-    h("image", "load", python_layout, "--tag", IMG, check=True, timeout=600)
+        json.dump(config, f)
+    run(["daemon", "start"] + list(start_args), h.path, check=True, timeout=200,
+        env_extra=env_extra)
+    if layout:
+        h("image", "load", layout, "--tag", IMG, check=True, timeout=600)
     try:
         yield h
     finally:
         h.stop()
         if os.environ.get("KOSA8_KEEP_HOME") is None:
             shutil.rmtree(h.path, ignore_errors=True)
+
+
+def engine_home(python_layout, prefix, *start_args):
+    """daemon_home with an engine of 512 MiB / 1 vCPU / 2 GB and IMG loaded."""
+    yield from daemon_home(prefix, {"docker_engine_memory_mib": 512, "docker_engine_cpus": 1,
+                                    "docker_engine_disk_gb": 2}, start_args,
+                           layout=python_layout)
 
 
 def docker_sock(home):

@@ -30,6 +30,18 @@ struct fent {
 	const char *data;        /* NULL: a directory */
 };
 
+/* Owners and modes the jailed unpacker must keep (unpack_jail.c): a setgid file of a
+ * group not its own, a read-only directory of another owner that the next layer fills,
+ * a private home. Other entries are 0:0, 0644 or 0755. */
+static const struct {
+	const char *path;
+	unsigned uid, gid, mode;
+} owned[] = {
+	{ "usr/bin/sg", 0, 50, 02755 }, { "srv/", 999, 999, 0555 },
+	{ "home/u/", 1000, 1000, 0700 }, { "home/u/f", 1000, 1001, 0600 },
+	{ "srv/data", 999, 999, 0640 }, { "big", 70000, 0, 0644 },
+};
+
 /* A layer tar in memory: `gz` picks gzip. */
 static struct buf mklayer(const struct fent *e, size_t n, bool gz)
 {
@@ -55,6 +67,12 @@ static struct buf mklayer(const struct fent *e, size_t n, bool gz)
 			archive_entry_set_filetype(ae, AE_IFDIR);
 			archive_entry_set_perm(ae, 0755);
 		}
+		for (size_t k = 0; k < ARRAY_SIZE(owned); k++)
+			if (!strcmp(owned[k].path, e[i].path)) {
+				archive_entry_set_perm(ae, owned[k].mode);
+				archive_entry_set_uid(ae, owned[k].uid);
+				archive_entry_set_gid(ae, owned[k].gid);
+			}
 		archive_write_header(a, ae);
 		if (e[i].data)
 			archive_write_data(a, e[i].data, strlen(e[i].data));
@@ -218,6 +236,31 @@ static bool file_exists(const char *fmt, ...)
 	return lstat(p, &s) == 0;
 }
 
+/* Do the entries of owned[] (but "big") under `root` have their owners and modes?
+ * Says what one has when not. `setgid`: fsck.erofs --extract drops setgid bits. */
+static bool owners_kept(const char *root, bool setgid)
+{
+	bool ok = true;
+
+	for (size_t k = 0; k < ARRAY_SIZE(owned); k++) {
+		unsigned mode = setgid ? owned[k].mode : owned[k].mode & ~02000u;
+		char p[700];
+		struct stat s;
+
+		if (!strcmp(owned[k].path, "big"))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", root, owned[k].path);
+		if (lstat(p, &s) < 0 || s.st_uid != owned[k].uid || s.st_gid != owned[k].gid ||
+		    (s.st_mode & 07777) != mode) {
+			fprintf(stderr, "%s: %u:%u %o, not %u:%u %o\n", p, (unsigned)s.st_uid,
+				(unsigned)s.st_gid, (unsigned)(s.st_mode & 07777), owned[k].uid,
+				owned[k].gid, mode);
+			ok = false;
+		}
+	}
+	return ok;
+}
+
 /* Tar up directory `dir` (its files, relative names) into `out`, plus hostile members. */
 static void tar_dir(const char *dir, const char *out, bool hostile)
 {
@@ -313,6 +356,60 @@ static bool have_mkfs_erofs(void)
 
 /* ---------------------------------------------------------------- main */
 
+/* image_unpack_jailed itself (unpack_jail.c), its tree looked at directly: owners and
+ * setgid bits kept through the worker's namespace (as root), an owner outside its id
+ * range refused with a message that says which setting, a hostile name refused with
+ * nothing written beside the tree. */
+static void test_jailed_unpack(struct image_store *st)
+{
+	struct fent l[] = {
+		{ "usr/", NULL }, { "usr/bin/", NULL }, { "usr/bin/sg", "sg\n" }, { "srv/", NULL },
+		{ "srv/data", "d\n" }, { "home/u/", NULL }, { "home/u/f", "u\n" },
+	};
+	struct fent big[] = { { "big", "b\n" } };
+	struct buf b = mklayer(l, ARRAY_SIZE(l), true), b2 = mklayer(big, 1, false);
+	char tar[300], root[300], q[400];
+	struct k8_err err = { 0 };
+	uint64_t used = 0;
+	int fd, rootfd;
+
+	snprintf(tar, sizeof(tar), "%s/jl.tar", T);
+	snprintf(root, sizeof(root), "%s/jroot", T);
+	write_path(tar, b.p, b.n);
+	mkdirs(root);
+	fd = open(tar, O_RDONLY | O_CLOEXEC);
+	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK_EQ_INT(image_unpack_jailed(st, rootfd, fd, "jl", true, 1 << 20, &used, &err), 0);
+	if (err.code)
+		fprintf(stderr, "jailed unpack: %s\n", err.msg);
+	CHECK_EQ_INT(used, 7);
+	if (geteuid() == 0) {
+		CHECK(owners_kept(root, true));
+		/* uid 70000 is past the 65536 ids the namespace maps */
+		close(fd);
+		write_path(tar, b2.p, b2.n);
+		fd = open(tar, O_RDONLY | O_CLOEXEC);
+		memset(&err, 0, sizeof(err));
+		CHECK_EQ_INT(image_unpack_jailed(st, rootfd, fd, "jl", true, 1 << 20, &used, &err),
+			     -EOVERFLOW);
+		CHECK(strstr(err.msg, "owned by 70000:0") && strstr(err.msg, "unpack_uids"));
+	}
+	/* hostile names: refused, nothing beside the tree */
+	close(fd);
+	snprintf(q, sizeof(q), "%s/jl-evil", T);
+	mkdirs(q);
+	tar_dir(q, tar, true);
+	fd = open(tar, O_RDONLY | O_CLOEXEC);
+	memset(&err, 0, sizeof(err));
+	CHECK_EQ_INT(image_unpack_jailed(st, rootfd, fd, "jl", true, 1 << 20, &used, &err),
+		     -EPERM);
+	CHECK(!file_exists("%s/evil", T) && !file_exists("/tmp/k8-store-evil"));
+	close(fd);
+	close(rootfd);
+	free(b.p);
+	free(b2.p);
+}
+
 int main(void)
 {
 	char store[300], la[300], lb[300], lc[300], ld[300], le[300], ds[300], path[1200];
@@ -340,10 +437,12 @@ int main(void)
 	/* Layer 1 (gzip): a small tree. Layer 2 (plain): whiteout + app; also used by docker. */
 	struct fent l1[] = {
 		{ "etc/", NULL }, { "etc/os-release", "ID=kosa8-test\n" }, { "etc/old", "old\n" },
-		{ "usr/bin/tool", "#!/bin/sh\necho tool\n" },
+		{ "usr/bin/tool", "#!/bin/sh\necho tool\n" }, { "usr/bin/sg", "sg\n" },
+		{ "srv/", NULL }, { "home/u/", NULL }, { "home/u/f", "u\n" },
 	};
 	struct fent l2[] = {
 		{ "etc/.wh.old", "" }, { "app/", NULL }, { "app/main.py", "print('hi')\n" },
+		{ "srv/data", "d\n" },
 	};
 	struct buf layers[2] = { mklayer(l1, ARRAY_SIZE(l1), true), mklayer(l2, ARRAY_SIZE(l2), false) };
 	bool gz[2] = { true, false };
@@ -493,6 +592,9 @@ int main(void)
 			CHECK(file_exists("%s/%s", ex, "usr/bin/tool"));
 			CHECK(!file_exists("%s/%s", ex, "etc/old"));
 			CHECK(!file_exists("%s/%s", ex, "etc/.wh.old"));
+			/* owners kept (through the worker's namespace); layer 2 filled srv/ */
+			if (geteuid() == 0)
+				CHECK(owners_kept(ex, false));
 		} else {
 			printf("SKIP disk content check: fsck.erofs is not installed\n");
 		}
@@ -729,6 +831,8 @@ int main(void)
 		CHECK_EQ_INT(image_remove(st, C.manifest + 7, &err), 0);
 		CHECK(!file_exists("%s/%s", blobs, C.manifest + 7));
 	}
+
+	test_jailed_unpack(st);
 
 	/* ---- reopen: refs persist, tmp/ and stale temp files are wiped, orphans collected */
 	image_store_close(st);
