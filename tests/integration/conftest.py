@@ -127,28 +127,36 @@ def sandbox(home, loaded):
 
 def _cgroup_limits(pid):
     """memory (bytes), cpu (CPUs of quota) and pids limits of the cgroups holding pid,
-    read from the host's cgroup files (v1 or v2)."""
+    read from the host's cgroup files (v1 or v2); a limit whose file is absent (a root
+    cgroup has none) is left out."""
     out = {}
     with open("/proc/%d/cgroup" % pid) as f:
         lines = [l.rstrip("\n").split(":", 2) for l in f]
     root = "/sys/fs/cgroup"
+
+    def val(path):
+        with open(path) as f:
+            return f.read().split()
     for _, ctl, path in lines:
         ctls = ctl.split(",")
-        if ctl == "":                               # v2
-            d = root + path if not os.path.isdir(root + "/unified") else None
-            if d and os.path.exists(d + "/memory.max"):
-                out["memory"] = int(open(d + "/memory.max").read())
-                q, per = open(d + "/cpu.max").read().split()
-                out["cpu"] = int(q) / int(per)
-                out["pids"] = int(open(d + "/pids.max").read())
-        if "memory" in ctls:
-            out["memory"] = int(open(root + "/memory" + path + "/memory.limit_in_bytes").read())
-        if "cpu" in ctls:
-            d = root + "/cpu" + path
-            out["cpu"] = int(open(d + "/cpu.cfs_quota_us").read()) / \
-                int(open(d + "/cpu.cfs_period_us").read())
-        if "pids" in ctls:
-            out["pids"] = int(open(root + "/pids" + path + "/pids.max").read())
+        try:
+            if ctl == "":                               # v2
+                d = root + path if not os.path.isdir(root + "/unified") else None
+                if d and os.path.exists(d + "/memory.max"):
+                    out["memory"] = int(val(d + "/memory.max")[0])
+                    q, per = val(d + "/cpu.max")
+                    out["cpu"] = int(q) / int(per)
+                    out["pids"] = int(val(d + "/pids.max")[0])
+            if "memory" in ctls:
+                out["memory"] = int(val(root + "/memory" + path + "/memory.limit_in_bytes")[0])
+            if "cpu" in ctls:
+                d = root + "/cpu" + path
+                out["cpu"] = int(val(d + "/cpu.cfs_quota_us")[0]) / \
+                    int(val(d + "/cpu.cfs_period_us")[0])
+            if "pids" in ctls:
+                out["pids"] = int(val(root + "/pids" + path + "/pids.max")[0])
+        except FileNotFoundError:
+            continue
     return out
 
 

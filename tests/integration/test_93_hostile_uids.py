@@ -13,8 +13,9 @@ from conftest import Home, new_home
 
 pytestmark = pytest.mark.hostile
 
-# Far from the default range (720000-851071) that other daemons on this host use.
-A_RANGE, B_RANGE = "900000-900007", "900002-900009"      # two blocks each, 2 uids apart
+# Far from the defaults other daemons on this host use: jail_uids 720000-851071 and
+# unpack_uids 851072-916607 (the image unpacker's user namespace).
+A_RANGE, B_RANGE = "950000-950007", "950002-950009"      # two blocks each, 2 uids apart
 
 
 def qemu_uid(h, name):
@@ -57,12 +58,12 @@ def test_overlapping_ranges_never_share_a_uid(two_homes):
     p = create(b, "ub1")
     assert p.returncode == 0, p.stderr
     qa, qb = qemu_uid(a, "ua1"), qemu_uid(b, "ub1")
-    assert qa == 900000, qa
+    assert qa == 950000, qa
     # each sandbox holds four uids from its QEMU's on (QEMU, kosa8-net, kosa8-fs, broker)
     assert not set(range(qa, qa + 4)) & set(range(qb, qb + 4)), (qa, qb)
-    assert qb == 900006, qb          # B's first block straddles A's: skipped
+    assert qb == 950006, qb          # B's first block straddles A's: skipped
 
-    # A's second block (900004-900007) holds B's sandbox's uids now: refused, naming it
+    # A's second block (950004-950007) holds B's sandbox's uids now: refused, naming it
     p = create(a, "ua2")
     assert p.returncode != 0, p.stdout
     assert "every uid block of jail_uids is in use" in p.stderr, p.stderr
@@ -74,4 +75,4 @@ def test_overlapping_ranges_never_share_a_uid(two_homes):
     b("sandbox", "rm", "ub1", check=True, timeout=120)
     p = create(a, "ua2")
     assert p.returncode == 0, p.stderr
-    assert qemu_uid(a, "ua2") == 900004
+    assert qemu_uid(a, "ua2") == 950004
