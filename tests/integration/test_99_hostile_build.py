@@ -352,10 +352,10 @@ def test_run_layer_checked_and_unpacked_by_jailed_workers(dk):
     namespace). kosa8d itself never parses them."""
     tok = uuid.uuid4().hex
     p, w = build_watched(dk, "FROM python:3.12-slim\n"
-                         "RUN echo %s > /tok && head -c 200000000 /dev/zero > /big && "
-                         "mkdir /m && cd /m && seq 1 50000 | xargs touch\n"
+                         "RUN echo %s > /tok && head -c 24000000 /dev/zero > /big && "
+                         "mkdir /m && cd /m && seq 1 10000 | xargs touch\n"
                          "COPY Dockerfile /m/df\n"
-                         "RUN test -s /big && test -f /m/50000 && cat /tok\n" % tok)
+                         "RUN test -s /big && test -f /m/10000 && cat /tok\n" % tok)
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert tok in p.stdout, p.stdout
     assert set(w.seen) >= {"kosa8d-runlayer", "kosa8d-links", "kosa8d-unpack"}, \
@@ -387,7 +387,7 @@ def test_run_layer_worker_that_dies_is_a_build_error(dk):
     dpid = daemon_pid(dk.path)
     tok = uuid.uuid4().hex
     p, w = build_watched(dk, "FROM python:3.12-slim\n"
-                         "RUN echo %s > /tok && head -c 200000000 /dev/zero > /big\n" % tok,
+                         "RUN echo %s > /tok && head -c 24000000 /dev/zero > /big\n" % tok,
                          kill=("kosa8d-runlayer", signal.SIGSEGV))
     assert w.killed, "no RUN layer check was seen at work"
     assert p.returncode != 0, (p.stdout, p.stderr)
