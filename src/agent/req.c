@@ -361,10 +361,8 @@ static int req_init(struct agent *a, uint32_t id, json_t *req, struct k8_err *er
 			       "boot; they cannot change without a reboot");
 		goto out;
 	}
-	if (gen && (r = req_generation(gen, err)) < 0)
-		goto out;
-	if (seed && (r = req_seed(seed, err)) < 0)
-		goto out;
+	/* The clock first: the host read it just before sending, and every step before this
+	 * one leaves the guest that much behind (the RNG's reseed is slow on a busy host). */
 	if (t > 0) {
 		struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ll),
 				       .tv_nsec = (long)(t % 1000000000ll) };
@@ -373,6 +371,10 @@ static int req_init(struct agent *a, uint32_t id, json_t *req, struct k8_err *er
 			goto out;
 		}
 	}
+	if (gen && (r = req_generation(gen, err)) < 0)
+		goto out;
+	if (seed && (r = req_seed(seed, err)) < 0)
+		goto out;
 	if (host && *host && sethostname(host, strlen(host)) < 0) {
 		r = k8_err_set(err, -errno, "sethostname: %s", strerror(errno));
 		goto out;

@@ -251,6 +251,7 @@ def test_audit_flood_is_budgeted(mhome, msb):
     can: the audit log takes at most the budget plus a few folded records, the folded
     records count the rest, the chain verifies and the daemon keeps answering."""
     before = records(mhome)[-1]["seq"]
+    frames0 = mhome.json("sandbox", "egress", msb)["frames_in"]
     t0 = time.time()
     n = 3000
     p = mhome("sandbox", "run", msb, IMAGE, "python3", "-c", FLOOD, str(n), timeout=600)
@@ -271,11 +272,17 @@ def test_audit_flood_is_budgeted(mhome, msb):
     assert len(folds) <= elapsed / BUDGET["guest_fold_seconds"] + 2, (len(folds), elapsed)
     counted = sum(r["details"].get("count", 1) for r in denies) + \
         sum(r["details"]["suppressed"] for r in folds)
-    # what is not written is still counted
-    assert 0.9 * n <= counted <= n + 1, (counted, n, len(denies), [f["details"] for f in folds])
+    # What is not written is still counted: every datagram that reached kosa8-net (its
+    # frames, less a few that are not the flood's: ARP, neighbour discovery). A guest
+    # on a busy host drops some of its own sends before they leave it (its queue full),
+    # so the count is held to what arrived, not to what the guest tried.
+    seen = mhome.json("sandbox", "egress", msb)["frames_in"] - frames0
+    assert seen >= BUDGET["guest_burst"] * 10, ("too few datagrams arrived to flood", seen)
+    assert 0.98 * seen - 20 <= counted <= min(seen, n + 1), \
+        (counted, seen, n, len(denies), [f["details"] for f in folds])
     total_new = len(records(mhome, "--since-seq", str(before)))
-    print("flood: %d datagrams, %.1fs, %d records written (%d denies, %d folded), %d counted"
-          % (n, elapsed, total_new, len(denies), len(folds), counted))
+    print("flood: %d datagrams sent, %d arrived, %.1fs, %d records written (%d denies, %d "
+          "folded), %d counted" % (n, seen, elapsed, total_new, len(denies), len(folds), counted))
     rc, rep = verify(mhome)
     assert rc == 0 and rep["ok"], rep
     assert mhome("sandbox", "ls").returncode == 0
