@@ -21,10 +21,7 @@
 #include <stdio.h>
 
 #include "common/util.h"
-
-#ifndef KOSA8_VERSION
-#define KOSA8_VERSION "0.1.0"
-#endif
+#include "common/version.h"
 
 /* Exit codes (docs/cli.md). */
 enum {

@@ -27,6 +27,7 @@
 #include "daemon/accel.h"
 #include "daemon/idle.h"
 #include "image/image.h"
+#include "common/version.h"
 
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -558,7 +559,7 @@ static json_t *status_json(struct daemon *d)
 	bool verified = guest_verified(&d->guest, &gerr);
 	bool offline = daemon_offline(d, NULL);
 	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s,s:s,s:s?}}",
-			 "version", "0.1.0", "pid", (int)getpid(), "home", d->home, "accel", d->accel,
+			 "version", KOSA8_VERSION, "pid", (int)getpid(), "home", d->home, "accel", d->accel,
 			 "accel_reason", d->accel_reason, "uptime_s",
 			 (json_int_t)((now_mono_ns() - d->started_mono) / 1000000000ull), "sandboxes", n,
 			 "offline", offline,
