@@ -226,6 +226,7 @@ extern const struct cli_cmd cli_image_cmds[];    /* image.c */
 extern const struct cli_cmd cli_audit_cmds[];    /* audit.c */
 extern const struct cli_cmd cli_model_cmds[];    /* model.c */
 extern const struct cli_cmd cli_bundle_cmds[];   /* bundle.c */
+extern const struct cli_cmd cli_guest_cmds[];    /* guest.c */
 extern const struct cli_cmd cli_checkpoint_cmds[]; /* checkpoint.c */
 extern const struct cli_cmd cli_secret_cmds[];   /* secret.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */

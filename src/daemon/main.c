@@ -11,6 +11,7 @@
 #include "daemon/api.h"
 #include "daemon/docker_api.h"
 #include "daemon/docker_engine.h"
+#include "daemon/guestfetch.h"
 #include "daemon/idle.h"
 #include "daemon/model.h"
 #include "daemon/sandbox.h"
@@ -263,6 +264,7 @@ int main(int argc, char **argv)
 	if (guest_find_home(&d->guest, d->home, &err) < 0)
 		daemon_log("WARNING: %s", err.msg);
 	k8_err_clear(&err);
+	guest_fetch_at_start(d);        /* none found: the release's, unless offline */
 	if (accel_choose(d, &err) < 0) {
 		fprintf(stderr, "kosa8d: %s\n", err.msg);
 		return 1;
