@@ -12,4 +12,8 @@
 #define KOSA8_RELEASE_URL "https://kosa8.com/releases/" KOSA8_VERSION
 #define KOSA8_GUEST_URL KOSA8_RELEASE_URL "/guest/"
 
+/* Where the system service (kosa8.service) keeps its state and sockets; the CLI's default
+ * home when the user has no ~/.kosa8 (docs/install.md). */
+#define KOSA8_SYSTEM_HOME "/var/lib/kosa8"
+
 #endif
