@@ -54,12 +54,15 @@ def installed(release, root):
 
 @pytest.fixture(scope="module")
 def service(root, installed):
-    log = os.path.join(new_home("k8svc-"), "kosa8d.log")
+    d = new_home("k8svc-")
+    log = os.path.join(d, "kosa8d.log")
     svc = ik.Service(root, log)
     ready = svc.wait_ready(timeout=300)
     yield svc, ready, log
     if svc.proc.poll() is None:
         svc.stop()
+    if os.environ.get("KOSA8_KEEP_HOME") is None:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_one_line_installs_the_release(release, root, installed):
