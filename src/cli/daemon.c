@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include <fcntl.h>
+#include <stdbool.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -119,6 +120,19 @@ static void describe_accel(const json_t *st, char *buf, size_t len, int for_stat
 		snprintf(buf, len, "accel %s: %s", accel, reason);
 	else
 		snprintf(buf, len, "accel %s", accel);
+}
+
+/* When the daemon fetched the release's guest image (docs/install.md): where from, after
+ * its digest (`daemon start`) or an indent (the status table). */
+static void show_fetched(const json_t *st, bool digest)
+{
+	const json_t *g = json_object_get(st, "guest");
+	const char *from = json_string_value(json_object_get(g, "fetched_from"));
+
+	if (from)
+		printf("%s%s fetched from %s, checked against the release's digest\n",
+		       digest ? "guest image " : "              ",
+		       digest ? json_string_value(json_object_get(g, "digest")) : "", from);
 }
 
 static const struct cli_opt start_opts[] = {
@@ -324,6 +338,7 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 	describe_accel(st, desc, sizeof(desc), 0);
 	printf("kosa8d running (pid %lld, %s)\n",
 	       (long long)json_integer_value(json_object_get(st, "pid")), desc);
+	show_fetched(st, true);
 	if (json_is_string(json_object_get(st, "docker_socket")))
 		printf("docker API: unix://%s\n",
 		       json_string_value(json_object_get(st, "docker_socket")));
@@ -465,6 +480,7 @@ static int show_status(const json_t *st, void *ctx)
 			printf("              %s (%s)\n", dg, rel && !strcmp(dg, rel) ?
 			       "the one this kosa8 was released with" :
 			       "NOT the one this kosa8 was released with");
+		show_fetched(st, false);
 	}
 	fflush(stdout);
 	warn_security(st);

@@ -126,6 +126,8 @@ def test_service_starts_as_systemd_runs_it_and_fetches_the_guest(release, root, 
     p = root.run(["kosa8", "guest", "verify"], user="alice")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "/var/lib/kosa8/guest" in p.stdout and "the release's guest image" in p.stdout
+    p = root.run(["kosa8", "daemon", "status"], user="alice")
+    assert "fetched from %s/rel/guest/" % srv.url in p.stdout, p.stdout
 
 
 def test_member_runs_a_sandbox(root, service):
@@ -172,6 +174,10 @@ def test_service_stops_on_sigterm(root, service):
         assert not os.path.exists(root.path("/var/lib/kosa8/" + sock))
     assert not [p for p in root.pids() if open("/proc/%d/comm" % p).read().strip()
                 .startswith("qemu")], "a VM outlived the service"
+    # a member does not start a kosa8d of their own in the service's home
+    p = root.run(["kosa8", "daemon", "start"], user="alice")
+    assert p.returncode == 3 and "sudo systemctl start kosa8" in p.stderr, p.stdout + p.stderr
+    assert not os.path.exists(root.path("/var/lib/kosa8/kosa8d.sock"))
 
 
 def test_uninstall_keeps_the_state(root, service):
