@@ -78,11 +78,8 @@ def one(srv, rel, lay, no_guest):
 
 
 def main():
-    top = tempfile.mkdtemp(prefix="k8bench-rel-")
-    srv = ik.Server(top)
-    key = ik.new_key(os.path.join(top, "release.pem"))
-    rel = ik.build_release(os.path.join(top, "rel"), srv.url + "/rel", key)
-    os.unlink(key)
+    r = ik.Release()
+    srv, rel = r.srv, r.dir
     lay = layout()
     with open("/proc/loadavg") as f:
         print("host load before: %s" % f.read().split()[0])
@@ -97,8 +94,7 @@ def main():
                 v = [r[k] for r in runs]
                 print("  %-14s %6.1f  (%.1f-%.1f)" % (k, statistics.median(v), min(v), max(v)))
     finally:
-        srv.close()
-        subprocess.run(["rm", "-rf", top])
+        r.close()
     with open("/proc/loadavg") as f:
         print("host load after: %s" % f.read().split()[0])
 

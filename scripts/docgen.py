@@ -108,88 +108,86 @@ def man_kosa8d(version, text):
         ".SH SEE ALSO", "kosa8(1)"]) + "\n"
 
 
-def bash_completion(groups, cmds):
+def completion_tables(groups, cmds):
+    """What both shells complete: the words of the first position, then `case` arms (the
+    pattern, the words) for the second position (a group's verbs, a lone command's flags)
+    and for later ones (a command's flags), the patterns valid in sh and zsh alike."""
     singles = [w[0] for w, _ in cmds if len(w) == 1]
-    out = ["# bash completion for kosa8 (written by scripts/docgen.py from kosa8's help)",
-           "_kosa8() {",
-           "    local cur=${COMP_WORDS[COMP_CWORD]} w1= w2= i n=0",
-           "    for ((i = 1; i < COMP_CWORD; i++)); do",
-           "        case ${COMP_WORDS[i]} in",
-           "        --home) ((i++)) ;;",
-           "        -*) ;;",
-           "        *) ((n++)); [ $n = 1 ] && w1=${COMP_WORDS[i]}; [ $n = 2 ] && w2=${COMP_WORDS[i]} ;;",
-           "        esac",
-           "    done",
-           "    local words",
-           "    if [ $n = 0 ]; then",
-           "        words=\"%s --home --help\"" % " ".join(list(groups) + singles + ["help"]),
-           "    elif [ $n = 1 ]; then",
-           "        case $w1 in"]
-    for g, verbs in groups.items():
-        out.append("        %s) words=\"%s\" ;;" % (g, " ".join(verbs)))
-    for w, text in cmds:
-        if len(w) == 1:
-            out.append("        %s) words=\"%s\" ;;" % (w[0], " ".join(flags(text) + ["--help"])))
-    out += ["        help) words=\"%s\" ;;" % " ".join(list(groups) + singles),
-            "        esac",
-            "    else",
-            "        case \"$w1 $w2\" in"]
-    for w, text in cmds:
-        if len(w) == 2:
-            out.append("        \"%s\") words=\"%s\" ;;" % (" ".join(w),
-                                                         " ".join(flags(text) + ["--help"])))
-        else:
-            out.append("        \"%s \"*) words=\"%s\" ;;" % (w[0], " ".join(flags(text) +
-                                                                        ["--help"])))
-    out += ["        esac",
-            "    fi",
-            "    # sandbox names where a command takes one",
-            "    case \"$cur/$n/$w1\" in",
-            "    -*) ;;",
-            "    */1/rewind|*/[2-9]/sandbox|*/[2-9]/checkpoint|*/[2-9]/rewind)",
-            "        words=\"$words $(kosa8 sandbox ls 2>/dev/null | awk 'NR > 1 { print $1 }')\" ;;",
-            "    esac",
-            "    COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))",
-            "}",
-            "complete -o default -F _kosa8 kosa8", ""]
-    return "\n".join(out)
+    first = list(groups) + singles + ["help", "--home", "--help"]
+    second = [(g, verbs) for g, verbs in groups.items()]
+    second += [(w[0], flags(text) + ["--help"]) for w, text in cmds if len(w) == 1]
+    second.append(("help", list(groups) + singles))
+    later = [('"%s"' % " ".join(w) if len(w) == 2 else '"%s "*' % w[0], flags(text) + ["--help"])
+             for w, text in cmds]
+    return first, second, later
+
+
+def case_arms(arms, fmt):
+    return [fmt % (pat, " ".join(words)) for pat, words in arms]
+
+
+def bash_completion(groups, cmds):
+    first, second, later = completion_tables(groups, cmds)
+    arm = '        %s) words="%s" ;;'
+    return "\n".join(
+        ["# bash completion for kosa8 (written by scripts/docgen.py from kosa8's help)",
+         "_kosa8() {",
+         "    local cur=${COMP_WORDS[COMP_CWORD]} w1= w2= i n=0",
+         "    for ((i = 1; i < COMP_CWORD; i++)); do",
+         "        case ${COMP_WORDS[i]} in",
+         "        --home) ((i++)) ;;",
+         "        -*) ;;",
+         "        *) ((n++)); [ $n = 1 ] && w1=${COMP_WORDS[i]}; [ $n = 2 ] && w2=${COMP_WORDS[i]} ;;",
+         "        esac",
+         "    done",
+         "    local words",
+         "    if [ $n = 0 ]; then",
+         '        words="%s"' % " ".join(first),
+         "    elif [ $n = 1 ]; then",
+         "        case $w1 in"] + case_arms(second, arm) +
+        ["        esac",
+         "    else",
+         '        case "$w1 $w2" in'] + case_arms(later, arm) +
+        ["        esac",
+         "    fi",
+         "    # sandbox names where a command takes one",
+         '    case "$cur/$n/$w1" in',
+         "    -*) ;;",
+         "    */1/rewind|*/[2-9]/sandbox|*/[2-9]/checkpoint|*/[2-9]/rewind)",
+         "        words=\"$words $(kosa8 sandbox ls 2>/dev/null | awk 'NR > 1 { print $1 }')\" ;;",
+         "    esac",
+         '    COMPREPLY=($(compgen -W "$words" -- "$cur"))',
+         "}",
+         "complete -o default -F _kosa8 kosa8", ""])
 
 
 def zsh_completion(groups, cmds):
-    singles = [w[0] for w, _ in cmds if len(w) == 1]
-    out = ["#compdef kosa8",
-           "# zsh completion for kosa8 (written by scripts/docgen.py from kosa8's help)",
-           "_kosa8() {",
-           "    local -a args",
-           "    local w",
-           "    for w in ${words[2,CURRENT-1]}; do",
-           "        [[ $w == -* ]] || args+=($w)",
-           "    done",
-           "    local -a cand",
-           "    if (( ${#args} == 0 )); then",
-           "        cand=(%s --home --help)" % " ".join(list(groups) + singles + ["help"]),
-           "    elif (( ${#args} == 1 )); then",
-           "        case ${args[1]} in"]
-    for g, verbs in groups.items():
-        out.append("        %s) cand=(%s) ;;" % (g, " ".join(verbs)))
-    for w, text in cmds:
-        if len(w) == 1:
-            out.append("        %s) cand=(%s) ;;" % (w[0], " ".join(flags(text) + ["--help"])))
-    out += ["        esac",
-            "    else",
-            "        case \"${args[1]} ${args[2]}\" in"]
-    for w, text in cmds:
-        pat = "\"%s\"" % " ".join(w) if len(w) == 2 else "\"%s \"*" % w[0]
-        out.append("        %s) cand=(%s) ;;" % (pat, " ".join(flags(text) + ["--help"])))
-    out += ["        esac",
-            "        [[ ${args[1]} == (sandbox|checkpoint|rewind) ]] && "
-            "cand+=(${(f)\"$(kosa8 sandbox ls 2>/dev/null | awk 'NR > 1 { print $1 }')\"})",
-            "    fi",
-            "    compadd -- $cand",
-            "    _files",
-            "}",
-            "_kosa8 \"$@\"", ""]
-    return "\n".join(out)
+    first, second, later = completion_tables(groups, cmds)
+    arm = "        %s) cand=(%s) ;;"
+    return "\n".join(
+        ["#compdef kosa8",
+         "# zsh completion for kosa8 (written by scripts/docgen.py from kosa8's help)",
+         "_kosa8() {",
+         "    local -a args cand",
+         "    local w",
+         "    for w in ${words[2,CURRENT-1]}; do",
+         "        [[ $w == -* ]] || args+=($w)",
+         "    done",
+         "    if (( ${#args} == 0 )); then",
+         "        cand=(%s)" % " ".join(first),
+         "    elif (( ${#args} == 1 )); then",
+         "        case ${args[1]} in"] + case_arms(second, arm) +
+        ["        esac",
+         "    else",
+         '        case "${args[1]} ${args[2]}" in'] + case_arms(later, arm) +
+        ["        esac",
+         "        [[ ${args[1]} == (sandbox|checkpoint|rewind) ]] && "
+         "cand+=(${(f)\"$(kosa8 sandbox ls 2>/dev/null | awk 'NR > 1 { print $1 }')\"})",
+         "    fi",
+         "    compadd -- $cand",
+         "    _files",
+         "}",
+         '_kosa8 "$@"', ""])
 
 
 def write(path, text):

@@ -79,6 +79,25 @@ def new_key(path):
     return path
 
 
+class Release:
+    """This build's release at URL/rel/ (self.dir), signed with a throwaway key whose
+    private half is deleted once it signed (install.sh keeps the public half), served with
+    what else a test puts in self.top."""
+
+    def __init__(self):
+        self.top = tempfile.mkdtemp(prefix="k8rel-")
+        self.srv = Server(self.top)
+        key = new_key(os.path.join(self.top, "release.pem"))
+        try:
+            self.dir = build_release(os.path.join(self.top, "rel"), self.srv.url + "/rel", key)
+        finally:
+            os.unlink(key)
+
+    def close(self):
+        self.srv.close()
+        shutil.rmtree(self.top, ignore_errors=True)
+
+
 def depends(release):
     """The release's DEPENDS (the packages fresh-root.sh puts in apt's cache)."""
     p = subprocess.run(["tar", "-xzOf", os.path.join(release, TARBALL),

@@ -21,14 +21,9 @@ from conftest import TOP, new_home
 
 @pytest.fixture(scope="module")
 def release():
-    top = tempfile.mkdtemp(prefix="k8rel-")
-    srv = ik.Server(top)
-    key = ik.new_key(os.path.join(top, "release.pem"))
-    rel = ik.build_release(os.path.join(top, "rel"), srv.url + "/rel", key)
-    os.unlink(key)          # the release keeps only the public half, in install.sh
-    yield srv, rel
-    srv.close()
-    shutil.rmtree(top, ignore_errors=True)
+    r = ik.Release()
+    yield r.srv, r.dir
+    r.close()
 
 
 @pytest.fixture(scope="module")

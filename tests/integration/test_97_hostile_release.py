@@ -30,14 +30,9 @@ BACKDOOR_MEMBER = "%s/lib/kosa8/bin/backdoor" % ik.TARBALL[:-len(".tar.gz")]
 
 @pytest.fixture(scope="module")
 def release():
-    top = tempfile.mkdtemp(prefix="k8rel-")
-    srv = ik.Server(top)
-    key = ik.new_key(os.path.join(top, "release.pem"))
-    rel = ik.build_release(os.path.join(top, "rel"), srv.url + "/rel", key)
-    os.unlink(key)
-    yield srv, rel, top
-    srv.close()
-    shutil.rmtree(top, ignore_errors=True)
+    r = ik.Release()
+    yield r.srv, r.dir, r.top
+    r.close()
 
 
 @pytest.fixture(scope="module")
