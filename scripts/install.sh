@@ -22,6 +22,7 @@
 # Root's steps go through sudo when this runs as another user. KOSA8_OFFLINE=1: nothing is
 # fetched (--file only; apt-get only from its cache).
 set -eu
+umask 022       # what it unpacks and installs keeps the release's modes (0755, 0644)
 
 # ---- this release: filled in by `make dist` (scripts/dist.sh); empty in a checkout ----
 KOSA8_VERSION=
@@ -183,7 +184,7 @@ have=$(sha256sum "$tmp/$name" | cut -c1-64)
 	"nothing was installed"
 say "$name: SHA-256 matches SHA256SUMS"
 mkdir "$tmp/x"
-tar -xzf "$tmp/$name" -C "$tmp/x" --no-same-owner
+tar -xpzf "$tmp/$name" -C "$tmp/x" --no-same-owner
 src=$tmp/x/${name%.tar.gz}
 [ -x "$src/lib/kosa8/bin/kosa8d" ] && [ -f "$src/DEPENDS" ] || die "$name lacks lib/kosa8 or DEPENDS"
 

@@ -74,7 +74,8 @@ struct fetch_sink {
 	uint64_t max, done;
 	sha256_ctx md;
 	long status;            /* of the answer being received (a redirect's is dropped) */
-	bool over, wfail;
+	bool over;
+	int werr;               /* errno of a failed write */
 };
 
 static size_t sink_header(char *p, size_t sz, size_t nm, void *ud)
@@ -99,7 +100,7 @@ static size_t sink_write(char *p, size_t sz, size_t nm, void *ud)
 		return 0;
 	}
 	if (write_full(s->fd, p, n) < 0) {
-		s->wfail = true;
+		s->werr = errno ? errno : EIO;
 		return 0;
 	}
 	sha256_add(s->md, p, n);
@@ -126,8 +127,8 @@ int fetch_file(const char *url, const char *what, int fd, uint64_t max, char sha
 	if (s.over)
 		return k8_err_set(err, -EFBIG, "%s (%s): more than %llu bytes; refused", what, url,
 				  (unsigned long long)max);
-	if (s.wfail)
-		return k8_err_set(err, -EIO, "%s: writing it failed: %s", what, strerror(errno));
+	if (s.werr)
+		return k8_err_set(err, -s.werr, "%s: writing it failed: %s", what, strerror(s.werr));
 	if (s.status == 404)
 		return k8_err_set(err, -ENOENT, "%s: %s answered 404 (not found)", what, url);
 	if (s.status != 200 && s.status)

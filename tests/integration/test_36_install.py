@@ -175,6 +175,22 @@ def test_service_stops_on_sigterm(root, service):
     assert not os.path.exists(root.path("/var/lib/kosa8/kosa8d.sock"))
 
 
+def test_root_starts_it_by_hand_for_the_group(root, service):
+    """Without systemd: `sudo kosa8 daemon start` (root has no ~/.kosa8) serves the
+    service's home, to the group kosa8, as the unit does."""
+    assert service[0].proc.poll() is not None, "the service still runs"
+    p = root.run(["kosa8", "daemon", "start"], timeout=300)
+    try:
+        assert p.returncode == 0 and "kosa8d running" in p.stdout, p.stdout + p.stderr
+        gid = int(root.run(["getent", "group", "kosa8"]).stdout.split(":")[2])
+        st = os.stat(root.path("/var/lib/kosa8/kosa8d.sock"))
+        assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == gid, oct(st.st_mode)
+        p = root.run(["kosa8", "sandbox", "ls"], user="alice")
+        assert p.returncode == 0 and "first" in p.stdout, p.stdout + p.stderr
+    finally:
+        assert root.run(["kosa8", "daemon", "stop"], timeout=300).returncode == 0
+
+
 def test_uninstall_keeps_the_state(root, service):
     assert service[0].proc.poll() is not None, "the service still runs"
     p = root.run(["sh", "/usr/local/lib/kosa8/install.sh", "--uninstall"])
