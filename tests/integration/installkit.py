@@ -13,6 +13,7 @@ are host-wide). /var/lib/kosa8, the service's home, is an empty folder of the ho
 system bound in, as a real machine's /var/lib is: the image store's workers use it through
 an idmapped mount, which an overlay cannot give (Linux 6.1). One process holds the namespace; every command enters it with nsenter. The
 network is the host's, so the server at 127.0.0.1 is reachable from inside."""
+import atexit
 import functools
 import http.server
 import os
@@ -96,6 +97,19 @@ class Release:
     def close(self):
         self.srv.close()
         shutil.rmtree(self.top, ignore_errors=True)
+
+
+_shared = []
+
+
+def shared_release():
+    """One Release for every test file of a pytest process (the lane group `release` runs
+    its files in one): made on first use, closed when the process exits. Tests compare the
+    server's log from the length it had before they acted."""
+    if not _shared:
+        _shared.append(Release())
+        atexit.register(_shared[0].close)
+    return _shared[0]
 
 
 def depends(release):

@@ -21,9 +21,8 @@ from conftest import TOP, new_home
 
 @pytest.fixture(scope="module")
 def release():
-    r = ik.Release()
-    yield r.srv, r.dir
-    r.close()
+    r = ik.shared_release()
+    return r.srv, r.dir
 
 
 @pytest.fixture(scope="module")
@@ -38,22 +37,25 @@ def installed(release, root):
     """The guides' one line, as root (no sudo on this machine), leaving the guest image out
     so that the service's first start fetches it. (seconds, stderr)"""
     srv = release[0]
+    n = len(srv.log)
     t = time.time()
     p = root.sh("curl -fsSL %s/rel/install.sh | sh -s -- --no-guest" % srv.url, timeout=900)
     took = time.time() - t
     assert p.returncode == 0, "install.sh failed:\n%s%s" % (p.stdout, p.stderr)
     for u, groups in (("alice", ["-G", "kosa8"]), ("bob", [])):
         root.run(["useradd", "-m"] + groups + [u], check=True)
-    return took, p.stderr
+    return took, p.stderr, srv.log[n:]
 
 
 @pytest.fixture(scope="module")
-def service(root, installed):
+def service(release, root, installed):
+    """(the Service, whether it said READY=1, its log, the server log's length before)"""
     d = new_home("k8svc-")
     log = os.path.join(d, "kosa8d.log")
+    n = len(release[0].log)
     svc = ik.Service(root, log)
     ready = svc.wait_ready(timeout=300)
-    yield svc, ready, log
+    yield svc, ready, log, n
     if svc.proc.poll() is None:
         svc.stop()
     if os.environ.get("KOSA8_KEEP_HOME") is None:
@@ -61,13 +63,12 @@ def service(root, installed):
 
 
 def test_one_line_installs_the_release(release, root, installed):
-    srv, _ = release
-    took, err = installed
+    took, err, asked = installed
     assert "SHA256SUMS: signature verified" in err, err
     assert "SHA-256 matches SHA256SUMS" in err, err
     # the tarball was fetched once, after its checksum file and signature
-    assert srv.log.count("/rel/%s" % ik.TARBALL) == 1, srv.log
-    assert srv.log.index("/rel/SHA256SUMS.sig") < srv.log.index("/rel/%s" % ik.TARBALL)
+    assert asked.count("/rel/%s" % ik.TARBALL) == 1, asked
+    assert asked.index("/rel/SHA256SUMS.sig") < asked.index("/rel/%s" % ik.TARBALL), asked
     assert os.readlink(root.path("/usr/local/bin/kosa8")) == "../lib/kosa8/bin/kosa8"
     for prog in ("kosa8", "kosa8d", "kosa8-net", "kosa8-fs", "kosa8-broker", "kosa8-model"):
         assert os.access(root.path("/usr/local/lib/kosa8/bin/" + prog), os.X_OK), prog
@@ -102,11 +103,11 @@ def test_unit_verifies(root, installed):
 
 def test_service_starts_as_systemd_runs_it_and_fetches_the_guest(release, root, service):
     srv, rel = release
-    svc, ready, log = service
+    svc, ready, log, asked = service
     assert ready, "no READY=1 from kosa8d: %s\n%s" % (svc.messages, open(log).read()[-3000:])
     # it had no guest image: the first start fetched the release's, before it said ready
     for f in ("manifest.json", "vmlinux", "initramfs.cpio"):
-        assert "/rel/guest/" + f in srv.log, srv.log
+        assert "/rel/guest/" + f in srv.log[asked:], srv.log[asked:]
     gid = int(root.run(["getent", "group", "kosa8"]).stdout.split(":")[2])
     for sock in ("kosa8d.sock", "docker.sock"):
         st = os.stat(root.path("/var/lib/kosa8/" + sock))
@@ -161,7 +162,7 @@ def test_outsider_is_refused(root, service):
 
 
 def test_service_stops_on_sigterm(root, service):
-    svc, ready, log = service
+    svc, ready, log, _ = service
     assert ready
     assert svc.stop() == 0, open(log).read()[-3000:]
     assert any("STOPPING=1" in m.split("\n") for m in svc.messages), svc.messages

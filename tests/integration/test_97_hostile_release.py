@@ -30,9 +30,8 @@ BACKDOOR_MEMBER = "%s/lib/kosa8/bin/backdoor" % ik.TARBALL[:-len(".tar.gz")]
 
 @pytest.fixture(scope="module")
 def release():
-    r = ik.Release()
-    yield r.srv, r.dir, r.top
-    r.close()
+    r = ik.shared_release()
+    return r.srv, r.dir, r.top
 
 
 @pytest.fixture(scope="module")
