@@ -81,7 +81,7 @@ if [ -n "$uninstall" ]; then
 	while IFS= read -r f; do
 		as_root rm -f "$prefix/$f"
 	done < "$pkglib/FILES"
-	as_root rm -rf "$pkglib"
+	as_root rm -rf "$pkglib" "$prefix/share/doc/kosa8"
 	say "kosa8 removed from $prefix; its state ($home) and the group kosa8 are kept"
 	exit 0
 fi

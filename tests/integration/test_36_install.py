@@ -79,6 +79,14 @@ def test_one_line_installs_the_release(release, root, installed):
               "/usr/local/lib/sysusers.d/kosa8.conf", "/usr/local/lib/tmpfiles.d/kosa8.conf",
               "/usr/local/share/doc/kosa8/docs/install.md"):
         assert os.path.isfile(root.path(f)), f
+    # the man pages and the completion work there
+    p = root.sh("readlink -f $(man -w kosa8d)")
+    assert p.stdout.strip() == "/usr/local/share/man/man8/kosa8d.8", p.stdout + p.stderr
+    p = root.run(["bash", "-c", ". /usr/local/share/bash-completion/completions/kosa8; "
+                  "COMP_WORDS=(kosa8 guest f); COMP_CWORD=2; _kosa8; echo ${COMPREPLY[*]}; "
+                  "COMP_WORDS=(kosa8 daemon start --socket); COMP_CWORD=3; _kosa8; "
+                  "echo ${COMPREPLY[*]}"])
+    assert p.stdout.split("\n")[:2] == ["fetch", "--socket-group"], p.stdout + p.stderr
     # the Debian packages it runs with, from apt's cache
     for pkg in ik.depends(release[1]):
         p = root.run(["dpkg-query", "-W", "-f", "${Status}", pkg])
@@ -197,7 +205,7 @@ def test_uninstall_keeps_the_state(root, service):
     p = root.run(["sh", "/usr/local/lib/kosa8/install.sh", "--uninstall"])
     assert p.returncode == 0, p.stderr
     for f in ("/usr/local/lib/kosa8", "/usr/local/bin/kosa8", "/usr/local/share/man/man1/kosa8.1",
-              "/usr/local/lib/systemd/system/kosa8.service"):
+              "/usr/local/lib/systemd/system/kosa8.service", "/usr/local/share/doc/kosa8"):
         assert not os.path.lexists(root.path(f)), f
     assert os.path.exists(root.path("/var/lib/kosa8/audit.log"))
     assert root.run(["getent", "group", "kosa8"]).returncode == 0
