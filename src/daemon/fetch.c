@@ -27,6 +27,21 @@ size_t fetch_buf_write(char *ptr, size_t sz, size_t nm, void *ud)
 	return n;
 }
 
+long fetch_status_line(const char *p, size_t n)
+{
+	const char *sp;
+	long v = 0;
+
+	if (n < 5 || strncmp(p, "HTTP/", 5))
+		return -1;
+	sp = memchr(p, ' ', n);
+	if (!sp)
+		return 0;
+	for (const char *q = sp + 1; q < p + n && q < sp + 4 && *q >= '0' && *q <= '9'; q++)
+		v = v * 10 + (*q - '0');
+	return v;
+}
+
 CURL *fetch_curl(const char *url, struct curl_slist *hdrs)
 {
 	CURL *c = curl_easy_init();
@@ -82,10 +97,9 @@ static size_t sink_header(char *p, size_t sz, size_t nm, void *ud)
 {
 	struct fetch_sink *s = ud;
 	size_t n = sz * nm;
-	if (n > 5 && !strncmp(p, "HTTP/", 5)) {
-		const char *sp = memchr(p, ' ', n);
-		s->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-	}
+	long st = fetch_status_line(p, n);
+	if (st >= 0)
+		s->status = st;   /* each response's, a redirect's too: the last one counts */
 	return n;
 }
 

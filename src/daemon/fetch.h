@@ -21,6 +21,11 @@ struct fetch_buf {
 /* libcurl's write callback for a struct fetch_buf. */
 size_t fetch_buf_write(char *ptr, size_t sz, size_t nm, void *ud);
 
+/* The status of a response's first line as libcurl's header callback hands it over (not
+ * NUL-terminated: read within n only): "HTTP/1.1 200 OK\r\n" gives 200; -1 for any
+ * other header line, 0 for a status line without a number. */
+long fetch_status_line(const char *p, size_t n);
+
 /* An easy handle for url: http and https only (redirects too, at most 5), connect
  * timeout 30 s, aborted below 1 byte/s for 60 s, kosa8's user agent, `hdrs` (may be NULL).
  * NULL when libcurl is out of memory. */

@@ -262,12 +262,10 @@ static size_t dl_header(char *p, size_t sz, size_t nm, void *ud)
 {
 	struct dl *x = ud;
 	size_t n = sz * nm;
-	if (n > 5 && !strncmp(p, "HTTP/", 5)) {
+	long st = fetch_status_line(p, n);
+	if (st >= 0) {
 		x->decided = false;   /* a new response (after a redirect) */
-		x->status = 0;
-		const char *sp = memchr(p, ' ', n);
-		if (sp)
-			x->status = strtol(sp + 1, NULL, 10);
+		x->status = st;
 	} else if (n > 14 && !strncasecmp(p, "Content-Range:", 14) && x->status == 206) {
 		const char *b = memmem(p, n, "bytes ", 6);
 		if (!b || strtoull(b + 6, NULL, 10) != x->off)
