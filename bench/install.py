@@ -40,6 +40,7 @@ def layout():
 
 def one(srv, rel, lay, no_guest):
     root = ik.FreshRoot(["openssl"] + ik.depends(rel), layout=lay)
+    logdir = tempfile.mkdtemp(prefix="k8bench-")
     svc = None
     t = {}
     try:
@@ -50,7 +51,7 @@ def one(srv, rel, lay, no_guest):
         t["install"] = time.time() - t0
         root.run(["useradd", "-m", "-G", "kosa8", "alice"], check=True)
         t1 = time.time()
-        svc = ik.Service(root, os.path.join(tempfile.gettempdir(), "k8bench-install.log"))
+        svc = ik.Service(root, os.path.join(logdir, "kosa8d.log"))
         assert svc.wait_ready(600), "no READY=1"
         t["start"] = time.time() - t1
         t1 = time.time()
@@ -74,6 +75,7 @@ def one(srv, rel, lay, no_guest):
         if svc:
             svc.stop()
         root.close()
+        subprocess.run(["rm", "-rf", logdir])
     return t
 
 
