@@ -34,11 +34,10 @@ shift
 : "${K8CACHE_OUT:?--fill is run by k8cache.py build}"
 [ "$(id -u)" = 0 ] || { log "must run as root (debootstrap needs it)"; exit 1; }
 PATH=$PATH:/usr/sbin:/sbin
-fill=--fill
-. "$top/scripts/lib-image.sh"
+. "$top/scripts/lib-image.sh"   # image_mirror
 mirror=$(image_mirror "$release")
 start=$(date +%s)
-r=$K8CACHE_OUT/root
+r=${K8CACHE_OUT:?}/root
 log "debootstrap $release from $mirror, then apt's cache of: $*"
 dlog=$K8CACHE_OUT.debootstrap.log
 debootstrap --variant=minbase --include=curl,ca-certificates,systemd,man-db "$release" "$r" \
@@ -49,6 +48,6 @@ chroot "$r" apt-get update -q >&2
 chroot "$r" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --download-only \
 	--no-install-recommends "$@" >&2
 # Files only: no device nodes (the cache's seal refuses them), no leftovers of the build.
-rm -rf "$r"/dev/* "$r"/var/cache/apt/*.bin "$r"/var/log/apt/* "$r"/tmp/*
+rm -rf "${r:?}"/dev/* "${r:?}"/var/cache/apt/*.bin "${r:?}"/var/log/apt/* "${r:?}"/tmp/*
 find "$r" \( -type p -o -type s -o -type b -o -type c \) -delete
 log "built in $(( $(date +%s) - start )) s ($(du -sh "$r" | cut -f1))"
