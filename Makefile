@@ -6,6 +6,11 @@
 #   make check-layers  the daemon's modules depend one way (docs/design.md)
 #   make bench-density how many idle sandboxes the host holds (long)
 #   make proto-variants  guests and a kosa8d of other protocol versions (test_61 builds them)
+#   make install    binaries, guest image, man pages, completions, the systemd unit and its
+#                   sysusers/tmpfiles entries (PREFIX=/usr/local, DESTDIR; NO_GUEST=1 leaves
+#                   the guest out: kosa8d fetches the release's); make uninstall
+#   make dist       a release in $(B)/dist: tarball, guest files, install.sh, SHA256SUMS
+#                   (SIGN_KEY=ed25519.pem signs it: docs/install.md)
 #   WERROR=1        warnings are errors (CI sets it)
 B       ?= build
 CC      ?= cc
@@ -59,7 +64,7 @@ ifneq ($(wildcard src/fs/main.c),)
 PROGS += $(B)/bin/kosa8-fs
 endif
 
-.PHONY: all progs guest FORCE unit test integration san bench fuzz clean deps check-static check-layers bench-density proto-variants
+.PHONY: all progs guest FORCE unit test integration san bench fuzz clean deps check-static check-layers bench-density proto-variants install uninstall dist gen-docs
 all: progs guest
 
 progs: $(PROGS)
@@ -181,7 +186,69 @@ fuzz:
 	./tests/fuzz/run.sh
 
 clean:
-	rm -rf $(B)/bin $(B)/obj $(B)/agent-obj $(B)/tests $(B)/guest $(B)/gen $(B)/proto build-san
+	rm -rf $(B)/bin $(B)/obj $(B)/agent-obj $(B)/tests $(B)/guest $(B)/gen $(B)/proto $(B)/share \
+		$(B)/dist build-san
+
+# ---- install (docs/install.md) ----
+# One tree for a checkout's `make install` and a release's tarball (make dist installs into
+# a staging DESTDIR): the programs and the guest image side by side in $(PKGLIBDIR), as
+# they are in $(B) (kosa8 finds kosa8d next to it, kosa8d its sidecars and ../guest), and
+# $(BINDIR)/kosa8 a link to it.
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+PKGLIBDIR   ?= $(PREFIX)/lib/kosa8
+MANDIR      ?= $(PREFIX)/share/man
+DOCDIR      ?= $(PREFIX)/share/doc/kosa8
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
+NO_GUEST    ?=
+STRIP       ?=
+INSTALL_PROGS := kosa8 kosa8d kosa8-net kosa8-fs kosa8-broker kosa8-model
+GUEST_FILES := manifest.json vmlinux initramfs.cpio SHA256SUMS
+GEN_DOCS := $(B)/share/man/man1/kosa8.1 $(B)/share/man/man8/kosa8d.8 \
+            $(B)/share/bash-completion/completions/kosa8 $(B)/share/zsh/site-functions/_kosa8
+
+# Man pages and completions from the programs' own help (scripts/docgen.py).
+gen-docs: $(GEN_DOCS)
+$(GEN_DOCS): $(B)/bin/kosa8 $(B)/bin/kosa8d scripts/docgen.py
+	/usr/bin/python3 scripts/docgen.py $(B)/bin $(B)
+
+install: progs $(if $(NO_GUEST),,guest) gen-docs
+	install -d $(DESTDIR)$(PKGLIBDIR)/bin $(DESTDIR)$(BINDIR)
+	install -m 0755 $(if $(STRIP),-s) $(addprefix $(B)/bin/,$(INSTALL_PROGS)) $(DESTDIR)$(PKGLIBDIR)/bin/
+	ln -sfn $(shell realpath -m --relative-to=$(BINDIR) $(PKGLIBDIR))/bin/kosa8 $(DESTDIR)$(BINDIR)/kosa8
+	$(if $(NO_GUEST),,install -d $(DESTDIR)$(PKGLIBDIR)/guest)
+	$(if $(NO_GUEST),,install -m 0644 $(addprefix $(B)/guest/,$(GUEST_FILES)) $(DESTDIR)$(PKGLIBDIR)/guest/)
+	install -D -m 0644 $(B)/share/man/man1/kosa8.1 $(DESTDIR)$(MANDIR)/man1/kosa8.1
+	install -D -m 0644 $(B)/share/man/man8/kosa8d.8 $(DESTDIR)$(MANDIR)/man8/kosa8d.8
+	install -D -m 0644 $(B)/share/bash-completion/completions/kosa8 $(DESTDIR)$(BASHCOMPDIR)/kosa8
+	install -D -m 0644 $(B)/share/zsh/site-functions/_kosa8 $(DESTDIR)$(ZSHCOMPDIR)/_kosa8
+	install -d $(DESTDIR)$(UNITDIR)
+	sed 's|@PKGLIBDIR@|$(PKGLIBDIR)|g' packaging/kosa8.service.in > $(DESTDIR)$(UNITDIR)/kosa8.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/kosa8.service
+	install -D -m 0644 packaging/kosa8.sysusers $(DESTDIR)$(SYSUSERSDIR)/kosa8.conf
+	install -D -m 0644 packaging/kosa8.tmpfiles $(DESTDIR)$(TMPFILESDIR)/kosa8.conf
+	install -d $(DESTDIR)$(DOCDIR)/docs
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+
+# What install wrote; the state in /var/lib/kosa8 and the group kosa8 stay.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/kosa8 $(DESTDIR)$(MANDIR)/man1/kosa8.1 \
+		$(DESTDIR)$(MANDIR)/man8/kosa8d.8 $(DESTDIR)$(BASHCOMPDIR)/kosa8 \
+		$(DESTDIR)$(ZSHCOMPDIR)/_kosa8 $(DESTDIR)$(UNITDIR)/kosa8.service \
+		$(DESTDIR)$(SYSUSERSDIR)/kosa8.conf $(DESTDIR)$(TMPFILESDIR)/kosa8.conf
+	rm -rf $(DESTDIR)$(PKGLIBDIR) $(DESTDIR)$(DOCDIR)
+
+# A release (scripts/dist.sh): $(B)/dist/ holds the tarball of `make install` for
+# PREFIX=/usr/local (stripped), the guest's files for kosa8d's fetch, install.sh with this
+# release's address and (SIGN_KEY given) its verifying key, SHA256SUMS and its signature.
+SIGN_KEY ?=
+dist: all gen-docs
+	B=$(B) SIGN_KEY=$(SIGN_KEY) ./scripts/dist.sh
 
 # kosa8-model (issue 13): the local model engine, its own process (it parses model files).
 MODEL_SRC     := $(filter-out src/model/main.c,$(wildcard src/model/*.c))

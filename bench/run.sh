@@ -14,6 +14,8 @@ cd "$(dirname "$0")"
 make -C .. -s -j2 B="${B:-build}" all
 echo "== sandbox core (issue 2)"
 /usr/bin/python3 core.py
+echo "== from an empty machine to the first sandbox, from a release (issue 33)"
+/usr/bin/python3 install.py
 echo "== images from a registry (issue 3)"
 /usr/bin/python3 pull.py
 echo "== checkpoint and rewind (issue 6)"

@@ -271,14 +271,24 @@ int cli_check_env(const char *kv, struct k8_err *err)
 }
 
 char *cli_home_pick(const char *flag, const char *env_home, const char *user_home,
-		    struct k8_err *err)
+		    int (*is_dir)(const char *path), struct k8_err *err)
 {
 	if (flag && *flag)
 		return xstrdup(flag);
 	if (env_home && *env_home)
 		return xstrdup(env_home);
-	if (user_home && *user_home)
-		return xasprintf("%s/.kosa8", strcmp(user_home, "/") ? user_home : "");
+	if (user_home && *user_home) {
+		char *own = xasprintf("%s/.kosa8", strcmp(user_home, "/") ? user_home : "");
+		/* An installed kosa8 (the system service) serves everyone whose own home
+		 * has no kosa8 state: the guides' `kosa8 daemon start` after the install. */
+		if (is_dir && !is_dir(own) && is_dir(KOSA8_SYSTEM_HOME)) {
+			free(own);
+			return xstrdup(KOSA8_SYSTEM_HOME);
+		}
+		return own;
+	}
+	if (is_dir && is_dir(KOSA8_SYSTEM_HOME))
+		return xstrdup(KOSA8_SYSTEM_HOME);
 	k8_err_set(err, -EINVAL, "cannot tell where kosa8 keeps its state: set KOSA8_HOME, "
 		   "HOME or pass --home DIR");
 	return NULL;

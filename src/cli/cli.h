@@ -21,10 +21,7 @@
 #include <stdio.h>
 
 #include "common/util.h"
-
-#ifndef KOSA8_VERSION
-#define KOSA8_VERSION "0.1.0"
-#endif
+#include "common/version.h"
 
 /* Exit codes (docs/cli.md). */
 enum {
@@ -92,10 +89,13 @@ void cli_mount_free(struct cli_mount *m);
  * 0 or -EINVAL with a message. */
 int cli_check_env(const char *kv, struct k8_err *err);
 
-/* $KOSA8_HOME decision: the flag, else the environment's KOSA8_HOME, else
- * $HOME/.kosa8. Returns a fresh string or NULL with -EINVAL in err when none applies. */
+/* $KOSA8_HOME decision: the flag, else the environment's KOSA8_HOME, else $HOME/.kosa8
+ * when that folder exists, else the system service's home (KOSA8_SYSTEM_HOME) when it
+ * exists, else $HOME/.kosa8. `is_dir` answers whether a folder exists (NULL: never asked,
+ * $HOME/.kosa8 as before). Returns a fresh string or NULL with -EINVAL in err when none
+ * applies. */
 char *cli_home_pick(const char *flag, const char *env_home, const char *user_home,
-		    struct k8_err *err);
+		    int (*is_dir)(const char *path), struct k8_err *err);
 /* The daemon's socket path under `home`; NULL with -ENAMETOOLONG when it does not fit in
  * a sockaddr_un. */
 char *cli_sock_path(const char *home, struct k8_err *err);
@@ -204,6 +204,9 @@ int client_upgrade(struct client *cl, const char *path, const json_t *body, int 
 		   unsigned char **extra, size_t *extra_len, struct k8_err *err);
 /* The "not running" message for this client's socket, as a k8_err. */
 int client_not_running(struct client *cl, int absent, struct k8_err *err);
+/* -EACCES with the message saying who may use the socket when connecting to it is
+ * refused for lack of permission (not in its group); 0 otherwise. */
+int client_denied(struct client *cl, struct k8_err *err);
 
 /* ---- stream.c: an exec stream between this terminal and a process in a sandbox ---- */
 
@@ -229,6 +232,7 @@ extern const struct cli_cmd cli_image_cmds[];    /* image.c */
 extern const struct cli_cmd cli_audit_cmds[];    /* audit.c */
 extern const struct cli_cmd cli_model_cmds[];    /* model.c */
 extern const struct cli_cmd cli_bundle_cmds[];   /* bundle.c */
+extern const struct cli_cmd cli_guest_cmds[];    /* guest.c */
 extern const struct cli_cmd cli_checkpoint_cmds[]; /* checkpoint.c */
 extern const struct cli_cmd cli_secret_cmds[];   /* secret.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */

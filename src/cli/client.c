@@ -29,10 +29,16 @@
 #define CLIENT_MAX_HEAD (64u << 10)    /* the head of an upgrade answer */
 #define CLIENT_MAX_ERRBODY (1u << 20)  /* the body of an error answer to an upgrade */
 
+static int is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 int client_init(struct client *cl, const char *home_flag, struct k8_err *err)
 {
 	memset(cl, 0, sizeof(*cl));
-	cl->home = cli_home_pick(home_flag, getenv("KOSA8_HOME"), getenv("HOME"), err);
+	cl->home = cli_home_pick(home_flag, getenv("KOSA8_HOME"), getenv("HOME"), is_dir, err);
 	if (!cl->home)
 		return err->code;
 	cl->sock = cli_sock_path(cl->home, err);
@@ -61,12 +67,33 @@ int client_not_running(struct client *cl, int absent, struct k8_err *err)
 			  "kosa8 daemon start", cl->sock);
 }
 
-/* Connection failed: say whether the socket is there at all. */
+int client_denied(struct client *cl, struct k8_err *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), e = 0;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", cl->sock);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		e = errno;
+	if (fd >= 0)
+		close(fd);
+	if (e != EACCES && e != EPERM)
+		return 0;
+	return k8_err_set(err, -EACCES, "permission denied on %s: kosa8d lets only root and the "
+			  "members of its socket group use it (the group kosa8 for the system "
+			  "service; being in it is as good as root for sandboxes, as the docker "
+			  "group is). Ask an administrator: usermod -aG kosa8 %s, then log in again",
+			  cl->sock, getenv("USER") ? getenv("USER") : "USER");
+}
+
+/* Connection failed: say whether the socket is there at all, or is not ours to use. */
 static int not_running(struct client *cl, struct k8_err *err)
 {
 	struct stat st;
 	int absent = stat(cl->sock, &st) < 0;
 
+	if (client_denied(cl, err))
+		return err->code;
 	if (!absent && !S_ISSOCK(st.st_mode))
 		return k8_err_set(err, -ECONNREFUSED,
 				  "%s is not a socket; is KOSA8_HOME (%s) right?", cl->sock,

@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include <fcntl.h>
+#include <stdbool.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -121,6 +122,19 @@ static void describe_accel(const json_t *st, char *buf, size_t len, int for_stat
 		snprintf(buf, len, "accel %s", accel);
 }
 
+/* When the daemon fetched the release's guest image (docs/install.md): where from, after
+ * its digest (`daemon start`) or an indent (the status table). */
+static void show_fetched(const json_t *st, bool digest)
+{
+	const json_t *g = json_object_get(st, "guest");
+	const char *from = json_string_value(json_object_get(g, "fetched_from"));
+
+	if (from)
+		printf("%s%s fetched from %s, checked against the release's digest\n",
+		       digest ? "guest image " : "              ",
+		       digest ? json_string_value(json_object_get(g, "digest")) : "", from);
+}
+
 static const struct cli_opt start_opts[] = {
 	{ "accel", 0, 1, 'a' },
 	{ "allow-mount", 0, 1, 'm' },
@@ -129,8 +143,27 @@ static const struct cli_opt start_opts[] = {
 	{ "fs-reserve", 0, 1, 'r' },
 	{ "require-sandbox", 0, 0, 'R' },
 	{ "allow-public-ports", 0, 0, 'P' },
+	{ "socket-group", 0, 1, 'g' },
 	{ NULL, 0, 0, 0 },
 };
+
+/* The daemon does not answer: whether this user may start one in `home` at all. A home
+ * that is someone else's (the system service's, root's) is not ours to start a kosa8d in:
+ * say who starts it, rather than run an unprivileged one there. 0 or an exit code. */
+static int start_refused(struct client *cl, const char *home)
+{
+	struct k8_err err = { 0 };
+	struct stat st;
+
+	if (client_denied(cl, &err))
+		return cli_fail(&err);
+	if (geteuid() == 0 || stat(home, &st) < 0 || st.st_uid == geteuid())
+		return 0;
+	return cli_die(CLI_EXIT_NO_DAEMON, "kosa8d is not running in %s, which belongs to %s; "
+		       "it is started by its owner%s", home, st.st_uid ? "another user" : "root",
+		       st.st_uid ? "" : ": sudo systemctl start kosa8 (the system service), or "
+		       "sudo kosa8 daemon start");
+}
 
 static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const char *home)
 {
@@ -194,6 +227,10 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 			args[nargs++] = (char *)"--fs-reserve";
 			args[nargs++] = (char *)v;
 			break;
+		case 'g':
+			args[nargs++] = (char *)"--socket-group";
+			args[nargs++] = (char *)v;
+			break;
 		}
 	}
 	if (accel) {
@@ -211,6 +248,8 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 		rc = CLI_EXIT_OK;
 		goto out;
 	}
+	if ((rc = start_refused(&cl, abshome)))
+		goto out;
 	bin = find_kosa8d(&err);
 	if (!bin) {
 		rc = cli_fail(&err);
@@ -299,6 +338,7 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 	describe_accel(st, desc, sizeof(desc), 0);
 	printf("kosa8d running (pid %lld, %s)\n",
 	       (long long)json_integer_value(json_object_get(st, "pid")), desc);
+	show_fetched(st, true);
 	if (json_is_string(json_object_get(st, "docker_socket")))
 		printf("docker API: unix://%s\n",
 		       json_string_value(json_object_get(st, "docker_socket")));
@@ -440,6 +480,7 @@ static int show_status(const json_t *st, void *ctx)
 			printf("              %s (%s)\n", dg, rel && !strcmp(dg, rel) ?
 			       "the one this kosa8 was released with" :
 			       "NOT the one this kosa8 was released with");
+		show_fetched(st, false);
 	}
 	fflush(stdout);
 	warn_security(st);
@@ -455,15 +496,18 @@ const struct cli_cmd cli_daemon_cmds[] = {
 	{ "daemon start", cmd_start, "start kosa8d and wait until it answers",
 	  "Usage: kosa8 daemon start [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... "
 	  "[--offline] [--fs-reserve SIZE[,PCT%]] [--require-sandbox]\n"
-	  "[--allow-public-ports] [--foreground]\n"
+	  "[--allow-public-ports] [--socket-group GROUP] [--foreground]\n"
 	  "\n"
 	  "Start kosa8d, the daemon that owns all of kosa8's state, detached from this\n"
 	  "terminal (its output goes to $KOSA8_HOME/kosa8d.log), and wait until it answers\n"
-	  "(up to 120 s: it may first probe whether KVM can boot the guest). If a daemon\n"
-	  "already answers on the socket, say so and succeed.\n"
+	  "(up to 120 s: it may first probe whether KVM can boot the guest, or fetch the\n"
+	  "release's guest image when it has none). If a daemon already answers on the\n"
+	  "socket, say so and succeed: an installed kosa8's service (its home\n"
+	  "/var/lib/kosa8) answers members of the group kosa8 as well as root.\n"
 	  "\n"
 	  "Options:\n"
-	  "  --home DIR          state directory (default $KOSA8_HOME, else ~/.kosa8)\n"
+	  "  --home DIR          state directory (default $KOSA8_HOME, else ~/.kosa8 when it\n"
+	  "                      exists, else /var/lib/kosa8 when kosa8 is installed)\n"
 	  "  --accel MODE        auto (default: KVM when it boots the guest, else TCG), kvm\n"
 	  "                      or tcg\n"
 	  "  --allow-mount DIR   host directory that sandboxes may mount (--mount), and what\n"
@@ -481,6 +525,10 @@ const struct cli_cmd cli_daemon_cmds[] = {
 	  "  --allow-public-ports  let sandboxes publish ports (--publish) on addresses\n"
 	  "                      other than loopback, e.g. 0.0.0.0 (config.json\n"
 	  "                      \"allow_public_ports\": true likewise); loopback only without\n"
+	  "  --socket-group GROUP  the sockets (kosa8d.sock, docker.sock) are 0660 with this\n"
+	  "                      group and the home 0710: its members may use kosa8d, which\n"
+	  "                      is as good as root (default: the group kosa8 for\n"
+	  "                      /var/lib/kosa8 when it exists, else only the daemon's user)\n"
 	  "  --foreground        run kosa8d in this terminal instead (for systemd, debugging)\n"
 	  "\n"
 	  "The daemon program is $KOSA8D, or kosa8d in the same directory as kosa8.\n"

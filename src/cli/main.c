@@ -54,6 +54,7 @@ static const char top_help[] =
 	"  model serve NAME       serve it on 127.0.0.1:7434 (OpenAI and Anthropic APIs)\n"
 	"  model ps|stop          running model servers\n"
 	"  bundle export|import   guest image, images and models in one verified file\n"
+	"  guest verify|fetch     the guest image: the release's? fetch it from the release\n"
 	"\n"
 	"Secrets (for the egress broker):\n"
 	"  secret set|ls|rm   API keys kept by the daemon, never shown again\n"
@@ -66,8 +67,9 @@ static const char top_help[] =
 	"  help [COMMAND]     this text, or a command's (same as COMMAND --help)\n"
 	"\n"
 	"Global flags:\n"
-	"  --home DIR         state directory (default $KOSA8_HOME, else ~/.kosa8); the\n"
-	"                     daemon listens on DIR/kosa8d.sock\n"
+	"  --home DIR         state directory (default $KOSA8_HOME, else ~/.kosa8 when it\n"
+	"                     exists, else the service's /var/lib/kosa8 when kosa8 is\n"
+	"                     installed); the daemon listens on DIR/kosa8d.sock\n"
 	"  -h, --help         help\n"
 	"\n"
 	"Exit codes: 0 ok, 1 error, 2 usage, 3 daemon not running, 4 not found, 5 conflict,\n"
@@ -219,6 +221,7 @@ static const struct group groups[] = {
 	{ "checkpoint", cli_checkpoint_cmds, "save a whole sandbox: memory, processes, disk" },
 	{ "model", cli_model_cmds, "local models and their OpenAI/Anthropic servers" },
 	{ "bundle", cli_bundle_cmds, "one file with what an offline machine needs" },
+	{ "guest", cli_guest_cmds, "the guest image every sandbox boots, and its release digest" },
 	{ "secret", cli_secret_cmds, "API keys the egress broker adds on the host" },
 };
 

@@ -22,11 +22,13 @@
 #include "daemon/archive.h"
 #include "daemon/model.h"
 #include "daemon/bundle.h"
+#include "daemon/guestfetch.h"
 #include "daemon/audit.h"
 #include "daemon/secret.h"
 #include "daemon/accel.h"
 #include "daemon/idle.h"
 #include "image/image.h"
+#include "common/version.h"
 
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -557,8 +559,8 @@ static json_t *status_json(struct daemon *d)
 	struct k8_err gerr = { 0 };
 	bool verified = guest_verified(&d->guest, &gerr);
 	bool offline = daemon_offline(d, NULL);
-	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s,s:s,s:s?}}",
-			 "version", "0.1.0", "pid", (int)getpid(), "home", d->home, "accel", d->accel,
+	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s,s:s,s:s?,s:s?}}",
+			 "version", KOSA8_VERSION, "pid", (int)getpid(), "home", d->home, "accel", d->accel,
 			 "accel_reason", d->accel_reason, "uptime_s",
 			 (json_int_t)((now_mono_ns() - d->started_mono) / 1000000000ull), "sandboxes", n,
 			 "offline", offline,
@@ -566,7 +568,8 @@ static json_t *status_json(struct daemon *d)
 			 d->cg.note, "guest", "dir", d->guest.dir, "kernel", d->guest.kernel,
 			 "initramfs", d->guest.initramfs, "source", d->guest.source, "verified",
 			 verified, "error", gerr.msg, "digest", d->guest.digest, "release_digest",
-			 d->guest_release);
+			 d->guest_release, "fetched_from",
+			 d->guest_fetched_from[0] ? d->guest_fetched_from : NULL);
 }
 
 /* What guards the host from QEMU: the jail, and the plain word on TCG. */
@@ -705,6 +708,8 @@ static const struct api_route routes[] = {
 	{ "DELETE", "/v1/model-servers/{name}", model_api_server_stop },
 	{ "POST",   "/v1/bundle/export", bundle_api_export },
 	{ "POST",   "/v1/bundle/import", bundle_api_import },
+	{ "GET",    "/v1/guest", guest_api_get },
+	{ "POST",   "/v1/guest/fetch", guest_api_fetch },
 	{ "GET",    "/v1/sandboxes", sb_api_list },
 	{ "POST",   "/v1/sandboxes", sb_api_create },
 	{ "GET",    "/v1/sandboxes/{name}", sb_api_get },

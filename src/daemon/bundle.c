@@ -450,37 +450,13 @@ int bundle_import(struct daemon *d, json_t *body, progress_fn progress, void *pc
 		nmodels++;
 	}
 	if (guest) {
-		cleanup_free char *gdst = xasprintf("%s/guest", d->home);
-		cleanup_free char *gold = xasprintf("%s/guest.old", d->home);
 		cleanup_free char *gsrc = xasprintf("%s/guest", stage);
-		/* World-readable like a built guest image: the jailed QEMU (its own uid) reopens
-		 * the kernel and initramfs through /proc/self/fd, which checks the file's mode.
-		 * Nothing in them is secret; $KOSA8_HOME itself stays 0700. */
-		const char *k;
-		json_t *v;
-		json_object_foreach(seen, k, v)
-			if (!strncmp(k, "guest/", 6)) {
-				cleanup_free char *f = xasprintf("%s/%s", stage, k);
-				if (chmod(f, 0644) < 0) {
-					r = k8_err_set(err, -errno, "%s: %s", f, strerror(errno));
-					goto out;
-				}
-			}
-		rm_rf(gold);
-		if (rename(gdst, gold) && errno != ENOENT) {
-			r = k8_err_set(err, -errno, "%s: %s", gdst, strerror(errno));
-			goto out;
-		}
-		if (rename(gsrc, gdst)) {
-			r = k8_err_set(err, -errno, "%s: %s", gdst, strerror(errno));
-			rename(gold, gdst);
-			goto out;
-		}
-		rm_rf(gold);
-		struct k8_err gerr = { 0 };
 		struct guest_image g;
-		if (guest_find_home(&g, d->home, &gerr) == 0)
+		if ((r = guest_find_dir(&g, gsrc, err)) || (r = guest_install(&g, d->home, err)))
+			goto out;
+		if (guest_find_home(&g, d->home, err) == 0)   /* KOSA8_GUEST_DIR still wins */
 			d->guest = g;
+		k8_err_clear(err);
 	}
 	/* A guest the user vouched for (--trust-guest) is named in the record, and says so. */
 	daemon_audit(d, "bundle.import", NULL, json_pack("{s:s,s:i,s:s?,s:b}", "path", path, "parts",

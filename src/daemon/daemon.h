@@ -44,6 +44,7 @@ struct daemon {
 	struct guest_image guest;
 	const char *guest_release;      /* "sha256:...": the guest this build was released with
 	                                   (main.c, src/common/guest_digest.h); bundle.c */
+	char guest_fetched_from[2100];  /* the URL this daemon fetched its guest from (guestfetch.c) */
 	char accel[8];
 	char accel_reason[512];
 	char accel_opt[8];              /* --accel: auto, kvm, tcg */

@@ -92,8 +92,9 @@ int guest_find(struct guest_image *g, struct k8_err *err)
 		return err->code;
 	return k8_err_set(err, -ENOENT,
 			  "the guest image (kernel + initramfs) was not found next to kosa8d; "
-			  "build it with `make`, set KOSA8_GUEST_DIR, or on a machine that is never "
-			  "online import one: kosa8 bundle import FILE");
+			  "fetch the release's with `kosa8 guest fetch`, build it with `make`, set "
+			  "KOSA8_GUEST_DIR, or on a machine that is never online import one: "
+			  "kosa8 bundle import FILE");
 }
 
 int guest_find_home(struct guest_image *g, const char *home, struct k8_err *err)
@@ -107,6 +108,28 @@ int guest_find_home(struct guest_image *g, const char *home, struct k8_err *err)
 			return 0;
 	}
 	return guest_find(g, err);
+}
+
+int guest_install(struct guest_image *g, const char *home, struct k8_err *err)
+{
+	cleanup_free char *man = xasprintf("%s/manifest.json", g->dir);
+	cleanup_free char *dst = xasprintf("%s/guest", home);
+	cleanup_free char *old = xasprintf("%s/guest.old", home);
+	const char *files[] = { man, g->kernel, g->initramfs };
+
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++)
+		if (chmod(files[i], 0644) < 0)
+			return k8_err_set(err, -errno, "%s: %s", files[i], strerror(errno));
+	rm_rf(old);
+	if (rename(dst, old) && errno != ENOENT)
+		return k8_err_set(err, -errno, "%s: %s", dst, strerror(errno));
+	if (rename(g->dir, dst)) {
+		int e = errno;
+		rename(old, dst);
+		return k8_err_set(err, -e, "%s: %s", dst, strerror(e));
+	}
+	rm_rf(old);
+	return guest_find_dir(g, dst, err);
 }
 
 static int open_checked(const char *path, const char *want, const char *what, int *fdp,

@@ -19,6 +19,12 @@ int guest_find(struct guest_image *g, struct k8_err *err);
 int guest_find_dir(struct guest_image *g, const char *dir, struct k8_err *err);
 /* As guest_find, but first $KOSA8_HOME/guest (where `kosa8 bundle import` installs one). */
 int guest_find_home(struct guest_image *g, const char *home, struct k8_err *err);
+/* Install the checked guest image staged in g->dir (its manifest.json, kernel and
+ * initramfs) as $home/guest, replacing the one there (kept as guest.old until the rename
+ * succeeded): its files made world-readable (the jailed QEMU reopens them through
+ * /proc/self/fd, which checks the file's mode; nothing in them is secret). Then *g is the
+ * installed image. 0 or -errno with a message. The caller verified it first. */
+int guest_install(struct guest_image *g, const char *home, struct k8_err *err);
 /* Open and verify both files against the manifest; on success *kfd and *ifd are open fds of
  * exactly the bytes that were checked (QEMU is given /proc/self/fd/N, so a file swapped
  * after the check is never booted). */

@@ -11,16 +11,20 @@
 #include "daemon/api.h"
 #include "daemon/docker_api.h"
 #include "daemon/docker_engine.h"
+#include "daemon/guestfetch.h"
 #include "daemon/idle.h"
 #include "daemon/model.h"
 #include "daemon/sandbox.h"
 #include "daemon/audit.h"
 #include "image/image.h"
 #include "common/guest_digest.h"
+#include "common/version.h"
 
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
+#include <stddef.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -39,14 +43,73 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: kosa8d [--home DIR] [--accel auto|kvm|tcg] [--allow-mount DIR]... [--offline]\n"
 		"              [--fs-reserve SIZE[,PCT%%]] [--require-sandbox]\n"
-		"              [--allow-public-ports] [--foreground]\n"
+		"              [--allow-public-ports] [--socket-group GROUP] [--foreground]\n"
 		"\n"
 		"The kosa8 daemon: owns all sandboxes, images and the audit log under DIR\n"
 		"(default $KOSA8_HOME or ~/.kosa8) and serves the API on DIR/kosa8d.sock.\n"
 		"--offline (or KOSA8_OFFLINE=1) fetches nothing from any registry.\n"
 		"--allow-public-ports lets sandboxes publish ports on addresses other than\n"
 		"loopback (e.g. 0.0.0.0); config.json \"allow_public_ports\": true likewise.\n"
-		"Normally started with `kosa8 daemon start`.\n");
+		"--socket-group GROUP makes the sockets 0660 of that group and DIR 0710: its\n"
+		"members may use the daemon, which is as good as root (the default for\n"
+		"" KOSA8_SYSTEM_HOME " is the group kosa8, when it exists).\n"
+		"Without a guest image it fetches the release's (config.json \"guest_url\"),\n"
+		"unless offline. Under systemd (Type=notify) it says READY=1 once it serves.\n"
+		"Normally started with `kosa8 daemon start`, or as the service kosa8.service.\n");
+}
+
+/* The group given the sockets and the home (--socket-group), or (gid_t)-1. */
+static gid_t socket_gid = (gid_t)-1;
+
+/* GROUP by name or number; -1 with a message when there is no such group. */
+static int group_lookup(const char *name, gid_t *gid)
+{
+	struct group *gr = getgrnam(name);
+	char *end;
+	unsigned long n;
+
+	if (gr) {
+		*gid = gr->gr_gid;
+		return 0;
+	}
+	errno = 0;
+	n = strtoul(name, &end, 10);
+	if (*name && !*end && !errno && n < (gid_t)-1) {
+		*gid = (gid_t)n;
+		return 0;
+	}
+	return -1;
+}
+
+/* systemd's readiness protocol (sd_notify(3)), without libsystemd: one datagram to
+ * $NOTIFY_SOCKET (a path, or '@' for an abstract name). Nothing when it is not set. */
+static void notify_systemd(const char *msg)
+{
+	static char path[108];
+	static bool read_env;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	socklen_t len;
+	int fd;
+
+	if (!read_env) {
+		const char *e = getenv("NOTIFY_SOCKET");
+		read_env = true;
+		if (e && strlen(e) < sizeof(path) && (e[0] == '/' || e[0] == '@'))
+			snprintf(path, sizeof(path), "%s", e);
+		unsetenv("NOTIFY_SOCKET");      /* not for QEMU and the sidecars */
+	}
+	if (!path[0])
+		return;
+	memcpy(sa.sun_path, path, strlen(path));
+	if (path[0] == '@')
+		sa.sun_path[0] = '\0';
+	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path));
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, len) < 0)
+		daemon_log("WARNING: telling systemd '%s' failed: %s", msg, strerror(errno));
+	close(fd);
 }
 
 static int listen_unix(const char *path, struct k8_err *err)
@@ -72,7 +135,14 @@ static int listen_unix(const char *path, struct k8_err *err)
 		return k8_err_set(err, e, "bind %s: %s", path, strerror(-e));
 	}
 	umask(old);
-	chmod(path, 0600);
+	/* 0600 until the group is set: never open to the group of the moment before */
+	if (socket_gid != (gid_t)-1 && chown(path, (uid_t)-1, socket_gid) < 0) {
+		int e = -errno;
+		close(fd);
+		return k8_err_set(err, e, "chown %s to group %u: %s", path, (unsigned)socket_gid,
+				  strerror(-e));
+	}
+	chmod(path, socket_gid != (gid_t)-1 ? 0660 : 0600);
 	if (listen(fd, 64) < 0) {
 		int e = -errno;
 		close(fd);
@@ -107,6 +177,7 @@ int main(int argc, char **argv)
 		{ "require-sandbox", no_argument, NULL, 'R' },
 		{ "allow-public-ports", no_argument, NULL, 'P' },
 		{ "fs-reserve", required_argument, NULL, 'r' },
+		{ "socket-group", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -115,6 +186,7 @@ int main(int argc, char **argv)
 	sigset_t mask;
 	int c, lockfd, lfd, sfd;
 	char path[4200];
+	const char *group = NULL;
 
 	default_home(d->home, sizeof(d->home));
 	snprintf(d->accel_opt, sizeof(d->accel_opt), "auto");
@@ -155,6 +227,9 @@ int main(int argc, char **argv)
 		case 'P':
 			d->allow_public_ports = true;
 			break;
+		case 'g':
+			group = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -171,11 +246,25 @@ int main(int argc, char **argv)
 			snprintf(d->home, sizeof(d->home), "%s", tmp);
 		}
 	}
+	notify_systemd("STATUS=starting");     /* also takes NOTIFY_SOCKET out of the environment */
+	/* The system service's home serves the group kosa8 unless told otherwise. */
+	if (!group && !strcmp(d->home, KOSA8_SYSTEM_HOME) && getgrnam("kosa8"))
+		group = "kosa8";
+	if (group && group_lookup(group, &socket_gid) < 0) {
+		fprintf(stderr, "kosa8d: --socket-group %s: no such group\n", group);
+		return 2;
+	}
 	if (mkdir_p(d->home, 0700) < 0) {
 		fprintf(stderr, "kosa8d: cannot create %s: %s\n", d->home, strerror(errno));
 		return 1;
 	}
-	chmod(d->home, 0700);
+	/* Its members reach the sockets by name (x), never list or read the home (the
+	 * files below are the daemon's user's, 0600 or in 0700 folders). */
+	if (socket_gid != (gid_t)-1 && chown(d->home, (uid_t)-1, socket_gid) < 0) {
+		fprintf(stderr, "kosa8d: chown %s to group %s: %s\n", d->home, group, strerror(errno));
+		return 1;
+	}
+	chmod(d->home, socket_gid != (gid_t)-1 ? 0710 : 0700);
 	snprintf(path, sizeof(path), "%s/run", d->home);
 	mkdir_p(path, 0700);
 
@@ -263,6 +352,9 @@ int main(int argc, char **argv)
 	if (guest_find_home(&d->guest, d->home, &err) < 0)
 		daemon_log("WARNING: %s", err.msg);
 	k8_err_clear(&err);
+	if (!d->guest.kernel[0])
+		notify_systemd("STATUS=no guest image: fetching the release's");
+	guest_fetch_at_start(d);        /* none found: the release's, unless offline */
 	if (accel_choose(d, &err) < 0) {
 		fprintf(stderr, "kosa8d: %s\n", err.msg);
 		return 1;
@@ -304,7 +396,9 @@ int main(int argc, char **argv)
 	daemon_audit(d, "daemon.start", NULL,
 		     json_pack("{s:i,s:s,s:s,s:b}", "pid", (int)getpid(), "accel", d->accel, "home",
 			       d->home, "jail", !d->jail_off));
-	daemon_log("listening on %s (pid %d)", path, (int)getpid());
+	daemon_log("listening on %s (pid %d)%s%s", path, (int)getpid(),
+		   group ? ", for root and the group " : "", group ? group : "");
+	notify_systemd("READY=1");
 
 	for (;;) {
 		struct pollfd pfd[2] = { { .fd = sfd, .events = POLLIN },
@@ -325,6 +419,7 @@ int main(int argc, char **argv)
 		}
 	}
 	d->stopping = 1;
+	notify_systemd("STOPPING=1");
 	if (d->stop_vms)
 		sb_stop_all(d);
 	model_stop_all(d);

@@ -19,6 +19,7 @@
 #include "daemon/sidecar.h"
 #include "daemon/vm.h"
 #include "daemon/api_route.h"
+#include "daemon/fetch.h"
 #include "common/sha.h"
 
 #include <arpa/inet.h>
@@ -125,71 +126,6 @@ static int meta_write(struct daemon *d, const char *name, json_t *meta, struct k
 }
 
 /* ---- the hub ---- */
-
-struct buf {
-	char *p;
-	size_t n, max;
-	bool over;
-};
-
-static size_t buf_write(char *ptr, size_t sz, size_t nm, void *ud)
-{
-	struct buf *b = ud;
-	size_t n = sz * nm;
-	if (b->n + n > b->max) {
-		b->over = true;
-		return 0;
-	}
-	char *q = realloc(b->p, b->n + n + 1);
-	if (!q)
-		return 0;
-	memcpy(q + b->n, ptr, n);
-	b->p = q;
-	b->n += n;
-	b->p[b->n] = 0;
-	return n;
-}
-
-static CURL *hub_curl(const char *url, struct curl_slist *hdrs)
-{
-	CURL *c = curl_easy_init();
-	if (!c)
-		return NULL;
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-#if LIBCURL_VERSION_NUM >= 0x075500
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-#endif
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "kosa8/0.1");
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-	return c;
-}
-
-/* GET url into memory (capped); returns the HTTP status or a negative errno. */
-static long hub_get(const char *url, struct curl_slist *hdrs, struct buf *b, struct k8_err *err)
-{
-	CURL *c = hub_curl(url, hdrs);
-	if (!c)
-		return k8_err_set(err, -ENOMEM, "curl_easy_init failed");
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, buf_write);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
-	CURLcode cc = curl_easy_perform(c);
-	long status = 0;
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(c);
-	if (b->over)
-		return k8_err_set(err, -EFBIG, "%s: the answer is over %u bytes", url, LIST_MAX);
-	if (cc != CURLE_OK)
-		return k8_err_set(err, -EHOSTUNREACH, "%s: %s", url, curl_easy_strerror(cc));
-	return status;
-}
 
 struct hub_file {
 	char path[512];
@@ -298,7 +234,7 @@ struct dl {
 	uint64_t off, want, done;
 	long status;
 	bool decided, bad_range;
-	struct buf errbody;
+	struct fetch_buf errbody;
 	void (*progress)(void *, json_t *);
 	void *pctx;
 	const char *what;
@@ -326,12 +262,10 @@ static size_t dl_header(char *p, size_t sz, size_t nm, void *ud)
 {
 	struct dl *x = ud;
 	size_t n = sz * nm;
-	if (n > 5 && !strncmp(p, "HTTP/", 5)) {
+	long st = fetch_status_line(p, n);
+	if (st >= 0) {
 		x->decided = false;   /* a new response (after a redirect) */
-		x->status = 0;
-		const char *sp = memchr(p, ' ', n);
-		if (sp)
-			x->status = strtol(sp + 1, NULL, 10);
+		x->status = st;
 	} else if (n > 14 && !strncasecmp(p, "Content-Range:", 14) && x->status == 206) {
 		const char *b = memmem(p, n, "bytes ", 6);
 		if (!b || strtoull(b + 6, NULL, 10) != x->off)
@@ -345,7 +279,7 @@ static size_t dl_write(char *p, size_t sz, size_t nm, void *ud)
 	struct dl *x = ud;
 	size_t n = sz * nm;
 	if (x->status != 200 && x->status != 206)
-		return buf_write(p, sz, nm, &x->errbody);
+		return fetch_buf_write(p, sz, nm, &x->errbody);
 	if (!x->decided) {
 		x->decided = true;
 		if (x->status == 206 && x->bad_range)
@@ -406,7 +340,7 @@ static int download(struct daemon *d, const char *url, struct curl_slist *hdrs,
 			   (unsigned long long)x.off, (unsigned long long)f->size);
 	dl_progress(&x, true);
 	if (x.off < f->size) {
-		CURL *c = hub_curl(url, hdrs);
+		CURL *c = fetch_curl(url, hdrs);
 		char range[64];
 		snprintf(range, sizeof(range), "%llu-", (unsigned long long)x.off);
 		if (x.off)
@@ -556,14 +490,14 @@ int model_pull(struct daemon *d, json_t *body, void (*progress)(void *, json_t *
 		free(h);
 		explicit_bzero(token, sizeof(token));
 	}
-	struct buf b = { .max = LIST_MAX };
+	struct fetch_buf b = { .max = LIST_MAX };
 	cleanup_free char *u1 = xasprintf("%s/api/models/%s/tree/main", endpoint, repo);
-	long st = hub_get(u1, hdrs, &b, err);
+	long st = fetch_mem(u1, hdrs, 120L, &b, err);
 	if (st == 404 || st == 400) {   /* hubs without the tree API: the model info */
-		struct buf b2 = { .max = LIST_MAX };
+		struct fetch_buf b2 = { .max = LIST_MAX };
 		struct k8_err e2 = { 0 };
 		cleanup_free char *u2 = xasprintf("%s/api/models/%s?blobs=true", endpoint, repo);
-		if (hub_get(u2, hdrs, &b2, &e2) == 200) {
+		if (fetch_mem(u2, hdrs, 120L, &b2, &e2) == 200) {
 			free(b.p);
 			b = b2;
 			st = 200;
@@ -888,7 +822,7 @@ static bool health_ok(const char *host, int port)
 	snprintf(url, sizeof(url), "http://%s%s%s:%d/health", strchr(host, ':') ? "[" : "", host,
 		 strchr(host, ':') ? "]" : "", port);
 	CURL *c = curl_easy_init();
-	struct buf b = { .max = 4096 };
+	struct fetch_buf b = { .max = 4096 };
 	long st = 0;
 	if (!c)
 		return false;
@@ -896,7 +830,7 @@ static bool health_ok(const char *host, int port)
 	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 1000L);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, buf_write);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, fetch_buf_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	CURLcode cc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);

@@ -149,24 +149,65 @@ static void test_checks(void)
 	CHECK_EQ_INT(cli_check_env("A-B=1", &err), -EINVAL);
 }
 
+/* The folders that "exist" for test_system_home. */
+static const char *fake_dirs[4];
+
+static int fake_is_dir(const char *path)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(fake_dirs) && fake_dirs[i]; i++)
+		if (!strcmp(fake_dirs[i], path))
+			return 1;
+	return 0;
+}
+
+/* An installed kosa8's home serves a user without one of their own; the flag, KOSA8_HOME
+ * and an existing ~/.kosa8 still win. */
+static void test_system_home(void)
+{
+	struct k8_err err = { 0 };
+	char *s;
+
+	fake_dirs[0] = KOSA8_SYSTEM_HOME;
+	s = cli_home_pick(NULL, NULL, "/home/al", fake_is_dir, &err);
+	CHECK_STR(s, KOSA8_SYSTEM_HOME);
+	free(s);
+	s = cli_home_pick(NULL, "/env", "/home/al", fake_is_dir, &err);
+	CHECK_STR(s, "/env");
+	free(s);
+	s = cli_home_pick("/flag", NULL, "/home/al", fake_is_dir, &err);
+	CHECK_STR(s, "/flag");
+	free(s);
+	s = cli_home_pick(NULL, NULL, NULL, fake_is_dir, &err);
+	CHECK_STR(s, KOSA8_SYSTEM_HOME);
+	free(s);
+	fake_dirs[1] = "/home/al/.kosa8";
+	s = cli_home_pick(NULL, NULL, "/home/al", fake_is_dir, &err);
+	CHECK_STR(s, "/home/al/.kosa8");
+	free(s);
+	fake_dirs[0] = NULL;          /* no system home: ~/.kosa8 whether or not it exists */
+	s = cli_home_pick(NULL, NULL, "/home/bo", fake_is_dir, &err);
+	CHECK_STR(s, "/home/bo/.kosa8");
+	free(s);
+}
+
 static void test_paths(void)
 {
 	struct k8_err err = { 0 };
 	char *s, longhome[200];
 
-	s = cli_home_pick("/flag", "/env", "/root", &err);
+	s = cli_home_pick("/flag", "/env", "/root", NULL, &err);
 	CHECK_STR(s, "/flag");
 	free(s);
-	s = cli_home_pick(NULL, "/env", "/root", &err);
+	s = cli_home_pick(NULL, "/env", "/root", NULL, &err);
 	CHECK_STR(s, "/env");
 	free(s);
-	s = cli_home_pick(NULL, "", "/root", &err);
+	s = cli_home_pick(NULL, "", "/root", NULL, &err);
 	CHECK_STR(s, "/root/.kosa8");
 	free(s);
-	s = cli_home_pick(NULL, NULL, "/", &err);
+	s = cli_home_pick(NULL, NULL, "/", NULL, &err);
 	CHECK_STR(s, "/.kosa8");
 	free(s);
-	CHECK(cli_home_pick(NULL, NULL, NULL, &err) == NULL);
+	CHECK(cli_home_pick(NULL, NULL, NULL, NULL, &err) == NULL);
 	CHECK_EQ_INT(err.code, -EINVAL);
 
 	memset(&err, 0, sizeof(err));
@@ -296,6 +337,7 @@ int main(void)
 	test_parse();
 	test_checks();
 	test_paths();
+	test_system_home();
 	test_codes();
 	test_output();
 	test_table();
