@@ -3,7 +3,9 @@
 #include "shim/spec.h"
 #include "common/sha.h"
 
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ANN_PREFIX "io.kosa8."
@@ -196,7 +198,7 @@ static int ann_int(const json_t *ann, const char *key, int lo, int max, const ch
 		return 0;
 	errno = 0;
 	n = strtol(s, &end, 10);
-	if (!*s || *end || errno || n < lo)
+	if (*s < '0' || *s > '9' || *end || errno || n < lo)
 		return k8_err_set(err, -EINVAL, "annotation %s: '%.40s' is not a whole number of "
 				  "at least %d", key, s, lo);
 	if (n > max)
@@ -360,10 +362,23 @@ static int policy_mounts(const json_t *node, const json_t *ann, json_t *body, st
 			 c1 + 1);
 		if (host[0] != '/' || guest[0] != '/')
 			goto bad;
-		json_array_foreach(roots, j, r)
+		/* Links resolved on both sides: a link below a root may lead anywhere. kosa8d
+		 * resolves the folder the same way and pins it (docs/shared-folders.md). */
+		{
+			char real[PATH_MAX];
+			if (!realpath(host, real)) {
+				k8_err_set(err, -ENOENT, "annotation io.kosa8.mounts: %.200s: %s", host,
+					   strerror(errno));
+				goto fail;
+			}
+			snprintf(host, sizeof(host), "%s", real);
+		}
+		json_array_foreach(roots, j, r) {
+			char real[PATH_MAX];
 			if (json_is_string(r) && json_string_value(r)[0] == '/' &&
-			    path_below(host, json_string_value(r)))
+			    realpath(json_string_value(r), real) && path_below(host, real))
 				ok = true;
+		}
 		if (!ok) {
 			k8_err_set(err, -EPERM, "annotation io.kosa8.mounts: %.200s is not below a "
 				   "folder this node lets pods share (the shim's config, "

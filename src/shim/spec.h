@@ -2,7 +2,8 @@
 /* spec.h - what the shim reads from an OCI runtime spec (the bundle's config.json, an
  * exec's process) and the node's shim config, and the kosa8 sandbox it turns them into.
  *
- * Pure functions over JSON (no files, no sockets): the unit tests and a fuzzer call them.
+ * Functions over JSON (no sockets; only the mount policy resolves paths): the unit tests
+ * and a fuzzer call them.
  * Policy (docs/containerd.md "Policy"): the node's config (shim.json) sets the sandbox's
  * size, egress and which host folders may be shared; a pod's io.kosa8.* annotations may
  * ask for less, never for more. Every refusal names the annotation and the node's limit.
@@ -51,7 +52,8 @@ void spec_free(struct spec *s);
 /* The node's config (shim.json, already parsed; NULL: the defaults) and the pod's
  * annotations: the fields of a kosa8 sandbox create body (cpus, memory_mib, disk_gb,
  * egress, egress_allow, mounts) into *body (a new object). Host folders in
- * io.kosa8.mounts must be absolute, resolved paths (the caller realpath()s them). */
+ * io.kosa8.mounts and the node's mount_roots are resolved (realpath) before they are
+ * compared, so this one reads the file system; the rest is pure. */
 int spec_sandbox_body(const json_t *node, const json_t *annotations, json_t **body,
 		      struct k8_err *err);
 
