@@ -149,6 +149,18 @@ int spec_parse(const char *text, size_t len, struct spec *s, struct k8_err *err)
 		snprintf(s->pod, sizeof(s->pod), "%s", pod);
 	if (img)
 		snprintf(s->image, sizeof(s->image), "%s", img);
+	{
+		const char *rp = json_string_value(json_object_get(json_object_get(root, "root"),
+								   "path"));
+		if (!rp || !*rp)
+			rp = "rootfs";
+		if (strlen(rp) >= sizeof(s->root) || strstr(rp, "..")) {
+			r = k8_err_set(err, -EINVAL, "root.path must be at most %zu bytes, without "
+				       "'..'", sizeof(s->root) - 1);
+			goto out;
+		}
+		snprintf(s->root, sizeof(s->root), "%s", rp);
+	}
 	/* A pod's sandbox (pause) never runs in the VM: its process is not needed. */
 	if (s->role == SPEC_POD_SANDBOX && !json_object_get(root, "process")) {
 		s->proc.argv = json_array();

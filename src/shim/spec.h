@@ -40,6 +40,7 @@ struct spec {
 	enum spec_role role;
 	char pod[128];                  /* io.kubernetes.cri.sandbox-id: the pod's id */
 	char image[512];                /* io.kubernetes.cri.image-name, for the record */
+	char root[4096];                /* root.path as given ("rootfs": the bundle's own) */
 };
 
 /* The process object of an OCI spec ("process" of config.json, or an exec's spec). */

@@ -260,9 +260,13 @@ static int task_sandbox(struct shim *s, struct task *t, const struct spec *sp,
 /* The container's root: containerd's mounts at <bundle>/rootfs, made a kosa8 image,
  * pulled into the sandbox (rootfs.h). */
 static int task_rootfs(struct shim *s, struct task *t, K8task__CreateTaskRequest *req,
-		       struct k8_err *err)
+		       const struct spec *sp, struct k8_err *err)
 {
-	cleanup_free char *dir = xasprintf("%s/rootfs", t->bundle);
+	/* containerd's mounts go to <bundle>/rootfs; without any, the spec's root.path is
+	 * the tree (ctr run --rootfs), relative to the bundle unless absolute */
+	cleanup_free char *dir = req->n_rootfs || sp->root[0] != '/'
+		? xasprintf("%s/%s", t->bundle, req->n_rootfs ? "rootfs" : sp->root)
+		: xstrdup(sp->root);
 	cleanup_free char *work = xasprintf("%s/work", s->state_dir);
 	struct rootfs_mount *m = xcalloc(req->n_rootfs + 1, sizeof(*m));
 	char key[25], tag[80], path[512];
@@ -275,7 +279,7 @@ static int task_rootfs(struct shim *s, struct task *t, K8task__CreateTaskRequest
 		m[i].options = (const char *const *)req->rootfs[i]->options;
 		m[i].noptions = req->rootfs[i]->n_options;
 	}
-	r = rootfs_mount(dir, m, req->n_rootfs, err);
+	r = req->n_rootfs ? rootfs_mount(dir, m, req->n_rootfs, err) : 0;
 	if (!r) {
 		pthread_mutex_lock(&s->mu);
 		t->rootfs_mounted = req->n_rootfs > 0;
@@ -386,7 +390,7 @@ static void rpc_create(struct shim *s, struct call *c)
 		shim_log("task %s: writing %s: %s", t->id, SHIM_STATE_FILE, strerror(-r));
 	r = task_sandbox(s, t, &sp, &err);
 	if (!r && t->role != SPEC_POD_SANDBOX)
-		r = task_rootfs(s, t, req, &err);
+		r = task_rootfs(s, t, req, &sp, &err);
 	if (r) {
 		struct k8_err uerr = { 0 };
 		shim_log("task %s: create failed: %s", t->id, err.msg);

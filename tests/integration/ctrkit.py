@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 import time
 
+import pytest
+
 from conftest import BIN, wait_for
 
 IMAGE = "docker.io/library/python:3.12-slim"
@@ -163,3 +165,23 @@ def wait_task(c, name, status, timeout=60):
     ok = wait_for(lambda: c.tasks().get(name) == status, timeout)
     assert ok, "task %s is %s, not %s" % (name, c.tasks().get(name), status)
     return time.time()
+
+
+@pytest.fixture(scope="session")
+def ctrd(home, python_layout):
+    """One containerd for the session's containerd files (their lanes.txt group keeps them
+    in one pytest), with the python image imported."""
+    c = Containerd(home.path)
+    c.import_image(python_layout)
+    yield c
+    c.stop()
+    # the rootfs images the shim converted into the shared home (docs/containerd.md)
+    for i in home.json("image", "ls"):
+        if i["ref"].startswith("localhost/kosa8-shim-rootfs:"):
+            home("image", "rm", i["ref"])
+
+
+def owned(home, task):
+    """The kosa8 sandboxes made for containerd task (or pod) `task`."""
+    return [s for s in home.json("sandbox", "ls")
+            if (s.get("owner") or {}).get("id") == task]

@@ -11,25 +11,7 @@ import time
 import pytest
 
 from conftest import daemon_pid, wait_for, wait_or_fail
-from ctrkit import IMAGE, RUNTIME, Containerd, wait_task
-
-
-@pytest.fixture(scope="module")
-def ctrd(home, python_layout):
-    c = Containerd(home.path)
-    c.import_image(python_layout)
-    yield c
-    c.stop()
-    # the rootfs images the shim converted into the shared home (docs/containerd.md)
-    for i in home.json("image", "ls"):
-        if i["ref"].startswith("localhost/kosa8-shim-rootfs:"):
-            home("image", "rm", i["ref"])
-
-
-def owned(home, task):
-    """The kosa8 sandboxes made for containerd task (or pod) `task`."""
-    return [s for s in home.json("sandbox", "ls")
-            if (s.get("owner") or {}).get("id") == task]
+from ctrkit import IMAGE, RUNTIME, ctrd, owned, wait_task  # noqa: F401 (ctrd: a fixture)
 
 
 class Events:
