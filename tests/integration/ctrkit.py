@@ -74,6 +74,12 @@ class Containerd:
         ok = wait_for(lambda: self.ctr("version").returncode == 0, 30)
         assert ok, "containerd did not start: " + self.log_text()[-3000:]
 
+    def restart(self):
+        """containerd stopped (SIGTERM) and started again; the shims go on."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(30)
+        self.start()
+
     def log_text(self):
         with open(os.path.join(self.dir, "containerd.log"), "rb") as f:
             return f.read().decode(errors="replace")

@@ -182,6 +182,29 @@ def test_pod_containers_share_one_sandbox(ctrd, home):
     assert not owned(home, "pod-x")
 
 
+def test_containerd_restart_keeps_the_task(ctrd, home):
+    """containerd reconnects to the running shim (the bundle's address file): the task
+    runs on, and its exec, kill and delete work; its events reach the new containerd."""
+    ctrd.check("run", "-d", "--runtime", RUNTIME, IMAGE, "t-cr", "sleep", "1000")
+    wait_task(ctrd, "t-cr", "RUNNING")
+    pids = ctrd.shim_pids()
+    ctrd.restart()
+    assert ctrd.tasks().get("t-cr") == "RUNNING"
+    assert ctrd.shim_pids() == pids
+    p = ctrd.ctr("task", "exec", "--exec-id", "e1", "t-cr", "echo", "after")
+    assert p.stdout == "after\n", p.stderr
+    ev = Events(ctrd)
+    try:
+        ctrd.check("task", "kill", "-s", "SIGKILL", "t-cr")
+        wait_task(ctrd, "t-cr", "STOPPED")
+        wait_or_fail(lambda: "/tasks/exit" in ev.topics("t-cr"), "the exit event", 30)
+    finally:
+        ev.stop()
+    ctrd.check("task", "rm", "t-cr")
+    ctrd.check("container", "rm", "t-cr")
+    assert not owned(home, "t-cr")
+
+
 def test_killed_shim_is_cleaned_up(ctrd, home):
     """kill -9 of the shim: containerd runs `delete`, which removes the task's sandbox."""
     ctrd.check("run", "-d", "--runtime", RUNTIME, IMAGE, "t-dead", "sleep", "1000")
