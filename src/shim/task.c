@@ -388,9 +388,12 @@ static void rpc_create(struct shim *s, struct call *c)
 	/* Written before anything is made, so `delete` can undo a half-made task. */
 	if ((r = task_save(s, t)))
 		shim_log("task %s: writing %s: %s", t->id, SHIM_STATE_FILE, strerror(-r));
+	uint64_t t0 = now_mono_ns(), t1, t2;
 	r = task_sandbox(s, t, &sp, &err);
+	t1 = now_mono_ns();
 	if (!r && t->role != SPEC_POD_SANDBOX)
 		r = task_rootfs(s, t, req, &sp, &err);
+	t2 = now_mono_ns();
 	if (r) {
 		struct k8_err uerr = { 0 };
 		shim_log("task %s: create failed: %s", t->id, err.msg);
@@ -433,8 +436,9 @@ static void rpc_create(struct shim *s, struct call *c)
 		pthread_cond_broadcast(&s->cond);
 		pthread_mutex_unlock(&s->mu);
 	}
-	shim_log("task %s: created in sandbox %s%s", t->id, t->sandbox,
-		 t->role == SPEC_POD_SANDBOX ? " (the pod's sandbox)" : "");
+	shim_log("task %s: created in sandbox %s%s (sandbox %llu ms, rootfs %llu ms)", t->id,
+		 t->sandbox, t->role == SPEC_POD_SANDBOX ? " (the pod's sandbox)" : "",
+		 (unsigned long long)((t1 - t0) / 1000000), (unsigned long long)((t2 - t1) / 1000000));
 	resp.pid = s->pid;
 	call_answer(c, &resp.base);
 out:
