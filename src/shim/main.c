@@ -312,6 +312,7 @@ int main(int argc, char **argv)
 {
 	struct shim s = { 0 };
 	struct opts o;
+	int r;
 
 	parse_opts(argc, argv, &o);
 	if (o.version) {
@@ -329,16 +330,22 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&s.mu, NULL);
 	pthread_cond_init(&s.cond, NULL);
 	load_config(&s);
-	if (o.action && !strcmp(o.action, "start"))
-		return cmd_start(&s, &o, argv);
-	if (o.action && !strcmp(o.action, "delete")) {
+	if (o.action && !strcmp(o.action, "start")) {
+		r = cmd_start(&s, &o, argv);
+	} else if (o.action && !strcmp(o.action, "delete")) {
 		struct k8_err err = { 0 };
 		if (kc_init(&s.kc, s.home, &err))
 			die("%s", err.msg);
 		s.kc.timeout_ms = 60000;
-		return cmd_delete(&s, &o);
-	}
-	if (o.action)
+		r = cmd_delete(&s, &o);
+	} else if (o.action) {
 		die("unknown action %s (start, delete)", o.action);
-	return cmd_serve(&s, &o);
+	} else {
+		r = cmd_serve(&s, &o);
+	}
+	json_decref(s.node);
+	free(s.home);
+	free(s.state_dir);
+	free(s.address);
+	return r;
 }
