@@ -124,6 +124,20 @@ int proc_signal(struct proc *p, int sig)
 	return proc_write(p, PROTO_SIGNAL, 0, &v, sizeof(v));
 }
 
+void proc_closeio(struct proc *p)
+{
+	uint64_t one = 1;
+	bool pump;
+
+	pthread_mutex_lock(&p->wmu);
+	pump = p->in_started && p->closeio_fd >= 0;
+	pthread_mutex_unlock(&p->wmu);
+	if (pump)
+		(void)!write(p->closeio_fd, &one, sizeof(one));
+	else
+		proc_close_stdin(p);
+}
+
 void proc_close_stdin(struct proc *p)
 {
 	bool send;
@@ -287,8 +301,29 @@ static void *pump_out(void *arg)
 
 struct in_arg {
 	struct proc *p;
-	int fifo, stop;
+	int fifo, stop, closeio;
 };
+
+/* Forward what the stdin FIFO holds; with `drain`, every byte readable now, then stop.
+ * Returns 1 when stdin ended (EOF sent), 0 to go on, -1 when the stream is gone. */
+static int pump_in_read(struct in_arg *a, unsigned char *buf, bool drain)
+{
+	for (;;) {
+		ssize_t got = read(a->fifo, buf, PROTO_DATA_CHUNK);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0 && errno == EAGAIN && !drain)
+			return 0;
+		if (got <= 0) {
+			proc_close_stdin(a->p);
+			return 1;
+		}
+		if (proc_write(a->p, PROTO_STDIN, 0, buf, (size_t)got) < 0)
+			return -1;
+		if (!drain)
+			return 0;
+	}
+}
 
 static void *pump_in(void *arg)
 {
@@ -296,25 +331,25 @@ static void *pump_in(void *arg)
 	unsigned char buf[PROTO_DATA_CHUNK];
 
 	for (;;) {
-		struct pollfd pf[2] = { { .fd = a->fifo, .events = POLLIN },
-					{ .fd = a->stop, .events = POLLIN } };
-		if (poll(pf, 2, -1) < 0) {
+		struct pollfd pf[3] = { { .fd = a->fifo, .events = POLLIN },
+					{ .fd = a->stop, .events = POLLIN },
+					{ .fd = a->closeio, .events = POLLIN } };
+		if (poll(pf, 3, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
 		if (pf[1].revents)
 			break;
-		if (!(pf[0].revents & (POLLIN | POLLHUP | POLLERR)))
-			continue;
-		ssize_t got = read(a->fifo, buf, sizeof(buf));
-		if (got < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		if (got <= 0) {
-			proc_close_stdin(a->p);
+		/* CloseIO: containerd's writer is done; what it wrote before is still in the
+		 * FIFO and goes first, then the EOF (never the EOF ahead of the data). */
+		if (pf[2].revents) {
+			pump_in_read(a, buf, true);
 			break;
 		}
-		if (proc_write(a->p, PROTO_STDIN, 0, buf, (size_t)got) < 0)
+		if (!(pf[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		if (pump_in_read(a, buf, false))
 			break;
 	}
 	close(a->fifo);
@@ -401,10 +436,13 @@ int proc_start(struct shim *s, struct proc *p, struct k8_err *err)
 		ia = xcalloc(1, sizeof(*ia));
 		ia->p = p;
 		ia->stop = a->st.stop_fd;
+		ia->closeio = p->closeio_fd = eventfd(0, EFD_CLOEXEC);
 		ia->fifo = open(p->stdin_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-		if (ia->fifo < 0) {
+		if (ia->fifo < 0 || ia->closeio < 0) {
 			shim_log("opening %s: %s; the process gets no stdin", p->stdin_path,
 				 strerror(errno));
+			if (ia->fifo >= 0)
+				close(ia->fifo);
 			free(ia);
 			ia = NULL;
 		}
@@ -434,9 +472,10 @@ int proc_start(struct shim *s, struct proc *p, struct k8_err *err)
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (ia) {
-		if (pthread_create(&p->in_thr, NULL, pump_in, ia) == 0)
-			p->in_started = true;
-		else {
+		pthread_mutex_lock(&p->wmu);
+		p->in_started = pthread_create(&p->in_thr, NULL, pump_in, ia) == 0;
+		pthread_mutex_unlock(&p->wmu);
+		if (!p->in_started) {
 			close(ia->fifo);
 			free(ia);
 			proc_close_stdin(p);
@@ -501,6 +540,9 @@ void proc_release(struct proc *p)
 	if (p->stop_fd >= 0)
 		close(p->stop_fd);
 	p->stop_fd = -1;
+	if (p->closeio_fd >= 0)
+		close(p->closeio_fd);
+	p->closeio_fd = -1;
 	free(p->stdin_path);
 	free(p->stdout_path);
 	free(p->stderr_path);

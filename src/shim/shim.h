@@ -61,6 +61,7 @@ struct proc {
 	pthread_mutex_t wmu;           /* writes to sock */
 	bool stdin_closed;             /* STDIN EOF sent */
 	int stop_fd;                   /* eventfd: tells the stdin pump to end */
+	int closeio_fd;                /* eventfd: CloseIO, the pump drains, then EOF */
 	pthread_t out_thr, in_thr;
 	bool out_started, in_started;
 	int users;                     /* handlers that hold it outside shim.mu */
@@ -125,6 +126,8 @@ int task_cleanup_bundle(struct shim *s, const char *bundle, uint32_t *pid, struc
 int proc_start(struct shim *s, struct proc *p, struct k8_err *err);
 int proc_signal(struct proc *p, int sig);
 void proc_close_stdin(struct proc *p);
+/* CloseIO: stdin ends after what the FIFO still holds has gone to the process. */
+void proc_closeio(struct proc *p);
 /* Record an exit (state, status, time) and publish TaskExit; caller holds s->mu. */
 void proc_exited_locked(struct shim *s, struct proc *p, uint32_t status);
 /* Join a process's pumps (after it stopped) and free its strings. */

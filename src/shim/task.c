@@ -104,6 +104,7 @@ static void proc_init(struct proc *p, struct task *t)
 	p->t = t;
 	p->sock = -1;
 	p->stop_fd = -1;
+	p->closeio_fd = -1;
 	pthread_mutex_init(&p->wmu, NULL);
 }
 
@@ -874,7 +875,7 @@ static void rpc_close_io(struct shim *s, struct call *c)
 		return call_fail(c, TTRPC_INVALID_ARGUMENT, "malformed CloseIORequest");
 	if ((p = proc_get(s, req->id, req->exec_id, c))) {
 		if (req->stdin)
-			proc_close_stdin(p);
+			proc_closeio(p);
 		call_empty(c);
 		proc_put(s, p);
 	}
