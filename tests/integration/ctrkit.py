@@ -28,6 +28,7 @@ state = "{d}/state"
 [ttrpc]
   address = "{d}/c.sock.ttrpc"
 [plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "docker.io/library/python:3.12-slim"
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
@@ -140,6 +141,8 @@ class Containerd:
                            text=True, timeout=600)
         assert p.returncode == 0, p.stderr
         self.check("image", "import", tar, timeout=600)
+        # CRI's namespace too (test_88_cri: pods, and the sandbox image above)
+        self.check("-n", "k8s.io", "image", "import", tar, timeout=600)
         os.unlink(tar)
 
     def stop(self):
