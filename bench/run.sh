@@ -75,3 +75,5 @@ echo "== copying files in and out of containers (issue 12's archive)"
 /usr/bin/python3 cp.py
 echo "== the Docker-compatible API against kosa8's own CLI (issue 12)"
 /usr/bin/python3 dockerapi.py
+echo "== the containerd shim: ctr run --rm against sandbox create + run + rm (issue 31)"
+/usr/bin/python3 containerd.py

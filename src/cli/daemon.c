@@ -434,6 +434,22 @@ static int show_status(const json_t *st, void *ctx)
 		       json_string_value(json_object_get(st, "docker_socket")));
 	printf("  accel:      %s\n", desc);
 	printf("  sandboxes:  %lld\n", json_integer_value(json_object_get(st, "sandboxes")));
+	{
+		/* those containerd's shim made, by name and task or pod (docs/containerd.md) */
+		json_t *owned = json_object_get(st, "owned_sandboxes"), *o;
+		size_t i;
+		if (json_array_size(owned))
+			printf("  containerd: %zu sandbox%s made by containerd-shim-kosa8-v2\n",
+			       json_array_size(owned), json_array_size(owned) == 1 ? "" : "es");
+		json_array_foreach(owned, i, o) {
+			json_t *ow = json_object_get(o, "owner");
+			cleanup_free char *name = str_escape(json_string_value(json_object_get(o, "name")));
+			cleanup_free char *ns = str_escape(json_string_value(json_object_get(ow, "namespace")));
+			cleanup_free char *id = str_escape(json_string_value(json_object_get(ow, "id")));
+			printf("    %s: %s %s in namespace %s\n", name,
+			       json_is_true(json_object_get(ow, "pod")) ? "pod" : "task", id, ns);
+		}
+	}
 	if (json_is_boolean(json_object_get(st, "jail")))
 		printf("  jail:       %s\n", json_is_true(json_object_get(st, "jail")) ?
 		       "on (QEMU: own uid, no capabilities, seccomp, empty root)" :

@@ -597,7 +597,17 @@ static void sandbox_row(struct out_table *t, const json_t *it, double now)
 			break;
 		off += (size_t)n;
 	}
-	const char *row[9] = {
+	/* A sandbox containerd's shim made for a task or a pod (docs/containerd.md). */
+	char owner[80] = "-";
+	json_t *ow = json_object_get(it, "owner");
+	if (json_is_object(ow)) {
+		cleanup_free char *ns = str_escape(json_string_value(json_object_get(ow, "namespace")));
+		cleanup_free char *id = str_escape(json_string_value(json_object_get(ow, "id")));
+		snprintf(owner, sizeof(owner), "%s:%.20s/%.24s%s",
+			 json_string_value(json_object_get(ow, "kind")) ?: "?", ns, id,
+			 json_is_true(json_object_get(ow, "pod")) ? "(pod)" : "");
+	}
+	const char *row[10] = {
 		json_string_value(json_object_get(it, "name")),
 		json_string_value(json_object_get(it, "state")),
 		cpus, mem, disk,
@@ -605,6 +615,7 @@ static void sandbox_row(struct out_table *t, const json_t *it, double now)
 		json_string_value(json_object_get(it, "egress")) ?: "deny",
 		out_ago(out_time_parse(json_object_get(it, "created")), now, created,
 			sizeof(created)),
+		owner,
 		images,
 	};
 	out_table_row(t, row);
@@ -613,9 +624,9 @@ static void sandbox_row(struct out_table *t, const json_t *it, double now)
 static int show_sandboxes(const json_t *res, void *ctx)
 {
 	static const char *const hdr[] = { "NAME", "STATE", "CPUS", "MEMORY", "DISK", "ACCEL",
-					   "EGRESS", "CREATED", "IMAGES" };
+					   "EGRESS", "CREATED", "OWNER", "IMAGES" };
 
-	out_table_array(res, 9, hdr, sandbox_row);
+	out_table_array(res, 10, hdr, sandbox_row);
 	return CLI_EXIT_OK;
 }
 

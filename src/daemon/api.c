@@ -550,16 +550,21 @@ static enum MHD_Result reply_reader(struct MHD_Connection *c, const struct api_d
 
 static json_t *status_json(struct daemon *d)
 {
+	json_t *owned = json_array(), *st;
 	int n = 0;
 
 	pthread_mutex_lock(&d->lock);
-	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next)
+	for (struct sandbox *sb = d->sandboxes; sb; sb = sb->next) {
 		n++;
+		if (sb->owner)      /* set under this lock at create (record.h) */
+			json_array_append_new(owned, json_pack("{s:s,s:O}", "name", sb->name,
+							       "owner", sb->owner));
+	}
 	pthread_mutex_unlock(&d->lock);
 	struct k8_err gerr = { 0 };
 	bool verified = guest_verified(&d->guest, &gerr);
 	bool offline = daemon_offline(d, NULL);
-	return json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s,s:s,s:s?,s:s?}}",
+	st = json_pack("{s:s,s:i,s:s,s:s,s:s,s:I,s:i,s:b,s:{s:i,s:b,s:s},s:{s:s,s:s,s:s,s:s,s:b,s:s,s:s,s:s?,s:s?}}",
 			 "version", KOSA8_VERSION, "pid", (int)getpid(), "home", d->home, "accel", d->accel,
 			 "accel_reason", d->accel_reason, "uptime_s",
 			 (json_int_t)((now_mono_ns() - d->started_mono) / 1000000000ull), "sandboxes", n,
@@ -570,6 +575,8 @@ static json_t *status_json(struct daemon *d)
 			 verified, "error", gerr.msg, "digest", d->guest.digest, "release_digest",
 			 d->guest_release, "fetched_from",
 			 d->guest_fetched_from[0] ? d->guest_fetched_from : NULL);
+	json_object_set_new(st, "owned_sandboxes", owned);
+	return st;
 }
 
 /* What guards the host from QEMU: the jail, and the plain word on TCG. */
@@ -720,6 +727,7 @@ static const struct api_route routes[] = {
 	{ "POST",   "/v1/sandboxes/{name}/containers/{id}/exec", exec_api_exec },
 	{ "POST",   "/v1/sandboxes/{name}/containers/{id}/stop", ctr_api_stop },
 	{ "DELETE", "/v1/sandboxes/{name}/containers/{id}", ctr_api_rm },
+	{ "POST",   "/v1/sandboxes/{name}/containers/{id}/resize", ctr_api_resize },
 	{ "GET",    "/v1/sandboxes/{name}/containers/{id}/archive/stat", archive_api_stat },
 	{ "GET",    "/v1/sandboxes/{name}/containers/{id}/archive", archive_api_get },
 	{ "PUT",    "/v1/sandboxes/{name}/containers/{id}/archive", archive_api_put },

@@ -87,3 +87,35 @@ int ctr_api_rm(struct api_call *call)
 {
 	return ctr_stop(call, true);
 }
+
+/* The size of a process's pty (TIOCSWINSZ in the guest; it gets SIGWINCH): the
+ * container's init, or the run or exec whose "started" event named `stream`. ENOTTY from
+ * the agent (no pty) is a 409, as is a process that is gone (ESRCH: 404). */
+int ctr_api_resize(struct api_call *call)
+{
+	const char *id = api_param(call, "id");
+	int64_t rows, cols, stream = 0;
+	struct sandbox *sb;
+	json_t *req, *resp = NULL;
+	int r;
+
+	if (api_body_int(call, "rows", API_REQUIRED, 0, 65535, &rows) ||
+	    api_body_int(call, "cols", API_REQUIRED, 0, 65535, &cols) ||
+	    api_body_int(call, "stream", API_OPTIONAL, 1, UINT32_MAX, &stream))
+		return call->err.code;
+	sb = ctr_sandbox(call);
+	if (!sb)
+		return call->err.code;
+	req = json_pack("{s:s,s:s,s:i,s:i}", "op", "resize", "container", id, "rows", (int)rows,
+			"cols", (int)cols);
+	if (stream)
+		json_object_set_new(req, "stream", json_integer(stream));
+	r = sb_agent_request(sb, req, CTR_PS_TIMEOUT_MS, &resp, NULL, &call->err);
+	json_decref(resp);
+	if (r == -ENOTTY) {
+		k8_err_clear(&call->err);
+		r = k8_err_set(&call->err, -EBUSY, "that process has no terminal");
+	}
+	sb_put(call->d, sb);
+	return r;
+}

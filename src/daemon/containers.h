@@ -9,5 +9,6 @@
 int ctr_api_list(struct api_call *call);
 int ctr_api_stop(struct api_call *call);
 int ctr_api_rm(struct api_call *call);
+int ctr_api_resize(struct api_call *call);
 
 #endif

@@ -130,6 +130,20 @@ static int build_req(struct exec_ctx *x, json_t *body, json_t *cfg, bool detach,
 		return k8_err_set(err, -EINVAL, "the working directory must be an absolute path");
 	if (user && strlen(user) > 64)
 		return k8_err_set(err, -EINVAL, "user is too long");
+	{
+		json_t *tty = json_object_get(body, "tty"), *sz = json_object_get(body, "tty_size");
+		if (tty && !json_is_boolean(tty))
+			return k8_err_set(err, -EINVAL, "field 'tty' must be true or false");
+		if (sz && !(json_array_size(sz) == 2 &&
+			    json_is_integer(json_array_get(sz, 0)) &&
+			    json_is_integer(json_array_get(sz, 1)) &&
+			    json_integer_value(json_array_get(sz, 0)) >= 0 &&
+			    json_integer_value(json_array_get(sz, 0)) <= 65535 &&
+			    json_integer_value(json_array_get(sz, 1)) >= 0 &&
+			    json_integer_value(json_array_get(sz, 1)) <= 65535))
+			return k8_err_set(err, -EINVAL, "field 'tty_size' must be [rows, cols], "
+					  "each 0..65535");
+	}
 
 	full = json_array();
 	if (cfg) {
@@ -166,6 +180,13 @@ static int build_req(struct exec_ctx *x, json_t *body, json_t *cfg, bool detach,
 			"container", x->container, "argv", full, "env", env, "cwd",
 			(cwd && *cwd) ? cwd : "/", "user", (user && *user) ? user : "0", "stdin",
 			json_is_true(json_object_get(body, "stdin")));
+	if (json_is_true(json_object_get(body, "tty"))) {
+		/* a pty in the guest (docs/agent.md "Terminals"): stdin, stdout and stderr */
+		json_t *sz = json_object_get(body, "tty_size");
+		json_object_set_new(req, "stdin", json_string("tty"));
+		if (json_array_size(sz) == 2)
+			json_object_set(req, "tty_size", sz);
+	}
 	if (x->is_run) {
 		json_object_set_new(req, "image", json_string(json_string_value(json_object_get(cfg, "digest"))));
 		json_object_set_new(req, "rm", json_boolean(!detach));
@@ -352,14 +373,15 @@ void exec_bridge(struct exec_ctx *x, int sock, const char *extra, size_t extra_l
 	size_t pend_len = 0, pend_off = 0;
 	bool pend_eof = false, stdin_done = false, client_gone = false, client_eof = false;
 	json_t *exit_info = NULL;
-	char started[64];
+	char started[96];
 	int fl;
 
 	proto_reader_init(&rd);
 	fl = fcntl(sock, F_GETFL);
 	if (fl >= 0)
 		fcntl(sock, F_SETFL, fl & ~O_NONBLOCK);
-	snprintf(started, sizeof(started), "{\"event\":\"started\",\"id\":\"%s\"}", x->container);
+	snprintf(started, sizeof(started), "{\"event\":\"started\",\"id\":\"%s\",\"stream\":%u}",
+		 x->container, (unsigned)s->id);
 	if (send_client(sock, PROTO_EVENT, 0, started, strlen(started)) < 0)
 		client_gone = true;
 	if (extra_len) {

@@ -93,6 +93,8 @@ static json_t *sb_record(struct sandbox *sb)
 		json_object_set_new(rec, "idle_pause_s", json_integer(sb->idle_pause_s));
 	if (sb->rewind_spare[0])
 		json_object_set_new(rec, "rewind_spare", json_string(sb->rewind_spare));
+	if (sb->owner)
+		json_object_set(rec, "owner", sb->owner);
 	if (sb->connecting)     /* its VM has not had its init yet: never adopted */
 		json_object_set_new(rec, "init_pending", json_true());
 	json_object_set_new(rec, "sidecars",
@@ -276,4 +278,35 @@ void sb_put(struct daemon *d K8_UNUSED, struct sandbox *sb)
 void sb_put_peek(struct daemon *d K8_UNUSED, struct sandbox *sb)
 {
 	sb_put_as(sb, false);
+}
+
+int sb_owner_check(const json_t *owner, struct k8_err *err)
+{
+	const char *k;
+	json_t *v;
+
+	if (!json_is_object(owner) || json_object_size(owner) > 8)
+		return k8_err_set(err, -EINVAL, "field 'owner' must be an object of at most 8 fields");
+	json_object_foreach((json_t *)owner, k, v) {
+		if (!strcmp(k, "pod")) {
+			if (!json_is_boolean(v))
+				return k8_err_set(err, -EINVAL, "field 'owner.pod' must be true or false");
+			continue;
+		}
+		if (strcmp(k, "kind") && strcmp(k, "namespace") && strcmp(k, "id"))
+			return k8_err_set(err, -EINVAL, "field 'owner' takes kind, namespace, id and "
+					  "pod, not '%.40s'", k);
+		const char *str = json_string_value(v);
+		if (!str || !*str || json_string_length(v) > 255)
+			return k8_err_set(err, -EINVAL, "field 'owner.%s' must be a string of 1-255 "
+					  "bytes", k);
+		for (const unsigned char *c = (const unsigned char *)str; *c; c++)
+			if (*c < 0x20 || *c == 0x7f)
+				return k8_err_set(err, -EINVAL, "field 'owner.%s' holds a control "
+						  "character", k);
+	}
+	v = json_object_get(owner, "kind");
+	if (!json_is_string(v) || strcmp(json_string_value(v), "containerd"))
+		return k8_err_set(err, -EINVAL, "field 'owner.kind' must be \"containerd\"");
+	return 0;
 }

@@ -111,10 +111,18 @@ struct sandbox {
 	 * is "latest"), and the spare itself */
 	char rewind_spare[64];
 	struct spare *spare;
+	/* who made it for whom, when not a user: {"kind":"containerd","namespace","id",
+	 * "pod"?} from containerd-shim-kosa8-v2 (docs/containerd.md); NULL otherwise. Set
+	 * under the daemon's table lock at create, never changed after. */
+	json_t *owner;
 	/* `sandbox ls`'s last entry for it, guarded by the daemon's table lock: what ls shows
 	 * of a sandbox whose lock stays held past its wait (sb_list_json) */
 	json_t *listing;
 };
+
+/* A sandbox's owner as an API client gave it (docs/api.md, POST /v1/sandboxes): 0, or
+ * -EINVAL with a message. Pure. */
+int sb_owner_check(const json_t *owner, struct k8_err *err);
 
 /* "stopped", "booting", ... as in sandbox.json and the API. */
 const char *sb_state_name(enum sb_state s);

@@ -109,6 +109,7 @@ static void sb_free(struct sandbox *sb)
 	pthread_cond_destroy(&sb->cond);
 	spare_free(sb);
 	json_decref(sb->listing);
+	json_decref(sb->owner);
 	free(sb);
 }
 
@@ -773,6 +774,8 @@ static json_t *sb_summary_locked(struct sandbox *sb)
 		      (json_int_t)sb->pid, "images", imgs, "egress", sb->egress_mode);
 	json_object_set_new(o, "mounts", sb_mounts_json(sb, false));
 	json_object_set_new(o, "ports", sb_ports_json(sb));
+	if (sb->owner)
+		json_object_set(o, "owner", sb->owner);
 	if (sb->state == SB_PAUSED || (sb->state == SB_RUNNING && sb->paused))
 		json_object_set_new(o, "paused_to",
 				    json_string(sb->state == SB_PAUSED ? "disk" : "memory"));
@@ -943,6 +946,12 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 		const char *rs = json_string_value(json_object_get(rec, "rewind_spare"));
 		if (rs && spare_setting_valid(rs))
 			snprintf(sb->rewind_spare, sizeof(sb->rewind_spare), "%s", rs);
+	}
+	{
+		json_t *ow = json_object_get(rec, "owner");
+		struct k8_err oerr = { 0 };
+		if (ow && sb_owner_check(ow, &oerr) == 0)
+			sb->owner = json_deep_copy(ow);
 	}
 	{
 		json_t *ji = json_object_get(rec, "jail_index");
@@ -1210,6 +1219,9 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	if ((json_object_get(body, "rewind_spare") && !spare) || (spare && !spare_setting_valid(spare)))
 		return k8_err_set(err, -EINVAL, "rewind_spare: give \"latest\", \"off\" or a "
 				  "checkpoint label (1-63 letters, digits, '-', '_', '.')");
+	json_t *owner = json_object_get(body, "owner");
+	if (owner && !json_is_null(owner) && (r = sb_owner_check(owner, err)))
+		return r;
 	if (!d->guest.kernel[0])
 		return k8_err_set(err, -ENOENT,
 				  "the guest image is missing, so no VM can boot; build it with `make`");
@@ -1239,6 +1251,11 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	sb->memory_mib = mem;
 	sb->disk_gb = disk;
 	sb->idle_pause_s = idle;
+	if (owner && !json_is_null(owner)) {
+		pthread_mutex_lock(&d->lock);
+		sb->owner = json_deep_copy(owner);
+		pthread_mutex_unlock(&d->lock);
+	}
 	if (spare)
 		snprintf(sb->rewind_spare, sizeof(sb->rewind_spare), "%s", spare);
 	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", mode);
@@ -1286,6 +1303,8 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 			       "disk_gb", disk, "accel", d->accel, "limits", sb->limits_desc,
 			       "boot_ms", (json_int_t)sb->boot_ms, "egress", sb->egress_mode,
 			       "egress_allow", sb->egress_rules));
+	if (sb->owner)
+		daemon_audit(d, "sandbox.owner", name, json_deep_copy(sb->owner));
 	if (sb->broker)
 		daemon_audit(d, "sandbox.broker", name,
 			     json_pack("{s:O,s:b}", "rules", sb->broker->rules, "intercept",

@@ -11,7 +11,7 @@
 #   B=build              build directory (objects, binaries, corpora under $B/fuzz)
 #
 # Every target is linked against one archive of all of src/common, src/image, src/net, src/fs,
-# src/model, src/broker and src/docker, the daemon's bundle reader and its API matcher
+# src/model, src/broker, src/docker and src/shim (with the shim's generated protobuf-c code), the daemon's bundle reader and its API matcher
 # (src/daemon/api_route.c, pure), docker.sock's path rules (docker_route.c, pure) and the
 # agent's tar reader (src/agent/tar.c, pure)
 # (no main.c), so it pulls in only the objects it uses. Corpora live in
@@ -26,8 +26,8 @@ OUT=$B/fuzz
 SECS=${FUZZ_SECONDS:-20}
 CC=${FUZZ_CC:-clang}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-CFLAGS="-std=gnu11 -D_GNU_SOURCE -Isrc -pthread -g -O1 $SAN"
-LIBS="-ljansson -larchive -lssl -lcrypto -lcurl -lpthread -lm ${FUZZ_LIBS:-}"
+CFLAGS="-std=gnu11 -D_GNU_SOURCE -Isrc -I$B/gen/shim -pthread -g -O1 $SAN"
+LIBS="-ljansson -larchive -lssl -lcrypto -lcurl -lprotobuf-c -lseccomp -lpthread -lm ${FUZZ_LIBS:-}"
 
 command -v "$CC" >/dev/null 2>&1 || { echo "fuzz: $CC not found (libFuzzer needs clang)"; exit 1; }
 mkdir -p "$OUT/obj" || exit 1
@@ -63,12 +63,16 @@ compile_one() {
 	$CC $CFLAGS -fsanitize=fuzzer-no-link -c -o "$obj" "$1" 2>"$obj.log" || rm -f "$obj"
 }
 
+# The shim's messages are C that protoc-c generates from src/shim/proto at build time.
+make -s B="$B" "$B/gen/shim/.stamp" || exit 1
+
 # Library objects, instrumented for coverage but without libFuzzer's main. A file that
 # does not compile is skipped with a warning: a target that needs it then fails to link.
 srcs=""
 stale=""
 for src in src/common/*.c src/image/*.c src/net/*.c src/fs/*.c src/model/*.c src/broker/*.c src/docker/*.c \
-	   src/daemon/bundle_read.c src/daemon/api_route.c src/daemon/docker_route.c src/agent/tar.c; do
+	   src/daemon/bundle_read.c src/daemon/api_route.c src/daemon/docker_route.c src/agent/tar.c \
+	   src/shim/*.c "$B"/gen/shim/*.pb-c.c; do
 	[ -f "$src" ] || continue
 	case "$src" in */main.c) continue ;; esac
 	srcs="$srcs $src"
@@ -140,7 +144,7 @@ run_one() {
 	# few members of some size. libFuzzer's default (the largest seed) is too small there.
 	case "$name" in
 	fuzz_proto|fuzz_agentlink) maxlen=600000 ;;
-	fuzz_fsreq) maxlen=300000 ;;
+	fuzz_fsreq|fuzz_ttrpc) maxlen=300000 ;;
 	fuzz_frame) maxlen=70000 ;;
 	fuzz_unpack|fuzz_load|fuzz_bundle|fuzz_tar) maxlen=200000 ;;
 	*) maxlen=0 ;;
