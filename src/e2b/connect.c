@@ -57,6 +57,7 @@ enum e2bc_code e2bc_code_of_errno(int code)
 	case -ETIMEDOUT:
 		return E2BC_DEADLINE_EXCEEDED;
 	case -ECONNRESET: case -ENOTCONN: case -EPIPE: case -EHOSTUNREACH:
+	case -EAGAIN:           /* a paused sandbox: E2B's proxy answers 502 */
 		return E2BC_UNAVAILABLE;
 	case -ENOSYS: case -EOPNOTSUPP:
 		return E2BC_UNIMPLEMENTED;

@@ -335,8 +335,9 @@ json_t *e2b_ev_end(json_t *exit_info)
 
 	if (sig > 0 && sig < 65) {
 		snprintf(status, sizeof(status), "signal: %s", e2b_signal_text((int)sig, buf));
-		end = json_pack("{s:I,s:b,s:s}", "exitCode", (json_int_t)-1, "exited", 0,
-				"status", status);
+		/* Go's cmd.Wait() error for a signalled process, which envd passes on */
+		end = json_pack("{s:I,s:b,s:s,s:s}", "exitCode", (json_int_t)-1, "exited", 0,
+				"status", status, "error", status);
 	} else {
 		if (code < -1 || code > 255)
 			code = 255;
