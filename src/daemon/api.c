@@ -19,6 +19,7 @@
 #include "daemon/egress.h"
 #include "daemon/ports.h"
 #include "daemon/exec.h"
+#include "daemon/interp.h"
 #include "daemon/archive.h"
 #include "daemon/model.h"
 #include "daemon/bundle.h"
@@ -738,6 +739,11 @@ static const struct api_route routes[] = {
 	{ "GET",    "/v1/sandboxes/{name}/containers/{id}/archive/stat", archive_api_stat },
 	{ "GET",    "/v1/sandboxes/{name}/containers/{id}/archive", archive_api_get },
 	{ "PUT",    "/v1/sandboxes/{name}/containers/{id}/archive", archive_api_put },
+	{ "POST",   "/v1/sandboxes/{name}/contexts", interp_api_ctx_create },
+	{ "GET",    "/v1/sandboxes/{name}/contexts", interp_api_ctx_list },
+	{ "DELETE", "/v1/sandboxes/{name}/contexts/{id}", interp_api_ctx_rm },
+	{ "POST",   "/v1/sandboxes/{name}/contexts/{id}/restart", interp_api_ctx_restart },
+	{ "POST",   "/v1/sandboxes/{name}/contexts/{id}/run", interp_api_run },
 	{ "POST",   "/v1/sandboxes/{name}/checkpoints", ckpt_api_create },
 	{ "GET",    "/v1/sandboxes/{name}/checkpoints", ckpt_api_list },
 	{ "DELETE", "/v1/sandboxes/{name}/checkpoints/{label}", ckpt_api_rm },
