@@ -77,3 +77,7 @@ echo "== the Docker-compatible API against kosa8's own CLI (issue 12)"
 /usr/bin/python3 dockerapi.py
 echo "== the containerd shim: ctr run --rm against sandbox create + run + rm (issue 31)"
 /usr/bin/python3 containerd.py
+echo "== E2B's SDKs against kosa8's own CLI (issue 28)"
+# Sandbox.create() + the first commands.run against sandbox create + run; runCode in a
+# warm context against sandbox exec of the same code.
+/usr/bin/python3 e2b.py
