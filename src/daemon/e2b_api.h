@@ -2,8 +2,8 @@
 /* e2b_api.h - the E2B-compatible API on a TCP port (e2b_api.c, docs/e2b.md): E2B's
  * control plane, envd and the code interpreter on one listener, served by api.c with a
  * route table and error shape of their own. */
-#ifndef K8_E2B_API_H
-#define K8_E2B_API_H
+#ifndef K8_DAEMON_E2B_API_H
+#define K8_DAEMON_E2B_API_H
 
 #include "common/util.h"
 

@@ -231,10 +231,11 @@ static const char *const state_names[] = { "running", "paused", "killed" };
 
 static json_t *box_record(struct e2b_box *b)
 {
-	return json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:I,s:I,"
-			 "s:b,s:b,s:s}", "version", 1, "id", b->id, "token", b->token,
+	return json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:I,"
+			 "s:I,s:b,s:b,s:s}", "version", 1, "id", b->id, "token", b->token,
 			 "traffic", b->traffic, "template_id", b->template_id, "image", b->image,
 			 "container", b->container, "user", b->user, "workdir", b->workdir,
+			 "default_ctx", b->default_ctx,
 			 "image_env", b->image_env, "env_vars", b->env_vars, "metadata",
 			 b->metadata, "network", b->network, "secrets", b->secrets, "snapshots",
 			 b->snapshots, "started_ns", (json_int_t)b->started_ns, "end_ns",
@@ -313,6 +314,7 @@ static struct e2b_box *box_read(struct sandbox *sb)
 	copy_str(b->container, sizeof(b->container), rec, "container");
 	copy_str(b->user, sizeof(b->user), rec, "user");
 	copy_str(b->workdir, sizeof(b->workdir), rec, "workdir");
+	copy_str(b->default_ctx, sizeof(b->default_ctx), rec, "default_ctx");
 	json_decref(b->image_env);
 	json_decref(b->env_vars);
 	json_decref(b->metadata);
@@ -394,7 +396,8 @@ static void set_state(struct daemon *d, struct e2b_box *b, enum e2b_state s)
 	pthread_mutex_unlock(&e->lock);
 }
 
-int e2b_box_pause(struct daemon *d, struct e2b_box *b, const char *by, struct k8_err *err)
+/* sb_pause of b's sandbox: to disk, or back. */
+static int box_sb_pause(struct daemon *d, struct e2b_box *b, bool pause, struct k8_err *err)
 {
 	struct sandbox *sb = sb_get(d, b->sandbox, err);
 	json_t *out = NULL;
@@ -402,9 +405,16 @@ int e2b_box_pause(struct daemon *d, struct e2b_box *b, const char *by, struct k8
 
 	if (!sb)
 		return err->code;
-	r = sb_pause(d, sb, true, false, &out, err);
+	r = sb_pause(d, sb, pause, false, &out, err);
 	sb_put(d, sb);
 	json_decref(out);
+	return r;
+}
+
+int e2b_box_pause(struct daemon *d, struct e2b_box *b, const char *by, struct k8_err *err)
+{
+	int r = box_sb_pause(d, b, true, err);
+
 	if (r)
 		return r;
 	set_state(d, b, E2B_PAUSED);
@@ -414,15 +424,8 @@ int e2b_box_pause(struct daemon *d, struct e2b_box *b, const char *by, struct k8
 
 int e2b_box_resume(struct daemon *d, struct e2b_box *b, struct k8_err *err)
 {
-	struct sandbox *sb = sb_get(d, b->sandbox, err);
-	json_t *out = NULL;
-	int r;
+	int r = box_sb_pause(d, b, false, err);
 
-	if (!sb)
-		return err->code;
-	r = sb_pause(d, sb, false, false, &out, err);
-	sb_put(d, sb);
-	json_decref(out);
 	if (r)
 		return r;
 	set_state(d, b, E2B_RUNNING);
@@ -442,17 +445,8 @@ int e2b_box_kill(struct daemon *d, struct e2b_box *b, const char *by, struct k8_
 	pthread_mutex_unlock(&e->lock);
 	if (keep) {
 		/* its snapshots outlive it (E2B's rule): the machine is put away, the box hidden */
-		if (b->state == E2B_RUNNING) {
-			struct sandbox *sb = sb_get(d, b->sandbox, err);
-			json_t *out = NULL;
-			if (!sb)
-				return err->code;
-			r = sb_pause(d, sb, true, false, &out, err);
-			sb_put(d, sb);
-			json_decref(out);
-			if (r)
-				return r;
-		}
+		if (b->state == E2B_RUNNING && (r = box_sb_pause(d, b, true, err)))
+			return r;
 		set_state(d, b, E2B_KILLED);
 		e2b_audit(d, b, "e2b.kill", json_pack("{s:s,s:b}", "by", by, "kept_for_snapshots", 1));
 		return e2b_box_save(d, b, err);
@@ -520,12 +514,15 @@ static void env_put(json_t *env, const char *kv)
 	json_array_append_new(env, json_string(kv));
 }
 
-json_t *e2b_box_env(struct e2b_box *b, json_t *extra)
+json_t *e2b_box_env(struct e2b_box *b, json_t *base, json_t *extra)
 {
 	json_t *env = json_array(), *v;
 	const char *k;
 	size_t i;
 
+	json_array_foreach(base, i, v)
+		if (json_is_string(v))
+			env_put(env, json_string_value(v));
 	json_array_foreach(b->image_env, i, v)
 		if (json_is_string(v))
 			env_put(env, json_string_value(v));

@@ -5,8 +5,8 @@
  * snapshots), kept in its folder as e2b.json (0600: it holds the tokens). The table of
  * boxes, their timeouts (the reaper: kill, or pause with autoPause) and the daemon's E2B
  * settings (config.json "e2b") live here too. */
-#ifndef K8_E2B_BOX_H
-#define K8_E2B_BOX_H
+#ifndef K8_DAEMON_E2B_BOX_H
+#define K8_DAEMON_E2B_BOX_H
 
 #include <jansson.h>
 #include <pthread.h>
@@ -44,6 +44,7 @@ struct e2b_box {
 	                                 * allow_internet_access} as asked (no secret value) */
 	json_t *secrets;                /* names of the broker secrets its rules made */
 	json_t *snapshots;              /* [{"id","label","names","created"}] */
+	char default_ctx[64];           /* the interpreter's default context ("": none yet) */
 	int64_t started_ns, end_ns;     /* wall clock */
 	bool auto_pause, auto_resume;
 	enum e2b_state state;
@@ -96,10 +97,10 @@ int e2b_box_kill(struct daemon *d, struct e2b_box *b, const char *by, struct k8_
  * ("paused: resume it with Sandbox.connect"). */
 int e2b_box_ready(struct daemon *d, struct e2b_box *b, struct k8_err *err);
 
-/* The environment every process of b gets: the image's, then envVars, then `extra`
- * (["K=V"], may be NULL), each overriding the one before; the broker's variables under
- * all of them (as exec.c's run). */
-json_t *e2b_box_env(struct e2b_box *b, json_t *extra);
+/* The environment every process of b gets: `base` (["K=V"], may be NULL: the broker's
+ * variables and HOME, as exec.c's run puts them under the rest), then the image's, then
+ * envVars, then `extra` (may be NULL), each overriding the one before. */
+json_t *e2b_box_env(struct e2b_box *b, json_t *base, json_t *extra);
 /* The home folder of `user` ("" or "root": /root, else /home/USER). */
 void e2b_home(const char *user, char *out, size_t n);
 

@@ -188,7 +188,7 @@ static int ctl_boot(struct daemon *d, struct e2b_box *b, struct e2b_create *c,
 	for (size_t i = 0; i < ARRAY_SIZE(keepalive_argv); i++)
 		json_array_append_new(argv, json_string(keepalive_argv[i]));
 	run = json_pack("{s:s,s:o,s:o}", "image", b->image, "argv", argv, "env",
-			e2b_box_env(b, NULL));
+			e2b_box_env(b, NULL, NULL));
 	res = exec_detached(d, b->sandbox, run, &code, err);
 	json_decref(run);
 	if (!res)
@@ -265,6 +265,7 @@ static struct e2b_box *ctl_fork_one(struct daemon *d, struct e2b_box *src, const
 	snprintf(b->container, sizeof(b->container), "%s", src->container);
 	snprintf(b->user, sizeof(b->user), "%s", src->user);
 	snprintf(b->workdir, sizeof(b->workdir), "%s", src->workdir);
+	snprintf(b->default_ctx, sizeof(b->default_ctx), "%s", src->default_ctx);
 	json_decref(b->image_env);
 	json_decref(b->env_vars);
 	json_decref(b->metadata);
@@ -1019,8 +1020,8 @@ int e2b_data_auth(struct api_call *call, int port, struct e2b_box **bp)
 		return k8_err_set(&call->err, -EHOSTUNREACH, "port %.8s of sandbox %.40s is not "
 				  "served by kosa8 (envd: 49983, the code interpreter: 49999)", p, id);
 	b = e2b_box_get(call->d, id, false);
-	if (!b)
-		return k8_err_set(&call->err, -ENOENT, "sandbox %.40s not found", id);
+	if (!b)         /* as E2B's proxy answers for a sandbox it does not know: 502 */
+		return k8_err_set(&call->err, -EHOSTUNREACH, "sandbox %.40s not found", id);
 	/* a token of this box and no other: envd's, or on the interpreter's port its own */
 	ok = tok && e2b_secret_eq(tok, b->token);
 	if (!ok && port == 49999)

@@ -2,8 +2,8 @@
 /* e2b_ctl.h - E2B's control plane (e2b_ctl.c, docs/e2b.md): sandboxes created, connected,
  * paused, killed, listed, their timeouts, metrics, network, snapshots and forks. Every
  * handler first checks the request's X-API-Key (e2b_keys.h). */
-#ifndef K8_E2B_CTL_H
-#define K8_E2B_CTL_H
+#ifndef K8_DAEMON_E2B_CTL_H
+#define K8_DAEMON_E2B_CTL_H
 
 #include "daemon/api_route.h"
 
@@ -15,7 +15,8 @@ struct e2b_box;
  * (E2b-Sandbox-Port, when sent) is `port`, asked with a token of its own: X-Access-Token
  * (envdAccessToken), or on the interpreter's port (49999) E2B-Traffic-Access-Token
  * (trafficAccessToken) as the code interpreter's client sends it. A paused box answers
- * only after e2b_box_ready. 0, or -EINVAL / -ENOENT / -EHOSTUNREACH / -EKEYREJECTED. */
+ * only after e2b_box_ready. 0, or -EINVAL, -EKEYREJECTED, or -EHOSTUNREACH for a sandbox
+ * or port that is not here (502, as E2B's proxy answers). */
 int e2b_data_auth(struct api_call *call, int port, struct e2b_box **bp);
 
 int e2b_api_create(struct api_call *call);

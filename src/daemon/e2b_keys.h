@@ -2,8 +2,8 @@
 /* e2b_keys.h - the API keys of kosa8's E2B API (e2b_keys.c, docs/e2b.md): made by
  * `kosa8 e2b key create` (shown once), kept as SHA-256 hashes in $KOSA8_HOME/e2b/keys.json
  * (0600), checked on every control-plane request, audited as e2b.key.create/.rm. */
-#ifndef K8_E2B_KEYS_H
-#define K8_E2B_KEYS_H
+#ifndef K8_DAEMON_E2B_KEYS_H
+#define K8_DAEMON_E2B_KEYS_H
 
 #include <stdbool.h>
 

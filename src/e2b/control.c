@@ -465,15 +465,12 @@ void e2b_create_clear(struct e2b_create *c)
 
 /* ---- list ---- */
 
-static int hexval(char c)
+/* Two hex digits as a byte, -1 when they are not. */
+static int hex2(const char *p)
 {
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
+	if (!isxdigit((unsigned char)p[0]) || !isxdigit((unsigned char)p[1]))
+		return -1;
+	return ((p[0] & 15) + (p[0] > '9' ? 9 : 0)) << 4 | ((p[1] & 15) + (p[1] > '9' ? 9 : 0));
 }
 
 /* Percent-decode s[0..n) (and '+' as a space when form) into a new string; NULL for a
@@ -485,18 +482,12 @@ static char *pct_decode(const char *s, size_t n, bool form)
 
 	for (size_t i = 0; i < n; i++) {
 		if (s[i] == '%') {
-			int h, l;
-			if (i + 2 >= n) {
+			int v = i + 2 < n ? hex2(s + i + 1) : -1;
+			if (v <= 0) {   /* a bad escape, or a NUL */
 				free(out);
 				return NULL;
 			}
-			h = hexval(s[i + 1]);
-			l = hexval(s[i + 2]);
-			if (h < 0 || l < 0 || (h == 0 && l == 0)) {
-				free(out);
-				return NULL;
-			}
-			out[o++] = (char)(h << 4 | l);
+			out[o++] = (char)v;
 			i += 2;
 		} else {
 			out[o++] = form && s[i] == '+' ? ' ' : s[i];
