@@ -120,9 +120,11 @@ def test_one_sandboxs_token_never_drives_another(e, two):
     st, _, _ = e.http("GET", "/contexts", headers={"E2b-Sandbox-Id": b, "E2b-Sandbox-Port": "49999",
                                                    "E2B-Traffic-Access-Token": fa})
     assert st == 401
-    # a port kosa8 does not serve
+    # a port kosa8 does not serve: unavailable, as for a sandbox that is not there
     st, body, _ = e.http("POST", "/process.Process/List", {}, headers=envd(a, ta, port=8080))
-    assert st == 502
+    assert st == 503 and body["code"] == "unavailable", (st, body)
+    st, body, _ = e.http("GET", "/health", headers=envd(a, ta, port=8080))
+    assert st == 502 and body["code"] == 502, (st, body)
     # through the SDK: a's token with b's id is refused, b's file is not written
     out = js(e, """
 const s = new Sandbox({ sandboxId: V.b, envdAccessToken: V.ta, envdVersion: '0.5.7' })
