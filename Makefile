@@ -29,7 +29,7 @@ LDFLAGS_HOST += -fsanitize=address,undefined
 HARDEN  := -fPIE
 endif
 
-LIBS_CLI    := -lcurl -ljansson -lcrypto -larchive -lseccomp
+LIBS_CLI    := -lcurl -ljansson -lcrypto -larchive -lseccomp -lmicrohttpd
 LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
 # libslirp's .pc file requires glib's; we use only its C API, so link it directly.
 LIBS_NET    := -lslirp -lseccomp -ljansson

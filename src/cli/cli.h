@@ -17,7 +17,6 @@
 #define K8_CLI_H
 
 #include <jansson.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -195,13 +194,15 @@ int client_call(struct client *cl, const char *method, const char *path, const j
 		struct k8_err *err);
 /* Called for each line of an event stream (a cell's); a negative return stops it. */
 typedef int (*client_line_fn)(void *ctx, json_t *line);
+/* Called about once a second while an event stream runs (libcurl's progress callback):
+ * a non-zero return cancels it. */
+typedef int (*client_tick_fn)(void *ctx);
 /* One request whose 2xx answer is an NDJSON event stream (POST .../contexts/ID/run):
  * each line, parsed, goes to line(ctx) as it arrives; an error answer returns its errno
- * with the daemon's message. *cancel (may be NULL) set non-zero, e.g. by a signal
- * handler, ends it with -ECANCELED (the daemon then interrupts the cell). */
+ * with the daemon's message. tick (may be NULL) cancelling ends it with -ECANCELED (the
+ * daemon then interrupts the cell). */
 int client_stream(struct client *cl, const char *method, const char *path, const json_t *body,
-		  client_line_fn line, void *ctx, volatile sig_atomic_t *cancel,
-		  struct k8_err *err);
+		  client_line_fn line, client_tick_fn tick, void *ctx, struct k8_err *err);
 /* Is a daemon answering GET /v1/status? 1 and *status (may be NULL), or 0. */
 int client_ping(struct client *cl, long timeout_ms, json_t **status);
 
@@ -248,6 +249,8 @@ extern const struct cli_cmd cli_secret_cmds[];   /* secret.c */
 extern const struct cli_cmd cli_e2b_cmds[];      /* e2b.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */
 extern const struct cli_cmd cli_login_cmd;       /* image.c: likewise */
+extern const struct cli_cmd cli_mcp_cmd;         /* mcp.c: likewise */
+int cli_cmd_mcp(const struct cli_cmd *self, int argc, char **argv, const char *home);
 int cli_cmd_pause(const struct cli_cmd *self, int argc, char **argv, const char *home);
 int cli_cmd_cp(const struct cli_cmd *self, int argc, char **argv, const char *home); /* cp.c */
 int cli_cmd_fork(const struct cli_cmd *self, int argc, char **argv, const char *home);

@@ -160,7 +160,7 @@ struct call {
 	struct k8_err *err;
 	client_line_fn line;    /* an event stream: every line of a 2xx answer goes here */
 	void *lctx;
-	volatile sig_atomic_t *cancel;
+	client_tick_fn tick;    /* called about once a second: non-zero cancels */
 };
 
 static int call_append(struct call *c, const char *data, size_t n, size_t max)
@@ -298,7 +298,7 @@ static int xfer_cancel(void *p, curl_off_t dt, curl_off_t dn, curl_off_t ut, cur
 {
 	struct call *c = p;
 	(void)dt; (void)dn; (void)ut; (void)un;
-	return c->cancel && *c->cancel;
+	return c->tick && c->tick(c->lctx);
 }
 
 /* client_call, and client_stream when c->line is set. */
@@ -329,7 +329,7 @@ static int do_call(struct client *cl, struct call c, const char *method, const c
 	curl_easy_setopt(c.curl, CURLOPT_ERRORBUFFER, curl_msg);
 	curl_easy_setopt(c.curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c.curl, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-	if (c.cancel) {
+	if (c.tick) {
 		curl_easy_setopt(c.curl, CURLOPT_XFERINFOFUNCTION, xfer_cancel);
 		curl_easy_setopt(c.curl, CURLOPT_XFERINFODATA, &c);
 		curl_easy_setopt(c.curl, CURLOPT_NOPROGRESS, 0L);
@@ -386,10 +386,9 @@ int client_call(struct client *cl, const char *method, const char *path, const j
 }
 
 int client_stream(struct client *cl, const char *method, const char *path, const json_t *body,
-		  client_line_fn line, void *ctx, volatile sig_atomic_t *cancel,
-		  struct k8_err *err)
+		  client_line_fn line, client_tick_fn tick, void *ctx, struct k8_err *err)
 {
-	struct call c = { .line = line, .lctx = ctx, .cancel = cancel, .err = err };
+	struct call c = { .line = line, .lctx = ctx, .tick = tick, .err = err };
 	json_t *res = NULL;
 	int r = do_call(cl, c, method, path, body, 0, &res, err);
 

@@ -148,6 +148,7 @@ out:
 /* ---- one cell: its events on this terminal ---- */
 
 struct cell_out {
+	volatile sig_atomic_t *cancel;
 	bool json;
 	bool ok, ended, timed_out;
 	bool nl_out, nl_err;            /* the last text written to stdout/stderr ended a line */
@@ -160,6 +161,12 @@ static void put(FILE *f, const char *s, bool *nl)
 	fflush(f);
 	if (n)
 		*nl = s[n - 1] == '\n';
+}
+
+static int cell_tick(void *ctx)
+{
+	struct cell_out *o = ctx;
+	return o->cancel && *o->cancel;
 }
 
 static int cell_event(void *ctx, json_t *ev)
@@ -222,7 +229,7 @@ static int cell_event(void *ctx, json_t *ev)
 static int cell_run(struct client *cl, const char *sbname, const struct cli_args *a,
 		    const json_t *env, const char *code, bool json, volatile sig_atomic_t *cancel)
 {
-	struct cell_out o = { .json = json, .nl_out = true, .nl_err = true };
+	struct cell_out o = { .cancel = cancel, .json = json, .nl_out = true, .nl_err = true };
 	struct k8_err err = { 0 };
 	const char *ctx = cli_opt_last(a, OPT_CONTEXT), *image = cli_opt_last(a, OPT_IMAGE);
 	const char *timeout = cli_opt_last(a, OPT_TIMEOUT);
@@ -243,7 +250,7 @@ static int cell_run(struct client *cl, const char *sbname, const struct cli_args
 		json_object_set_new(body, "image", json_string(image));
 	if (env)
 		json_object_set(body, "env", (json_t *)env);
-	r = client_stream(cl, "POST", path, body, cell_event, &o, cancel, &err);
+	r = client_stream(cl, "POST", path, body, cell_event, cell_tick, &o, &err);
 	json_decref(body);
 	if (!o.nl_out)
 		put(stdout, "\n", &o.nl_out);
