@@ -13,6 +13,7 @@
  * to disk with autoPause. */
 #include "daemon/e2b_box.h"
 #include "daemon/checkpoint.h"
+#include "daemon/exec.h"
 #include "daemon/broker.h"
 #include "daemon/sandbox.h"
 #include "daemon/secret.h"
@@ -476,12 +477,78 @@ int e2b_box_kill(struct daemon *d, struct e2b_box *b, const char *by, struct k8_
 	return 0;
 }
 
+/* What the template image's container runs: nothing, for as long as the sandbox lives
+ * (every envd process is an exec in it). A shell loop rather than `sleep infinity`, which
+ * only GNU's sleep knows. */
+static const char *const keepalive_argv[] = { "/bin/sh", "-c",
+	"trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done" };
+
+int e2b_box_container(struct daemon *d, struct e2b_box *b, struct k8_err *err)
+{
+	struct e2b *e = e2b_of(d);
+	json_t *argv = json_array(), *run, *res;
+	int code;
+
+	for (size_t i = 0; i < ARRAY_SIZE(keepalive_argv); i++)
+		json_array_append_new(argv, json_string(keepalive_argv[i]));
+	run = json_pack("{s:s,s:o,s:o}", "image", b->image, "argv", argv, "env",
+			e2b_box_env(b, NULL, NULL));
+	res = exec_detached(d, b->sandbox, run, &code, err);
+	json_decref(run);
+	if (!res)
+		return err->code ? err->code : -EIO;
+	pthread_mutex_lock(&e->lock);
+	snprintf(b->container, sizeof(b->container), "%s",
+		 json_string_value(json_object_get(res, "id")) ?: "");
+	b->default_ctx[0] = '\0';      /* a context of another container */
+	pthread_mutex_unlock(&e->lock);
+	json_decref(res);
+	return 0;
+}
+
+/* The box's sandbox is put away to disk (e2b_stop): it resumes, whole. It was stopped
+ * (its VM stopped without e2b_stop, or it failed): it boots again with a fresh container,
+ * and what ran in the old one is gone, files included (the agent clears containers at
+ * boot). Caller holds b->op. */
+static int box_revive(struct daemon *d, struct e2b_box *b, struct k8_err *err)
+{
+	struct sandbox *sb = sb_get(d, b->sandbox, err);
+	enum sb_state was;
+	pid_t pid0, pid1;
+	int r;
+
+	if (!sb)
+		return k8_err_set(err, -EHOSTUNREACH, "sandbox %s is gone (its kosa8 sandbox %s "
+				  "was removed)", b->id, b->sandbox);
+	pthread_mutex_lock(&sb->lock);
+	was = sb->state;
+	pid0 = sb->pid;
+	pthread_mutex_unlock(&sb->lock);
+	r = sb_ensure_running(d, sb, err);      /* resumes, or boots a VM that is gone */
+	pthread_mutex_lock(&sb->lock);
+	pid1 = sb->pid;
+	pthread_mutex_unlock(&sb->lock);
+	sb_put_peek(d, sb);
+	if (r || was == SB_PAUSED || pid1 == pid0)
+		return r;
+	/* a fresh boot: the old container is gone */
+	if ((r = e2b_box_container(d, b, err)))
+		return r;
+	e2b_audit(d, b, "e2b.revive", json_pack("{s:s}", "container", b->container));
+	return e2b_box_save(d, b, err);
+}
+
 int e2b_box_ready(struct daemon *d, struct e2b_box *b, struct k8_err *err)
 {
 	int r = 0;
 
-	if (b->state == E2B_RUNNING)
-		return 0;
+	if (b->state == E2B_RUNNING) {
+		pthread_mutex_lock(&b->op);
+		r = b->state == E2B_RUNNING ? box_revive(d, b, err) : 0;
+		pthread_mutex_unlock(&b->op);
+		if (r || b->state == E2B_RUNNING)
+			return r;
+	}
 	if (b->state == E2B_PAUSED && b->auto_resume) {
 		pthread_mutex_lock(&b->op);
 		if (b->state == E2B_PAUSED)
@@ -491,6 +558,25 @@ int e2b_box_ready(struct daemon *d, struct e2b_box *b, struct k8_err *err)
 	}
 	return k8_err_set(err, -EAGAIN, "sandbox %s is %s; resume it with Sandbox.connect", b->id,
 			  b->state == E2B_PAUSED ? "paused" : "gone");
+}
+
+void e2b_stop(struct daemon *d)
+{
+	size_t n, i;
+	struct e2b_box **all = e2b_box_all(d, &n);
+
+	for (i = 0; i < n; i++) {
+		struct k8_err err = { 0 };
+		if (all[i]->state == E2B_RUNNING && !pthread_mutex_trylock(&all[i]->op)) {
+			/* the box stays "running" for E2B: its next use resumes it */
+			if (all[i]->state == E2B_RUNNING && box_sb_pause(d, all[i], true, &err))
+				daemon_log("e2b: sandbox %s: not put away (%s); its VM stops, its "
+					   "container with it", all[i]->id, err.msg);
+			pthread_mutex_unlock(&all[i]->op);
+		}
+		e2b_box_put(d, all[i]);
+	}
+	free(all);
 }
 
 /* ---- what processes get ---- */
@@ -603,6 +689,20 @@ static void *reaper(void *arg)
 		for (i = 0; i < n; i++) {
 			struct e2b_box *b = all[i];
 			struct k8_err err = { 0 };
+			struct sandbox *sb = sb_get(d, b->sandbox, &err);
+			if (!sb && err.code == -ENOENT && !pthread_mutex_trylock(&b->op)) {
+				/* its kosa8 sandbox was removed (kosa8 sandbox rm): the box goes too,
+				 * and its snapshots went with the sandbox's checkpoints */
+				k8_err_clear(&err);
+				pthread_mutex_lock(&e2b_of(d)->lock);
+				json_array_clear(b->snapshots);
+				pthread_mutex_unlock(&e2b_of(d)->lock);
+				e2b_box_kill(d, b, "sandbox removed", &err);
+				pthread_mutex_unlock(&b->op);
+				continue;
+			}
+			if (sb)
+				sb_put_peek(d, sb);
 			if (b->state != E2B_RUNNING || !b->end_ns || b->end_ns > t || d->stopping)
 				continue;
 			if (pthread_mutex_trylock(&b->op))

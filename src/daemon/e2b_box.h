@@ -93,7 +93,16 @@ int e2b_box_pause(struct daemon *d, struct e2b_box *b, const char *by, struct k8
 int e2b_box_resume(struct daemon *d, struct e2b_box *b, struct k8_err *err);
 int e2b_box_kill(struct daemon *d, struct e2b_box *b, const char *by, struct k8_err *err);
 
-/* Data plane: is b usable? A paused box resumes when it has autoResume, else -EAGAIN
+/* Start b's long-lived container of its image (with b's environment), in its sandbox
+ * (booted when it does not run): b->container. */
+int e2b_box_container(struct daemon *d, struct e2b_box *b, struct k8_err *err);
+
+/* The daemon stops its VMs: each running box's sandbox is paused to disk first, so its
+ * memory, processes and files come back on its next use after the next start. */
+void e2b_stop(struct daemon *d);
+
+/* Data plane: is b usable? A sandbox stopped meanwhile (the daemon stopped its VMs) boots
+ * again with a fresh container. A paused box resumes when it has autoResume, else -EAGAIN
  * ("paused: resume it with Sandbox.connect"). */
 int e2b_box_ready(struct daemon *d, struct e2b_box *b, struct k8_err *err);
 

@@ -13,7 +13,6 @@
 #include "daemon/broker.h"
 #include "daemon/checkpoint.h"
 #include "daemon/egress.h"
-#include "daemon/exec.h"
 #include "daemon/sandbox.h"
 #include "daemon/secret.h"
 #include "docker/stream.h"
@@ -29,12 +28,6 @@
 
 #define E2B_LIST_LIMIT 100
 #define E2B_FORK_MAX 8
-
-/* What the template image's container runs: nothing, for as long as the sandbox lives
- * (every envd process is an exec in it). A shell loop rather than `sleep infinity`, which
- * only GNU's sleep knows. */
-static const char *const keepalive_argv[] = { "/bin/sh", "-c",
-	"trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done" };
 
 static int64_t now_ns(void)
 {
@@ -163,8 +156,8 @@ static int ctl_image(struct daemon *d, struct e2b_box *b, struct k8_err *err)
 static int ctl_boot(struct daemon *d, struct e2b_box *b, struct e2b_create *c,
 		    struct k8_err *err)
 {
-	int cpus, mem, disk, code, r;
-	json_t *body, *out = NULL, *run, *res, *argv = json_array();
+	int cpus, mem, disk, r;
+	json_t *body, *out = NULL;
 
 	if ((r = ctl_image(d, b, err)))
 		return r;
@@ -175,28 +168,12 @@ static int ctl_boot(struct daemon *d, struct e2b_box *b, struct e2b_create *c,
 			 "namespace", "e2b", "id", b->id);
 	if ((r = ctl_broker(d, b, &c->net, body, err))) {
 		json_decref(body);
-		json_decref(argv);
 		return r;
 	}
 	r = sb_create(d, body, NULL, NULL, &out, err);
 	json_decref(body);
 	json_decref(out);
-	if (r) {
-		json_decref(argv);
-		return r;
-	}
-	for (size_t i = 0; i < ARRAY_SIZE(keepalive_argv); i++)
-		json_array_append_new(argv, json_string(keepalive_argv[i]));
-	run = json_pack("{s:s,s:o,s:o}", "image", b->image, "argv", argv, "env",
-			e2b_box_env(b, NULL, NULL));
-	res = exec_detached(d, b->sandbox, run, &code, err);
-	json_decref(run);
-	if (!res)
-		return err->code ? err->code : -EIO;
-	snprintf(b->container, sizeof(b->container), "%s",
-		 json_string_value(json_object_get(res, "id")) ?: "");
-	json_decref(res);
-	return 0;
+	return r ? r : e2b_box_container(d, b, err);
 }
 
 /* Undo a create or fork that failed half way: the sandbox, its secrets, the box. */

@@ -429,8 +429,10 @@ int main(int argc, char **argv)
 	}
 	d->stopping = 1;
 	notify_systemd("STOPPING=1");
-	if (d->stop_vms)
+	if (d->stop_vms) {
+		e2b_stop(d);    /* E2B's sandboxes are paused to disk, to come back whole */
 		sb_stop_all(d);
+	}
 	model_stop_all(d);
 	daemon_audit(d, "daemon.stop", NULL, json_pack("{s:b}", "stopped_vms", d->stop_vms));
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);

@@ -413,3 +413,41 @@ return { killed, again, listed: (await Sandbox.list().nextItems()).map((x) => x.
     assert e.h("sandbox", "inspect", "e2b-" + b).returncode != 0
     acts = [r["action"] for r in e.h.json("audit", "ls", "--sandbox", "e2b-" + b)]
     assert "e2b.kill" in acts and "sandbox.rm" in acts
+
+
+def test_daemon_restart_and_removed_sandbox(e, a):
+    """A daemon stopped (its VMs with it) and started again: the E2B sandbox was put away to
+    disk and comes back whole on its next use, a background process and the interpreter's
+    variables included. A VM that died boots again with a fresh container (what ran in the
+    old one is gone). A kosa8 sandbox removed behind the E2B API's back leaves its list."""
+    js(e, """
+const s = await CodeSandbox.connect(V.id)
+await s.files.write('/work/keep.txt', 'on disk')
+await s.runCode('survivor = 7')
+await s.commands.run('sleep 100000', { background: true })
+""", id=a)
+    e.h.stop()
+    e.h.start()
+    e.url = e.h.json("daemon", "status")["e2b_api"]
+    e.port = int(e.url.rsplit(":", 1)[1])
+    out = js(e, """
+const s = await CodeSandbox.connect(V.id)
+const r = await s.commands.run("cat /work/keep.txt; cat /proc/[0-9]*/cmdline | tr '\\\\0' ' ' | grep -c 'sleep 100000' || true")
+return { out: r.stdout, x: (await s.runCode('survivor')).text }
+""", id=a)
+    assert out["out"].startswith("on disk") and int(out["out"][len("on disk"):]) >= 1, out
+    assert out["x"] == "7"
+    # a VM that died under it: a fresh container, the file with the old one
+    pid = e.h.json("sandbox", "inspect", "e2b-" + a)["pid"]
+    os.kill(pid, 9)
+    out = js(e, """
+const s = await Sandbox.connect(V.id)
+const r = await s.commands.run('echo fresh; test -e /work/keep.txt && echo kept || echo gone')
+return r.stdout
+""", id=a)
+    assert out == "fresh\ngone\n"
+    acts = [r["action"] for r in e.h.json("audit", "ls", "--sandbox", "e2b-" + a)]
+    assert "e2b.revive" in acts
+    e.h("sandbox", "rm", "-f", "e2b-" + a, check=True)
+    gone = lambda: a not in js(e, "return (await Sandbox.list().nextItems()).map((x) => x.sandboxId)")
+    assert wait_for(gone, timeout=30)
