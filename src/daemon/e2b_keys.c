@@ -22,8 +22,9 @@
 
 #define KEYS_MAX 1000
 
-/* $home/e2b (0700), locked with flock while fd stays open. -1 with err on failure. */
-static int keys_dir(struct daemon *d, char *path, size_t n, struct k8_err *err)
+/* $home/e2b (0700), locked with flock while fd stays open (shared for a reader). A
+ * negative errno with err on failure. */
+static int keys_dir(struct daemon *d, char *path, size_t n, bool shared, struct k8_err *err)
 {
 	char dir[4200];
 	int fd;
@@ -34,7 +35,7 @@ static int keys_dir(struct daemon *d, char *path, size_t n, struct k8_err *err)
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return k8_err_set(err, -errno, "opening %s: %s", dir, strerror(errno));
-	flock(fd, LOCK_EX);
+	flock(fd, shared ? LOCK_SH : LOCK_EX);
 	snprintf(path, n, "%s/keys.json", dir);
 	return fd;
 }
@@ -75,7 +76,7 @@ int e2b_key_check(struct daemon *d, const char *key)
 
 	if (!key || strlen(key) > 256 || !e2b_key_format_ok(key))
 		return -EKEYREJECTED;
-	fd = keys_dir(d, path, sizeof(path), &err);
+	fd = keys_dir(d, path, sizeof(path), true, &err);
 	if (fd < 0)
 		return -EKEYREJECTED;
 	keys = keys_read(path);
@@ -109,7 +110,7 @@ int e2b_keys_api_create(struct api_call *call)
 	id[9] = '\0';
 	snprintf(prefix, sizeof(prefix), "%.8s", key);
 	sha256_hex(key, strlen(key), hash);
-	fd = keys_dir(call->d, path, sizeof(path), &call->err);
+	fd = keys_dir(call->d, path, sizeof(path), false, &call->err);
 	if (fd < 0)
 		return fd;
 	keys = keys_read(path);
@@ -142,7 +143,7 @@ int e2b_keys_api_list(struct api_call *call)
 	char path[4300];
 	json_t *keys, *v, *out = json_array();
 	size_t i;
-	int fd = keys_dir(call->d, path, sizeof(path), &call->err);
+	int fd = keys_dir(call->d, path, sizeof(path), true, &call->err);
 
 	if (fd < 0) {
 		json_decref(out);
@@ -169,7 +170,7 @@ int e2b_keys_api_rm(struct api_call *call)
 	size_t i;
 	int fd, r = -ENOENT;
 
-	fd = keys_dir(call->d, path, sizeof(path), &call->err);
+	fd = keys_dir(call->d, path, sizeof(path), false, &call->err);
 	if (fd < 0)
 		return fd;
 	keys = keys_read(path);
