@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 
+from dockerapi import timed   # BENCH_SETTLE s before each timed call, as there
 from k8cli import TOP, k, out, test_image
 
 sys.path.insert(0, os.path.join(TOP, "scripts"))
@@ -25,7 +26,7 @@ import k8cache  # noqa: E402
 
 N = int(os.environ.get("BENCH_N", "3"))
 NCELL = int(os.environ.get("BENCH_N_CELL", "10"))
-SETTLE = float(os.environ.get("BENCH_SETTLE", "0.3"))
+SETTLE = float(os.environ.get("BENCH_SETTLE", "0.3"))   # also dockerapi.timed's
 IMG = "python:3.12-slim"
 CODE = "x = 6 * 7; x"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,13 +38,6 @@ def node(e, *args):
     if p.returncode:
         raise SystemExit("e2b_bench.mjs %s: %s" % (" ".join(args), p.stderr[-2000:]))
     return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-def timed(fn, *args):
-    time.sleep(SETTLE)
-    t0 = time.time()
-    fn(*args)
-    return time.time() - t0
 
 
 def line(what, a, b, an, bn):

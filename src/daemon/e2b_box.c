@@ -106,14 +106,21 @@ void e2b_home(const char *user, char *out, size_t n)
 
 /* ---- the table ---- */
 
+/* Drop b's JSON fields (all set to NULL). */
+static void box_json_drop(struct e2b_box *b)
+{
+	json_t **f[] = { &b->image_env, &b->env_vars, &b->metadata, &b->network, &b->secrets,
+			 &b->snapshots };
+
+	for (size_t i = 0; i < ARRAY_SIZE(f); i++) {
+		json_decref(*f[i]);
+		*f[i] = NULL;
+	}
+}
+
 static void box_free(struct e2b_box *b)
 {
-	json_decref(b->image_env);
-	json_decref(b->env_vars);
-	json_decref(b->metadata);
-	json_decref(b->network);
-	json_decref(b->secrets);
-	json_decref(b->snapshots);
+	box_json_drop(b);
 	explicit_bzero(b->token, sizeof(b->token));
 	explicit_bzero(b->traffic, sizeof(b->traffic));
 	pthread_mutex_destroy(&b->op);
@@ -316,12 +323,7 @@ static struct e2b_box *box_read(struct sandbox *sb)
 	copy_str(b->user, sizeof(b->user), rec, "user");
 	copy_str(b->workdir, sizeof(b->workdir), rec, "workdir");
 	copy_str(b->default_ctx, sizeof(b->default_ctx), rec, "default_ctx");
-	json_decref(b->image_env);
-	json_decref(b->env_vars);
-	json_decref(b->metadata);
-	json_decref(b->network);
-	json_decref(b->secrets);
-	json_decref(b->snapshots);
+	box_json_drop(b);
 	b->image_env = take(rec, "image_env", true);
 	b->env_vars = take(rec, "env_vars", false);
 	b->metadata = take(rec, "metadata", false);

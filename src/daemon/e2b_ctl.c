@@ -69,6 +69,15 @@ static int ctl_begin(struct api_call *call, struct e2b_box **bp)
 	return r ? r : ctl_box(call, false, bp);
 }
 
+/* The end of a handler that answers 204: the box's reference goes. */
+static int ctl_done(struct api_call *call, struct e2b_box *b, int r)
+{
+	e2b_box_put(call->d, b);
+	if (!r)
+		call->status = 204;
+	return r;
+}
+
 static json_t *ctl_created(struct e2b_box *b)
 {
 	return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:n}", "sandboxID", b->id, "templateID",
@@ -422,10 +431,7 @@ int e2b_api_kill(struct api_call *call)
 	r = b->state == E2B_KILLED ? k8_err_set(&call->err, -ENOENT, "sandbox %s not found", b->id)
 				   : e2b_box_kill(call->d, b, "api", &call->err);
 	pthread_mutex_unlock(&b->op);
-	e2b_box_put(call->d, b);
-	if (!r)
-		call->status = 204;
-	return r;
+	return ctl_done(call, b, r);
 }
 
 int e2b_api_timeout(struct api_call *call)
@@ -447,10 +453,7 @@ int e2b_api_timeout(struct api_call *call)
 		pthread_mutex_unlock(&b->op);
 		e2b_audit(call->d, b, "e2b.timeout", json_pack("{s:I}", "timeout_s", (json_int_t)t));
 	}
-	e2b_box_put(call->d, b);
-	if (!r)
-		call->status = 204;
-	return r;
+	return ctl_done(call, b, r);
 }
 
 /* POST /sandboxes/{id}/refreshes {"duration"}: the older SDKs' keep-alive: the timeout
@@ -472,10 +475,7 @@ int e2b_api_refresh(struct api_call *call)
 		pthread_mutex_unlock(&e->lock);
 		r = e2b_box_save(call->d, b, &call->err);
 	}
-	e2b_box_put(call->d, b);
-	if (!r)
-		call->status = 204;
-	return r;
+	return ctl_done(call, b, r);
 }
 
 int e2b_api_pause(struct api_call *call)
@@ -496,10 +496,7 @@ int e2b_api_pause(struct api_call *call)
 	else
 		r = e2b_box_pause(call->d, b, "api", &call->err);
 	pthread_mutex_unlock(&b->op);
-	e2b_box_put(call->d, b);
-	if (!r)
-		call->status = 204;
-	return r;
+	return ctl_done(call, b, r);
 }
 
 /* ---- list ---- */
@@ -754,10 +751,7 @@ int e2b_api_network(struct api_call *call)
 out:
 	pthread_mutex_unlock(&b->op);
 	e2b_net_clear(&n);
-	e2b_box_put(call->d, b);
-	if (!r)
-		call->status = 204;
-	return r;
+	return ctl_done(call, b, r);
 }
 
 /* ---- snapshots ---- */
@@ -909,10 +903,7 @@ int e2b_api_snapshot_rm(struct api_call *call)
 			 : e2b_box_save(call->d, b, &call->err);
 	}
 	pthread_mutex_unlock(&b->op);
-	e2b_box_put(call->d, b);
-	if (!r)
-		call->status = 204;
-	return r;
+	return ctl_done(call, b, r);
 }
 
 /* ---- fork ---- */
