@@ -342,8 +342,9 @@ int worker_wait(pid_t pid, int report, const char *what, uint64_t *value, struct
 		char msg[sizeof(m.msg)];
 		m.msg[sizeof(m.msg) - 1] = '\0';
 		str_escape_to(msg, sizeof(msg), m.msg);     /* the child's words: inert */
+		/* a code an errno is not (INT32_MIN: -code overflows) is an I/O error */
 		if (m.code < 0)
-			return k8_err_set(err, m.code, "%s", msg);
+			return k8_err_set(err, m.code >= -4095 ? m.code : -EIO, "%s", msg);
 		if (m.code == 0 && WEXITSTATUS(st) == 0) {
 			if (value)
 				*value = m.value;

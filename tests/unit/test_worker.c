@@ -5,7 +5,8 @@
  * descriptors it was given, no capability beyond its mask, no file outside its folders,
  * no environment but the sanitizers' options; as root of a user namespace it cannot
  * chmod the host's root's files, which as the host's root with no capability it can
- * (Landlock does not cover chmod), and it still dies with its parent. It is a fresh
+ * (Landlock does not cover chmod), and it still dies with its parent. A report that is
+ * short, too long, or says what no errno is, is an error of its own. It is a fresh
  * image of this binary: a lock another thread of the parent holds is not held there
  * (the child of a fork, running the job, waited for it for ever). */
 #include "common/worker.h"
@@ -19,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,6 +54,57 @@ static int fn_exec(const struct worker_in *in, uint64_t *value, struct k8_err *e
 	return k8_err_set(err, -errno, "exec: %s", strerror(errno));
 }
 WORKER_JOB(exec, fn_exec);
+
+static int fn_socket(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	return k8_err_set(err, -EPERM, "socket: %d", fd);
+}
+WORKER_JOB(socket, fn_socket);
+
+static int fn_ptrace(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	long r = ptrace(PTRACE_TRACEME, 0, NULL, NULL);
+
+	return k8_err_set(err, -EPERM, "ptrace: %ld", r);
+}
+WORKER_JOB(ptrace, fn_ptrace);
+
+/* Reports a worker of ours never writes, on its report's descriptor (3, worker.c). */
+#define REPORT_FD 3
+
+/* Half a report, then a clean exit. */
+static int fn_short(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	struct worker_report m = { .code = 0, .value = 5 };
+
+	(void)!write(REPORT_FD, &m, sizeof(m) / 2);
+	_exit(0);
+}
+WORKER_JOB(short, fn_short);
+
+/* A report whose code no errno is and whose message has no end, more bytes after it. */
+static int fn_long(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	struct worker_report m = { .code = INT32_MIN, .value = 5 };
+
+	memset(m.msg, 'A', sizeof(m.msg));
+	(void)!write(REPORT_FD, &m, sizeof(m));
+	(void)!write(REPORT_FD, &m, sizeof(m));
+	_exit(1);
+}
+WORKER_JOB(long, fn_long);
+
+/* A report of success, then a failing exit: not a success. */
+static int fn_lie(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	struct worker_report m = { .code = 0, .value = 5 };
+
+	(void)!write(REPORT_FD, &m, sizeof(m));
+	_exit(3);
+}
+WORKER_JOB(lie, fn_lie);
 
 /* The numbers and strings it was given: 1 when each is as the test sent it. */
 static int fn_args(const struct worker_in *in, uint64_t *value, struct k8_err *err)
@@ -282,10 +336,25 @@ int main(int argc, char **argv)
 	CHECK_EQ_INT(run(&worker_job_crash, "the test", &v, &err), -EIO);
 	CHECK_STR(err.msg, "the test was stopped by signal 11");
 
-	/* exec: killed by its filter */
+	/* exec, a socket, ptrace: killed by its filter */
 	CHECK_EQ_INT(run(&worker_job_exec, "the test", &v, &err), -EIO);
 	CHECK_STR(err.msg, "the test was stopped by signal 31 (it tried a system call its jail "
 		  "forbids)");
+	CHECK_EQ_INT(run(&worker_job_socket, "the socket", &v, &err), -EIO);
+	CHECK(strstr(err.msg, "signal 31") != NULL);
+	CHECK_EQ_INT(run(&worker_job_ptrace, "the ptrace", &v, &err), -EIO);
+	CHECK(strstr(err.msg, "signal 31") != NULL);
+
+	/* reports no worker of ours writes: not a success, its message cut to size */
+	v = 0;
+	CHECK_EQ_INT(run(&worker_job_short, "the short", &v, &err), -EIO);
+	CHECK_STR(err.msg, "the short ended without a report (exit 0)");
+	CHECK_EQ_INT(run(&worker_job_long, "the long", &v, &err), -EIO);
+	CHECK_EQ_INT(strlen(err.msg), sizeof(err.msg) - 1);
+	CHECK_EQ_INT(strspn(err.msg, "A"), sizeof(err.msg) - 1);
+	CHECK_EQ_INT(run(&worker_job_lie, "the lie", &v, &err), -EIO);
+	CHECK_STR(err.msg, "the lie ended without a report (exit 3)");
+	CHECK_EQ_INT(v, 0);
 
 	/* only jobs of the binary's table; what it is given arrives as given */
 	memset(&err, 0, sizeof(err));
