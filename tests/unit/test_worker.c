@@ -7,8 +7,9 @@
  * chmod the host's root's files, which as the host's root with no capability it can
  * (Landlock does not cover chmod), and it still dies with its parent. A report that is
  * short, too long, or says what no errno is, is an error of its own. It is a fresh
- * image of this binary: a lock another thread of the parent holds is not held there
- * (the child of a fork, running the job, waited for it for ever). */
+ * image of this binary: a lock another thread of the parent holds is not held there, and
+ * workers started while threads hammer malloc never hang (the child of a fork, running
+ * the job, waited for such a lock for ever: under ASan, the allocator's). */
 #include "common/worker.h"
 #include "t.h"
 
@@ -186,6 +187,21 @@ static int fn_lock(const struct worker_in *in, uint64_t *value, struct k8_err *e
 }
 WORKER_JOB(lock, fn_lock);
 
+/* Allocates and frees every size of the allocator's classes, and mapped ones: 7. */
+static int fn_malloc(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	for (size_t n = 1; n <= (1u << 21); n = n * 2 + 1) {
+		char *p = malloc(n);
+		if (!p)
+			return k8_err_set(err, -ENOMEM, "malloc %zu", n);
+		p[n - 1] = 1;
+		free(p);
+	}
+	*value = 7;
+	return 0;
+}
+WORKER_JOB(malloc, fn_malloc);
+
 /* Waits for ever (its parent's death ends it), holding fd[0]. */
 static int fn_block(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
@@ -259,6 +275,64 @@ static int test_lock_held_elsewhere(void)
 	close(lock_done[0]);
 	close(lock_done[1]);
 	return r ? r : v == 7 ? 0 : -EBADMSG;
+}
+
+/* Threads of the parent that allocate and free until told to stop, as a daemon's do. */
+static volatile int hammer_stop;
+
+static void *hammer(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	void *slot[64] = { 0 };
+
+	while (!hammer_stop) {
+		unsigned i = (unsigned)rand_r(&seed) % 64;
+		size_t n = (size_t)1 << (rand_r(&seed) % 19);      /* 1 B to 256 KiB */
+		free(slot[i]);
+		slot[i] = malloc(n + (unsigned)rand_r(&seed) % 64);
+	}
+	for (int i = 0; i < 64; i++)
+		free(slot[i]);
+	return NULL;
+}
+
+/* The deadlock the ASan daemon hit: `n` workers started one after another while 3
+ * threads of the parent hammer malloc, each given 10 s to report. The number that
+ * reported 7; a worker that did not is killed, and the test stops at the first. */
+static int test_malloc_hammer(int n)
+{
+	pthread_t t[3];
+	int ok = 0;
+
+	hammer_stop = 0;
+	for (int i = 0; i < 3; i++)
+		if (pthread_create(&t[i], NULL, hammer, (void *)(uintptr_t)(i + 1)))
+			return -errno;
+	for (int i = 0; i < n; i++) {
+		struct k8_err err = { 0 };
+		struct worker w = base(&worker_job_malloc);
+		struct pollfd pfd;
+		uint64_t v = 0;
+		int report;
+		pid_t pid = worker_start(&w, &report, &err);
+
+		if (pid < 0)
+			break;
+		pfd = (struct pollfd){ .fd = report, .events = POLLIN };
+		if (poll(&pfd, 1, 10000) != 1) {
+			fprintf(stderr, "worker %d of %d has not reported in 10 s\n", i + 1, n);
+			kill(pid, SIGKILL);
+		}
+		if (worker_wait(pid, report, "the malloc", &v, &err) == 0 && v == 7)
+			ok++;
+		close(report);
+		if (ok != i + 1)
+			break;
+	}
+	hammer_stop = 1;
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	return ok;
 }
 
 /* A worker in a user namespace whose parent dies: it dies too (the uid change of
@@ -401,8 +475,10 @@ int main(int argc, char **argv)
 	close(keep[1]);
 	close(w.dirs[0].fd);
 
-	/* a fresh image: a lock held by another thread of the parent is not held there */
+	/* a fresh image: a lock held by another thread of the parent is not held there, and
+	 * the allocator's locks other threads take are never held there */
 	CHECK_EQ_INT(test_lock_held_elsewhere(), 0);
+	CHECK_EQ_INT(test_malloc_hammer(100), 100);
 
 	/* Why kosa8d's workers are root of a user namespace (docs/threat-model.md
 	 * "Workers"): Landlock does not cover chmod, so the host's root without a single
