@@ -121,10 +121,23 @@ static int worker_seccomp(struct k8_err *err)
 				      SCMP_SYS(bind), SCMP_SYS(listen), SCMP_SYS(accept4),
 				      SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter),
 				      SCMP_SYS(io_uring_register) };
+	/* no other id (kill_escapes has the set*res* calls), and no process of its own: a
+	 * child that kept the report's pipe open would keep its reader waiting for ever.
+	 * Threads stay (clone with CLONE_THREAD); clone3's flags are behind a pointer a
+	 * filter cannot read, so it says ENOSYS and glibc falls back to clone. */
+	static const int no_ids_no_children[] = {
+		SCMP_SYS(setreuid), SCMP_SYS(setregid), SCMP_SYS(setfsuid), SCMP_SYS(setfsgid),
+		SCMP_SYS(setgroups), SCMP_SYS(fork), SCMP_SYS(vfork),
+	};
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 
 	if (!ctx || sc_seccomp_kill_escapes(ctx) ||
 	    sc_seccomp_add(ctx, SCMP_ACT_KILL_PROCESS, no_net, ARRAY_SIZE(no_net)) ||
+	    sc_seccomp_add(ctx, SCMP_ACT_KILL_PROCESS, no_ids_no_children,
+			   ARRAY_SIZE(no_ids_no_children)) ||
+	    seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, SCMP_SYS(clone), 1,
+			     SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0)) ||
+	    seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0) ||
 	    sc_seccomp_load(ctx))
 		return k8_err_set(err, -EPERM, "seccomp failed");
 	return 0;

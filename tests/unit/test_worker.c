@@ -14,6 +14,7 @@
 #include "t.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <pthread.h>
@@ -71,6 +72,46 @@ static int fn_ptrace(const struct worker_in *in, uint64_t *value, struct k8_err 
 	return k8_err_set(err, -EPERM, "ptrace: %ld", r);
 }
 WORKER_JOB(ptrace, fn_ptrace);
+
+static int fn_fork(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	pid_t pid = fork();         /* clone without CLONE_THREAD */
+
+	if (pid == 0)
+		_exit(0);
+	return k8_err_set(err, -EPERM, "fork: %d", (int)pid);
+}
+WORKER_JOB(fork, fn_fork);
+
+static int fn_setgroups(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	return k8_err_set(err, -EPERM, "setgroups: %d", setgroups(0, NULL));
+}
+WORKER_JOB(setgroups, fn_setgroups);
+
+static int fn_setreuid(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	return k8_err_set(err, -EPERM, "setreuid: %d", setreuid(-1, getuid()));
+}
+WORKER_JOB(setreuid, fn_setreuid);
+
+static void *thread_value(void *arg)
+{
+	*(uint64_t *)arg = 7;
+	return arg;
+}
+
+static int fn_thread(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	pthread_t t;
+	int r = pthread_create(&t, NULL, thread_value, value);
+
+	if (r)
+		return k8_err_set(err, -r, "pthread_create: %s", strerror(r));
+	pthread_join(t, NULL);
+	return 0;
+}
+WORKER_JOB(thread, fn_thread);
 
 /* Reports a worker of ours never writes, on its report's descriptor (3, worker.c). */
 #define REPORT_FD 3
@@ -418,6 +459,16 @@ int main(int argc, char **argv)
 	CHECK(strstr(err.msg, "signal 31") != NULL);
 	CHECK_EQ_INT(run(&worker_job_ptrace, "the ptrace", &v, &err), -EIO);
 	CHECK(strstr(err.msg, "signal 31") != NULL);
+	/* no child process (its copy of the report's pipe would hold the reader), no other
+	 * id; a thread is fine */
+	CHECK_EQ_INT(run(&worker_job_fork, "the fork", &v, &err), -EIO);
+	CHECK(strstr(err.msg, "signal 31") != NULL);
+	CHECK_EQ_INT(run(&worker_job_setgroups, "the setgroups", &v, &err), -EIO);
+	CHECK(strstr(err.msg, "signal 31") != NULL);
+	CHECK_EQ_INT(run(&worker_job_setreuid, "the setreuid", &v, &err), -EIO);
+	CHECK(strstr(err.msg, "signal 31") != NULL);
+	CHECK_EQ_INT(run(&worker_job_thread, "the thread", &v, &err), 0);
+	CHECK_EQ_INT(v, 7);
 
 	/* reports no worker of ours writes: not a success, its message cut to size */
 	v = 0;
