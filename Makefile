@@ -51,8 +51,9 @@ FS_SRC     := $(filter-out src/fs/main.c,$(wildcard src/fs/*.c))
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 aobj = $(patsubst %.c,$(B)/agent-obj/%.o,$(1))
 
-# kosa8d's docker.sock (src/daemon/docker_api.c) uses the Docker building blocks.
-HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c)) \
+# kosa8d's docker.sock (src/daemon/docker_api.c) uses the Docker building blocks, its E2B
+# listener (src/daemon/e2b_api.c) the E2B ones.
+HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c) $(wildcard src/e2b/*.c)) \
                 $(B)/gen/interp_py.o
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))

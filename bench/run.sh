@@ -79,3 +79,7 @@ echo "== the containerd shim: ctr run --rm against sandbox create + run + rm (is
 /usr/bin/python3 containerd.py
 echo "== kosa8 mcp's run_code and run_cell against the CLI (issue 29)"
 /usr/bin/python3 mcp.py
+echo "== E2B's SDKs against kosa8's own CLI (issue 28)"
+# Sandbox.create() + the first commands.run against sandbox create + run; runCode in a
+# warm context against sandbox exec of the same code.
+/usr/bin/python3 e2b.py

@@ -13,11 +13,12 @@ layer() {
 	vm|sidecar|layers) echo 1 ;;         # processes and disks: QEMU, sidecars, layers
 	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
-	egress|mounts|broker|secret|ports) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports
+	egress|mounts|broker|secret|ports|e2b_keys) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports; the E2B API's keys
 	sandbox|spare) echo 5 ;;             # a sandbox's lifecycle; its spare (rewind)
 	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle|interp) echo 6 ;;  # other resources; the release's guest image; the idle pause; the interpreter's contexts and cells
 	docker_engine|docker_ctr|docker_build) echo 6 ;;  # Docker API containers, their engine sandbox, builds
-	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
+	e2b_box|e2b_ctl|e2b_envd|e2b_fs|e2b_interp) echo 6 ;;  # E2B sandboxes, their control plane, envd, the interpreter
+	api|docker_api|e2b_api) echo 7 ;;    # routes: kosa8d.sock's, docker.sock's, the E2B API's
 	main) echo 8 ;;
 	*) echo "check-layers: module '$1' has no layer; add it here and to docs/design.md" >&2
 	   echo 99 ;;

@@ -246,6 +246,7 @@ extern const struct cli_cmd cli_bundle_cmds[];   /* bundle.c */
 extern const struct cli_cmd cli_guest_cmds[];    /* guest.c */
 extern const struct cli_cmd cli_checkpoint_cmds[]; /* checkpoint.c */
 extern const struct cli_cmd cli_secret_cmds[];   /* secret.c */
+extern const struct cli_cmd cli_e2b_cmds[];      /* e2b.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */
 extern const struct cli_cmd cli_login_cmd;       /* image.c: likewise */
 extern const struct cli_cmd cli_mcp_cmd;         /* mcp.c: likewise */

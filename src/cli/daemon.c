@@ -342,6 +342,9 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 	if (json_is_string(json_object_get(st, "docker_socket")))
 		printf("docker API: unix://%s\n",
 		       json_string_value(json_object_get(st, "docker_socket")));
+	if (json_is_string(json_object_get(st, "e2b_api")))
+		printf("e2b API: %s (E2B_API_URL and E2B_SANDBOX_URL; keys: kosa8 e2b key create)\n",
+		       json_string_value(json_object_get(st, "e2b_api")));
 	warn_security(st);
 	rc = CLI_EXIT_OK;
 out:
@@ -432,6 +435,8 @@ static int show_status(const json_t *st, void *ctx)
 	if (json_is_string(json_object_get(st, "docker_socket")))
 		printf("  docker API: unix://%s\n",
 		       json_string_value(json_object_get(st, "docker_socket")));
+	if (json_is_string(json_object_get(st, "e2b_api")))
+		printf("  e2b API:    %s\n", json_string_value(json_object_get(st, "e2b_api")));
 	printf("  accel:      %s\n", desc);
 	printf("  sandboxes:  %lld\n", json_integer_value(json_object_get(st, "sandboxes")));
 	{

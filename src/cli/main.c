@@ -230,6 +230,7 @@ static const struct group groups[] = {
 	{ "bundle", cli_bundle_cmds, "one file with what an offline machine needs" },
 	{ "guest", cli_guest_cmds, "the guest image every sandbox boots, and its release digest" },
 	{ "secret", cli_secret_cmds, "API keys the egress broker adds on the host" },
+	{ "e2b", cli_e2b_cmds, "keys of the E2B-compatible API (E2B's SDKs on kosa8)" },
 };
 
 static const char *verb_of(const struct cli_cmd *c)

@@ -28,6 +28,9 @@
 #include "daemon/secret.h"
 #include "daemon/accel.h"
 #include "daemon/idle.h"
+#include "daemon/docker_api.h"
+#include "daemon/e2b_box.h"
+#include "daemon/e2b_keys.h"
 #include "image/image.h"
 #include "common/version.h"
 
@@ -42,6 +45,7 @@
 
 static const struct api_dialect kosa8_dialect;
 static size_t nlisteners;
+static bool api_serves(const struct api_dialect *dl);
 
 /* One listening socket and how it speaks: kosa8d.sock, docker.sock (docker_api.c). */
 struct api_listener {
@@ -650,9 +654,12 @@ static int api_status(struct api_call *call)
 	call->out = status_json(call->d);
 	json_object_update_new(call->out, status_security(call->d));
 	json_object_set_new(call->out, "idle", idle_status_json(call->d));
-	if (nlisteners > 1)     /* main.c's second listener: the Docker API */
+	if (api_serves(&docker_api_dialect))
 		json_object_set_new(call->out, "docker_socket",
 				    json_sprintf("%s/docker.sock", call->d->home));
+	if (e2b_of(call->d)->port)
+		json_object_set_new(call->out, "e2b_api",
+				    json_sprintf("http://%s", e2b_of(call->d)->listen));
 	return 0;
 }
 
@@ -790,6 +797,9 @@ static const struct api_route routes[] = {
 	{ "POST",   "/v1/secrets/{name}", secret_api_set },
 	{ "DELETE", "/v1/secrets/{name}", secret_api_rm },
 	{ "POST",   "/v1/auth", api_auth },
+	{ "GET",    "/v1/e2b/keys", e2b_keys_api_list },
+	{ "POST",   "/v1/e2b/keys", e2b_keys_api_create },
+	{ "DELETE", "/v1/e2b/keys/{id}", e2b_keys_api_rm },
 	{ "GET",    "/v1/audit", api_audit_query },
 	{ "POST",   "/v1/audit", api_audit_append },
 	{ "GET",    "/v1/audit/verify", api_audit_verify },
@@ -906,9 +916,12 @@ static enum MHD_Result answer(struct api_listener *l, struct MHD_Connection *c, 
 		json_decref(call->out);
 		r = reply_text(c, dl, call->status, "", "application/json");
 	} else {
-		r = reply_json(c, dl, call->status ? call->status : 200,
-			       call->out ? call->out : json_object());
+		r = reply_status(c, dl, call->status ? call->status : 200,
+				 call->out ? call->out : json_object(), call->reply_hname,
+				 call->reply_hvalue);
 	}
+	free(call->reply_hvalue);
+	call->reply_hvalue = NULL;
 	if (call->after_reply)
 		call->after_reply(call);
 	return r;
@@ -1082,8 +1095,18 @@ static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
 	return strlen(s);
 }
 
-/* Every listener kosa8d has (kosa8d.sock, docker.sock): started once, never freed. */
-static struct api_listener listeners[2];
+/* Every listener kosa8d has (kosa8d.sock, docker.sock, the E2B API's TCP socket): started
+ * once, never freed. */
+static struct api_listener listeners[3];
+
+/* Is a listener of this dialect served (docker.sock may have failed to bind)? */
+static bool api_serves(const struct api_dialect *dl)
+{
+	for (size_t i = 0; i < nlisteners; i++)
+		if (listeners[i].dl == dl)
+			return true;
+	return false;
+}
 
 int api_listen(struct daemon *d, int listen_fd, const struct api_dialect *dl,
 	       struct k8_err *err)

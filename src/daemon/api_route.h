@@ -120,6 +120,8 @@ struct api_call {
 	struct exec_ctx *exec;          /* set by api_reply_upgrade */
 	void (*after_reply)(struct api_call *call);     /* run once the reply is queued */
 	unsigned status;                /* of a plain reply: 0 is 200 (docker.sock: 201, 204) */
+	const char *reply_hname;        /* a header of a plain JSON reply (E2B's x-next-token) */
+	char *reply_hvalue;             /* its value, malloc'd; the listener frees it */
 	const char *text, *text_type;   /* a static non-JSON body instead of out ("OK") */
 	struct api_reader reader;       /* set by api_reply_reader */
 	struct api_sink sink;           /* set by api_take_body */

@@ -30,6 +30,7 @@ struct image_store;
 struct audit;
 struct sandbox;
 struct MHD_Daemon;
+struct e2b;
 
 #define K8_NAME_MAX 63
 
@@ -69,6 +70,8 @@ struct daemon {
 	 * a negative errno with err when none runs. */
 	int (*model_addr)(struct daemon *d, const char *name, char *out, size_t n,
 			  struct k8_err *err);
+	/* The E2B API's state (e2b_box.c's e2b_of), made on first use. Opaque here. */
+	struct e2b *e2b;
 };
 
 /* The longest idle pause a sandbox or config.json may ask for: 30 days. */

@@ -11,6 +11,8 @@
 #include "daemon/api.h"
 #include "daemon/docker_api.h"
 #include "daemon/docker_engine.h"
+#include "daemon/e2b_api.h"
+#include "daemon/e2b_box.h"
 #include "daemon/guestfetch.h"
 #include "daemon/idle.h"
 #include "daemon/model.h"
@@ -396,6 +398,13 @@ int main(int argc, char **argv)
 	else
 		daemon_log("docker API: unix://%s", path);
 	dke_boot_at_start(d);   /* config docker_engine_boot (docs/docker.md) */
+	/* The E2B-compatible API (docs/e2b.md): TCP, loopback unless allowed otherwise. */
+	k8_err_clear(&err);
+	if (e2b_listen(d, &err) < 0)
+		daemon_log("%se2b API: not served: %s", err.code == -ENOENT ? "" : "WARNING: ",
+			   err.msg);
+	else
+		daemon_log("e2b API: http://%s", e2b_of(d)->listen);
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);
 	daemon_audit(d, "daemon.start", NULL,
 		     json_pack("{s:i,s:s,s:s,s:b}", "pid", (int)getpid(), "accel", d->accel, "home",
@@ -424,8 +433,10 @@ int main(int argc, char **argv)
 	}
 	d->stopping = 1;
 	notify_systemd("STOPPING=1");
-	if (d->stop_vms)
+	if (d->stop_vms) {
+		e2b_stop(d);    /* E2B's sandboxes are paused to disk, to come back whole */
 		sb_stop_all(d);
+	}
 	model_stop_all(d);
 	daemon_audit(d, "daemon.stop", NULL, json_pack("{s:b}", "stopped_vms", d->stop_vms));
 	snprintf(path, sizeof(path), "%s/kosa8d.sock", d->home);

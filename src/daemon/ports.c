@@ -28,8 +28,8 @@
 
 /* "127.0.0.1", "::1", "localhost", "" (loopback v4), or another address: its canonical
  * text and family. 0 or -EINVAL. */
-static int port_ip_parse(const char *in, char *out, size_t outlen, int *family, bool *loopback,
-			 struct k8_err *err)
+int port_ip_parse(const char *in, char *out, size_t outlen, int *family, bool *loopback,
+		  struct k8_err *err)
 {
 	unsigned char a[16];
 
@@ -53,7 +53,7 @@ static int port_ip_parse(const char *in, char *out, size_t outlen, int *family, 
 	return 0;
 }
 
-static bool ports_public_allowed(struct daemon *d)
+bool ports_public_allowed(struct daemon *d)
 {
 	if (d->allow_public_ports)
 		return true;

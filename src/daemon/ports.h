@@ -23,6 +23,13 @@ int ports_bind(const char *ip, int family, int port, int *bound, struct k8_err *
  * (COMM), uid U (USER)" for each listener ("uid U (USER)" when no process is seen
  * holding it), "; " between them; "" when none. From /proc/net/tcp{,6} and /proc/PID/fd. */
 void ports_holder(int port, char *out, size_t n);
+/* "127.0.0.1", "::1", "localhost", "" (loopback v4), or another address: its canonical
+ * text into out, its family, and whether it is a loopback address. 0 or -EINVAL. */
+int port_ip_parse(const char *in, char *out, size_t outlen, int *family, bool *loopback,
+		  struct k8_err *err);
+/* May a listener take an address other than loopback? --allow-public-ports, or
+ * config.json "allow_public_ports": true. */
+bool ports_public_allowed(struct daemon *d);
 
 /* Publish host_ip:host_port -> the guest's guest_port (TCP) on sb. host_ip NULL or ""
  * is 127.0.0.1; a loopback address always, any other only when the daemon allows public

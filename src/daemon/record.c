@@ -306,7 +306,9 @@ int sb_owner_check(const json_t *owner, struct k8_err *err)
 						  "character", k);
 	}
 	v = json_object_get(owner, "kind");
-	if (!json_is_string(v) || strcmp(json_string_value(v), "containerd"))
-		return k8_err_set(err, -EINVAL, "field 'owner.kind' must be \"containerd\"");
+	if (!json_is_string(v) || (strcmp(json_string_value(v), "containerd") &&
+				   strcmp(json_string_value(v), "e2b")))
+		return k8_err_set(err, -EINVAL, "field 'owner.kind' must be \"containerd\" or "
+				  "\"e2b\"");
 	return 0;
 }
