@@ -305,14 +305,14 @@ int api_take_body(struct api_call *call, const struct api_sink *sink)
 	return 0;
 }
 
-int api_reply_raw(struct api_call *call, bool hijack, const char *type,
-		  void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len),
+int api_reply_raw(struct api_call *call, enum api_raw_kind kind, const char *type,
+		  void (*fn)(void *ctx, const struct api_conn *conn),
 		  void (*free_fn)(void *ctx), void *ctx)
 {
 	call->raw.fn = fn;
 	call->raw.free = free_fn;
 	call->raw.ctx = ctx;
 	call->raw.type = type;
-	call->raw.hijack = hijack;
+	call->raw.kind = kind;
 	return 0;
 }

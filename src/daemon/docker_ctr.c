@@ -1825,15 +1825,13 @@ static void dkc_wait_free(void *ctx)
 
 /* The body {"StatusCode":N,"Error":null} once the condition holds; the headers went out
  * before (the CLI waits for them before it starts the container). */
-static void dkc_wait_body(void *ctx, int fd, const char *extra, size_t n)
+static void dkc_wait_body(void *ctx, const struct api_conn *conn)
 {
 	struct dkc_wait *w = ctx;
 	struct dkc *c = w->c;
 	char out[128];
-	int code;
+	int code, fd = conn->fd;
 
-	(void)extra;
-	(void)n;
 	for (;;) {
 		bool ok;
 		struct timespec dl;
@@ -1886,7 +1884,7 @@ int dkc_api_wait(struct api_call *call)
 	pthread_mutex_lock(&dk.lock);
 	w->exits0 = c->exits;
 	pthread_mutex_unlock(&dk.lock);
-	return api_reply_raw(call, false, "application/json", dkc_wait_body, dkc_wait_free, w);
+	return api_reply_raw(call, API_RAW_BODY, "application/json", dkc_wait_body, dkc_wait_free, w);
 }
 
 /* ---- reading the log: logs and attach ---- */
@@ -2056,22 +2054,23 @@ static void dkc_stdin_close(struct dkc *c)
 	pthread_mutex_unlock(&dk.lock);
 }
 
-/* The body of logs (out: a pipe) and of attach (out: the hijacked socket). */
-static void dkc_follow_body(void *ctx, int out, const char *extra, size_t extra_len)
+/* The body of logs (a pipe) and of attach (the hijacked socket when the client asked to
+ * upgrade, else a pipe: output only). */
+static void dkc_follow_body(void *ctx, const struct api_conn *conn)
 {
 	struct dkc_follow *f = ctx;
 	struct dkc *c = f->c;
-	int logfd = dkc_open_log(c), wfd = -1;
+	int logfd = dkc_open_log(c), wfd = -1, out = conn->fd;
 	uint64_t off = 0, end;
-	bool client_eof = !f->in, gone = false;
+	bool duplex = conn->duplex, client_eof = !f->in || !duplex, gone = false;
 	unsigned char *ibuf = NULL;
 
-	if (f->is_attach) {
+	if (duplex) {
 		int fl = fcntl(out, F_GETFL);
 		if (fl >= 0)
 			fcntl(out, F_SETFL, fl & ~O_NONBLOCK);
-		if (f->in && extra_len)
-			dkc_stdin_write(c, extra, extra_len);
+		if (f->in && conn->extra_len)
+			dkc_stdin_write(c, conn->extra, conn->extra_len);
 		ibuf = xmalloc(65536);
 		dk_wait_head_read(out);
 	}
@@ -2113,14 +2112,14 @@ static void dkc_follow_body(void *ctx, int out, const char *extra, size_t extra_
 			break;
 		pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = out, .events = client_eof ? 0 : POLLIN };
-		if (poll(pfd, f->is_attach ? 2 : 1, 1000) < 0 && errno != EINTR)
+		if (poll(pfd, duplex ? 2 : 1, 1000) < 0 && errno != EINTR)
 			break;
 		if (pfd[0].revents & POLLIN) {
 			uint64_t v;
 			(void)!read(wfd, &v, sizeof(v));
 		}
-		if (!f->is_attach) {
-			/* logs: a client that left shows as an error on the pipe */
+		if (!duplex) {
+			/* a pipe: a client that left shows as an error on it */
 			struct pollfd q = { .fd = out, .events = 0 };
 			if (poll(&q, 1, 0) > 0 && (q.revents & POLLERR))
 				break;
@@ -2147,13 +2146,13 @@ static void dkc_follow_body(void *ctx, int out, const char *extra, size_t extra_
 			break;          /* both directions closed: the client is gone */
 		}
 	}
-	if (f->is_attach && f->in && json_is_true(json_object_get(c->config, "StdinOnce")))
+	if (duplex && f->in && json_is_true(json_object_get(c->config, "StdinOnce")))
 		dkc_stdin_close(c);
 	if (wfd >= 0)
 		dkc_waiter_del(c, wfd);
 	if (logfd >= 0)
 		close(logfd);
-	if (f->is_attach)
+	if (duplex)
 		shutdown(out, SHUT_WR);
 	free(ibuf);
 }
@@ -2230,7 +2229,7 @@ int dkc_api_logs(struct api_call *call)
 		f->start_off = c->log_size;
 		pthread_mutex_unlock(&dk.lock);
 	}
-	return api_reply_raw(call, false, f->rd.tty ? "application/vnd.docker.raw-stream" :
+	return api_reply_raw(call, API_RAW_BODY, f->rd.tty ? "application/vnd.docker.raw-stream" :
 			     "application/vnd.docker.multiplexed-stream", dkc_follow_body,
 			     dkc_follow_free, f);
 }
@@ -2259,7 +2258,7 @@ int dkc_api_attach(struct api_call *call)
 	f->exits0 = c->exits;
 	f->start_off = c->log_size;
 	pthread_mutex_unlock(&dk.lock);
-	return api_reply_raw(call, true, f->rd.tty ? "application/vnd.docker.raw-stream" :
+	return api_reply_raw(call, API_RAW_HIJACK, f->rd.tty ? "application/vnd.docker.raw-stream" :
 			     "application/vnd.docker.multiplexed-stream", dkc_follow_body,
 			     dkc_follow_free, f);
 }
@@ -2715,7 +2714,7 @@ struct dkx_run {
 	struct sandbox *sb;
 	struct stream *s;
 	char id[DN_ID_LEN + 1];
-	bool tty, in, out_stdout, out_stderr, hijack;
+	bool tty, in, out_stdout, out_stderr;
 };
 
 static void dkx_run_free(void *ctx)
@@ -2748,27 +2747,29 @@ static void dkx_finish(const char *id, int code)
  * before the socket closes (clients inspect right after EOF). A client that vanishes
  * gets its process killed: nobody would read its output. out is the hijacked socket, or
  * the pipe of a plain 200 (no stdin then). */
-static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
+static void dkx_bridge(void *ctx, const struct api_conn *conn)
 {
 	struct dkx_run *xr = ctx;
 	struct agentlink *l = &xr->sb->link;
 	struct stream *s = xr->s;
 	unsigned char *ibuf = xmalloc(65536);
 	size_t ib_have = 0, ib_off = 0;
-	bool client_eof = !xr->in || !xr->hijack, gone = false, stdin_sent_eof = false;
+	int out = conn->fd;
+	bool duplex = conn->duplex;
+	bool client_eof = !xr->in || !duplex, gone = false, stdin_sent_eof = false;
 	json_t *exit_info = NULL;
 	struct dkc_reader rd = { .tty = xr->tty };
 	int code;
 
-	if (xr->hijack) {
+	if (duplex) {
 		int fl = fcntl(out, F_GETFL);
 		if (fl >= 0)
 			fcntl(out, F_SETFL, fl & ~O_NONBLOCK);
 		dk_wait_head_read(out);
 	}
-	if (xr->in && extra_len) {
-		size_t n = extra_len < 65536 ? extra_len : 65536;
-		memcpy(ibuf, extra, n);
+	if (xr->in && duplex && conn->extra_len) {
+		size_t n = conn->extra_len < 65536 ? conn->extra_len : 65536;
+		memcpy(ibuf, conn->extra, n);
 		ib_have = n;
 	}
 	/* Without stdin the process's stdin ends at once; a terminal stays open instead
@@ -2818,13 +2819,13 @@ static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
 		bool want_read = !client_eof && ib_off == ib_have;
 		pfd[0] = (struct pollfd){ .fd = s->efd, .events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = out, .events = want_read ? POLLIN : 0 };
-		if (poll(pfd, xr->hijack ? 2 : 1, ib_off < ib_have ? 20 : 1000) < 0 && errno != EINTR)
+		if (poll(pfd, duplex ? 2 : 1, ib_off < ib_have ? 20 : 1000) < 0 && errno != EINTR)
 			break;
 		if (pfd[0].revents & POLLIN) {
 			uint64_t v;
 			(void)!read(s->efd, &v, sizeof(v));
 		}
-		if (!xr->hijack) {
+		if (!duplex) {
 			struct pollfd q = { .fd = out, .events = 0 };
 			if (poll(&q, 1, 0) > 0 && (q.revents & POLLERR)) {
 				gone = true;
@@ -2858,7 +2859,7 @@ static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
 	code = exit_info ? (int)json_integer_value(json_object_get(exit_info, "code")) : 137;
 	dkx_finish(xr->id, code);
 	json_decref(exit_info);
-	if (xr->hijack)
+	if (duplex)
 		shutdown(out, SHUT_WR);
 	free(ibuf);
 }
@@ -2867,13 +2868,12 @@ static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
 static void *dkx_detached_thread(void *arg)
 {
 	struct dkx_run *xr = arg;
-	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	struct api_conn conn = { .fd = open("/dev/null", O_WRONLY | O_CLOEXEC) };
 
-	xr->hijack = false;
 	xr->in = false;
-	dkx_bridge(xr, devnull, NULL, 0);
-	if (devnull >= 0)
-		close(devnull);
+	dkx_bridge(xr, &conn);
+	if (conn.fd >= 0)
+		close(conn.fd);
 	dkx_run_free(xr);
 	return NULL;
 }
@@ -2881,7 +2881,6 @@ static void *dkx_detached_thread(void *arg)
 int dkc_api_exec_start(struct api_call *call)
 {
 	const char *id = api_param(call, "id");
-	const char *up = call->header ? call->header(call->query_ctx, "Upgrade") : NULL;
 	bool detach = json_is_true(json_object_get(call->body, "Detach"));
 	struct dkx_run *xr;
 	struct dkx *x;
@@ -2982,8 +2981,7 @@ int dkc_api_exec_start(struct api_call *call)
 		pthread_attr_destroy(&attr);
 		return 0;
 	}
-	xr->hijack = up != NULL;
-	return api_reply_raw(call, xr->hijack, xr->tty ? "application/vnd.docker.raw-stream" :
+	return api_reply_raw(call, API_RAW_HIJACK, xr->tty ? "application/vnd.docker.raw-stream" :
 			     "application/vnd.docker.multiplexed-stream", dkx_bridge,
 			     dkx_run_free, xr);
 fail:

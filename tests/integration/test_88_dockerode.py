@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: Apache-2.0
+# test_88_dockerode.py - the Docker-compatible API (docs/docker.md) with dockerode 5.0.1,
+# the npm client most Node tools are built on (testcontainers-node, TypeScript agent
+# frameworks), unmodified (tests/integration/dockerode_client.js), against a daemon of this
+# module's own; and the answers every hijacked endpoint gives, byte for byte.
+import concurrent.futures
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import TOP, recv_all
+from dockerkit import IMG, docker_sock, engine_home, raw_http
+
+CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dockerode_client.js")
+
+pytestmark = pytest.mark.skipif(not shutil.which("node"),
+                                reason="node is needed (scripts/deps.sh: nodejs)")
+
+
+@pytest.fixture(scope="module")
+def node_modules():
+    """The pinned dockerode set (scripts/npm-pins), installed once per machine."""
+    import sys
+    sys.path.insert(0, os.path.join(TOP, "scripts"))
+    import k8cache
+    return os.path.join(k8cache.npm("dockerode"), "node_modules")
+
+
+@pytest.fixture(scope="module")
+def h(python_layout):
+    for hh in engine_home(python_layout, "k8dn-"):
+        yield hh
+
+
+def node(h, node_modules, scenario, timeout_s=180, **args):
+    """One scenario of dockerode_client.js: its JSON answer, asserted to have succeeded."""
+    args.setdefault("timeout_ms", (timeout_s - 10) * 1000)
+    p = subprocess.run(["node", CLIENT, docker_sock(h), scenario, json.dumps(args)],
+                       capture_output=True, text=True, timeout=timeout_s,
+                       env=dict(os.environ, NODE_PATH=node_modules))
+    lines = p.stdout.strip().splitlines()
+    assert lines, (scenario, p.returncode, p.stderr[-2000:])
+    out = json.loads(lines[-1])
+    assert p.returncode == 0 and "failed" not in out, (scenario, out, p.stderr[-2000:])
+    return out
+
+
+def test_run(h, node_modules):
+    """docker.run = create, attach (no Upgrade header), start, wait: the attach must get a
+    200 at once (an unasked-for 101 leaves Node waiting for the real answer forever)."""
+    r = node(h, node_modules, "run", cmd=["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (r["status"], r["error"], r["stdout"], r["stderr"]) == (3, None, "out\n", "err\n"), r
+    # and with run's own defaults (Tty: true): one raw stream
+    r = node(h, node_modules, "run_tty", cmd=["python3", "-c", "print(6*7)"])
+    assert (r["status"], r["output"]) == (0, "42\r\n"), r
+
+
+def test_attach_before_and_after_start(h, node_modules):
+    cmd = ["sh", "-c", "sleep 1; echo one; echo two >&2"]
+    for hijack in (False, True):
+        r = node(h, node_modules, "attach", cmd=cmd, hijack=hijack)
+        assert (r["status"], r["stdout"], r["stderr"]) == (0, "one\n", "two\n"), (hijack, r)
+    r = node(h, node_modules, "attach_after_start",
+             cmd=["sh", "-c", "sleep 2; echo late"])
+    assert (r["status"], r["stdout"]) == (0, "late\n"), r
+    # stdin through a hijacked attach, ended by the client's half-close
+    r = node(h, node_modules, "attach_stdin", cmd=["sh", "-c", "cat | tr a-z A-Z"],
+             input="hello dockerode\n")
+    assert (r["status"], r["stdout"]) == (0, "HELLO DOCKERODE\n"), r
+
+
+def _head(data):
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head.decode(errors="replace").split("\r\n"), rest
+
+
+def _ask(h, path, body, upgrade):
+    """A hijacked endpoint asked over a raw socket, with or without `Upgrade: tcp`:
+    (status line, header lines, the bytes after the head until the server closes)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(120)
+    s.connect(docker_sock(h))
+    req = "POST %s HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\n" \
+          "Content-Length: %d\r\n" % (path, len(body))
+    if upgrade:
+        req += "Connection: Upgrade\r\nUpgrade: tcp\r\n"
+    s.sendall(req.encode() + b"\r\n" + body)
+    if upgrade:
+        s.shutdown(socket.SHUT_WR)     # no stdin: the CLI half-closes at once
+    lines, rest = _head(recv_all(s))
+    s.close()
+    return lines[0], lines[1:], rest
+
+
+def test_hijacked_answers_like_moby(h):
+    """attach and exec start: 101 with one `Connection: Upgrade` only when the request
+    asked to upgrade; 200 with the raw stream (no chunks) otherwise (moby's
+    postContainersAttach and postContainerExecStart)."""
+    def create(cmd):
+        st, _, body = raw_http(h, "POST", "/containers/create",
+                               json.dumps({"Image": IMG, "Cmd": cmd}).encode(),
+                               headers=(("Content-Type", "application/json"),))
+        assert st == 201, body
+        return json.loads(body)["Id"]
+
+    frame = b"\x01\x00\x00\x00\x00\x00\x00\x03hi\n"
+    for upgrade in (True, False):
+        cid = create(["sleep", "600"])
+        st, _, body = raw_http(h, "POST", "/containers/%s/start" % cid)
+        assert st == 204, body
+        st, _, body = raw_http(h, "POST", "/containers/%s/exec" % cid,
+                               json.dumps({"Cmd": ["echo", "hi"], "AttachStdout": True}).encode(),
+                               headers=(("Content-Type", "application/json"),))
+        assert st == 201, body
+        xid = json.loads(body)["Id"]
+        status, headers, rest = _ask(h, "/exec/%s/start" % xid, b'{"Detach":false,"Tty":false}',
+                                     upgrade)
+        conn = [l for l in headers if l.lower().startswith("connection:")]
+        te = [l for l in headers if l.lower().startswith(("transfer-encoding:",
+                                                          "content-length:"))]
+        if upgrade:
+            assert status == "HTTP/1.1 101 Switching Protocols", (status, headers)
+            assert conn == ["Connection: Upgrade"], headers
+            assert "Upgrade: tcp" in headers, headers
+        else:
+            assert status == "HTTP/1.1 200 OK", (status, headers)
+            assert not any("upgrade" in l.lower() for l in headers), headers
+            assert te == [], headers        # the raw stream, as moby writes it
+        assert "Content-Type: application/vnd.docker.multiplexed-stream" in headers, headers
+        assert rest == frame, rest
+        # attach to it while it runs, and kill it: the head, then the close
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            att = pool.submit(_ask, h, "/containers/%s/attach?stream=1&stdout=1" % cid, b"",
+                              upgrade)
+            time.sleep(1)
+            st, _, body = raw_http(h, "POST", "/containers/%s/kill" % cid)
+            assert st == 204, body
+            status, headers, rest = att.result(timeout=120)
+        assert status == ("HTTP/1.1 101 Switching Protocols" if upgrade else "HTTP/1.1 200 OK")
+        assert len([l for l in headers if l.lower().startswith("connection:")]) == 1, headers
+        assert rest == b"", rest
+        st, _, body = raw_http(h, "DELETE", "/containers/%s?force=1" % cid)
+        assert st == 204, body
