@@ -730,6 +730,8 @@ static const struct api_route docker_routes[] = {
 	{ "GET",    "/containers/{id}/logs", dkc_api_logs },
 	{ "POST",   "/containers/{id}/attach", dkc_api_attach },
 	{ "POST",   "/containers/{id}/resize", dkc_api_resize },
+	{ "GET",    "/containers/{id}/stats", dkc_api_stats },
+	{ "GET",    "/containers/{id}/top", dkc_api_top },
 	{ "DELETE", "/containers/{id}", dkc_api_rm },
 	{ "HEAD",   "/containers/{id}/archive", dkc_api_archive_head },
 	{ "GET",    "/containers/{id}/archive", dkc_api_archive_get },

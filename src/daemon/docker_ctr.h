@@ -28,6 +28,8 @@ int dkc_api_wait(struct api_call *call);
 int dkc_api_logs(struct api_call *call);
 int dkc_api_attach(struct api_call *call);
 int dkc_api_resize(struct api_call *call);
+int dkc_api_stats(struct api_call *call);
+int dkc_api_top(struct api_call *call);
 int dkc_api_rm(struct api_call *call);
 int dkc_api_prune(struct api_call *call);
 /* docker cp and docker-py's get_archive/put_archive (archive.c does the copying) */

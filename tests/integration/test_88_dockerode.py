@@ -146,3 +146,28 @@ def test_hijacked_answers_like_moby(h):
         assert rest == b"", rest
         st, _, body = raw_http(h, "DELETE", "/containers/%s?force=1" % cid)
         assert st == 204, body
+
+
+def test_stats_and_top(h, node_modules):
+    """stats (one object, one-shot, the stream) and top as dockerode reads them."""
+    r = node(h, node_modules, "stats")
+    one, shot, (s1, s2) = r["one"], r["shot"], r["samples"]
+    for s in (one, shot, s1, s2):
+        for k in ("read", "cpu_stats", "precpu_stats", "memory_stats", "pids_stats",
+                  "networks", "name", "id"):
+            assert k in s, (k, s)
+        assert s["cpu_stats"]["cpu_usage"]["total_usage"] > 0, s
+        assert s["memory_stats"]["usage"] > 20 << 20, s      # the 24 MiB it holds
+    # stream=false: the second of two samples a second apart; one-shot: the first alone
+    assert one["precpu_stats"]["system_cpu_usage"] > 0, one
+    assert one["preread"] != "0001-01-01T00:00:00Z", one
+    assert shot["precpu_stats"]["system_cpu_usage"] == 0, shot
+    assert s1["precpu_stats"]["system_cpu_usage"] == 0, s1
+    assert s2["precpu_stats"] == s1["cpu_stats"], (s1, s2)
+    r = node(h, node_modules, "top")
+    assert r["def"]["Titles"] == ["UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"], r
+    cmds = sorted(p[-1] for p in r["def"]["Processes"])
+    assert cmds == ["sleep 600", "sleep 601"], r
+    assert r["aux"]["Titles"][:3] == ["USER", "PID", "%CPU"], r
+    assert len(r["aux"]["Processes"]) == 2, r
+    assert r["bad"]["status"] == 400 and "not supported by kosa8" in r["bad"]["message"], r
