@@ -517,19 +517,27 @@ static int docker_image_inspect(struct api_call *call)
 	return 0;
 }
 
-/* The store's pull progress {phase, what, done, total}, as Docker's progress line. */
+/* The store's pull progress {phase, what, done, total}, as moby's progress line: a
+ * blob's ("layer sha256:<12 hex>") "Downloading" (with progressDetail) and "Download
+ * complete" under its short id; any other note (the manifest, a mirror skipped) is a
+ * status line of its own. */
 static void docker_pull_progress(void *job, json_t *p)
 {
 	const char *what = json_string_value(json_object_get(p, "what")) ?: "";
-	const char *phase = json_string_value(json_object_get(p, "phase")) ?: "";
+	const char *blob = strstr(what, "sha256:");     /* "layer sha256:<12 hex>" */
+	json_int_t done = json_integer_value(json_object_get(p, "done"));
+	json_int_t total = json_integer_value(json_object_get(p, "total"));
 	char id[16];
 
-	if (!strncmp(what, "sha256:", 7))
-		what += 7;
-	snprintf(id, sizeof(id), "%.12s", what);
-	api_job_progress(job, json_pack("{s:s,s:s,s:{s:O,s:O}}", "status", phase, "id", id,
-					"progressDetail", "current", json_object_get(p, "done"),
-					"total", json_object_get(p, "total")));
+	if (!blob) {
+		api_job_progress(job, json_pack("{s:s}", "status", what));
+		json_decref(p);
+		return;
+	}
+	snprintf(id, sizeof(id), "%.12s", blob + 7);
+	api_job_progress(job, json_pack("{s:s,s:s,s:{s:I,s:I}}", "status", total && done >= total ?
+					"Download complete" : "Downloading", "id", id,
+					"progressDetail", "current", done, "total", total));
 	json_decref(p);
 }
 

@@ -171,3 +171,74 @@ def test_stats_and_top(h, node_modules):
     assert r["aux"]["Titles"][:3] == ["USER", "PID", "%CPU"], r
     assert len(r["aux"]["Processes"]) == 2, r
     assert r["bad"]["status"] == 400 and "not supported by kosa8" in r["bad"]["message"], r
+
+
+def test_lifecycle_and_list(h, node_modules):
+    """createContainer + start + wait + logs + inspect; listContainers with filters."""
+    r = node(h, node_modules, "lifecycle", cmd=["sh", "-c", "echo a; echo b >&2; exit 4"],
+             labels={"k8t": "dockerode"}, keep=True)
+    assert (r["status"], r["state"], r["exit"]) == (4, "exited", 4), r
+    # logs is the multiplexed stream (no Tty): frame headers, then the bytes
+    assert r["logs"] == "\x01\x00\x00\x00\x00\x00\x00\x02a\n\x02\x00\x00\x00\x00\x00\x00\x02b\n", r
+    kept = r["id"]
+    lst = node(h, node_modules, "list", filters={"label": ["k8t=dockerode"]})
+    assert len(lst["names"]) == 1 and lst["states"] == ["exited"], lst
+    lst = node(h, node_modules, "list", filters={"label": ["k8t=dockerode"],
+                                                  "status": ["running"]})
+    assert lst["names"] == [], lst
+    lst = node(h, node_modules, "list", filters={"id": [kept[:12]]})
+    assert len(lst["names"]) == 1, lst
+    st, _, body = raw_http(h, "DELETE", "/containers/" + kept)
+    assert st == 204, body
+
+
+def test_exec_with_and_without_stdin(h, node_modules):
+    r = node(h, node_modules, "exec", cmd=["sh", "-c", "echo o; echo e >&2; exit 6"],
+             input="from dockerode\n")
+    assert (r["stdout"], r["stderr"], r["code"]) == ("o\n", "e\n", 6), r
+    assert (r["stdin_out"], r["stdin_err"], r["stdin_code"]) == ("from dockerode\n",
+                                                                 "done\n", 0), r
+
+
+def test_archive(h, node_modules):
+    r = node(h, node_modules, "archive", files={"hello.txt": "hi from node\n"},
+             path="/tmp", get="/tmp/hello.txt")
+    assert r["files"] == {"hello.txt": "hi from node\n"}, r
+    assert r["cat"] == "hi from node\n", r
+
+
+def test_build_from_a_tar(h, node_modules):
+    """buildImage with a tar context (the classic builder), its progress followed, then
+    the image run."""
+    df = ("FROM %s\nCOPY app.py /app/app.py\nRUN python3 -c \"open('/app/built','w')"
+          ".write('yes')\"\nCMD [\"python3\", \"/app/app.py\"]\n" % IMG)
+    r = node(h, node_modules, "build", timeout_s=600, tag="k8t-dockerode:1",
+             files={"Dockerfile": df, "app.py": "print(open('/app/built').read())\n"},
+             cmd=None)
+    assert r["id"].startswith("sha256:"), r
+    assert any("Successfully built" in (e.get("stream") or "") for e in r["events"]), r
+    assert (r["status"], r["stdout"]) == (0, "yes\n"), r
+
+
+@pytest.fixture(scope="module")
+def reg(python_layout):
+    from test_50_registry import Registry
+    if not shutil.which("docker-registry") or not shutil.which("skopeo"):
+        pytest.skip("docker-registry and skopeo are needed (scripts/deps.sh)")
+    r = Registry()
+    r.push(python_layout)
+    yield r
+    r.stop()
+
+
+def test_pull_progress(h, node_modules, reg):
+    r = node(h, node_modules, "pull", timeout_s=600, ref=reg.image)
+    statuses = [e.get("status", "") for e in r["events"]]
+    # moby's familiar name keeps a registry host: "Pulling from 127.0.0.1:N/library/python"
+    assert statuses[0] == "Pulling from %s/library/python" % reg.host, statuses
+    blobs = [e for e in r["events"] if e.get("id") and e.get("status") != statuses[0]]
+    assert blobs and all(e["status"] in ("Downloading", "Download complete") for e in blobs), r
+    assert any(e["status"] == "Download complete" for e in blobs), r
+    assert any(s.startswith("Digest: sha256:") for s in statuses), statuses
+    assert statuses[-1].startswith("Status: Downloaded newer image for"), statuses
+    assert r["id"].startswith("sha256:"), r
