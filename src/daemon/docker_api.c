@@ -13,10 +13,10 @@
 #include "daemon/docker_api.h"
 #include "daemon/docker_build.h"
 #include "daemon/docker_ctr.h"
-#include "daemon/docker_route.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"
 #include "docker/filters.h"
+#include "docker/names.h"
 #include "docker/query.h"
 #include "docker/stream.h"
 #include "image/image.h"
@@ -94,6 +94,20 @@ static json_t *docker_failed(const struct k8_err *err)
 	return docker_failed_text(err->msg[0] ? err->msg : strerror(-err->code), true);
 }
 
+int docker_api_split(const char *url, struct api_path *p, struct k8_err *err)
+{
+	struct dq_path dp;
+	char msg[256];
+	int r;
+
+	if (dq_split_path(url, &dp, msg, sizeof(msg)))
+		return k8_err_set(err, -EINVAL, "%s", msg);
+	r = api_path_split(dp.rest, p, err);
+	if (!r && dq_image_segments(&p->seg[0][0], sizeof(p->seg[0]), &p->n, msg, sizeof(msg)))
+		r = k8_err_set(err, -EINVAL, "%s", msg);
+	return r;
+}
+
 static void docker_unmatched(struct api_call *call)
 {
 	/* Families of moby's API this stage does not serve: say so rather than 404. */
@@ -124,7 +138,7 @@ static json_t *docker_repo_digest(const char *ref, const char *digest)
 	char repo[512];
 
 	snprintf(repo, sizeof(repo), "%.*s", (int)n, ref);
-	docker_familiar(repo, fam, sizeof(fam));
+	dn_familiar(repo, fam, sizeof(fam));
 	return json_sprintf("%s@%s", fam, digest);
 }
 
@@ -194,7 +208,7 @@ static json_t *docker_images(struct daemon *d, struct k8_err *err)
 				      json_object_get(v, "created"));
 			json_object_set_new(by, dg, e);
 		}
-		docker_familiar(ref, fam, sizeof(fam));
+		dn_familiar(ref, fam, sizeof(fam));
 		if (!strchr(ref, '@'))
 			json_array_append_new(json_object_get(e, "RepoTags"), json_string(fam));
 		json_t *rd = docker_repo_digest(ref, dg), *x;
@@ -463,7 +477,7 @@ static int docker_image_prune(struct api_call *call)
 			daemon_audit(call->d, "image.rm", NULL,
 				     json_pack("{s:s,s:s,s:s}", "ref", ref, "via", "docker", "why",
 					       "image prune"));
-			docker_familiar(ref, fam, sizeof(fam));
+			dn_familiar(ref, fam, sizeof(fam));
 			json_array_append_new(out, json_pack("{s:s}", "Untagged", fam));
 		}
 		json_decref(refs);
@@ -559,7 +573,7 @@ static int docker_pull_job(struct api_job *j, json_t **result, struct k8_err *er
 		tag = cut ? cut + 1 : "latest";
 		if (cut)
 			*cut = '\0';
-		docker_familiar(norm, fam, sizeof(fam));
+		dn_familiar(norm, fam, sizeof(fam));
 		api_job_progress(j, json_pack("{s:s++,s:s}", "status", "Pulling from ",
 					      strchr(fam, '/') ? fam : "library/", strchr(fam, '/')
 					      ? "" : fam, "id", tag));
@@ -572,7 +586,7 @@ static int docker_pull_job(struct api_job *j, json_t **result, struct k8_err *er
 		explicit_bzero((char *)basic, strlen(basic));
 	if (r)
 		return r;
-	docker_familiar(json_string_value(json_object_get(res, "ref")) ?: j->arg, fam,
+	dn_familiar(json_string_value(json_object_get(res, "ref")) ?: j->arg, fam,
 			sizeof(fam));
 	api_job_progress(j, json_pack("{s:s+}", "status", "Digest: ",
 				      json_string_value(json_object_get(res, "digest")) ?: ""));
@@ -685,7 +699,7 @@ static int docker_image_rm(struct api_call *call)
 			break;
 		daemon_audit(call->d, "image.rm", NULL,
 			     json_pack("{s:O,s:s}", "ref", v, "via", "docker"));
-		docker_familiar(json_string_value(v), fam, sizeof(fam));
+		dn_familiar(json_string_value(v), fam, sizeof(fam));
 		json_array_append_new(out, json_pack("{s:s}", "Untagged", fam));
 	}
 	if (!r && json_array_size(refs) == nall)

@@ -19,7 +19,6 @@
 #include "daemon/agentlink.h"
 #include "daemon/archive.h"
 #include "daemon/docker_engine.h"
-#include "daemon/docker_route.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"
 #include "common/proto.h"
@@ -28,6 +27,7 @@
 #include "common/worker.h"
 #include "docker/dockerfile.h"
 #include "docker/dockerignore.h"
+#include "docker/names.h"
 #include "docker/query.h"
 #include "docker/runlayer.h"
 #include "image/image.h"
@@ -1737,7 +1737,7 @@ static int dkb_run(struct dkb *b, json_t *body, json_t **result, struct k8_err *
 		if (r)
 			return r;
 		image_ref_normalize(tag, norm, sizeof(norm), err);
-		docker_familiar(norm, fam, sizeof(fam));
+		dn_familiar(norm, fam, sizeof(fam));
 		dkb_say(b, "Successfully tagged %s\n", fam);
 	}
 	*result = json_pack("{s:s,s:s?}", "id", b->id, "tag", tag);

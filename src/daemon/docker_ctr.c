@@ -31,7 +31,6 @@
 #include "daemon/broker.h"
 #include "daemon/ports.h"
 #include "daemon/docker_engine.h"
-#include "daemon/docker_route.h"
 #include "daemon/daemon.h"
 #include "daemon/record.h"
 #include "daemon/sandbox.h"

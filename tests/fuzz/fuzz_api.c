@@ -11,7 +11,8 @@
  * outside the path, a getter that accepted a value outside its bounds or refused one
  * without naming the field. */
 #include "daemon/api_route.h"
-#include "daemon/docker_route.h"
+#include "docker/names.h"
+#include "docker/query.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,22 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int h(struct api_call *c) { (void)c; return 0; }
+
+/* docker.sock's path split as docker_api.c composes it (that file is the daemon's): the
+ * version prefix, the segments, an image name joined across them (src/docker/query.c). */
+static int docker_split(const char *url, struct api_path *p, struct k8_err *err)
+{
+	struct dq_path dp;
+	char msg[256];
+	int r;
+
+	if (dq_split_path(url, &dp, msg, sizeof(msg)))
+		return k8_err_set(err, -EINVAL, "%s", msg);
+	r = api_path_split(dp.rest, p, err);
+	if (!r && dq_image_segments(&p->seg[0][0], sizeof(p->seg[0]), &p->n, msg, sizeof(msg)))
+		r = k8_err_set(err, -EINVAL, "%s", msg);
+	return r;
+}
 
 static const struct api_route table[] = {
 	{ "GET", "/v1/status", h }, { "POST", "/v1/shutdown", h }, { "GET", "/v1/images", h },
@@ -189,16 +206,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else if (call.err.code != -EINVAL && call.err.code != -ENOENT) {
 		abort();
 	}
-	/* docker.sock's path rules (docker_route.c): the same bounds, a name joined in one
-	 * segment, and familiar names that fit. */
+	/* docker.sock's path rules (src/docker/query.c, names.c): the same bounds, a name
+	 * joined in one segment, and familiar names that fit. */
 	memset(&call, 0, sizeof(call));
-	if (docker_api_split(parts[1], &call.path, &call.err) == 0) {
+	if (docker_split(parts[1], &call.path, &call.err) == 0) {
 		char fam[64];
 		check_path(&call.path);
 		if (call.path.n > 3 && !strcmp(call.path.seg[0], "images"))
 			abort();
 		for (int i = 0; i < call.path.n; i++) {
-			docker_familiar(call.path.seg[i], fam, sizeof(fam));
+			dn_familiar(call.path.seg[i], fam, sizeof(fam));
 			if (strlen(fam) >= sizeof(fam))
 				abort();
 		}

@@ -5,7 +5,7 @@
 #include "daemon/api_route.h"
 #include "daemon/images.h"
 #include "daemon/docker_api.h"
-#include "daemon/docker_route.h"
+#include "docker/names.h"
 #include "t.h"
 
 #include <stdio.h>
@@ -332,13 +332,13 @@ static void test_docker_paths(void)
 	memcpy(big + sizeof(big) - 6, "/json", 6);
 	k8_err_clear(&err);
 	CHECK_EQ_INT(docker_api_split(big, &p, &err), -EINVAL);
-	docker_familiar("docker.io/library/python:3", fam, sizeof(fam));
+	dn_familiar("docker.io/library/python:3", fam, sizeof(fam));
 	CHECK(!strcmp(fam, "python:3"));
-	docker_familiar("docker.io/x/y:1", fam, sizeof(fam));
+	dn_familiar("docker.io/x/y:1", fam, sizeof(fam));
 	CHECK(!strcmp(fam, "x/y:1"));
-	docker_familiar("docker.io/library/a/b:1", fam, sizeof(fam));
+	dn_familiar("docker.io/library/a/b:1", fam, sizeof(fam));
 	CHECK(!strcmp(fam, "library/a/b:1"));
-	docker_familiar("127.0.0.1:5000/library/py:1", fam, sizeof(fam));
+	dn_familiar("127.0.0.1:5000/library/py:1", fam, sizeof(fam));
 	CHECK(!strcmp(fam, "127.0.0.1:5000/library/py:1"));
 }
 
