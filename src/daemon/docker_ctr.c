@@ -39,6 +39,7 @@
 #include "docker/filters.h"
 #include "docker/names.h"
 #include "docker/query.h"
+#include "docker/spec.h"
 #include "docker/stats.h"
 #include "docker/stream.h"
 #include "docker/top.h"
@@ -102,12 +103,9 @@ struct dkc {
 struct dkx {
 	struct dkx *next;
 	char id[DN_ID_LEN + 1], ctr[DN_ID_LEN + 1];
-	json_t *cmd, *env;
-	char cwd[4096], user[256];
-	bool tty, attach_stdin, attach_stdout, attach_stderr;
+	struct dspec_exec spec;         /* its tty's size: ConsoleSize, or a resize before start */
 	bool started, running;
 	int exit_code, pid;             /* exit_code -1: none yet */
-	unsigned rows, cols;            /* the tty's size: ConsoleSize, or a resize before start */
 	char sandbox[64];               /* while running: where, and its agent stream */
 	uint32_t stream_id;
 };
@@ -418,200 +416,7 @@ static int dkc_find_call(struct api_call *call, struct dkc **out)
 
 /* ---- create ---- */
 
-/* Linux's capability names by number (capability.h), as CapDrop spells them. */
-static const char *const dkc_cap_names[] = {
-	"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID",
-	"SETUID", "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST",
-	"NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO",
-	"SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
-	"SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE",
-	"AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM",
-	"BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
-};
-
-/* HostConfig.CapDrop ("ALL", "CAP_X" or "X", any case) as the agent's "cap_drop"
- * numbers (into *out when out is non-NULL); an unknown name is a 400, as in Docker. */
-static int dkc_cap_drop(json_t *v, json_t **out, struct k8_err *err)
-{
-	json_t *e, *nums = json_array();
-	uint64_t mask = 0;
-	size_t i, j;
-
-	if (v && !json_is_null(v) && (!json_is_array(v) || json_array_size(v) > 64)) {
-		json_decref(nums);
-		return k8_err_set(err, -EINVAL, "HostConfig.CapDrop must be a list of capabilities");
-	}
-	json_array_foreach(v, i, e) {
-		const char *n = json_string_value(e);
-		bool known = n && !strcasecmp(n, "ALL");
-
-		if (known) {
-			mask = ~0ull >> (64 - ARRAY_SIZE(dkc_cap_names));
-			continue;
-		}
-		if (n && !strncasecmp(n, "CAP_", 4))
-			n += 4;
-		for (j = 0; n && j < ARRAY_SIZE(dkc_cap_names); j++) {
-			if (!strcasecmp(n, dkc_cap_names[j])) {
-				mask |= 1ull << j;
-				known = true;
-			}
-		}
-		if (!known) {
-			json_decref(nums);
-			return k8_err_set(err, -EINVAL, "unknown capability: \"%.60s\"",
-					  json_string_value(e) ?: "(not a string)");
-		}
-	}
-	for (j = 0; j < 64; j++)
-		if (mask & (1ull << j))
-			json_array_append_new(nums, json_integer((json_int_t)j));
-	if (out)
-		*out = nums;
-	else
-		json_decref(nums);
-	return 0;
-}
-
-/* HostConfig fields that would lift the isolation: a 400 naming the field. */
-static int dkc_refuse_host(json_t *hc, struct k8_err *err)
-{
-	static const char *const host_modes[] = { "PidMode", "IpcMode", "UsernsMode", "UTSMode",
-						  "CgroupnsMode" };
-	const char *nm = json_string_value(json_object_get(hc, "NetworkMode"));
-	json_t *v;
-	size_t i;
-
-	if (json_is_true(json_object_get(hc, "Privileged")))
-		return k8_err_set(err, -EINVAL, "HostConfig.Privileged is not supported by kosa8: "
-				  "it would lift the container's isolation");
-	if (json_array_size(json_object_get(hc, "CapAdd")))
-		return k8_err_set(err, -EINVAL, "HostConfig.CapAdd is not supported by kosa8: "
-				  "containers keep Docker's default capability set");
-	if (json_array_size(json_object_get(hc, "Devices")) ||
-	    json_array_size(json_object_get(hc, "DeviceRequests")))
-		return k8_err_set(err, -EINVAL, "HostConfig.Devices is not supported by kosa8");
-	if (json_array_size(json_object_get(hc, "DeviceCgroupRules")))
-		return k8_err_set(err, -EINVAL, "HostConfig.DeviceCgroupRules is not supported by "
-				  "kosa8: containers open no devices");
-	/* Asked-for changes kosa8 would not make: refused rather than silently ignored
-	 * (docs/docker.md). Unmasking /proc would lift the isolation; CapDrop and
-	 * ReadonlyRootfs would leave the container stronger than it is. */
-	if (json_is_array(json_object_get(hc, "MaskedPaths")))
-		return k8_err_set(err, -EINVAL, "HostConfig.MaskedPaths is not supported by kosa8: "
-				  "/proc is masked as in Docker's default");
-	if (json_is_array(json_object_get(hc, "ReadonlyPaths")))
-		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyPaths is not supported by kosa8:"
-				  " /proc is read-only as in Docker's default");
-	if (dkc_cap_drop(json_object_get(hc, "CapDrop"), NULL, err))
-		return err->code;
-	if (json_is_true(json_object_get(hc, "ReadonlyRootfs")))
-		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyRootfs is not supported by kosa8 "
-				  "yet: the root file system is writable");
-	for (i = 0; i < ARRAY_SIZE(host_modes); i++) {
-		const char *m = json_string_value(json_object_get(hc, host_modes[i]));
-		if (m && !strcmp(m, "host"))
-			return k8_err_set(err, -EINVAL, "HostConfig.%s \"host\" is not supported by "
-					  "kosa8: it would share the host's namespace", host_modes[i]);
-	}
-	if (nm && *nm && strcmp(nm, "default") && strcmp(nm, "bridge") && strcmp(nm, "none"))
-		return k8_err_set(err, -EINVAL, "HostConfig.NetworkMode \"%.60s\" is not supported "
-				  "by kosa8 (default, bridge or none)", nm);
-	json_array_foreach(json_object_get(hc, "SecurityOpt"), i, v) {
-		const char *s = json_string_value(v);
-		if (s && strstr(s, "unconfined"))
-			return k8_err_set(err, -EINVAL, "HostConfig.SecurityOpt \"%.60s\" is not "
-					  "supported by kosa8: seccomp and the capability set stay", s);
-	}
-	/* the container's own cgroup limits (dkc_start): Docker's bounds and words */
-	v = json_object_get(hc, "Memory");
-	if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0 ||
-				      json_integer_value(v) > (1ll << 50)))
-		return k8_err_set(err, -EINVAL, "HostConfig.Memory must be a number of bytes");
-	if (json_integer_value(v) > 0 && json_integer_value(v) < 6ll << 20)
-		return k8_err_set(err, -EINVAL, "Minimum memory limit allowed is 6MB");
-	v = json_object_get(hc, "NanoCpus");
-	if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0 ||
-				      json_integer_value(v) > 1000000000000ll))
-		return k8_err_set(err, -EINVAL, "HostConfig.NanoCpus must be a number of 10^-9 CPUs");
-	if (json_integer_value(v) > 0 && json_integer_value(v) < 10000000)
-		return k8_err_set(err, -EINVAL, "Range of CPUs is from 0.01 upwards");
-	return 0;
-}
-
-/* What a start sends the agent in one JSON request (at most PROTO_MAX_JSON): the
- * command and the environment must leave room for the rest. Refused at create, where a
- * client can be told, not at start. */
-#define DKC_ARGV_ENV_MAX (48u << 10)
-
-static size_t dkc_json_len(json_t *v)
-{
-	char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-	size_t n = t ? strlen(t) : 0;
-
-	free(t);
-	return n;
-}
-
-static int dkc_argv_env_fits(json_t *cmd, json_t *ep, json_t *env, struct k8_err *err)
-{
-	size_t n = dkc_json_len(cmd) + dkc_json_len(ep) + dkc_json_len(env);
-
-	if (n > DKC_ARGV_ENV_MAX)
-		return k8_err_set(err, -EINVAL, "Cmd, Entrypoint and Env together are %zu bytes: "
-				  "kosa8 takes at most %u KiB", n, DKC_ARGV_ENV_MAX >> 10);
-	return 0;
-}
-
-/* An array of strings (or null/absent: NULL) from a client's field; -EINVAL otherwise. */
-static int dkc_strings(json_t *v, const char *what, json_t **out, struct k8_err *err)
-{
-	size_t i;
-	json_t *s;
-
-	*out = NULL;
-	if (!v || json_is_null(v))
-		return 0;
-	if (json_is_string(v)) {        /* docker-py sends a string Cmd through shlex; others */
-		*out = json_pack("[O]", v);
-		return 0;
-	}
-	if (!json_is_array(v) || json_array_size(v) > 4096)
-		return k8_err_set(err, -EINVAL, "%s must be a list of strings", what);
-	json_array_foreach(v, i, s)
-		if (!json_is_string(s) || memchr(json_string_value(s), 0, json_string_length(s)))
-			return k8_err_set(err, -EINVAL, "%s must be a list of strings", what);
-	*out = json_incref(v);
-	return 0;
-}
-
-/* The image's environment, overridden key by key by the request's. */
-static json_t *dkc_merge_env(json_t *image_env, json_t *req_env)
-{
-	json_t *out = json_array(), *v, *w;
-	size_t i, j;
-
-	json_array_foreach(image_env, i, v) {
-		const char *s = json_string_value(v), *eq;
-		bool over = false;
-		if (!s || !(eq = strchr(s, '=')))
-			continue;
-		json_array_foreach(req_env, j, w) {
-			const char *t = json_string_value(w);
-			if (t && (!strncmp(t, s, (size_t)(eq - s + 1)) ||
-				  (!strncmp(t, s, (size_t)(eq - s)) && !t[eq - s])))
-				over = true;
-		}
-		if (!over)
-			json_array_append(out, v);
-	}
-	json_array_foreach(req_env, i, v)
-		if (strchr(json_string_value(v), '='))
-			json_array_append(out, v);
-	return out;
-}
-
-static int dkc_binds(struct daemon *d, struct dkc *c, json_t *hc, struct k8_err *err);
+static int dkc_binds(struct daemon *d, struct dkc *c, const json_t *hc, struct k8_err *err);
 
 static int dkc_name_taken_locked(const char *name)
 {
@@ -621,64 +426,56 @@ static int dkc_name_taken_locked(const char *name)
 	return 0;
 }
 
+/* container.create, and a container.mount for each bind. */
+static void dkc_audit_create(struct daemon *d, struct dkc *c)
+{
+	json_t *m;
+	size_t k;
+
+	daemon_audit(d, "container.create", c->sandbox,
+		     json_pack("{s:s,s:s,s:s,s:s,s:O,s:O}", "via", "docker", "id", c->id, "name",
+			       c->name, "image", c->image, "cmd", json_object_get(c->config, "Cmd"),
+			       "binds", c->binds));
+	json_array_foreach(c->mounts, k, m)
+		daemon_audit(d, "container.mount", c->sandbox,
+			     json_pack("{s:s,s:s,s:O,s:O,s:b}", "via", "docker", "id", c->id,
+				       "host", json_object_get(m, "Source"), "guest",
+				       json_object_get(m, "Destination"), "ro",
+				       !json_is_true(json_object_get(m, "RW"))));
+}
+
+/* POST /containers/create: the spec from the request (src/docker/spec.c: checked, then
+ * merged with the image's config), its binds against the daemon's roots, then the record
+ * (a name of its own, a directory, state.json). */
 int dkc_api_create(struct api_call *call)
 {
 	struct daemon *d = call->d;
-	json_t *body = call->body, *hc = json_object_get(body, "HostConfig");
-	json_t *cmd = NULL, *ep = NULL, *env = NULL, *cfg;
-	const char *image = json_string_value(json_object_get(body, "Image"));
-	const char *wd = json_string_value(json_object_get(body, "WorkingDir"));
-	const char *user = json_string_value(json_object_get(body, "User"));
+	json_t *body = call->body;
+	const char *image = NULL, *qname = NULL;
 	char nbuf[DN_NAME_MAX + 2], name[DN_NAME_MAX + 1] = "";
-	const char *qname = NULL;
 	struct image_info info = { 0 };
+	struct dspec_image di;
 	struct dkc *c;
 	int r, n;
 
-	if (!image || !*image)
-		return k8_err_set(&call->err, -EINVAL, "Config.Image is required");
-	if (hc && !json_is_object(hc) && !json_is_null(hc))
-		return k8_err_set(&call->err, -EINVAL, "HostConfig must be an object");
-	if (!json_is_object(hc))
-		hc = NULL;
-	if (hc && (r = dkc_refuse_host(hc, &call->err)))
+	if ((r = dspec_check(body, &image, &call->err)))
 		return r;
-	if (hc) {       /* malformed bindings fail here, not at start */
-		struct dn_port pt[DKC_PORTS_MAX];
-		if ((r = dn_port_bindings(json_object_get(hc, "PortBindings"), pt, DKC_PORTS_MAX,
-					  &call->err)) < 0)
-			return r;
-		for (int i = 0; i < r; i++)
-			if (pt[i].proto != DN_TCP)
-				return k8_err_set(&call->err, -EINVAL, "port %u/udp: kosa8 "
-						  "publishes TCP ports only", pt[i].ctr_port);
-	}
 	if ((r = api_query_str(call, "name", nbuf, sizeof(nbuf), &qname)))
 		return r;
 	if (qname && (r = dn_name_check(qname, name, &call->err)))
 		return r;
-	if ((r = dkc_strings(json_object_get(body, "Cmd"), "Cmd", &cmd, &call->err)) ||
-	    (r = dkc_strings(json_object_get(body, "Entrypoint"), "Entrypoint", &ep, &call->err)) ||
-	    (r = dkc_strings(json_object_get(body, "Env"), "Env", &env, &call->err)))
-		goto out;
-	if ((wd && (strlen(wd) > 4095 || (*wd && *wd != '/'))) || (user && strlen(user) > 255)) {
-		r = k8_err_set(&call->err, -EINVAL, "WorkingDir must be an absolute path and User "
-			       "at most 255 bytes");
-		goto out;
-	}
 	r = image_resolve(d->images, image, &info, &call->err);
 	if (r == -ENOENT) {
 		k8_err_clear(&call->err);       /* the wording docker run pulls on */
 		r = k8_err_set(&call->err, -ENOENT, "No such image: %.400s", image);
 	}
 	if (r)
-		goto out;
+		return r;
 
 	c = dkc_new();
 	if ((r = dn_new_id(c->id))) {
 		k8_err_set(&call->err, r, "cannot make a container id");
-		dkc_unref(c);
-		goto out;
+		goto fail;
 	}
 	memcpy(c->agent_id, c->id, 12);
 	snprintf(c->image, sizeof(c->image), "%s", image);
@@ -689,56 +486,14 @@ int dkc_api_create(struct api_call *call)
 		snprintf(c->sandbox, sizeof(c->sandbox), "dk-%s", c->agent_id);
 	else
 		snprintf(c->sandbox, sizeof(c->sandbox), "%s", DKE_NAME);
-
-	/* Docker's merge: an Entrypoint given drops the image's Cmd too. */
-	if (!ep || json_is_null(json_object_get(body, "Entrypoint"))) {
-		json_decref(ep);
-		ep = info.entrypoint ? json_incref(info.entrypoint) : NULL;
-		if (!json_array_size(cmd)) {
-			json_decref(cmd);
-			cmd = info.cmd ? json_incref(info.cmd) : NULL;
-		}
-	} else if (json_array_size(ep) == 1 && !json_string_length(json_array_get(ep, 0))) {
-		json_decref(ep);
-		ep = NULL;
-	}
-	cfg = json_deep_copy(body);
-	json_object_del(cfg, "HostConfig");
-	json_object_del(cfg, "NetworkingConfig");
-	json_object_set_new(cfg, "Hostname", json_string(c->agent_id));
-	json_object_set_new(cfg, "Image", json_string(image));
-	json_object_set_new(cfg, "Cmd", cmd ? json_incref(cmd) : json_null());
-	json_object_set_new(cfg, "Entrypoint", ep ? json_incref(ep) : json_null());
-	json_object_set_new(cfg, "Env", dkc_merge_env(info.env, env));
-	json_object_set_new(cfg, "WorkingDir", json_string(wd && *wd ? wd : info.workdir));
-	json_object_set_new(cfg, "User", json_string(user && *user ? user : info.user));
-	if (!json_is_object(json_object_get(cfg, "Labels")))
-		json_object_set_new(cfg, "Labels", json_object());
-	c->config = cfg;
-	c->host = hc ? json_deep_copy(hc) : json_object();
-	if (!json_object_get(c->host, "NetworkMode"))
-		json_object_set_new(c->host, "NetworkMode", json_string("default"));
-	json_object_set_new(c->host, "LogConfig", json_pack("{s:s,s:{}}", "Type", "json-file",
-							    "Config"));
-	if (json_is_true(json_object_get(body, "NetworkDisabled")))
-		json_object_set_new(c->host, "NetworkMode", json_string("none"));
+	di = (struct dspec_image){ .env = info.env, .cmd = info.cmd, .entrypoint = info.entrypoint,
+				   .workdir = info.workdir, .user = info.user };
+	if ((r = dspec_build(body, &di, c->agent_id, &c->config, &c->host, &call->err)))
+		goto fail;
 	c->mounts = json_array();
 	c->binds = json_array();
-	if ((r = dkc_binds(d, c, hc, &call->err))) {
-		dkc_unref(c);
-		goto out;
-	}
-	if (!json_array_size(json_object_get(cfg, "Cmd")) &&
-	    !json_array_size(json_object_get(cfg, "Entrypoint"))) {
-		r = k8_err_set(&call->err, -EINVAL, "no command specified");
-		dkc_unref(c);
-		goto out;
-	}
-	if ((r = dkc_argv_env_fits(json_object_get(cfg, "Cmd"), json_object_get(cfg, "Entrypoint"),
-				   json_object_get(cfg, "Env"), &call->err))) {
-		dkc_unref(c);
-		goto out;
-	}
+	if ((r = dkc_binds(d, c, json_object_get(body, "HostConfig"), &call->err)))
+		goto fail;
 
 	pthread_mutex_lock(&dk.lock);
 	dk_load_locked(d);
@@ -755,52 +510,35 @@ int dkc_api_create(struct api_call *call)
 		r = k8_err_set(&call->err, -EEXIST, "Conflict. The container name \"/%s\" is "
 			       "already in use by container \"%s\". You have to remove (or rename) "
 			       "that container to be able to reuse that name.", name, o ? o->id : "");
-		dkc_unref(c);
-		goto out;
+		goto fail;
 	}
 	if (n >= DKC_MAX) {
 		pthread_mutex_unlock(&dk.lock);
 		r = k8_err_set(&call->err, -ENOSPC, "too many containers (%d); remove some",
 			       DKC_MAX);
-		dkc_unref(c);
-		goto out;
+		goto fail;
 	}
 	snprintf(c->name, sizeof(c->name), "%s", name);
 	snprintf(c->dir, sizeof(c->dir), "%s/%s", dk.dir, c->id);
 	if ((r = mkdir_p(c->dir, 0700))) {
 		pthread_mutex_unlock(&dk.lock);
 		k8_err_set(&call->err, r, "mkdir %s: %s", c->dir, strerror(-r));
-		dkc_unref(c);
-		goto out;
+		goto fail;
 	}
 	dkc_save_locked(c);
-	if (json_is_true(json_object_get(cfg, "OpenStdin")) ||
-	    json_is_true(json_object_get(cfg, "Tty")))
+	if (json_is_true(json_object_get(c->config, "OpenStdin")) ||
+	    json_is_true(json_object_get(c->config, "Tty")))
 		dkc_stdin_pipe_locked(c);
 	c->next = dk.ctrs;
 	dk.ctrs = c;
 	pthread_mutex_unlock(&dk.lock);
-	daemon_audit(d, "container.create", c->sandbox,
-		     json_pack("{s:s,s:s,s:s,s:s,s:O,s:O}", "via", "docker", "id", c->id, "name",
-			       c->name, "image", c->image, "cmd", json_object_get(c->config, "Cmd"),
-			       "binds", c->binds));
-	{
-		json_t *m;
-		size_t k;
-		json_array_foreach(c->mounts, k, m)
-			daemon_audit(d, "container.mount", c->sandbox,
-				     json_pack("{s:s,s:s,s:O,s:O,s:b}", "via", "docker", "id", c->id,
-					       "host", json_object_get(m, "Source"), "guest",
-					       json_object_get(m, "Destination"), "ro",
-					       !json_is_true(json_object_get(m, "RW"))));
-	}
+	image_info_clear(&info);
+	dkc_audit_create(d, c);
 	call->status = 201;
 	call->out = json_pack("{s:s,s:[]}", "Id", c->id, "Warnings");
-	r = 0;
-out:
-	json_decref(cmd);
-	json_decref(ep);
-	json_decref(env);
+	return 0;
+fail:
+	dkc_unref(c);
 	image_info_clear(&info);
 	return r;
 }
@@ -1044,29 +782,6 @@ static void dkc_runtime_wording(struct k8_err *err)
 	k8_err_set(err, code, "OCI runtime create failed: %s", msg);
 }
 
-/* A Tty run or exec asks the agent for a pty: "stdin":"tty" and the first size
- * (Docker's ConsoleSize [height, width], or a resize that came first). */
-static void dkc_tty_fields(json_t *req, unsigned rows, unsigned cols)
-{
-	json_object_set_new(req, "stdin", json_string("tty"));
-	if (rows || cols)
-		json_object_set_new(req, "tty_size", json_pack("[i,i]", (int)rows, (int)cols));
-}
-
-/* ConsoleSize [h, w] of a create body (API 1.42+), each 0..65535; else 0, 0. */
-static void dkc_console_size(json_t *o, unsigned *rows, unsigned *cols)
-{
-	json_t *h = json_array_get(o, 0), *w = json_array_get(o, 1);
-
-	*rows = *cols = 0;
-	if (json_array_size(o) != 2 || !json_is_integer(h) || !json_is_integer(w) ||
-	    json_integer_value(h) < 0 || json_integer_value(h) > 65535 ||
-	    json_integer_value(w) < 0 || json_integer_value(w) > 65535)
-		return;
-	*rows = (unsigned)json_integer_value(h);
-	*cols = (unsigned)json_integer_value(w);
-}
-
 /* An agent older than the pty refuses "stdin":"tty" (its stdin is a boolean): say what
  * to do instead of its words. */
 static void dkc_tty_refused(struct k8_err *err)
@@ -1172,6 +887,18 @@ static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct
 	return r;
 }
 
+/* The agent's `rm` of container `agent_id` in sb, its outcome not looked at (it may be
+ * gone already). */
+static void dkc_agent_rm(struct sandbox *sb, const char *agent_id)
+{
+	json_t *rr = NULL;
+	struct k8_err e = { 0 };
+
+	sb_agent_request(sb, json_pack("{s:s,s:s}", "op", "rm", "container", agent_id), 30000,
+			 &rr, NULL, &e);        /* takes the request */
+	json_decref(rr);
+}
+
 /* The agent's `run` (req, taken) of an engine container. An address still held in the
  * guest (the agent's EADDRINUSE: a stopped container's namespace goes away
  * asynchronously, or one the host does not know of) is not the container's failure: it
@@ -1218,10 +945,9 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 {
 	struct sandbox *sb;
 	struct vm_image img;
-	json_t *req, *resp = NULL, *argv, *cfg = c->config;
+	json_t *req, *sent, *resp = NULL, *cfg = c->config;
 	struct stream *s = NULL;
 	struct dkc_pump *p;
-	const char *wd, *user;
 	char path[4400];
 	bool open_stdin;
 	int pipefd[1] = { -1 }, logfd, r;
@@ -1256,64 +982,23 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	t_sb = now_mono_ns();
 	if ((r = dkc_ports_up(d, sb, c, err)))
 		goto fail_sb;
-	if (c->starts) {
-		/* The agent still holds the last run's container (or, after a daemon restart,
-		 * a running one): a start is a fresh run (docs/docker.md). */
-		json_t *rm = json_pack("{s:s,s:s}", "op", "rm", "container", c->agent_id);
-		struct k8_err e2 = { 0 };
-		json_t *rr = NULL;
-		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);      /* takes rm */
-		json_decref(rr);
-	}
+	/* The agent still holds the last run's container (or, after a daemon restart, a
+	 * running one): a start is a fresh run (docs/docker.md). */
+	if (c->starts)
+		dkc_agent_rm(sb, c->agent_id);
 	if ((r = dkc_image(d, sb, c, &img, err)))
 		goto fail_sb;
 	t_img = now_mono_ns();
-	argv = json_array();
-	if (json_is_array(json_object_get(cfg, "Entrypoint")))
-		json_array_extend(argv, json_object_get(cfg, "Entrypoint"));
-	if (json_is_array(json_object_get(cfg, "Cmd")))
-		json_array_extend(argv, json_object_get(cfg, "Cmd"));
-	wd = json_string_value(json_object_get(cfg, "WorkingDir"));
-	user = json_string_value(json_object_get(cfg, "User"));
-	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
 	/* AutoRemove: the agent removes the container as it exits, before it reports the
 	 * exit, which spares `docker run --rm` a round trip to the guest (dkc_rm_now). */
 	c->agent_rm = json_is_true(json_object_get(c->host, "AutoRemove"));
-	/* The sandbox's broker variables (docker_engine_broker) under the image's and the
-	 * request's Env; added here, so inspect's Config.Env stays as the client gave it. */
-	json_t *benv = broker_env(sb), *env = dkc_merge_env(benv, json_object_get(cfg, "Env"));
+	json_t *benv = broker_env(sb);  /* docker_engine_broker's variables */
+	struct dspec_run run = { .agent_id = c->agent_id, .image = img.digest, .ip = c->ip,
+				 .own_sandbox = c->own_sandbox, .broker_env = benv,
+				 .binds = c->binds, .rm = c->agent_rm };
+	req = dspec_run_request(cfg, c->host, &run);
 	json_decref(benv);
-	req = json_pack("{s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:b,s:b,s:b,s:s}", "op", "run",
-			"container", c->agent_id, "image", img.digest, "argv", argv, "env",
-			env, "cwd", wd && *wd ? wd : "/", "user",
-			user && *user ? user : "0", "stdin", open_stdin, "rm", c->agent_rm, "detach",
-			false, "netns", !c->ip[0] ? "none" : c->own_sandbox ? "vm" : "own");
-	/* an engine container: its own namespace and address (a VM of its own isolates one
-	 * with --require-sandbox already; it keeps the VM's) */
-	if (c->ip[0] && !c->own_sandbox)
-		json_object_set_new(req, "ip", json_string(c->ip));
-	/* always: a Docker container sees only its own binds, never the engine's roots */
-	json_object_set(req, "binds", c->binds ? c->binds : json_array());
-	/* HostConfig.Memory and NanoCpus: the container's own cgroup in the guest */
-	json_int_t mem = json_integer_value(json_object_get(c->host, "Memory"));
-	json_int_t ncpu = json_integer_value(json_object_get(c->host, "NanoCpus"));
-	if (mem > 0)
-		json_object_set_new(req, "memory_max", json_integer(mem));
-	if (ncpu > 0)
-		json_object_set_new(req, "nano_cpus", json_integer(ncpu));
-	/* CapDrop: taken out of the container's set (checked at create) */
-	json_t *drop = NULL;
-	dkc_cap_drop(json_object_get(c->host, "CapDrop"), &drop, err);
-	bool dropping = json_array_size(drop) > 0;
-	if (dropping)
-		json_object_set(req, "cap_drop", drop);
-	json_decref(drop);
-	k8_err_clear(err);
-	if (dkc_tty(c)) {
-		unsigned rows, cols;
-		dkc_console_size(json_object_get(c->host, "ConsoleSize"), &rows, &cols);
-		dkc_tty_fields(req, rows, cols);
-	}
+	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
 	if (open_stdin) {
 		pthread_mutex_lock(&dk.lock);
 		dkc_stdin_pipe_locked(c);
@@ -1329,9 +1014,11 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		r = k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 		goto fail_pipe;
 	}
+	sent = json_incref(req);
 	r = dkc_run_request(d, sb, c, req, &resp, &s, err);    /* takes req */
 	dke_slots_done();      /* dkc_image's: the agent has answered */
 	if (r) {
+		json_decref(sent);
 		dkc_tty_refused(err);
 		dkc_netns_refused(err);
 		close(logfd);
@@ -1339,14 +1026,11 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 			dkc_runtime_wording(err);
 		goto fail_pipe;
 	}
-	if (((mem > 0 || ncpu > 0) && !json_is_object(json_object_get(resp, "limits"))) ||
-	    (dropping && !json_is_integer(json_object_get(resp, "cap_drop")))) {
+	if (!dspec_run_applied(sent, resp)) {
 		/* an agent older than these ran it without them: refuse, never ignore */
-		json_t *rm = json_pack("{s:s,s:s}", "op", "rm", "container", c->agent_id), *rr = NULL;
-		struct k8_err e2 = { 0 };
-		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);      /* takes rm */
-		json_decref(rr);
+		dkc_agent_rm(sb, c->agent_id);
 		json_decref(resp);
+		json_decref(sent);
 		link_stream_close(&sb->link, s);
 		close(logfd);
 		r = k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot apply Memory, "
@@ -1537,35 +1221,6 @@ int dkc_api_restart(struct api_call *call)
 	return 0;
 }
 
-/* A signal by number or name ("KILL", "SIGKILL", "9"); 0 when unknown. */
-static int dkc_signal(const char *s)
-{
-	static const struct { const char *name; int sig; } sigs[] = {
-		{ "HUP", SIGHUP }, { "INT", SIGINT }, { "QUIT", SIGQUIT }, { "ILL", SIGILL },
-		{ "TRAP", SIGTRAP }, { "ABRT", SIGABRT }, { "BUS", SIGBUS }, { "FPE", SIGFPE },
-		{ "KILL", SIGKILL }, { "USR1", SIGUSR1 }, { "SEGV", SIGSEGV }, { "USR2", SIGUSR2 },
-		{ "PIPE", SIGPIPE }, { "ALRM", SIGALRM }, { "TERM", SIGTERM }, { "CHLD", SIGCHLD },
-		{ "CONT", SIGCONT }, { "STOP", SIGSTOP }, { "TSTP", SIGTSTP }, { "TTIN", SIGTTIN },
-		{ "TTOU", SIGTTOU }, { "URG", SIGURG }, { "XCPU", SIGXCPU }, { "XFSZ", SIGXFSZ },
-		{ "VTALRM", SIGVTALRM }, { "PROF", SIGPROF }, { "WINCH", SIGWINCH }, { "IO", SIGIO },
-		{ "PWR", SIGPWR }, { "SYS", SIGSYS },
-	};
-	char *end;
-	long n;
-
-	if (!s || !*s)
-		return SIGKILL;
-	n = strtol(s, &end, 10);
-	if (!*end)
-		return n >= 1 && n <= 64 ? (int)n : 0;
-	if (!strncasecmp(s, "SIG", 3))
-		s += 3;
-	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
-		if (!strcasecmp(s, sigs[i].name))
-			return sigs[i].sig;
-	return 0;
-}
-
 int dkc_api_kill(struct api_call *call)
 {
 	char buf[32];
@@ -1577,7 +1232,7 @@ int dkc_api_kill(struct api_call *call)
 
 	if ((r = api_query_str(call, "signal", buf, sizeof(buf), &sname)))
 		return r;
-	if (!(sig = dkc_signal(sname)))
+	if (!(sig = dspec_signal(sname)))
 		return k8_err_set(&call->err, -EINVAL, "Invalid signal: %.30s", sname);
 	if ((r = dkc_find_call(call, &c)))
 		return r;
@@ -2760,8 +2415,7 @@ int dkc_api_top(struct api_call *call)
 
 static void dkx_free(struct dkx *x)
 {
-	json_decref(x->cmd);
-	json_decref(x->env);
+	dspec_exec_clear(&x->spec);
 	free(x);
 }
 
@@ -2787,62 +2441,32 @@ static struct dkx *dkx_find_locked(const char *id)
 
 int dkc_api_exec_create(struct api_call *call)
 {
-	json_t *body = call->body, *cmd = NULL, *env = NULL;
-	const char *wd = json_string_value(json_object_get(body, "WorkingDir"));
-	const char *user = json_string_value(json_object_get(body, "User"));
 	struct dkx *x, **pp;
 	struct dkc *c;
 	int r;
 
-	if (json_is_true(json_object_get(body, "Privileged")))
-		return k8_err_set(&call->err, -EINVAL, "Privileged is not supported by kosa8");
-	if ((r = dkc_strings(json_object_get(body, "Cmd"), "Cmd", &cmd, &call->err)) ||
-	    (r = dkc_strings(json_object_get(body, "Env"), "Env", &env, &call->err)))
-		goto out;
-	if (!json_array_size(cmd)) {
-		r = k8_err_set(&call->err, -EINVAL, "No exec command specified");
-		goto out;
-	}
-
-	if ((wd && (strlen(wd) > 4095 || (*wd && *wd != '/'))) || (user && strlen(user) > 255)) {
-		r = k8_err_set(&call->err, -EINVAL, "WorkingDir must be an absolute path and User "
-			       "at most 255 bytes");
-		goto out;
-	}
-	if ((r = dkc_find_call(call, &c)))
-		goto out;
 	x = xcalloc(1, sizeof(*x));
-	if ((r = dn_new_id(x->id))) {
-		free(x);
-		dkc_unref(c);
-		k8_err_set(&call->err, r, "cannot make an exec id");
-		goto out;
+	x->exit_code = -1;
+	if ((r = dspec_exec(call->body, &x->spec, &call->err)) || (r = dkc_find_call(call, &c))) {
+		dkx_free(x);
+		return r;
 	}
-	snprintf(x->ctr, sizeof(x->ctr), "%s", c->id);
-	x->cmd = json_incref(cmd);
-	x->env = dkc_merge_env(json_object_get(c->config, "Env"), env);
-	if ((r = dkc_argv_env_fits(x->cmd, NULL, x->env, &call->err))) {
+	if ((r = dspec_exec_inherit(&x->spec, c->config, &call->err)) ||
+	    (r = dn_new_id(x->id))) {
+		if (!call->err.code)
+			k8_err_set(&call->err, r, "cannot make an exec id");
 		dkx_free(x);
 		dkc_unref(c);
-		goto out;
+		return r;
 	}
-	snprintf(x->cwd, sizeof(x->cwd), "%s", wd && *wd ? wd :
-		 json_string_value(json_object_get(c->config, "WorkingDir")) ?: "");
-	snprintf(x->user, sizeof(x->user), "%s", user && *user ? user :
-		 json_string_value(json_object_get(c->config, "User")) ?: "");
-	x->tty = json_is_true(json_object_get(body, "Tty"));
-	dkc_console_size(json_object_get(body, "ConsoleSize"), &x->rows, &x->cols);
-	x->attach_stdin = json_is_true(json_object_get(body, "AttachStdin"));
-	x->attach_stdout = json_is_true(json_object_get(body, "AttachStdout"));
-	x->attach_stderr = json_is_true(json_object_get(body, "AttachStderr"));
-	x->exit_code = -1;
+	snprintf(x->ctr, sizeof(x->ctr), "%s", c->id);
 	pthread_mutex_lock(&dk.lock);
 	if (c->state != DKC_RUNNING) {
 		pthread_mutex_unlock(&dk.lock);
 		r = k8_err_set(&call->err, -EBUSY, "Container %s is not running", c->id);
 		dkx_free(x);
 		dkc_unref(c);
-		goto out;
+		return r;
 	}
 	x->next = dk.execs;
 	dk.execs = x;
@@ -2863,11 +2487,7 @@ int dkc_api_exec_create(struct api_call *call)
 	dkc_unref(c);
 	call->status = 201;
 	call->out = json_pack("{s:s}", "Id", x->id);
-	r = 0;
-out:
-	json_decref(cmd);
-	json_decref(env);
-	return r;
+	return 0;
 }
 
 struct dkx_run {
@@ -3044,9 +2664,10 @@ int dkc_api_exec_start(struct api_call *call)
 	const char *id = api_param(call, "id");
 	bool detach = json_is_true(json_object_get(call->body, "Detach"));
 	struct dkx_run *xr;
+	struct dspec_exec spec;
 	struct dkx *x;
 	struct dkc *c;
-	json_t *req, *resp = NULL;
+	json_t *req = NULL, *resp = NULL, *benv;
 	char ctr[DN_ID_LEN + 1];
 	int r;
 
@@ -3067,15 +2688,13 @@ int dkc_api_exec_start(struct api_call *call)
 	xr = xcalloc(1, sizeof(*xr));
 	xr->d = call->d;
 	snprintf(xr->id, sizeof(xr->id), "%s", x->id);
-	xr->tty = x->tty || json_is_true(json_object_get(call->body, "Tty"));
-	xr->in = x->attach_stdin;
-	xr->out_stdout = x->attach_stdout || !x->attach_stderr;
-	xr->out_stderr = x->attach_stderr || !x->attach_stdout;
-	req = json_pack("{s:s,s:s,s:O,s:O,s:s,s:s,s:b}", "op", "exec", "container", "",
-			"argv", x->cmd, "env", x->env, "cwd", x->cwd[0] ? x->cwd : "/", "user",
-			x->user[0] ? x->user : "0", "stdin", x->attach_stdin && !detach);
-	if (xr->tty)
-		dkc_tty_fields(req, x->rows, x->cols);
+	xr->tty = x->spec.tty || json_is_true(json_object_get(call->body, "Tty"));
+	xr->in = x->spec.attach_stdin;
+	xr->out_stdout = x->spec.attach_stdout || !x->spec.attach_stderr;
+	xr->out_stderr = x->spec.attach_stderr || !x->spec.attach_stdout;
+	spec = x->spec;                 /* its json_t: kept alive by the record's reference */
+	json_incref(spec.cmd);
+	json_incref(spec.env);
 	pthread_mutex_unlock(&dk.lock);
 
 	c = dkc_find(call->d, ctr, &call->err);
@@ -3083,7 +2702,6 @@ int dkc_api_exec_start(struct api_call *call)
 		r = call->err.code;
 		goto fail;
 	}
-	json_object_set_new(req, "container", json_string(c->agent_id));
 	xr->sb = sb_get(call->d, c->sandbox, &call->err);
 	if (!xr->sb) {
 		r = -ENOENT;
@@ -3091,9 +2709,12 @@ int dkc_api_exec_start(struct api_call *call)
 		goto fail;
 	}
 	/* as for the container's run: the broker's variables under the exec's Env */
-	json_t *benv = broker_env(xr->sb);
-	json_object_set_new(req, "env", dkc_merge_env(benv, json_object_get(req, "env")));
+	benv = broker_env(xr->sb);
+	req = dspec_exec_request(&spec, c->agent_id, benv, detach, xr->tty);
 	json_decref(benv);
+	json_decref(spec.cmd);
+	json_decref(spec.env);
+	spec.cmd = spec.env = NULL;
 	/* the request is taken by the call: keep ours for the audit record below */
 	r = sb_agent_request(xr->sb, json_incref(req), DKC_START_TIMEOUT_MS, &resp, &xr->s,
 			     &call->err);
@@ -3146,6 +2767,8 @@ int dkc_api_exec_start(struct api_call *call)
 			     "application/vnd.docker.multiplexed-stream", dkx_bridge,
 			     dkx_run_free, xr);
 fail:
+	json_decref(spec.cmd);
+	json_decref(spec.env);
 	json_decref(req);
 	dkx_finish(xr->id, 126);
 	dkx_run_free(xr);
@@ -3165,16 +2788,17 @@ int dkc_api_exec_inspect(struct api_call *call)
 				  api_param(call, "id"));
 	}
 	args = json_array();
-	for (size_t i = 1; i < json_array_size(x->cmd); i++)
-		json_array_append(args, json_array_get(x->cmd, i));
+	for (size_t i = 1; i < json_array_size(x->spec.cmd); i++)
+		json_array_append(args, json_array_get(x->spec.cmd, i));
 	call->out = json_pack("{s:s,s:b,s:o,s:b,s:b,s:b,s:s,s:s,s:i,s:b,s:{s:s,s:o,s:b,s:s,s:b}}",
 			      "ID", x->id, "Running", x->running, "ExitCode",
 			      x->exit_code >= 0 ? json_integer(x->exit_code) : json_null(),
-			      "OpenStdin", x->attach_stdin, "OpenStdout", x->attach_stdout,
-			      "OpenStderr", x->attach_stderr, "ContainerID", x->ctr, "DetachKeys", "",
+			      "OpenStdin", x->spec.attach_stdin, "OpenStdout", x->spec.attach_stdout,
+			      "OpenStderr", x->spec.attach_stderr, "ContainerID", x->ctr,
+			      "DetachKeys", "",
 			      "Pid", x->pid, "CanRemove", false, "ProcessConfig", "entrypoint",
-			      json_string_value(json_array_get(x->cmd, 0)) ?: "", "arguments", args,
-			      "tty", x->tty, "user", x->user, "privileged", false);
+			      json_string_value(json_array_get(x->spec.cmd, 0)) ?: "", "arguments",
+			      args, "tty", x->spec.tty, "user", x->spec.user, "privileged", false);
 	pthread_mutex_unlock(&dk.lock);
 	return 0;
 }
@@ -3200,9 +2824,9 @@ int dkc_api_exec_resize(struct api_call *call)
 				  api_param(call, "id"));
 	}
 	if (!x->started) {
-		x->rows = rows;
-		x->cols = cols;
-	} else if (x->tty && x->running && x->stream_id) {
+		x->spec.rows = rows;
+		x->spec.cols = cols;
+	} else if (x->spec.tty && x->running && x->stream_id) {
 		stream = x->stream_id;
 		snprintf(sandbox, sizeof(sandbox), "%s", x->sandbox);
 		for (c = dk.ctrs; c; c = c->next)
@@ -3220,16 +2844,7 @@ int dkc_api_exec_resize(struct api_call *call)
 	return r;
 }
 
-/* ---- bind mounts ---- */
-
-/* Is `p` `root` or below it (both absolute, no trailing '/')? */
-static bool dkc_below(const char *p, const char *root)
-{
-	size_t n = strlen(root);
-	if (n == 1)
-		return true;
-	return !strncmp(p, root, n) && (p[n] == '\0' || p[n] == '/');
-}
+/* ---- bind mounts: the client's (src/docker/spec.c), checked against the roots ---- */
 
 /* The roots, for messages: "/a, /b". */
 static void dkc_roots(struct daemon *d, char *out, size_t n)
@@ -3240,120 +2855,53 @@ static void dkc_roots(struct daemon *d, char *out, size_t n)
 		o += (size_t)snprintf(out + o, n - o, "%s%s", i ? ", " : "", d->allow_mounts[i]);
 }
 
-/* A container path: absolute, no '.', '..' or empty components, not "/". */
-static bool dkc_dst_ok(const char *p)
+/* One bind on the host: its path resolved (a symlink out of a root is refused), below an
+ * --allow-mount root; into c's binds (the agent's: the root's shared folder and the
+ * sub-path) and Mounts (inspect's). */
+static int dkc_bind_host(struct daemon *d, struct dkc *c, const struct dspec_bind *b,
+			 struct k8_err *err)
 {
-	const char *s;
-
-	if (!p || p[0] != '/' || !p[1] || strlen(p) > 1000)
-		return false;
-	for (s = p; *s; ) {
-		const char *e;
-		size_t cl;
-		s++;
-		e = strchrnul(s, '/');
-		cl = (size_t)(e - s);
-		if ((cl == 0 && *e) || (cl == 1 && s[0] == '.') || (cl == 2 && s[0] == '.' && s[1] == '.'))
-			return false;
-		s = e;
-	}
-	return true;
-}
-
-/* One bind: host path `src` (below an --allow-mount root), at `dst`, ro or not. */
-static int dkc_bind_one(struct daemon *d, struct dkc *c, const char *src, const char *dst,
-			bool ro, struct k8_err *err)
-{
-	char real[PATH_MAX], roots[1024], folder[64], dclean[1024];
-	size_t dl;
+	char real[PATH_MAX], roots[1024], folder[64];
+	const char *sub;
 	int root = -1;
 
-	if (!src || src[0] != '/')
-		return k8_err_set(err, -EINVAL, "invalid mount source \"%.200s\": only bind mounts "
-				  "of host paths are supported by kosa8 (no named volumes)",
-				  src ? src : "");
-	snprintf(dclean, sizeof(dclean), "%s", dst ? dst : "");
-	dl = strlen(dclean);
-	while (dl > 1 && dclean[dl - 1] == '/')
-		dclean[--dl] = '\0';
-	if (!dkc_dst_ok(dclean))
-		return k8_err_set(err, -EINVAL, "invalid mount destination \"%.200s\": an absolute "
-				  "path other than /", dst ? dst : "");
 	if (!d->nallow_mounts)
 		return k8_err_set(err, -EPERM, "bind mount %.200s: this daemon allows no bind "
-				  "mounts; start it with --allow-mount DIR", src);
-	if (!realpath(src, real))
-		return k8_err_set(err, -EINVAL, "bind source path does not exist: %.200s", src);
+				  "mounts; start it with --allow-mount DIR", b->src);
+	if (!realpath(b->src, real))
+		return k8_err_set(err, -EINVAL, "bind source path does not exist: %.200s", b->src);
 	for (int i = 0; i < d->nallow_mounts && i < K8_MAX_MOUNTS; i++)
-		if (dkc_below(real, d->allow_mounts[i]))
+		if (dspec_below(real, d->allow_mounts[i]))
 			root = i;
 	if (root < 0) {
 		dkc_roots(d, roots, sizeof(roots));
 		return k8_err_set(err, -EPERM, "bind mount %.200s is not below the folders this "
 				  "daemon allows to mount (%s); restart the daemon with "
-				  "--allow-mount", src, roots);
+				  "--allow-mount", b->src, roots);
 	}
-	if (json_array_size(c->binds) >= 16)
-		return k8_err_set(err, -EINVAL, "at most 16 bind mounts per container");
 	snprintf(folder, sizeof(folder), "/kosa8/bind/%d", root);
-	const char *sub = real + strlen(d->allow_mounts[root]);
+	sub = real + strlen(d->allow_mounts[root]);
 	while (*sub == '/')
 		sub++;
 	json_array_append_new(c->binds, json_pack("{s:s,s:s,s:s,s:b}", "folder", folder, "sub",
-						  sub, "dst", dclean, "ro", ro));
+						  sub, "dst", b->dst, "ro", b->ro));
 	json_array_append_new(c->mounts, json_pack("{s:s,s:s,s:s,s:s,s:b,s:s}", "Type", "bind",
-						   "Source", real, "Destination", dclean, "Mode",
-						   ro ? "ro" : "", "RW", !ro, "Propagation",
+						   "Source", real, "Destination", b->dst, "Mode",
+						   b->ro ? "ro" : "", "RW", !b->ro, "Propagation",
 						   "rprivate"));
 	return 0;
 }
 
-static int dkc_binds(struct daemon *d, struct dkc *c, json_t *hc, struct k8_err *err)
+static int dkc_binds(struct daemon *d, struct dkc *c, const json_t *hc, struct k8_err *err)
 {
-	json_t *v;
-	size_t i;
-	int r;
+	struct dspec_bind *b = xcalloc(DSPEC_BINDS_MAX, sizeof(*b));
+	size_t n = 0;
+	int r = dspec_binds(hc, b, &n, err);
 
-	json_array_foreach(json_object_get(hc, "Binds"), i, v) {
-		char spec[2048], *dst, *opts;
-		bool ro = false;
-		if (!json_is_string(v) || json_string_length(v) >= sizeof(spec))
-			return k8_err_set(err, -EINVAL, "HostConfig.Binds must be strings "
-					  "HOST:CONTAINER[:ro]");
-		snprintf(spec, sizeof(spec), "%s", json_string_value(v));
-		dst = strchr(spec, ':');
-		if (!dst)
-			return k8_err_set(err, -EINVAL, "invalid volume specification: '%.200s' "
-					  "(anonymous volumes are not supported by kosa8)", spec);
-		*dst++ = '\0';
-		opts = strchr(dst, ':');
-		if (opts) {
-			char *save = NULL;
-			*opts++ = '\0';
-			for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-				if (!strcmp(o, "ro"))
-					ro = true;
-				else if (strcmp(o, "rw") && strcmp(o, "z") && strcmp(o, "Z") &&
-					 strcmp(o, "rprivate") && strcmp(o, "private") &&
-					 strcmp(o, "delegated") && strcmp(o, "cached") &&
-					 strcmp(o, "consistent"))
-					return k8_err_set(err, -EINVAL, "invalid mode: %.40s", o);
-			}
-		}
-		if ((r = dkc_bind_one(d, c, spec, dst, ro, err)))
-			return r;
-	}
-	json_array_foreach(json_object_get(hc, "Mounts"), i, v) {
-		const char *type = json_string_value(json_object_get(v, "Type"));
-		if (!type || strcmp(type, "bind"))
-			return k8_err_set(err, -EINVAL, "HostConfig.Mounts of type \"%.20s\" are not "
-					  "supported by kosa8 (bind only)", type ? type : "");
-		if ((r = dkc_bind_one(d, c, json_string_value(json_object_get(v, "Source")),
-				      json_string_value(json_object_get(v, "Target")),
-				      json_is_true(json_object_get(v, "ReadOnly")), err)))
-			return r;
-	}
-	return 0;
+	for (size_t i = 0; !r && i < n; i++)
+		r = dkc_bind_host(d, c, &b[i], err);
+	free(b);
+	return r;
 }
 
 /* ---- prune ---- */
