@@ -38,6 +38,7 @@
 #include "common/proto.h"
 #include "docker/filters.h"
 #include "docker/names.h"
+#include "docker/ps.h"
 #include "docker/query.h"
 #include "docker/spec.h"
 #include "docker/stats.h"
@@ -70,8 +71,6 @@
 #define DKC_PORTS_MAX 32                /* published ports per container */
 #define DKX_MAX 1024                    /* execs remembered (oldest finished dropped) */
 
-enum dkc_state { DKC_CREATED, DKC_RUNNING, DKC_EXITED, DKC_DEAD };
-static const char *const dkc_state_names[] = { "created", "running", "exited", "dead" };
 
 struct dkc {
 	struct dkc *next;
@@ -84,7 +83,7 @@ struct dkc {
 	json_t *published;              /* while it runs: [{"HostIp","HostPort","Port"}] */
 	char ip[16];                    /* while it runs with a network: its address ("own":
 	                                 * its netns, GUEST_CTR4_*; own sandbox: the VM's) */
-	enum dkc_state state;
+	enum dps_state state;
 	bool removing, removed, pumping, own_sandbox;
 	bool prepared;                  /* its root made in the agent before a first start */
 	bool agent_rm;                  /* AutoRemove: the agent removes it as it exits */
@@ -127,15 +126,6 @@ static int64_t dk_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static json_t *dk_time_json(int64_t ns)
-{
-	char buf[40];
-	if (!ns)
-		return json_string("0001-01-01T00:00:00Z");
-	ds_rfc3339(ns / 1000000000, (int32_t)(ns % 1000000000), buf);
-	return json_string(buf);
 }
 
 /* moby's booleans in a query ("1", "True", "false" ...); absent: def. */
@@ -246,7 +236,7 @@ static void dkc_save_locked(struct dkc *c)
 			      "Id", c->id, "Name", c->name, "Image", c->image, "ImageID",
 			      c->image_id, "Sandbox", c->sandbox, "Config", c->config,
 			      "HostConfig", c->host, "Mounts", c->mounts, "Binds", c->binds,
-			      "State", dkc_state_names[c->state], "ExitCode", c->exit_code,
+			      "State", dps_state_name(c->state), "ExitCode", c->exit_code,
 			      "Pid", c->pid, "Error", c->error, "Created", (json_int_t)c->created_ns,
 			      "Started", (json_int_t)c->started_ns, "Finished",
 			      (json_int_t)c->finished_ns, "Starts", (int)c->starts, "OwnSandbox",
@@ -317,11 +307,11 @@ static struct dkc *dkc_load_one(const char *dir)
 	c->own_sandbox = json_is_true(json_object_get(v, "OwnSandbox"));
 	c->prepared = json_is_true(json_object_get(v, "Prepared"));
 	st = json_string_value(json_object_get(v, "State"));
-	c->state = DKC_EXITED;
+	c->state = DPS_EXITED;
 	if (st && !strcmp(st, "created"))
-		c->state = DKC_CREATED;
+		c->state = DPS_CREATED;
 	else if (st && !strcmp(st, "dead"))
-		c->state = DKC_DEAD;
+		c->state = DPS_DEAD;
 	if (st && !strcmp(st, "running")) {
 		c->exit_code = 255;
 		c->finished_ns = dk_now_ns();
@@ -363,7 +353,7 @@ static void dk_load_locked(struct daemon *d)
 		c = dkc_load_one(sub);
 		if (!c)
 			continue;
-		if (c->state == DKC_EXITED && c->error[0] && !c->finished_ns)
+		if (c->state == DPS_EXITED && c->error[0] && !c->finished_ns)
 			c->finished_ns = dk_now_ns();
 		dkc_save_locked(c);
 		c->next = dk.ctrs;
@@ -664,7 +654,7 @@ static void *dkc_pump_thread(void *arg)
 		c->exit_code = 255;
 		snprintf(c->error, sizeof(c->error), "the engine sandbox's VM or agent went away");
 	}
-	c->state = DKC_EXITED;
+	c->state = DPS_EXITED;
 	c->finished_ns = dk_now_ns();
 	c->pid = 0;
 	c->stream_id = 0;
@@ -960,7 +950,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 		pthread_mutex_unlock(&dk.lock);
 		return k8_err_set(err, -ENOENT, "No such container: %s", c->id);
 	}
-	if (c->state == DKC_RUNNING || c->pumping) {
+	if (c->state == DPS_RUNNING || c->pumping) {
 		pthread_mutex_unlock(&dk.lock);
 		return 1;       /* already started: 304 */
 	}
@@ -1049,7 +1039,7 @@ static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	p->logfd = logfd;
 	pthread_mutex_lock(&dk.lock);
 	c->refs++;
-	c->state = DKC_RUNNING;
+	c->state = DPS_RUNNING;
 	c->pid = (int)json_integer_value(json_object_get(resp, "pid"));
 	c->started_ns = dk_now_ns();
 	c->exit_code = 0;
@@ -1099,7 +1089,7 @@ static void dkc_start_failed(struct daemon *d, struct dkc *c, int r, const char 
 	bool autorm;
 
 	pthread_mutex_lock(&dk.lock);
-	if (c->state == DKC_RUNNING || c->removing || c->removed) {
+	if (c->state == DPS_RUNNING || c->removing || c->removed) {
 		pthread_mutex_unlock(&dk.lock);
 		return;
 	}
@@ -1140,7 +1130,7 @@ static int dkc_stop(struct daemon *d, struct dkc *c, int signal, int t_ms, struc
 	int r;
 
 	pthread_mutex_lock(&dk.lock);
-	if (c->state != DKC_RUNNING) {
+	if (c->state != DPS_RUNNING) {
 		pthread_mutex_unlock(&dk.lock);
 		return 1;
 	}
@@ -1159,7 +1149,7 @@ static int dkc_stop(struct daemon *d, struct dkc *c, int signal, int t_ms, struc
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += 10;
 	pthread_mutex_lock(&dk.lock);
-	while (c->state == DKC_RUNNING)
+	while (c->state == DPS_RUNNING)
 		if (pthread_cond_timedwait(&dk.cond, &dk.lock, &dl) == ETIMEDOUT)
 			break;
 	pthread_mutex_unlock(&dk.lock);
@@ -1237,7 +1227,7 @@ int dkc_api_kill(struct api_call *call)
 	if ((r = dkc_find_call(call, &c)))
 		return r;
 	pthread_mutex_lock(&dk.lock);
-	sid = c->state == DKC_RUNNING ? c->stream_id : 0;
+	sid = c->state == DPS_RUNNING ? c->stream_id : 0;
 	pthread_mutex_unlock(&dk.lock);
 	if (!sid) {
 		r = k8_err_set(&call->err, -EBUSY, "Container %s is not running", c->id);
@@ -1321,7 +1311,7 @@ static struct sandbox *dkc_archive_target(struct api_call *call, char agent_id[1
 	pthread_mutex_lock(&dk.lock);
 	snprintf(agent_id, 13, "%s", c->agent_id);
 	fresh = !c->starts && !c->pumping;
-	stopped = c->state != DKC_RUNNING && !c->pumping;
+	stopped = c->state != DPS_RUNNING && !c->pumping;
 	pthread_mutex_unlock(&dk.lock);
 	sb = fresh ? dke_get(call->d, c->sandbox, &call->err) : sb_get(call->d, c->sandbox, &call->err);
 	if (sb && ((!fresh && sb_ensure_running(call->d, sb, &call->err)) ||
@@ -1380,7 +1370,7 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json
 	}
 	c->removing = true;
 	/* the agent has it, unless it ran AutoRemove and exited (agent_rm: gone already) */
-	ran = (c->starts > 0 || c->prepared) && !(c->agent_rm && c->state == DKC_EXITED);
+	ran = (c->starts > 0 || c->prepared) && !(c->agent_rm && c->state == DPS_EXITED);
 	pthread_mutex_unlock(&dk.lock);
 	if (ran && !sb)
 		sb = own = sb_get(d, c->sandbox, &err);
@@ -1430,7 +1420,7 @@ int dkc_api_rm(struct api_call *call)
 	if ((r = dkc_find_call(call, &c)))
 		return r;
 	pthread_mutex_lock(&dk.lock);
-	if (c->state == DKC_RUNNING && !force) {
+	if (c->state == DPS_RUNNING && !force) {
 		pthread_mutex_unlock(&dk.lock);
 		r = k8_err_set(&call->err, -EBUSY, "You cannot remove a running container %s. "
 			       "Stop the container before attempting removal or force remove",
@@ -1504,7 +1494,7 @@ static void dkc_wait_body(void *ctx, const struct api_conn *conn)
 		else if (w->cond == W_NEXT_EXIT)
 			ok = c->exits > w->exits0 || c->removed;
 		else
-			ok = c->state != DKC_RUNNING && !c->pumping;
+			ok = c->state != DPS_RUNNING && !c->pumping;
 		if (ok)
 			break;
 		clock_gettime(CLOCK_REALTIME, &dl);
@@ -1758,7 +1748,7 @@ static void dkc_follow_body(void *ctx, const struct api_conn *conn)
 		if (f->is_attach)
 			fin = f->done_at_start || c->exits > f->exits0 || c->removed;
 		else
-			fin = (c->state != DKC_RUNNING && !c->pumping) || c->removed;
+			fin = (c->state != DPS_RUNNING && !c->pumping) || c->removed;
 		pthread_mutex_unlock(&dk.lock);
 		if (logfd < 0)
 			logfd = dkc_open_log(c);
@@ -1966,7 +1956,7 @@ int dkc_api_resize(struct api_call *call)
 	if ((r = dkc_query_hw(call, &rows, &cols)) || (r = dkc_find_call(call, &c)))
 		return r;
 	pthread_mutex_lock(&dk.lock);
-	live = dkc_tty(c) && c->state == DKC_RUNNING;
+	live = dkc_tty(c) && c->state == DPS_RUNNING;
 	snprintf(sandbox, sizeof(sandbox), "%s", c->sandbox);
 	snprintf(agent_id, sizeof(agent_id), "%s", c->agent_id);
 	pthread_mutex_unlock(&dk.lock);
@@ -1981,167 +1971,36 @@ int dkc_api_resize(struct api_call *call)
 	return r;
 }
 
-/* ---- list and inspect ---- */
+/* ---- list and inspect (src/docker/ps.c shows them) ---- */
 
-static json_t *dkc_command(struct dkc *c)
+/* c as ps.c sees it; valid while dk.lock is held. */
+static void dkc_view_locked(const struct dkc *c, struct dps_ctr *v)
 {
-	json_t *parts = json_array(), *v;
-	size_t i;
-	char *out;
-	size_t n = 0;
-
-	json_array_extend(parts, json_object_get(c->config, "Entrypoint"));
-	json_array_extend(parts, json_object_get(c->config, "Cmd"));
-	json_array_foreach(parts, i, v)
-		n += json_string_length(v) + 1;
-	out = xcalloc(n + 1, 1);
-	json_array_foreach(parts, i, v) {
-		if (i)
-			strcat(out, " ");
-		strcat(out, json_string_value(v));
-	}
-	json_decref(parts);
-	v = json_string(out);
-	free(out);
-	return v ? v : json_string("");
+	*v = (struct dps_ctr){ .id = c->id, .name = c->name, .image = c->image,
+			       .image_id = c->image_id, .sandbox = c->sandbox, .error = c->error,
+			       .ip = c->ip, .config = c->config, .host = c->host,
+			       .mounts = c->mounts, .published = c->published, .state = c->state,
+			       .exit_code = c->exit_code, .pid = c->pid, .removing = c->removing,
+			       .created_ns = c->created_ns, .started_ns = c->started_ns,
+			       .finished_ns = c->finished_ns };
 }
 
-static void dkc_ago(int64_t ns, char *buf, size_t n)
+static bool dkc_match_locked(const struct dkc *c, const struct dfilters *f)
 {
-	int64_t s = (dk_now_ns() - ns) / 1000000000;
+	struct dps_ctr v;
 
-	if (s < 1)
-		snprintf(buf, n, "Less than a second");
-	else if (s < 60)
-		snprintf(buf, n, "%lld second%s", (long long)s, s == 1 ? "" : "s");
-	else if (s < 3600)
-		snprintf(buf, n, "%lld minute%s", (long long)(s / 60), s / 60 == 1 ? "" : "s");
-	else if (s < 86400)
-		snprintf(buf, n, "%lld hour%s", (long long)(s / 3600), s / 3600 == 1 ? "" : "s");
-	else
-		snprintf(buf, n, "%lld days", (long long)(s / 86400));
-}
-
-static json_t *dkc_status_text(struct dkc *c)
-{
-	char ago[64];
-
-	switch (c->state) {
-	case DKC_RUNNING:
-		dkc_ago(c->started_ns, ago, sizeof(ago));
-		return json_sprintf("Up %s", ago);
-	case DKC_EXITED:
-		dkc_ago(c->finished_ns, ago, sizeof(ago));
-		return json_sprintf("Exited (%d) %s ago", c->exit_code, ago);
-	case DKC_DEAD:
-		return json_string("Dead");
-	default:
-		return json_string("Created");
-	}
-}
-
-/* NetworkSettings.Ports: the ExposedPorts (null: not published) and, while it runs, what
- * is published: {"8000/tcp": [{"HostIp","HostPort" (a string, as Docker)}]}. Caller holds
- * dk.lock. */
-static json_t *dkc_ports_map(struct dkc *c)
-{
-	json_t *out = json_object(), *v;
-	const char *k;
-	size_t i;
-
-	json_object_foreach(json_object_get(c->config, "ExposedPorts"), k, v)
-		json_object_set_new(out, k, json_null());
-	json_array_foreach(c->published, i, v) {
-		char key[32], hp[16];
-		snprintf(key, sizeof(key), "%d/tcp", (int)json_integer_value(json_object_get(v, "Port")));
-		snprintf(hp, sizeof(hp), "%d", (int)json_integer_value(json_object_get(v, "HostPort")));
-		json_t *list = json_object_get(out, key);
-		if (!json_is_array(list)) {
-			list = json_array();
-			json_object_set_new(out, key, list);
-		}
-		json_array_append_new(list, json_pack("{s:O,s:s}", "HostIp",
-						      json_object_get(v, "HostIp"), "HostPort", hp));
-	}
-	return out;
-}
-
-/* Caller holds dk.lock. */
-/* `docker ps`'s Ports: [{"IP","PrivatePort","PublicPort","Type"}]. Caller holds dk.lock. */
-static json_t *dkc_ps_ports(struct dkc *c)
-{
-	json_t *out = json_array(), *v;
-	size_t i;
-
-	json_array_foreach(c->published, i, v)
-		json_array_append_new(out, json_pack("{s:O,s:O,s:O,s:s}", "IP",
-						     json_object_get(v, "HostIp"), "PrivatePort",
-						     json_object_get(v, "Port"), "PublicPort",
-						     json_object_get(v, "HostPort"), "Type", "tcp"));
-	return out;
-}
-
-static json_t *dkc_list_json(struct dkc *c)
-{
-	const char *nm = json_string_value(json_object_get(c->host, "NetworkMode"));
-
-	return json_pack("{s:s,s:[s+],s:s,s:s,s:o,s:I,s:o,s:O,s:s,s:o,s:{s:s},s:{s:{}},s:O}",
-			 "Id", c->id, "Names", "/", c->name, "Image", c->image, "ImageID",
-			 c->image_id, "Command", dkc_command(c), "Created",
-			 (json_int_t)(c->created_ns / 1000000000), "Ports", dkc_ps_ports(c), "Labels",
-			 json_object_get(c->config, "Labels"), "State", dkc_state_names[c->state],
-			 "Status", dkc_status_text(c), "HostConfig", "NetworkMode", nm ? nm : "default",
-			 "NetworkSettings", "Networks", "Mounts", c->mounts);
-}
-
-static bool dkc_match(struct dkc *c, const struct dfilters *f)
-{
-	const char **keys, **vals;
-	const char *k;
-	json_t *v, *labels = json_object_get(c->config, "Labels");
-	size_t n = json_object_size(labels), i = 0;
-	char slash[DN_NAME_MAX + 2];
-	bool ok;
-
-	if (dfilters_has(f, "id") && !dfilters_match_regex(f, "id", c->id))
-		return false;
-	snprintf(slash, sizeof(slash), "/%s", c->name);
-	if (dfilters_has(f, "name") && !dfilters_match_regex(f, "name", slash))
-		return false;
-	if (dfilters_has(f, "status") &&
-	    !dfilters_match_exact(f, "status", dkc_state_names[c->state]))
-		return false;
-	if (dfilters_has(f, "ancestor") && !dfilters_match_ancestor(f, c->image, c->image_id))
-		return false;
-	if (dfilters_has(f, "exited")) {
-		char code[16];
-		snprintf(code, sizeof(code), "%d", c->exit_code);
-		if (c->state != DKC_EXITED || !dfilters_match_exact(f, "exited", code))
-			return false;
-	}
-	if (!dfilters_has(f, "label"))
-		return true;
-	keys = xcalloc(n + 1, sizeof(*keys));
-	vals = xcalloc(n + 1, sizeof(*vals));
-	json_object_foreach(labels, k, v) {
-		keys[i] = k;
-		vals[i++] = json_is_string(v) ? json_string_value(v) : "";
-	}
-	ok = dfilters_match_labels(f, keys, vals, i);
-	free(keys);
-	free(vals);
-	return ok;
+	dkc_view_locked(c, &v);
+	return dps_match(&v, f);
 }
 
 int dkc_api_list(struct api_call *call)
 {
-	static const char *const allowed[] = { "id", "name", "label", "status", "ancestor",
-					       "exited", NULL };
 	char fbuf[DF_FILTER_JSON_MAX + 1];
 	const char *fj = NULL;
-	struct dfilters f = { 0 };
+	struct dfilters f;
 	bool all = dk_qbool(call, "all", false);
 	uint64_t limit = 0;
+	int64_t now = dk_now_ns();
 	json_t *out;
 	int r;
 
@@ -2153,84 +2012,41 @@ int dkc_api_list(struct api_call *call)
 			return call->err.code;
 		k8_err_clear(&call->err);
 	}
-	if (fj && (r = dfilters_parse(fj, allowed, &f, &call->err)))
+	if ((r = dps_filters(fj, &f, &all, &call->err)))
 		return r;
-	if (fj && (r = dfilters_check_status(&f, &call->err))) {
-		dfilters_free(&f);
-		return r;
-	}
-	if (dfilters_has(&f, "status") || dfilters_has(&f, "exited"))
-		all = true;
 	out = json_array();
 	pthread_mutex_lock(&dk.lock);
 	dk_load_locked(call->d);
-	for (struct dkc *c = dk.ctrs; c; c = c->next) {
-		if (!all && c->state != DKC_RUNNING)
-			continue;
-		if (!dkc_match(c, &f))
-			continue;
-		json_array_append_new(out, dkc_list_json(c));
+	/* newest first, like moby (the list is kept newest first), at most `limit` */
+	for (struct dkc *c = dk.ctrs; c && (!limit || json_array_size(out) < limit); c = c->next) {
+		struct dps_ctr v;
+
+		dkc_view_locked(c, &v);
+		if ((all || c->state == DPS_RUNNING) && dps_match(&v, &f))
+			json_array_append_new(out, dps_list_entry(&v, now));
 	}
 	pthread_mutex_unlock(&dk.lock);
 	dfilters_free(&f);
-	/* newest first, like moby (the list is kept newest first) */
-	if (limit && json_array_size(out) > limit) {
-		json_t *cut = json_array();
-		for (size_t i = 0; i < limit; i++)
-			json_array_append(cut, json_array_get(out, i));
-		json_decref(out);
-		out = cut;
-	}
 	call->out = out;
 	return 0;
 }
 
 int dkc_api_inspect(struct api_call *call)
 {
+	struct dps_ctr v;
 	struct dkc *c;
-	json_t *state, *ns;
-	char name[DN_NAME_MAX + 2];
 	int r;
 
 	if ((r = dkc_find_call(call, &c)))
 		return r;
 	pthread_mutex_lock(&dk.lock);
-	const char *ip = c->state == DKC_RUNNING ? c->ip : "";
-	snprintf(name, sizeof(name), "/%s", c->name);
-	state = json_pack("{s:s,s:b,s:b,s:b,s:b,s:b,s:b,s:i,s:i,s:s,s:o,s:o}",
-			  "Status", dkc_state_names[c->state], "Running", c->state == DKC_RUNNING,
-			  "Paused", false, "Restarting", false, "OOMKilled",
-			  !strcmp(c->error, "OOMKilled"), "Dead", c->state == DKC_DEAD,
-			  "Removing", c->removing, "Pid", c->pid, "ExitCode", c->exit_code,
-			  "Error", strcmp(c->error, "OOMKilled") ? c->error : "",
-			  "StartedAt", dk_time_json(c->started_ns),
-			  "FinishedAt", dk_time_json(c->state == DKC_RUNNING ? 0 : c->finished_ns));
-	ns = json_pack("{s:s,s:s,s:o,s:s,s:s,s:i,s:s,s:{}}", "Bridge", "", "SandboxID",
-		       c->sandbox, "Ports", dkc_ports_map(c), "IPAddress", ip, "Gateway",
-		       ip[0] ? GUEST_GW4 : "", "IPPrefixLen", ip[0] ? 32 : 0, "MacAddress", "",
-		       "Networks");
-	if (ip[0])      /* a running container with a network: Docker's "bridge" entry */
-		json_object_set_new(json_object_get(ns, "Networks"), "bridge",
-				    json_pack("{s:s,s:s,s:s,s:i,s:s}", "NetworkID", "bridge",
-					      "IPAddress", ip, "Gateway", GUEST_GW4,
-					      "IPPrefixLen", 32, "MacAddress", ""));
-	call->out = json_pack("{s:s,s:o,s:s,s:O?,s:O?,s:o,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:O,s:O,"
-			      "s:O,s:o,s:{s:s,s:{}}}",
-			      "Id", c->id, "Created", dk_time_json(c->created_ns), "Path",
-			      json_string_value(json_array_get(json_array_size(json_object_get(
-				      c->config, "Entrypoint")) ? json_object_get(c->config,
-				      "Entrypoint") : json_object_get(c->config, "Cmd"), 0)) ?: "",
-			      "Args", json_object_get(c->config, "Cmd"),
-			      "Entrypoint", json_object_get(c->config, "Entrypoint"),
-			      "State", state, "Image", c->image_id, "Name", name,
-			      "Driver", "kosa8", "Platform", "linux", "ResolvConfPath", "",
-			      "RestartCount", 0, "MountLabel", "", "Config", c->config,
-			      "HostConfig", c->host, "Mounts", c->mounts, "NetworkSettings", ns,
-			      "GraphDriver", "Name", "kosa8", "Data");
-	json_object_set_new(call->out, "Sandbox", json_string(c->sandbox));
+	dkc_view_locked(c, &v);
+	call->out = dps_inspect(&v);
+	if (!call->out)
+		k8_err_set(&call->err, -EIO, "container %s: its record is damaged", c->id);
 	pthread_mutex_unlock(&dk.lock);
 	dkc_unref(c);
-	return 0;
+	return call->out ? 0 : call->err.code;
 }
 
 int dkc_count(struct daemon *d, int *running, int *stopped)
@@ -2242,7 +2058,7 @@ int dkc_count(struct daemon *d, int *running, int *stopped)
 	dk_load_locked(d);
 	for (struct dkc *c = dk.ctrs; c; c = c->next) {
 		n++;
-		if (c->state == DKC_RUNNING)
+		if (c->state == DPS_RUNNING)
 			(*running)++;
 		else
 			(*stopped)++;
@@ -2274,7 +2090,7 @@ static json_t *dkc_agent_ask(struct daemon *d, struct dkc *c, const char *op,
 	bool running;
 
 	pthread_mutex_lock(&dk.lock);
-	running = c->state == DKC_RUNNING;
+	running = c->state == DPS_RUNNING;
 	snprintf(sandbox, sizeof(sandbox), "%s", c->sandbox);
 	snprintf(agent_id, sizeof(agent_id), "%s", c->agent_id);
 	pthread_mutex_unlock(&dk.lock);
@@ -2461,7 +2277,7 @@ int dkc_api_exec_create(struct api_call *call)
 	}
 	snprintf(x->ctr, sizeof(x->ctr), "%s", c->id);
 	pthread_mutex_lock(&dk.lock);
-	if (c->state != DKC_RUNNING) {
+	if (c->state != DPS_RUNNING) {
 		pthread_mutex_unlock(&dk.lock);
 		r = k8_err_set(&call->err, -EBUSY, "Container %s is not running", c->id);
 		dkx_free(x);
@@ -2957,7 +2773,7 @@ int dkc_api_prune(struct api_call *call)
 	pthread_mutex_lock(&dk.lock);
 	dk_load_locked(call->d);
 	for (struct dkc *c = dk.ctrs; c && n < DKC_MAX; c = c->next) {
-		if (c->state == DKC_RUNNING || c->pumping || c->removing || !dkc_match(c, &f) ||
+		if (c->state == DPS_RUNNING || c->pumping || c->removing || !dkc_match_locked(c, &f) ||
 		    c->created_ns > until)
 			continue;
 		c->refs++;
