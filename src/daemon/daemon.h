@@ -69,6 +69,7 @@ struct daemon {
 	 * a negative errno with err when none runs. */
 	int (*model_addr)(struct daemon *d, const char *name, char *out, size_t n,
 			  struct k8_err *err);
+	struct docker *docker;          /* the Docker API's records (docker_ctr.c), on first use */
 };
 
 /* The longest idle pause a sandbox or config.json may ask for: 30 days. */

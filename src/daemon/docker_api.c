@@ -13,6 +13,10 @@
 #include "daemon/docker_api.h"
 #include "daemon/docker_build.h"
 #include "daemon/docker_ctr.h"
+#include "daemon/docker_exec.h"
+#include "daemon/docker_logs.h"
+#include "daemon/docker_run.h"
+#include "daemon/docker_stats.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"
 #include "docker/filters.h"
@@ -744,24 +748,24 @@ static const struct api_route docker_routes[] = {
 	{ "POST",   "/containers/create", dkc_api_create },
 	{ "GET",    "/containers/json", dkc_api_list },
 	{ "GET",    "/containers/{id}/json", dkc_api_inspect },
-	{ "POST",   "/containers/{id}/start", dkc_api_start },
-	{ "POST",   "/containers/{id}/stop", dkc_api_stop },
-	{ "POST",   "/containers/{id}/kill", dkc_api_kill },
-	{ "POST",   "/containers/{id}/restart", dkc_api_restart },
-	{ "POST",   "/containers/{id}/wait", dkc_api_wait },
-	{ "GET",    "/containers/{id}/logs", dkc_api_logs },
-	{ "POST",   "/containers/{id}/attach", dkc_api_attach },
-	{ "POST",   "/containers/{id}/resize", dkc_api_resize },
-	{ "GET",    "/containers/{id}/stats", dkc_api_stats },
-	{ "GET",    "/containers/{id}/top", dkc_api_top },
+	{ "POST",   "/containers/{id}/start", dkr_api_start },
+	{ "POST",   "/containers/{id}/stop", dkr_api_stop },
+	{ "POST",   "/containers/{id}/kill", dkr_api_kill },
+	{ "POST",   "/containers/{id}/restart", dkr_api_restart },
+	{ "POST",   "/containers/{id}/wait", dkr_api_wait },
+	{ "GET",    "/containers/{id}/logs", dkl_api_logs },
+	{ "POST",   "/containers/{id}/attach", dkl_api_attach },
+	{ "POST",   "/containers/{id}/resize", dkr_api_resize },
+	{ "GET",    "/containers/{id}/stats", dks_api_stats },
+	{ "GET",    "/containers/{id}/top", dks_api_top },
 	{ "DELETE", "/containers/{id}", dkc_api_rm },
 	{ "HEAD",   "/containers/{id}/archive", dkc_api_archive_head },
 	{ "GET",    "/containers/{id}/archive", dkc_api_archive_get },
 	{ "PUT",    "/containers/{id}/archive", dkc_api_archive_put },
-	{ "POST",   "/containers/{id}/exec", dkc_api_exec_create },
-	{ "POST",   "/exec/{id}/start", dkc_api_exec_start },
-	{ "GET",    "/exec/{id}/json", dkc_api_exec_inspect },
-	{ "POST",   "/exec/{id}/resize", dkc_api_exec_resize },
+	{ "POST",   "/containers/{id}/exec", dkx_api_create },
+	{ "POST",   "/exec/{id}/start", dkx_api_start },
+	{ "GET",    "/exec/{id}/json", dkx_api_inspect },
+	{ "POST",   "/exec/{id}/resize", dkx_api_resize },
 	{ "POST",   "/build", dkb_api_build },
 	{ "POST",   "/build/prune", dkb_api_prune },
 	{ "POST",   "/containers/prune", dkc_api_prune },
