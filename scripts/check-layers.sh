@@ -16,7 +16,7 @@ layer() {
 	egress|mounts|broker|secret|ports) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports
 	sandbox|spare) echo 5 ;;             # a sandbox's lifecycle; its spare (rewind)
 	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle) echo 6 ;;  # other resources; the release's guest image; the idle pause
-	docker_engine|docker_int|docker_ctr|docker_run|docker_logs|docker_exec|docker_stats|docker_build) echo 6 ;;  # Docker API containers (records, run, logs, exec, stats; docker_int.h their private header), their engine sandbox, builds
+	docker_engine|docker_int|docker_ctr|docker_run|docker_logs|docker_exec|docker_stats|docker_build|docker_images|docker_system) echo 6 ;;  # Docker API: containers (records, run, logs, exec, stats; docker_int.h their private header), their engine sandbox, builds, images, system
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;
 	*) echo "check-layers: module '$1' has no layer; add it here and to docs/design.md" >&2
