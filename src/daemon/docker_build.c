@@ -497,49 +497,67 @@ static void dkb_apply_meta(struct dkb *b, const struct df_state *st, const struc
 
 #define DKB_LCACHE 8
 #define DKB_LCACHE_LINKS 20000  /* a larger map is not kept */
-static struct {
+
+/* The builds' state in a daemon: the symlink maps of the images seen lately. */
+struct docker_build {
 	pthread_mutex_t lock;
 	struct dcopy_links e[DKB_LCACHE];
 	unsigned next;
-} dkb_lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+};
+
+static void *dkb_make(struct daemon *d)
+{
+	struct docker_build *c = xcalloc(1, sizeof(*c));
+
+	(void)d;
+	pthread_mutex_init(&c->lock, NULL);
+	return c;
+}
+
+static struct docker_build *dkb_of(struct daemon *d)
+{
+	return daemon_state(d, (void **)&d->docker_build, dkb_make);
+}
 
 static void dkb_lcache_get(struct dkb *b, const json_t *layers)
 {
+	struct docker_build *dkb_lc = dkb_of(b->d);
 	int best = -1;
 
-	pthread_mutex_lock(&dkb_lc.lock);
+	pthread_mutex_lock(&dkb_lc->lock);
 	for (int i = 0; i < DKB_LCACHE; i++)
-		if (dcopy_links_prefix(dkb_lc.e[i].layers, layers) &&
-		    (best < 0 || json_array_size(dkb_lc.e[i].layers) >
-				 json_array_size(dkb_lc.e[best].layers)))
+		if (dcopy_links_prefix(dkb_lc->e[i].layers, layers) &&
+		    (best < 0 || json_array_size(dkb_lc->e[i].layers) >
+				 json_array_size(dkb_lc->e[best].layers)))
 			best = i;
 	if (best >= 0) {
 		dcopy_links_clear(&b->lk);
-		b->lk.links = json_deep_copy(dkb_lc.e[best].links);
-		b->lk.layers = json_deep_copy(dkb_lc.e[best].layers);
-		b->lk.below = json_deep_copy(dkb_lc.e[best].below);
+		b->lk.links = json_deep_copy(dkb_lc->e[best].links);
+		b->lk.layers = json_deep_copy(dkb_lc->e[best].layers);
+		b->lk.below = json_deep_copy(dkb_lc->e[best].below);
 	}
-	pthread_mutex_unlock(&dkb_lc.lock);
+	pthread_mutex_unlock(&dkb_lc->lock);
 }
 
 static void dkb_lcache_put(struct dkb *b)
 {
+	struct docker_build *dkb_lc = dkb_of(b->d);
 	unsigned k;
 
 	if (!json_array_size(b->lk.layers) || json_object_size(b->lk.links) > DKB_LCACHE_LINKS)
 		return;
-	pthread_mutex_lock(&dkb_lc.lock);
+	pthread_mutex_lock(&dkb_lc->lock);
 	for (k = 0; k < DKB_LCACHE; k++)
-		if (json_equal(dkb_lc.e[k].layers, b->lk.layers))
+		if (json_equal(dkb_lc->e[k].layers, b->lk.layers))
 			break;
 	if (k == DKB_LCACHE) {
-		k = dkb_lc.next++ % DKB_LCACHE;
-		dcopy_links_clear(&dkb_lc.e[k]);
-		dkb_lc.e[k].layers = json_deep_copy(b->lk.layers);
-		dkb_lc.e[k].links = json_deep_copy(b->lk.links);
-		dkb_lc.e[k].below = json_deep_copy(b->lk.below);
+		k = dkb_lc->next++ % DKB_LCACHE;
+		dcopy_links_clear(&dkb_lc->e[k]);
+		dkb_lc->e[k].layers = json_deep_copy(b->lk.layers);
+		dkb_lc->e[k].links = json_deep_copy(b->lk.links);
+		dkb_lc->e[k].below = json_deep_copy(b->lk.below);
 	}
-	pthread_mutex_unlock(&dkb_lc.lock);
+	pthread_mutex_unlock(&dkb_lc->lock);
 }
 
 /* The layer's entries as the links worker sends them: a 5-byte head (type: 0 other, 1

@@ -27,24 +27,19 @@
 #include <time.h>
 #include <unistd.h>
 
-/* d's Docker state, made on its first use (the daemon's lock orders two first users). */
+static void *docker_make(struct daemon *d)
+{
+	struct docker *dk = xcalloc(1, sizeof(*dk));
+
+	dk->d = d;
+	pthread_mutex_init(&dk->lock, NULL);
+	pthread_cond_init(&dk->cond, NULL);
+	return dk;
+}
+
 struct docker *docker_of(struct daemon *d)
 {
-	struct docker *dk = __atomic_load_n(&d->docker, __ATOMIC_ACQUIRE);
-
-	if (dk)
-		return dk;
-	pthread_mutex_lock(&d->lock);
-	dk = d->docker;
-	if (!dk) {
-		dk = xcalloc(1, sizeof(*dk));
-		dk->d = d;
-		pthread_mutex_init(&dk->lock, NULL);
-		pthread_cond_init(&dk->cond, NULL);
-		__atomic_store_n(&d->docker, dk, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&d->lock);
-	return dk;
+	return daemon_state(d, (void **)&d->docker, docker_make);
 }
 
 int64_t dk_now_ns(void)
