@@ -871,9 +871,21 @@ static int dkb_take_layer(struct dkb *b, struct sandbox *sb, const char *ctr, in
 	return r;
 }
 
+/* The RUN's output, as the build's stream lines. */
+static int dkb_run_output(void *ctx, uint16_t type, uint16_t flags, const unsigned char *p,
+			  size_t n)
+{
+	(void)flags;
+	if (n && (type == PROTO_STDOUT || type == PROTO_STDERR))
+		dkb_output(ctx, p, n);
+	return 0;
+}
+
 /* Run the step's command in a container of the current image; its layer into fd. */
 static int dkb_run_cmd(struct dkb *b, const struct df_step *s, int fd, struct k8_err *err)
 {
+	struct stream_ops ops = { .output = dkb_run_output, .input_fd = -1, .gone_fd = -1 };
+	bool lost;
 	struct vm_image img;
 	struct sandbox *sb = dkb_sandbox(b, &img, err);
 	json_t *c, *argv, *env, *req, *resp = NULL, *exit_info = NULL, *v;
@@ -909,37 +921,11 @@ static int dkb_run_cmd(struct dkb *b, const struct df_step *s, int fd, struct k8
 		return r;
 	}
 	l = &sb->link;
-	for (;;) {
-		struct sframe *f;
-		struct pollfd pfd;
-		bool done, broken;
-
-		while ((f = link_stream_pop(l, st))) {
-			size_t len = f->len;
-			if (len && (f->type == PROTO_STDOUT || f->type == PROTO_STDERR))
-				dkb_output(b, f->data, len);
-			free(f);
-			if (len)
-				link_stream_consumed(l, st, len);
-		}
-		pthread_mutex_lock(&l->lock);
-		done = st->exited && !st->head;
-		broken = l->broken && !st->exited;
-		if (done)
-			exit_info = json_incref(st->exit_info);
-		pthread_mutex_unlock(&l->lock);
-		if (done || broken)
-			break;
-		pfd = (struct pollfd){ .fd = st->efd, .events = POLLIN };
-		if (poll(&pfd, 1, 1000) > 0) {
-			uint64_t x;
-			(void)!read(st->efd, &x, sizeof(x));
-		}
-	}
+	lost = link_stream_run(l, st, &ops, b, &exit_info) == -ECONNRESET;
 	link_stream_close(l, st);
-	code = exit_info ? (int)json_integer_value(json_object_get(exit_info, "code")) : -1;
-	if (!exit_info) {
-		r = k8_err_set(err, -EIO, "the build sandbox's VM or agent went away during RUN");
+	code = (int)json_integer_value(json_object_get(exit_info, "code"));
+	if (lost) {
+		r = k8_err_set(err, -EIO, "RUN: %s (exit code %d)", LINK_LOST_WHY, code);
 	} else if (code != 0) {
 		cleanup_free char *cmd = NULL;
 		json_t *a = dkb_argv(s);

@@ -134,126 +134,89 @@ static void dkx_finish(struct docker *dk, const char *id, int code)
 	pthread_mutex_unlock(&dk->lock);
 }
 
-/* The exec's stream to the client: output framed (raw with a TTY), the client's bytes to
- * its stdin within the agent's window, a half-close ends stdin. The exit code is recorded
- * before the socket closes (clients inspect right after EOF). A client that vanishes
- * gets its process killed: nobody would read its output. out is the hijacked socket, or
- * the pipe of a plain 200 (no stdin then). */
+/* The exec's client, for link_stream_run: where its output goes, where its stdin comes
+ * from (the hijacked socket, and the bytes read with the request). */
+struct dkx_client {
+	struct dkx_run *xr;
+	struct dkl_reader rd;
+	int out;
+	const char *extra;
+	size_t extra_len;
+};
+
+/* Output framed (raw with a TTY), the streams the exec attached only. */
+static int dkx_output(void *ctx, uint16_t type, uint16_t flags, const unsigned char *p,
+		      size_t n)
+{
+	struct dkx_client *k = ctx;
+	bool want = (type == PROTO_STDOUT && k->xr->out_stdout) ||
+		    (type == PROTO_STDERR && k->xr->out_stderr);
+
+	(void)flags;
+	if (!n || !want)
+		return 0;
+	return dkl_emit(&k->rd, k->out, type == PROTO_STDERR ? DS_STDERR : DS_STDOUT, 0, p, n,
+			false) < 0 ? -1 : 0;
+}
+
+/* The client's bytes to its stdin, those read with the request first; a half-close ends
+ * stdin (output goes on), an error means the client is gone. */
+static ssize_t dkx_input(void *ctx, unsigned char *buf, size_t max, unsigned *flags)
+{
+	struct dkx_client *k = ctx;
+	ssize_t got;
+
+	if (k->extra) {
+		size_t n = k->extra_len < max ? k->extra_len : max;
+		memcpy(buf, k->extra, n);
+		k->extra = NULL;
+		return (ssize_t)n;
+	}
+	got = read(k->out, buf, max);
+	if (got < 0 && (errno == EINTR || errno == EAGAIN))
+		return 0;
+	if (got == 0)
+		*flags |= STREAM_IN_EOF;
+	return got;
+}
+
+/* The exec's stream to the client (link_stream_run). Its exit code is recorded before
+ * the socket closes (clients inspect right after EOF): the process's, LINK_LOST_EXIT when
+ * the VM or agent went away, 137 when the client vanished and the process was killed
+ * (nobody would read its output). out is the hijacked socket, or the pipe of a plain
+ * 200 (no stdin then). */
 static void dkx_bridge(void *ctx, const struct api_conn *conn)
 {
 	struct dkx_run *xr = ctx;
 	struct agentlink *l = &xr->sb->link;
-	struct stream *s = xr->s;
-	unsigned char *ibuf = xmalloc(65536);
-	size_t ib_have = 0, ib_off = 0;
-	int out = conn->fd;
-	bool duplex = conn->duplex;
-	bool client_eof = !xr->in || !duplex, gone = false, stdin_sent_eof = false;
+	struct dkx_client k = { .xr = xr, .rd = { .tty = xr->tty }, .out = conn->fd };
+	bool in = xr->in && conn->duplex;
+	struct stream_ops ops = { .output = dkx_output, .input = in ? dkx_input : NULL,
+				  .input_fd = in ? conn->fd : -1, .gone_fd = conn->fd };
 	json_t *exit_info = NULL;
-	struct dkl_reader rd = { .tty = xr->tty };
-	int code;
+	int r;
 
-	if (duplex) {
-		int fl = fcntl(out, F_GETFL);
+	if (conn->duplex) {
+		int fl = fcntl(conn->fd, F_GETFL);
 		if (fl >= 0)
-			fcntl(out, F_SETFL, fl & ~O_NONBLOCK);
-		dkl_wait_head_read(out);
+			fcntl(conn->fd, F_SETFL, fl & ~O_NONBLOCK);
+		dkl_wait_head_read(conn->fd);
 	}
-	if (xr->in && duplex && conn->extra_len) {
-		size_t n = conn->extra_len < 65536 ? conn->extra_len : 65536;
-		memcpy(ibuf, conn->extra, n);
-		ib_have = n;
+	if (in && conn->extra_len) {
+		k.extra = conn->extra;
+		k.extra_len = conn->extra_len;
 	}
 	/* Without stdin the process's stdin ends at once; a terminal stays open instead
-	 * (the agent would type ^D on it), as in Docker. */
-	if (!xr->in) {
-		if (!xr->tty)
-			link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
-		stdin_sent_eof = true;
-	}
-	for (;;) {
-		struct sframe *f;
-		struct pollfd pfd[2];
-		bool done, broken;
-
-		/* stdin within the window */
-		if (ib_off < ib_have) {
-			size_t take;
-			link_stdin_send(l, s, ibuf + ib_off, ib_have - ib_off, &take);
-			ib_off += take;
-		}
-		if (client_eof && ib_off == ib_have && !stdin_sent_eof) {
-			link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
-			stdin_sent_eof = true;
-		}
-		while (!gone && (f = link_stream_pop(l, s))) {
-			size_t len = f->len;
-			enum ds_type t = f->type == PROTO_STDERR ? DS_STDERR : DS_STDOUT;
-			bool want = (f->type == PROTO_STDOUT && xr->out_stdout) ||
-				    (f->type == PROTO_STDERR && xr->out_stderr);
-			if (len && want && (f->type == PROTO_STDOUT || f->type == PROTO_STDERR) &&
-			    dkl_emit(&rd, out, t, 0, f->data, len, false) < 0)
-				gone = true;
-			free(f);
-			if (len)
-				link_stream_consumed(l, s, len);
-		}
-		if (gone)
-			break;
-		pthread_mutex_lock(&l->lock);
-		done = s->exited && !s->head;
-		broken = l->broken && !s->exited;
-		if (done)
-			exit_info = json_incref(s->exit_info);
-		pthread_mutex_unlock(&l->lock);
-		if (done || broken)
-			break;
-		bool want_read = !client_eof && ib_off == ib_have;
-		pfd[0] = (struct pollfd){ .fd = s->efd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = out, .events = want_read ? POLLIN : 0 };
-		if (poll(pfd, duplex ? 2 : 1, ib_off < ib_have ? 20 : 1000) < 0 && errno != EINTR)
-			break;
-		if (pfd[0].revents & POLLIN) {
-			uint64_t v;
-			(void)!read(s->efd, &v, sizeof(v));
-		}
-		if (!duplex) {
-			struct pollfd q = { .fd = out, .events = 0 };
-			if (poll(&q, 1, 0) > 0 && (q.revents & POLLERR)) {
-				gone = true;
-				break;
-			}
-			continue;
-		}
-		if (want_read && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-			ssize_t got = read(out, ibuf, 65536);
-			if (got < 0 && (errno == EINTR || errno == EAGAIN))
-				continue;
-			if (got < 0) {
-				gone = true;
-				break;
-			}
-			if (got == 0) {
-				client_eof = true;      /* half-close: stdin ends */
-				continue;
-			}
-			ib_have = (size_t)got;
-			ib_off = 0;
-		} else if (client_eof && (pfd[1].revents & (POLLHUP | POLLERR))) {
-			gone = true;
-			break;
-		}
-	}
-	if (gone && !exit_info) {
-		unsigned char sig[4] = { SIGKILL, 0, 0, 0 };
-		link_send(l, PROTO_SIGNAL, 0, s->id, sig, 4);
-	}
-	code = exit_info ? (int)json_integer_value(json_object_get(exit_info, "code")) : 137;
-	dkx_finish(docker_of(xr->d), xr->id, code);
+	 * (the agent would type ^D on it), as in Docker. Stdin asked for on a 200 (no socket
+	 * to read it from) ends at once too. */
+	if ((!xr->in && !xr->tty) || (xr->in && !conn->duplex))
+		link_stream_eof(l, xr->s);
+	r = link_stream_run(l, xr->s, &ops, &k, &exit_info);
+	dkx_finish(docker_of(xr->d), xr->id, r == -EPIPE ? 137 :
+		   (int)json_integer_value(json_object_get(exit_info, "code")));
 	json_decref(exit_info);
-	if (duplex)
-		shutdown(out, SHUT_WR);
-	free(ibuf);
+	if (conn->duplex)
+		shutdown(conn->fd, SHUT_WR);
 }
 
 /* A detached exec: its output is read and dropped; its exit code recorded. */
@@ -355,7 +318,7 @@ int dkx_api_start(struct api_call *call)
 	pthread_mutex_lock(&dk->lock);
 	if ((x = dkx_find_locked(dk, xr->id))) {
 		x->pid = (int)json_integer_value(json_object_get(resp, "pid"));
-		x->stream_id = xr->s->id;
+		x->stream_id = link_stream_id(xr->s);
 		snprintf(x->sandbox, sizeof(x->sandbox), "%s", c->sandbox);
 	}
 	pthread_mutex_unlock(&dk->lock);

@@ -75,6 +75,30 @@ static void dkr_log_append(struct dkr_pump *p, uint16_t type, const void *data, 
 	pthread_mutex_unlock(&dk->lock);
 }
 
+/* The pump's sink: every output chunk into the log; the credit goes back at once. */
+static int dkr_pump_output(void *ctx, uint16_t type, uint16_t flags, const unsigned char *p,
+			   size_t n)
+{
+	(void)flags;
+	if (n && (type == PROTO_STDOUT || type == PROTO_STDERR))
+		dkr_log_append(ctx, type, p, n);
+	return 0;
+}
+
+/* Its stdin: the container's stdin pipe (non-blocking); its end, or an error, is EOF. */
+static ssize_t dkr_pump_input(void *ctx, unsigned char *buf, size_t max, unsigned *flags)
+{
+	struct dkr_pump *p = ctx;
+	ssize_t got = read(p->stdin_r, buf, max);
+
+	if (got > 0)
+		return got;
+	if (got < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	*flags |= STREAM_IN_EOF;
+	return 0;
+}
+
 static void *dkr_pump_thread(void *arg)
 {
 	struct docker *dk = ((struct dkr_pump *)arg)->c->dk;
@@ -82,57 +106,13 @@ static void *dkr_pump_thread(void *arg)
 	struct dkc *c = p->c;
 	struct agentlink *l = &p->sb->link;
 	struct stream *s = p->s;
+	struct stream_ops ops = { .output = dkr_pump_output, .input_fd = p->stdin_r,
+				  .input = p->stdin_r >= 0 ? dkr_pump_input : NULL, .gone_fd = -1 };
 	json_t *exit_info = NULL, *exit_rec;
-	unsigned char *buf = xmalloc(PROTO_DATA_CHUNK);
-	bool autorm;
+	bool autorm, lost;
 
-	for (;;) {
-		struct sframe *f;
-		struct pollfd pfd[2];
-		uint32_t credit;
-		bool done, broken;
-
-		while ((f = link_stream_pop(l, s))) {
-			size_t len = f->len;
-			if (len && (f->type == PROTO_STDOUT || f->type == PROTO_STDERR))
-				dkr_log_append(p, f->type, f->data, len);
-			free(f);
-			if (len)
-				link_stream_consumed(l, s, len);
-		}
-		pthread_mutex_lock(&l->lock);
-		done = s->exited && !s->head;
-		broken = l->broken && !s->exited;
-		credit = s->stdin_credit;
-		if (done)
-			exit_info = json_incref(s->exit_info);
-		pthread_mutex_unlock(&l->lock);
-		if (done || broken)
-			break;
-		pfd[0] = (struct pollfd){ .fd = s->efd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = p->stdin_r, .events = credit ? POLLIN : 0 };
-		if (poll(pfd, p->stdin_r >= 0 ? 2 : 1, 1000) < 0 && errno != EINTR)
-			break;
-		if (pfd[0].revents & POLLIN) {
-			uint64_t v;
-			(void)!read(s->efd, &v, sizeof(v));
-		}
-		if (p->stdin_r >= 0 && credit && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-			size_t want = credit < PROTO_DATA_CHUNK ? credit : PROTO_DATA_CHUNK;
-			ssize_t got = read(p->stdin_r, buf, want);
-			if (got > 0) {
-				pthread_mutex_lock(&l->lock);
-				s->stdin_credit -= (uint32_t)got;
-				pthread_mutex_unlock(&l->lock);
-				link_send(l, PROTO_STDIN, 0, s->id, buf, (size_t)got);
-			} else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-				link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
-				close(p->stdin_r);
-				p->stdin_r = -1;
-			}
-		}
-	}
-	free(buf);
+	/* its exit, or the link's loss: LINK_LOST_EXIT and its error (agentlink.h) */
+	lost = link_stream_run(l, s, &ops, p, &exit_info) == -ECONNRESET;
 	if (p->stdin_r >= 0)
 		close(p->stdin_r);
 	close(p->logfd);
@@ -141,14 +121,11 @@ static void *dkr_pump_thread(void *arg)
 
 	pthread_mutex_lock(&dk->lock);
 	c->ip[0] = '\0';               /* the address goes with the run */
-	if (exit_info) {
-		c->exit_code = (int)json_integer_value(json_object_get(exit_info, "code"));
-		if (json_is_true(json_object_get(exit_info, "oom")))
-			snprintf(c->error, sizeof(c->error), "OOMKilled");
-	} else {
-		c->exit_code = 255;
-		snprintf(c->error, sizeof(c->error), "the engine sandbox's VM or agent went away");
-	}
+	c->exit_code = (int)json_integer_value(json_object_get(exit_info, "code"));
+	if (json_is_true(json_object_get(exit_info, "oom")))
+		snprintf(c->error, sizeof(c->error), "OOMKilled");
+	else if (lost)
+		snprintf(c->error, sizeof(c->error), "%s", LINK_LOST_WHY);
 	c->state = DPS_EXITED;
 	c->finished_ns = dk_now_ns();
 	c->pid = 0;
@@ -532,7 +509,7 @@ static int dkr_start(struct daemon *d, struct dkc *c, struct k8_err *err)
 	c->exit_code = 0;
 	c->error[0] = '\0';
 	c->starts++;
-	c->stream_id = s->id;
+	c->stream_id = link_stream_id(s);
 	dkc_save_locked(c);
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk->lock);
