@@ -15,7 +15,7 @@ layer() {
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
 	egress|mounts|broker|secret|ports) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports
 	sandbox|spare) echo 5 ;;             # a sandbox's lifecycle; its spare (rewind)
-	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle) echo 6 ;;  # other resources; the release's guest image; the idle pause
+	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle|slots) echo 6 ;;  # other resources; the release's guest image; the idle pause; image slots
 	docker_engine|docker_int|docker_ctr|docker_run|docker_logs|docker_exec|docker_stats|docker_build|docker_images|docker_system) echo 6 ;;  # Docker API: containers (records, run, logs, exec, stats; docker_int.h their private header), their engine sandbox, builds, images, system
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;

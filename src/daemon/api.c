@@ -14,6 +14,7 @@
 #include "daemon/containers.h"
 #include "daemon/images.h"
 #include "daemon/sandbox.h"
+#include "daemon/slots.h"
 #include "daemon/checkpoint.h"
 #include "daemon/broker.h"
 #include "daemon/egress.h"
@@ -728,7 +729,7 @@ static const struct api_route routes[] = {
 	{ "POST",   "/v1/sandboxes", sb_api_create },
 	{ "GET",    "/v1/sandboxes/{name}", sb_api_get },
 	{ "DELETE", "/v1/sandboxes/{name}", sb_api_rm },
-	{ "POST",   "/v1/sandboxes/{name}/pull", sb_api_pull },
+	{ "POST",   "/v1/sandboxes/{name}/pull", slot_api_pull },
 	{ "POST",   "/v1/sandboxes/{name}/run", exec_api_run },
 	{ "GET",    "/v1/sandboxes/{name}/containers", ctr_api_list },
 	{ "POST",   "/v1/sandboxes/{name}/containers/{id}/exec", exec_api_exec },

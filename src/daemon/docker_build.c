@@ -21,6 +21,7 @@
 #include "daemon/docker_engine.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"
+#include "daemon/slots.h"
 #include "common/proto.h"
 #include "common/sha.h"
 #include "common/uarchive.h"
@@ -756,11 +757,20 @@ static void dkb_rand_id(char out[13])
 
 /* The build's sandbox, running, with the current image attached (a fresh sandbox once
  * the one in use has no free image slot). A reference for the caller (sb_put). */
+/* slot_use's fn: the image's slot, copied out (the build's own sandbox evicts nothing,
+ * so it stays while the build runs). */
+static int dkb_slot(void *ctx, const struct vm_image *img, const json_t *icfg,
+		    struct k8_err *err)
+{
+	(void)icfg, (void)err;
+	*(struct vm_image *)ctx = *img;
+	return 0;
+}
+
 static struct sandbox *dkb_sandbox(struct dkb *b, struct vm_image *img, struct k8_err *err)
 {
 	for (int attempt = 0; attempt < 2; attempt++) {
 		struct sandbox *sb;
-		json_t *icfg = NULL;
 		int r;
 
 		if (!b->sbname[0]) {
@@ -772,8 +782,7 @@ static struct sandbox *dkb_sandbox(struct dkb *b, struct vm_image *img, struct k
 		sb = dke_get(b->d, b->sbname, err);
 		if (!sb)
 			return NULL;
-		r = sb_image_for_run(b->d, sb, b->mdg, img, &icfg, err);
-		json_decref(icfg);
+		r = slot_use(b->d, sb, b->mdg, false, NULL, dkb_slot, img, err);
 		if (!r)
 			return sb;
 		sb_put(b->d, sb);

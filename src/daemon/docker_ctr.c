@@ -477,22 +477,35 @@ void dkc_agent_rm(struct sandbox *sb, const char *agent_id)
 
 /* ---- archive: HEAD/GET/PUT /containers/{id}/archive?path= (archive.c does the work) ---- */
 
+/* The agent's `create` of a container's root in its image (slot_use's fn). */
+struct dkc_root {
+	struct dkc *c;
+	struct sandbox *sb;
+};
+
+static int dkc_create_root(void *ctx, const struct vm_image *img, const json_t *icfg,
+			   struct k8_err *err)
+{
+	struct dkc_root *k = ctx;
+	json_t *resp = NULL;
+	int r;
+
+	(void)icfg;
+	r = sb_agent_request(k->sb, json_pack("{s:s,s:s,s:s}", "op", "create", "container",
+					      k->c->agent_id, "image", img->digest),
+			     30000, &resp, NULL, err);  /* takes the request */
+	json_decref(resp);
+	return r;
+}
+
 /* A container never started gets its root in the agent now (the agent's `create`), so
  * files can be copied in before its first start; the start's run uses that root. */
 static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, struct k8_err *err)
 {
 	struct docker *dk = c->dk;
-	struct vm_image img;
-	json_t *req, *resp = NULL;
-	int r;
+	struct dkc_root k = { c, sb };
+	int r = dkr_with_image(d, sb, c, dkc_create_root, &k, err);
 
-	if ((r = dkr_image(d, sb, c, &img, err)))
-		return r;
-	req = json_pack("{s:s,s:s,s:s}", "op", "create", "container", c->agent_id, "image",
-			img.digest);
-	r = sb_agent_request(sb, req, 30000, &resp, NULL, err);       /* takes req */
-	dke_slots_done();      /* dkr_image's */
-	json_decref(resp);
 	if (r == -EEXIST) {             /* made by an earlier copy, or started meanwhile */
 		k8_err_clear(err);
 		r = 0;
@@ -511,6 +524,13 @@ static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, stru
 	return r;
 }
 
+static int dkc_image_only(void *ctx, const struct vm_image *img, const json_t *icfg,
+			  struct k8_err *err)
+{
+	(void)ctx, (void)img, (void)icfg, (void)err;
+	return 0;
+}
+
 /* A stopped container's files are read through its image (the lower layer of the
  * overlay the agent mounts for the copy): an image the engine has given up since is
  * attached and mounted again, as for a run. The slot is not held during the copy (a
@@ -518,12 +538,7 @@ static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, stru
 static int dkc_image_again(struct daemon *d, struct dkc *c, struct sandbox *sb,
 			   struct k8_err *err)
 {
-	struct vm_image img;
-	int r = dkr_image(d, sb, c, &img, err);
-
-	if (!r)
-		dke_slots_done();       /* dkr_image's */
-	return r;
+	return dkr_with_image(d, sb, c, dkc_image_only, NULL, err);
 }
 
 /* The container's sandbox, running, with a user reference, and its id in the agent; NULL
@@ -872,9 +887,7 @@ int dkc_image_release(struct daemon *d, const char *digest, struct k8_err *err)
 
 	if (!sb)
 		return err->code;
-	dke_slots_write();
-	r = sb_image_evict(d, sb, digest, err);
-	dke_slots_done();
+	r = slot_evict(d, sb, digest, NULL, err);
 	sb_put(d, sb);
 	return r;
 }

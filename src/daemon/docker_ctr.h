@@ -14,8 +14,8 @@ int dkc_count(struct daemon *d, int *running, int *stopped);
 /* Does a container of the Docker API (any state) use the image with this config digest
  * (Docker's image ID)? `docker image prune -a` keeps those. */
 bool dkc_image_used(struct daemon *d, const char *config_digest);
-/* Give up the engine's slot of the image with manifest `digest` (sb_image_evict),
- * serialised with the runs of the Docker API. */
+/* Give up the engine's slot of the image with manifest `digest` (slots.c slot_evict),
+ * serialised with the engine's runs by its slot lock. */
 int dkc_image_release(struct daemon *d, const char *digest, struct k8_err *err);
 
 /* API handlers (api_route.h; the table is docker_api.c's) */

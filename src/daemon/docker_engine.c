@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pthread_rwlock_t dke_slots = PTHREAD_RWLOCK_INITIALIZER;
-
 /* The engine's state in a daemon: two first containers at once make one engine. */
 struct docker_engine {
 	pthread_mutex_t lock;           /* held while an engine sandbox is looked up or made */
@@ -38,21 +36,6 @@ static void *dke_make(struct daemon *d)
 static struct docker_engine *dke_of(struct daemon *d)
 {
 	return daemon_state(d, (void **)&d->docker_engine, dke_make);
-}
-
-void dke_slots_read(void)
-{
-	pthread_rwlock_rdlock(&dke_slots);
-}
-
-void dke_slots_write(void)
-{
-	pthread_rwlock_wrlock(&dke_slots);
-}
-
-void dke_slots_done(void)
-{
-	pthread_rwlock_unlock(&dke_slots);
 }
 
 bool dke_require_sandbox(struct daemon *d)

@@ -25,6 +25,7 @@
 #include "daemon/daemon.h"
 #include "daemon/record.h"
 #include "daemon/sandbox.h"
+#include "daemon/slots.h"
 #include "docker/names.h"
 #include "docker/ps.h"
 #include "docker/spec.h"
@@ -140,10 +141,12 @@ void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json_t *exi
 
 /* ---- docker_run.c ---- */
 
-/* c's image attached and mounted in sb (its slot), as `img`: 0 holding the engine's slot
- * lock for reading (dke_slots_done once the agent answered); else not. */
-int dkr_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct vm_image *img,
-	      struct k8_err *err);
+/* fn with c's image attached and mounted in sb, held in its slot (slots.c slot_use): in
+ * the shared engine a full slot table gives up its least recently used image that no
+ * running or created container uses; when none can go, -ENOSPC in the Docker user's
+ * words, with what holds each image. */
+int dkr_with_image(struct daemon *d, struct sandbox *sb, struct dkc *c, slot_use_fn fn,
+		   void *ctx, struct k8_err *err);
 /* Stop c's init: `signal`, then SIGKILL after t_ms; waits for the pump to record the
  * exit. 1 when c was not running. */
 int dkr_stop(struct daemon *d, struct dkc *c, int signal, int t_ms, struct k8_err *err);

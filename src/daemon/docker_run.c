@@ -16,6 +16,8 @@
 #include "daemon/broker.h"
 #include "daemon/docker_engine.h"
 #include "daemon/ports.h"
+#include "daemon/slots.h"
+#include "image/image.h"
 #include "common/guest.h"
 #include "common/proto.h"
 
@@ -305,50 +307,40 @@ static int dkr_ip_pick_locked(struct dkc *c)
 	return -EADDRNOTAVAIL;
 }
 
-/* c's image attached and mounted in sb (its slot), as `img`. Returns 0 holding the
- * engine's slot lock for reading (dke_slots_done once the agent answered); else not.
- * In the shared engine a full slot table gives up its least recently used image that
- * no running or created container uses. */
-int dkr_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct vm_image *img,
-		     struct k8_err *err)
+/* The reference of c's image for a run: its id (the config it was created from) while
+ * the store has it, else its name (an image pulled again under that name). */
+static const char *dkr_image_ref(struct daemon *d, struct dkc *c)
 {
-	json_t *icfg = NULL;
+	struct image_info info;
+	struct k8_err e = { 0 };
+
+	if (!c->image_id[0] || image_resolve(d->images, c->image_id, &info, &e))
+		return c->image;
+	image_info_clear(&info);
+	return c->image_id;
+}
+
+int dkr_with_image(struct daemon *d, struct sandbox *sb, struct dkc *c, slot_use_fn fn,
+		   void *ctx, struct k8_err *err)
+{
+	struct slot_busy busy = { 0 };
+	char held[sizeof(err->msg)] = "";
+	size_t o = 0;
 	int r;
 
-	for (int tries = 0;; tries++) {
-		dke_slots_read();
-		r = sb_image_for_run(d, sb, c->image_id[0] ? c->image_id : c->image, img, &icfg,
-				     err);
-		if (r == -ENOENT) {
-			k8_err_clear(err);
-			r = sb_image_for_run(d, sb, c->image, img, &icfg, err);
-		}
-		json_decref(icfg);
-		icfg = NULL;
-		if (!r)
-			return 0;
-		dke_slots_done();
-		if (r != -ENOSPC || c->own_sandbox || tries == 3)
-			break;
-		k8_err_clear(err);
-		dke_slots_write();
-		r = sb_image_evict(d, sb, NULL, err);
-		dke_slots_done();
-		if (r)
-			break;
-	}
-	if (r == -ENOSPC && !c->own_sandbox) {
-		/* sandbox.c's advice (another sandbox) is not the Docker user's */
-		char held[sizeof(err->msg)];
-		const char *p = strstr(err->msg, "each in use: ");
-		snprintf(held, sizeof(held), "%s", p ? p + 13 : "");
-		k8_err_clear(err);
-		k8_err_set(err, -ENOSPC, "the docker engine sandbox '%s' holds %d images at most, "
-			   "each used by a running or created container%s%s: stop or remove one "
-			   "of them, or start the daemon with --require-sandbox (docs/docker.md)",
-			   c->sandbox, K8_MAX_SLOTS, held[0] ? ": " : "", held);
-	}
-	return r;
+	r = slot_use(d, sb, dkr_image_ref(d, c), !c->own_sandbox, &busy, fn, ctx, err);
+	if (r != -ENOSPC || c->own_sandbox)
+		return r;
+	/* slots.c's advice (another sandbox) is not the Docker user's; what holds each
+	 * image comes back as data */
+	for (int i = 0; i < busy.n && o < sizeof(held); i++)
+		o += (size_t)snprintf(held + o, sizeof(held) - o, "%s%s (%s)", i ? ", " : "",
+				      busy.h[i].ref, busy.h[i].why);
+	k8_err_clear(err);
+	return k8_err_set(err, -ENOSPC, "the docker engine sandbox '%s' holds %d images at most, "
+			  "each used by a running or created container%s%s: stop or remove one "
+			  "of them, or start the daemon with --require-sandbox (docs/docker.md)",
+			  c->sandbox, K8_MAX_SLOTS, held[0] ? ": " : "", held);
 }
 
 /* The agent's `run` (req, taken) of an engine container. An address still held in the
@@ -393,149 +385,171 @@ static int dkr_run_request(struct daemon *d, struct sandbox *sb, struct dkc *c, 
 	}
 }
 
-/* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
-static int dkr_start(struct daemon *d, struct dkc *c, struct k8_err *err)
+/* A start's claim on c (under its lock): 1 when it runs or starts already (304), 0 with
+ * the start claimed (pumping) and its address picked, or a negative errno. */
+static int dkr_start_claim(struct dkc *c, struct k8_err *err)
 {
 	struct docker *dk = c->dk;
-	struct sandbox *sb;
-	struct vm_image img;
-	json_t *req, *sent, *resp = NULL, *cfg = c->config;
-	struct stream *s = NULL;
-	struct dkr_pump *p;
-	char path[4400];
-	bool open_stdin;
-	int pipefd[1] = { -1 }, logfd, r;
-	pthread_attr_t attr;
-	pthread_t t;
-	uint64_t t0 = now_mono_ns(), t_sb, t_img;      /* the phases, for a VM of its own */
+	int r = 0;
 
 	pthread_mutex_lock(&dk->lock);
-	if (c->removing || c->removed) {
-		pthread_mutex_unlock(&dk->lock);
-		return k8_err_set(err, -ENOENT, "No such container: %s", c->id);
-	}
-	if (c->state == DPS_RUNNING || c->pumping) {
-		pthread_mutex_unlock(&dk->lock);
-		return 1;       /* already started: 304 */
-	}
-	c->pumping = true;      /* claims the start */
-	r = dkr_ip_pick_locked(c);
+	if (c->removing || c->removed)
+		r = k8_err_set(err, -ENOENT, "No such container: %s", c->id);
+	else if (c->state == DPS_RUNNING || c->pumping)
+		r = 1;
+	else if ((r = dkr_ip_pick_locked(c)) == 0)
+		c->pumping = true;
 	pthread_mutex_unlock(&dk->lock);
-	if (r) {
+	if (r < 0 && !err->code)
 		k8_err_set(err, r, "the docker engine sandbox '%s' has no container address free "
 			   "(%d containers with a network at most)", c->sandbox,
 			   GUEST_CTR4_LAST - GUEST_CTR4_FIRST + 1);
-		goto fail;
-	}
+	return r;
+}
 
-	sb = dke_get(d, c->sandbox, err);
-	if (!sb) {
-		r = err->code ? err->code : -EIO;
-		goto fail;
-	}
-	t_sb = now_mono_ns();
-	if ((r = dkr_ports_up(d, sb, c, err)))
-		goto fail_sb;
-	/* The agent still holds the last run's container (or, after a daemon restart, a
-	 * running one): a start is a fresh run (docs/docker.md). */
-	if (c->starts)
-		dkc_agent_rm(sb, c->agent_id);
-	if ((r = dkr_image(d, sb, c, &img, err)))
-		goto fail_sb;
-	t_img = now_mono_ns();
-	/* AutoRemove: the agent removes the container as it exits, before it reports the
-	 * exit, which spares `docker run --rm` a round trip to the guest (dkc_rm_now). */
-	c->agent_rm = json_is_true(json_object_get(c->host, "AutoRemove"));
-	json_t *benv = broker_env(sb);  /* docker_engine_broker's variables */
-	struct dspec_run run = { .agent_id = c->agent_id, .image = img.digest, .ip = c->ip,
+/* A start under way: what dkr_launch hands the pump. */
+struct dkr_start {
+	struct daemon *d;
+	struct dkc *c;
+	struct sandbox *sb;
+	struct stream *s;
+	json_t *resp;                   /* the agent's answer to the run */
+	int stdin_r, logfd;
+	uint64_t t_img;                 /* its image in its slot */
+};
+
+/* The agent's `run` for c, its image held in its slot (slot_use's fn): the request from
+ * c's spec (src/docker/spec.c), the log opened, the answer checked. */
+static int dkr_launch(void *ctx, const struct vm_image *img, const json_t *icfg,
+		      struct k8_err *err)
+{
+	struct dkr_start *st = ctx;
+	struct dkc *c = st->c;
+	char path[4400];
+	json_t *benv = broker_env(st->sb), *req, *sent;  /* docker_engine_broker's variables */
+	int r;
+
+	(void)icfg;
+	st->t_img = now_mono_ns();
+	struct dspec_run run = { .agent_id = c->agent_id, .image = img->digest, .ip = c->ip,
 				 .own_sandbox = c->own_sandbox, .broker_env = benv,
 				 .binds = c->binds, .rm = c->agent_rm };
-	req = dspec_run_request(cfg, c->host, &run);
+	req = dspec_run_request(c->config, c->host, &run);
 	json_decref(benv);
-	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
-	if (open_stdin) {
-		pthread_mutex_lock(&dk->lock);
-		dkc_stdin_pipe_locked(c);
-		pipefd[0] = c->stdin_r;         /* the pump's from now on */
-		c->stdin_r = -1;
-		pthread_mutex_unlock(&dk->lock);
-	}
 	snprintf(path, sizeof(path), "%s/log", c->dir);
-	logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (logfd < 0) {
-		dke_slots_done();
+	st->logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (st->logfd < 0) {
 		json_decref(req);
-		r = k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
-		goto fail_pipe;
+		return k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 	}
 	sent = json_incref(req);
-	r = dkr_run_request(d, sb, c, req, &resp, &s, err);    /* takes req */
-	dke_slots_done();      /* dkr_image's: the agent has answered */
+	r = dkr_run_request(st->d, st->sb, c, req, &st->resp, &st->s, err);    /* takes req */
 	if (r) {
-		json_decref(sent);
 		dkr_tty_refused(err);
 		dkr_netns_refused(err);
-		close(logfd);
 		if (r == -ENOENT || r == -EACCES || r == -ENOEXEC)
 			dkr_runtime_wording(err);
-		goto fail_pipe;
-	}
-	if (!dspec_run_applied(sent, resp)) {
+	} else if (!dspec_run_applied(sent, st->resp)) {
 		/* an agent older than these ran it without them: refuse, never ignore */
-		dkc_agent_rm(sb, c->agent_id);
-		json_decref(resp);
-		json_decref(sent);
-		link_stream_close(&sb->link, s);
-		close(logfd);
+		dkc_agent_rm(st->sb, c->agent_id);
+		link_stream_close(&st->sb->link, st->s);
+		st->s = NULL;
 		r = k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot apply Memory, "
 			       "NanoCpus or CapDrop: rebuild the guest image (make guest) and "
 			       "remove the sandbox");
-		goto fail_pipe;
 	}
-	if (pipefd[0] >= 0)
-		fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
-	p = xcalloc(1, sizeof(*p));
-	p->d = d;
-	p->c = c;
-	p->sb = sb;
-	p->s = s;
-	p->stdin_r = pipefd[0];
-	p->logfd = logfd;
+	json_decref(sent);
+	return r;
+}
+
+/* c runs: its state, the audit record, and the pump thread that owns its stream. */
+static void dkr_pump_begin(struct dkr_start *st)
+{
+	struct dkc *c = st->c;
+	struct docker *dk = c->dk;
+	struct dkr_pump *p = xcalloc(1, sizeof(*p));
+	pthread_attr_t attr;
+	pthread_t t;
+
+	if (st->stdin_r >= 0)
+		fcntl(st->stdin_r, F_SETFL, O_NONBLOCK);
+	*p = (struct dkr_pump){ .d = st->d, .c = c, .sb = st->sb, .s = st->s,
+				.stdin_r = st->stdin_r, .logfd = st->logfd };
 	pthread_mutex_lock(&dk->lock);
 	c->refs++;
 	c->state = DPS_RUNNING;
-	c->pid = (int)json_integer_value(json_object_get(resp, "pid"));
+	c->pid = (int)json_integer_value(json_object_get(st->resp, "pid"));
 	c->started_ns = dk_now_ns();
 	c->exit_code = 0;
 	c->error[0] = '\0';
 	c->starts++;
-	c->stream_id = link_stream_id(s);
+	c->stream_id = link_stream_id(st->s);
 	dkc_save_locked(c);
 	dkc_notify_locked(c);
 	pthread_mutex_unlock(&dk->lock);
-	json_decref(resp);
-	if (c->own_sandbox)     /* where a `docker run` with require_sandbox spends its time */
-		daemon_log("container %s: sandbox %s created and booted in %llu ms, image "
-			   "attached in %llu ms, started in the guest in %llu ms", c->agent_id,
-			   c->sandbox, (unsigned long long)(t_sb - t0) / 1000000,
-			   (unsigned long long)(t_img - t_sb) / 1000000,
-			   (unsigned long long)(now_mono_ns() - t_img) / 1000000);
-	daemon_audit(d, "container.start", c->sandbox,
+	daemon_audit(st->d, "container.start", c->sandbox,
 		     json_pack("{s:s,s:s,s:s,s:O}", "via", "docker", "id", c->id, "name", c->name,
-			       "argv", json_object_get(cfg, "Cmd")));
+			       "argv", json_object_get(c->config, "Cmd")));
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&t, &attr, dkr_pump_thread, p) != 0)
 		abort();        /* the stream would have no reader: nothing sane to do */
 	pthread_attr_destroy(&attr);
+}
+
+/* The agent's `run` for c; on success the pump runs (1: it ran already). Caller holds
+ * nothing. */
+static int dkr_start(struct daemon *d, struct dkc *c, struct k8_err *err)
+{
+	struct docker *dk = c->dk;
+	struct dkr_start st = { .d = d, .c = c, .stdin_r = -1, .logfd = -1 };
+	uint64_t t0 = now_mono_ns(), t_sb;     /* the phases, for a VM of its own */
+	int r = dkr_start_claim(c, err);
+
+	if (r)
+		return r;
+	st.sb = dke_get(d, c->sandbox, err);
+	if (!st.sb) {
+		r = err->code ? err->code : -EIO;
+		goto fail;
+	}
+	t_sb = now_mono_ns();
+	if ((r = dkr_ports_up(d, st.sb, c, err)))
+		goto fail_sb;
+	/* The agent still holds the last run's container (or, after a daemon restart, a
+	 * running one): a start is a fresh run (docs/docker.md). */
+	if (c->starts)
+		dkc_agent_rm(st.sb, c->agent_id);
+	/* AutoRemove: the agent removes the container as it exits, before it reports the
+	 * exit, which spares `docker run --rm` a round trip to the guest (dkc_rm_now). */
+	c->agent_rm = json_is_true(json_object_get(c->host, "AutoRemove"));
+	if (json_is_true(json_object_get(c->config, "OpenStdin"))) {
+		pthread_mutex_lock(&dk->lock);
+		dkc_stdin_pipe_locked(c);
+		st.stdin_r = c->stdin_r;        /* the pump's from now on */
+		c->stdin_r = -1;
+		pthread_mutex_unlock(&dk->lock);
+	}
+	if ((r = dkr_with_image(d, st.sb, c, dkr_launch, &st, err)))
+		goto fail_sb;
+	if (c->own_sandbox)     /* where a `docker run` with require_sandbox spends its time */
+		daemon_log("container %s: sandbox %s created and booted in %llu ms, image "
+			   "attached in %llu ms, started in the guest in %llu ms", c->agent_id,
+			   c->sandbox, (unsigned long long)(t_sb - t0) / 1000000,
+			   (unsigned long long)(st.t_img - t_sb) / 1000000,
+			   (unsigned long long)(now_mono_ns() - st.t_img) / 1000000);
+	dkr_pump_begin(&st);
+	json_decref(st.resp);
 	return 0;
 
-fail_pipe:
-	if (pipefd[0] >= 0)
-		close(pipefd[0]);
 fail_sb:
-	dkr_ports_down(d, sb, c);
-	sb_put(d, sb);
+	if (st.stdin_r >= 0)
+		close(st.stdin_r);
+	if (st.logfd >= 0)
+		close(st.logfd);
+	json_decref(st.resp);
+	dkr_ports_down(d, st.sb, c);
+	sb_put(d, st.sb);
 fail:
 	pthread_mutex_lock(&dk->lock);
 	c->pumping = false;

@@ -12,9 +12,9 @@
  */
 #include "common/proto.h"
 #include "daemon/broker.h"
-#include "daemon/docker_engine.h"
 #include "daemon/exec.h"
 #include "daemon/sandbox.h"
+#include "daemon/slots.h"
 #include "daemon/api_route.h"
 
 #include <fcntl.h>
@@ -197,15 +197,42 @@ static int build_req(struct exec_ctx *x, json_t *body, json_t *cfg, bool detach,
 	return 0;
 }
 
+/* The agent's run or exec, sent; a run's with its image held in its slot (slot_use). */
+struct exec_send {
+	struct exec_ctx *x;
+	json_t *body;
+	bool detach;
+};
+
+static int exec_send(void *ctx, const struct vm_image *img, const json_t *config,
+		     struct k8_err *err)
+{
+	struct exec_send *es = ctx;
+	struct exec_ctx *x = es->x;
+	json_t *cfg = NULL, *req = NULL, *resp = NULL;
+	int r;
+
+	if (img) {
+		cfg = json_deep_copy(config);
+		json_object_set_new(cfg, "digest", json_string(img->digest));
+	}
+	r = build_req(x, es->body, cfg, es->detach, &req, err);
+	json_decref(cfg);
+	if (r)
+		return r;
+	r = sb_agent_request(x->sb, req, START_TIMEOUT_MS, &resp, es->detach ? NULL : &x->stream,
+			     err);
+	json_decref(resp);
+	return r;
+}
+
 static int exec_start(struct daemon *d, const char *sbname, const char *container,
 		      json_t *body, bool is_run, bool detach, struct exec_ctx **out,
 		      int *exit_code, struct k8_err *err)
 {
 	struct exec_ctx *x = xcalloc(1, sizeof(*x));
-	json_t *cfg = NULL, *req = NULL, *resp = NULL;
-	struct vm_image img;
+	struct exec_send es = { .x = x, .body = body, .detach = detach };
 	const char *image = json_string_value(json_object_get(body, "image"));
-	bool slots = false;
 	int r;
 
 	x->d = d;
@@ -242,26 +269,10 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 			       "resume %s`", sbname, sbname);
 		goto fail;
 	}
-	if (is_run) {
-		/* in the Docker engine, an eviction waits for this run's start, as for a
-		 * Docker container's (docs/docker.md, "Limit") */
-		slots = !strcmp(x->sb->name, DKE_NAME);
-		if (slots)
-			dke_slots_read();
-		r = sb_image_for_run(d, x->sb, image, &img, &cfg, err);
-		if (r)
-			goto fail;
-		json_object_set_new(cfg, "digest", json_string(img.digest));
-	}
-	r = build_req(x, body, cfg, detach, &req, err);
-	json_decref(cfg);
-	if (r)
-		goto fail;
-	r = sb_agent_request(x->sb, req, START_TIMEOUT_MS, &resp, detach ? NULL : &x->stream, err);
-	if (slots)
-		dke_slots_done();
-	slots = false;
-	json_decref(resp);
+	/* a run holds its image's slot until the agent answered: in the Docker engine an
+	 * eviction waits for it, as for a Docker container's (docs/docker.md, "Limit") */
+	r = is_run ? slot_use(d, x->sb, image, false, NULL, exec_send, &es, err)
+		   : exec_send(&es, NULL, NULL, err);
 	if (r) {
 		/* The agent says which step failed: starting the command itself maps to
 		 * the shell's 127/126, like `docker run`. */
@@ -281,8 +292,6 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 	*out = x;
 	return 0;
 fail:
-	if (slots)
-		dke_slots_done();
 	exec_free(x);
 	return r;
 }

@@ -78,6 +78,8 @@ struct sandbox {
 	char limits_desc[256];
 	struct vm_image images[K8_MAX_SLOTS];
 	int nimages;
+	pthread_rwlock_t slots_lock;    /* a run's image resolution and start (read), an
+	                                 * eviction (write): slots.c */
 	struct qmp qmp;
 	struct agentlink link;
 	uint64_t boot_ms;

@@ -84,6 +84,7 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
 		memset(rnd, 0x5a, sizeof(rnd));
 	k8_hex(rnd, 8, sb->id);
+	pthread_rwlock_init(&sb->slots_lock, NULL);
 	sb->qmp.fd = -1;
 	sb->link.fd = -1;
 	sb->state = SB_STOPPED;
@@ -107,6 +108,7 @@ static void sb_free(struct sandbox *sb)
 	pthread_mutex_destroy(&sb->lock);
 	pthread_mutex_destroy(&sb->audit_mu);
 	pthread_cond_destroy(&sb->cond);
+	pthread_rwlock_destroy(&sb->slots_lock);
 	spare_free(sb);
 	json_decref(sb->listing);
 	json_decref(sb->owner);
@@ -201,7 +203,7 @@ static void console_tail(struct sandbox *sb, char *out, size_t n)
 	json_decref(ret);
 }
 
-static int sb_mount_images(struct sandbox *sb, struct k8_err *err)
+int sb_mount_images(struct sandbox *sb, struct k8_err *err)
 {
 	for (int i = 0; i < sb->nimages; i++) {
 		struct vm_image *img = &sb->images[i];
@@ -1422,23 +1424,10 @@ void sb_stop_all(struct daemon *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
-static struct vm_image *sb_find_image(struct sandbox *sb, const char *digest)
+void sb_progress(void *ctx, const char *phase, const char *what, uint64_t done,
+		 uint64_t total)
 {
-	for (int i = 0; i < sb->nimages; i++)
-		if (!strcmp(sb->images[i].digest, digest))
-			return &sb->images[i];
-	return NULL;
-}
-
-struct pull_progress {
-	void (*fn)(void *, json_t *);
-	void *ctx;
-};
-
-static void pull_progress_cb(void *ctx, const char *phase, const char *what, uint64_t done,
-			     uint64_t total)
-{
-	struct pull_progress *p = ctx;
+	struct sb_progress *p = ctx;
 	if (p->fn)
 		p->fn(p->ctx, json_pack("{s:s,s:s,s:I,s:I}", "phase", phase, "what", what ? what : "",
 					"done", (json_int_t)done, "total", (json_int_t)total));
@@ -1454,7 +1443,7 @@ int sb_image_pull_as(struct daemon *d, const char *ref, const char *basic,
 		     void (*progress)(void *, json_t *), void *pctx, json_t **out,
 		     struct k8_err *err)
 {
-	struct pull_progress pp = { progress, pctx };
+	struct sb_progress pp = { progress, pctx };
 	const char *dc = getenv("DOCKER_CONFIG");
 	const char *home = getenv("HOME");
 	cleanup_free char *auth = xasprintf("%s/auth.json", d->home);
@@ -1473,7 +1462,7 @@ int sb_image_pull_as(struct daemon *d, const char *ref, const char *basic,
 	};
 	int r;
 
-	r = image_pull(d->images, ref, &o, pull_progress_cb, &pp, out, err);
+	r = image_pull(d->images, ref, &o, sb_progress, &pp, out, err);
 	if (!r)
 		daemon_audit(d, "image.pull", NULL,
 			     json_pack("{s:O,s:O,s:O}", "ref", json_object_get(*out, "ref"),
@@ -1482,197 +1471,6 @@ int sb_image_pull_as(struct daemon *d, const char *ref, const char *basic,
 	daemon_setting_list_free(insecure);
 	daemon_setting_list_free(mirrors);
 	json_decref(cfg);
-	return r;
-}
-
-int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
-	    void (*progress)(void *, json_t *), void *pctx, json_t **out, struct k8_err *err)
-{
-	struct image_info info = { 0 };
-	struct pull_progress pp = { progress, pctx };
-	cleanup_free char *disk = NULL;
-	struct vm_image *img;
-	int r, slot;
-
-	r = image_resolve(d->images, image, &info, err);
-	if (r == -ENOENT) {
-		/* Not in the store: fetch it (image_pull fails fast when offline). */
-		json_t *pulled = NULL;
-		struct k8_err pe = { 0 };
-		r = sb_image_pull(d, image, progress, pctx, &pulled, &pe);
-		if (!r)
-			r = image_resolve(d->images, json_string_value(json_object_get(pulled, "ref")),
-					  &info, &pe);
-		json_decref(pulled);
-		if (r) {
-			k8_err_clear(err);
-			return k8_err_set(err, r, "%s", pe.msg);
-		}
-	} else if (r) {
-		return r;
-	}
-	r = sb_ensure_running(d, sb, err);
-	if (r)
-		goto out;
-	r = image_disk(d->images, info.digest, pull_progress_cb, &pp, &disk, err);
-	if (r)
-		goto out;
-	sb_busy_enter(sb);
-	img = sb_find_image(sb, info.digest);
-	if (!img) {
-		bool used[K8_MAX_SLOTS] = { 0 };
-		for (int i = 0; i < sb->nimages; i++)
-			used[sb->images[i].slot] = true;
-		for (slot = 0; slot < K8_MAX_SLOTS && used[slot]; slot++)
-			;
-		if (slot == K8_MAX_SLOTS) {
-			r = k8_err_set(err, -ENOSPC,
-				       "sandbox '%s' already has %d images, the most one VM can hold; "
-				       "create another sandbox for this one", sb->name, K8_MAX_SLOTS);
-			goto leave;
-		}
-		if (progress)
-			progress(pctx, json_pack("{s:s,s:s}", "phase", "attach", "what", info.digest));
-		r = vm_attach_image(&sb->qmp, slot, disk, err);
-		if (r)
-			goto leave;
-		pthread_mutex_lock(&sb->lock);
-		img = &sb->images[sb->nimages++];
-		memset(img, 0, sizeof(*img));
-		snprintf(img->ref, sizeof(img->ref), "%s", info.ref);
-		snprintf(img->digest, sizeof(img->digest), "%s", info.digest);
-		snprintf(img->disk, sizeof(img->disk), "%s", disk);
-		img->slot = slot;
-		sb_save(sb);
-		pthread_mutex_unlock(&sb->lock);
-	}
-	r = sb_mount_images(sb, err);
-	if (!r) {
-		daemon_audit(d, "sandbox.pull", sb->name,
-			     json_pack("{s:s,s:s,s:i}", "image", info.ref, "digest", info.digest,
-				       "slot", img->slot));
-		*out = json_pack("{s:s,s:s,s:i}", "ref", info.ref, "digest", info.digest, "slot",
-				 img->slot);
-	}
-leave:
-	sb_busy_leave(sb);
-out:
-	image_info_clear(&info);
-	return r;
-}
-
-int sb_image_evict(struct daemon *d, struct sandbox *sb, const char *digest,
-		   struct k8_err *err)
-{
-	struct vm_image order[K8_MAX_SLOTS];
-	char held[1024] = "";
-	size_t hl = 0;
-	int n, r = -ENOSPC;
-
-	sb_busy_enter(sb);
-	pthread_mutex_lock(&sb->lock);
-	n = sb->nimages;
-	memcpy(order, sb->images, sizeof(order));
-	pthread_mutex_unlock(&sb->lock);
-	for (int i = 1; i < n; i++)     /* least recently used first */
-		for (int k = i; k > 0 && order[k].used_ns < order[k - 1].used_ns; k--) {
-			struct vm_image t = order[k];
-			order[k] = order[k - 1];
-			order[k - 1] = t;
-		}
-	for (int i = 0; i < n; i++) {
-		struct k8_err e2 = { 0 };
-		json_t *resp = NULL;
-		int q;
-
-		if (digest && strcmp(order[i].digest, digest))
-			continue;
-		q = link_request(&sb->link,
-				     json_pack("{s:s,s:i,s:s}", "op", "image.unmount", "slot",
-					       order[i].slot, "digest", order[i].digest),
-				     REQ_TIMEOUT_MS, &resp, NULL, &e2);
-		json_decref(resp);
-		if (q == -EOPNOTSUPP) {
-			r = k8_err_set(err, -ENOSPC, "sandbox '%s' has %d images and its guest agent "
-				       "cannot unmount one: rebuild the guest image (make guest)",
-				       sb->name, K8_MAX_SLOTS);
-			goto out;
-		}
-		if (q) {
-			if (hl < sizeof(held))
-				hl += (size_t)snprintf(held + hl, sizeof(held) - hl, "%s%s (%s)",
-						       hl ? ", " : "", order[i].ref, e2.msg);
-			continue;
-		}
-		pthread_mutex_lock(&sb->lock);
-		for (int k = 0; k < sb->nimages; k++) {
-			if (sb->images[k].slot != order[i].slot)
-				continue;
-			memmove(&sb->images[k], &sb->images[k + 1],
-				(size_t)(sb->nimages - k - 1) * sizeof(sb->images[0]));
-			sb->nimages--;
-			break;
-		}
-		sb_save(sb);
-		pthread_mutex_unlock(&sb->lock);
-		daemon_audit(d, "sandbox.image.evict", sb->name,
-			     json_pack("{s:s,s:s,s:i}", "image", order[i].ref, "digest",
-				       order[i].digest, "slot", order[i].slot));
-		r = 0;
-		goto out;
-	}
-	r = k8_err_set(err, -ENOSPC, "sandbox '%s' holds %d images, each in use: %s", sb->name,
-		       n, held);
-out:
-	sb_busy_leave(sb);
-	return r;
-}
-
-int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
-		     struct vm_image *img, json_t **config, struct k8_err *err)
-{
-	struct image_info info = { 0 };
-	struct vm_image *found;
-	int r;
-
-	r = image_resolve(d->images, image, &info, err);
-	if (r == -ENOENT && daemon_offline(d, NULL)) {   /* the store's hint would say `image pull` */
-		err->code = 0;
-		return k8_err_set(err, -ENETUNREACH, "KOSA8_OFFLINE is set: not fetching %s; load "
-				  "it with kosa8 image load or kosa8 bundle import", image);
-	}
-	if (r)
-		return r;
-	pthread_mutex_lock(&sb->lock);
-	found = sb_find_image(sb, info.digest);
-	if (found) {
-		found->used_ns = now_mono_ns();
-		*img = *found;
-	}
-	pthread_mutex_unlock(&sb->lock);
-	if (!found || !found->mounted) {
-		/* Like `docker run`: use the image if the store has it. */
-		json_t *res = NULL;
-		r = sb_pull(d, sb, image, NULL, NULL, &res, err);
-		json_decref(res);
-		if (r)
-			goto out;
-		pthread_mutex_lock(&sb->lock);
-		found = sb_find_image(sb, info.digest);
-		if (found) {
-			found->used_ns = now_mono_ns();
-			*img = *found;
-		}
-		pthread_mutex_unlock(&sb->lock);
-		if (!found) {
-			r = k8_err_set(err, -EIO, "image %s vanished from the sandbox", info.ref);
-			goto out;
-		}
-	}
-	*config = json_pack("{s:O,s:O?,s:O?,s:s,s:s}", "env", info.env, "entrypoint",
-			    info.entrypoint, "cmd", info.cmd, "workdir", info.workdir, "user", info.user);
-out:
-	image_info_clear(&info);
 	return r;
 }
 
@@ -1780,33 +1578,3 @@ int sb_api_rm(struct api_call *call)
 	return sb_remove(call->d, api_param(call, "name"), wipe, &call->err);
 }
 
-static int sb_pull_job(struct api_job *j, json_t **result, struct k8_err *err)
-{
-	const char *image = json_string_value(json_object_get(j->body, "image"));
-	struct sandbox *sb;
-	int r;
-
-	if (!image)
-		return k8_err_set(err, -EINVAL, "an image is required, e.g. python:3.12-slim");
-	sb = sb_get(j->d, j->arg, err);
-	if (!sb)
-		return -ENOENT;
-	r = sb_pull(j->d, sb, image, api_job_progress, j, result, err);
-	sb_put(j->d, sb);
-	return r;
-}
-
-/* A sandbox that does not exist is a plain 404, before the stream starts. */
-int sb_api_pull(struct api_call *call)
-{
-	const char *name = api_param(call, "name");
-	struct sandbox *sb;
-
-	if (!sb_name_valid(name))
-		return k8_err_set(&call->err, -ENOENT, "sandbox '%s' does not exist", name);
-	sb = sb_get(call->d, name, &call->err);
-	if (!sb)
-		return call->err.code;
-	sb_put(call->d, sb);
-	return api_reply_job(call, sb_pull_job, name);
-}

@@ -23,8 +23,6 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 json_t *sb_to_json(struct sandbox *sb, bool detail);
 json_t *sb_list_json(struct daemon *d);
 int sb_remove(struct daemon *d, const char *name, bool wipe, struct k8_err *err);
-int sb_pull(struct daemon *d, struct sandbox *sb, const char *image,
-	    void (*progress)(void *, json_t *), void *pctx, json_t **out, struct k8_err *err);
 /* Pull `ref` from its registry into the image store (KOSA8_OFFLINE, credentials, mirrors
  * and insecure registries from the daemon's environment); audited as image.pull. */
 int sb_image_pull(struct daemon *d, const char *ref, void (*progress)(void *, json_t *),
@@ -35,15 +33,16 @@ int sb_image_pull_as(struct daemon *d, const char *ref, const char *basic,
 		     struct k8_err *err);
 int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err);
 void sb_stop_all(struct daemon *d);
-/* Free the least recently used image slot of sb whose image the guest agent lets go
- * (no running or created container uses it: the agent unmounts it before the host ever
- * swaps the slot's backing file); with `digest`, only that image's slot. 0, or -ENOSPC
- * with err listing what holds the slots. Serialised with attaches by the sandbox's busy
- * token. */
-int sb_image_evict(struct daemon *d, struct sandbox *sb, const char *digest,
-		   struct k8_err *err);
-int sb_image_for_run(struct daemon *d, struct sandbox *sb, const char *image,
-		     struct vm_image *img, json_t **config, struct k8_err *err);
+/* The progress of a pull or a disk build (image.h's callback) as {"phase","what",
+ * "done","total"} to fn(ctx, ...); ctx is a struct sb_progress. */
+struct sb_progress {
+	void (*fn)(void *, json_t *);
+	void *ctx;
+};
+void sb_progress(void *ctx, const char *phase, const char *what, uint64_t done,
+		 uint64_t total);
+/* Mount every attached image the guest has not mounted yet (image.mount). */
+int sb_mount_images(struct sandbox *sb, struct k8_err *err);
 /* Stop QEMU and the sandbox's sidecars (kosa8-net, kosa8-fs). Caller holds sb->lock. */
 void sb_kill_vm(struct daemon *d, struct sandbox *sb);
 /* Stop QEMU only (a rewind keeps the sidecars: counts, pins and file handles stay). */
@@ -107,6 +106,5 @@ int sb_api_list(struct api_call *call);
 int sb_api_create(struct api_call *call);
 int sb_api_get(struct api_call *call);
 int sb_api_rm(struct api_call *call);
-int sb_api_pull(struct api_call *call);
 
 #endif
