@@ -25,7 +25,7 @@
 #include "daemon/bundle.h"
 #include "daemon/guestfetch.h"
 #include "daemon/audit.h"
-#include "daemon/secret.h"
+#include "daemon/secret_api.h"
 #include "daemon/accel.h"
 #include "daemon/idle.h"
 #include "image/image.h"
