@@ -243,9 +243,11 @@ install: progs $(if $(NO_GUEST),,guest) gen-docs
 	chmod 0644 $(DESTDIR)$(UNITDIR)/kosa8.service
 	install -D -m 0644 packaging/kosa8.sysusers $(DESTDIR)$(SYSUSERSDIR)/kosa8.conf
 	install -D -m 0644 packaging/kosa8.tmpfiles $(DESTDIR)$(TMPFILESDIR)/kosa8.conf
-	install -d $(DESTDIR)$(DOCDIR)/docs
+	install -d $(DESTDIR)$(DOCDIR)/docs/guides $(DESTDIR)$(DOCDIR)/docs/reference
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/
 	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	install -m 0644 docs/guides/*.md $(DESTDIR)$(DOCDIR)/docs/guides/
+	install -m 0644 docs/reference/*.md $(DESTDIR)$(DOCDIR)/docs/reference/
 
 # What install wrote; the state in /var/lib/kosa8 and the group kosa8 stay.
 uninstall:

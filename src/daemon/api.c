@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* api.c - the daemon's HTTP/1.1 + JSON API on a unix socket (docs/api.md).
+/* api.c - the daemon's HTTP/1.1 + JSON API on a unix socket (docs/reference/api.md).
  *
  * libmicrohttpd runs one thread per connection, so handlers may block. Request bodies
  * are capped (1 MiB). A request is matched against the route table below (api_match,
@@ -705,7 +705,7 @@ static int api_audit_verify(struct api_call *call)
 	return audit_verify(call->d->home, &call->out, &call->err);
 }
 
-/* ---- the route table: every endpoint, in docs/api.md's order ---- */
+/* ---- the route table: every endpoint, in docs/reference/api.md's order ---- */
 
 static const struct api_route routes[] = {
 	{ "GET",    "/v1/status", api_status },
@@ -826,11 +826,11 @@ static int route_match(struct api_listener *l, struct MHD_Connection *c, struct 
 		dl->unmatched(call);
 		*r = reply_err(c, dl, &call->err);
 	} else if (rc == -ENOENT) {
-		*r = reply_msg(c, dl, -ENOENT, "no such endpoint: %s %s; see docs/api.md", method,
+		*r = reply_msg(c, dl, -ENOENT, "no such endpoint: %s %s; see docs/reference/api.md", method,
 			       url);
 	} else if (rc == -EBADRQC) {
 		k8_err_set(&call->err, -EBADRQC, "%s is not allowed on %s; it takes %s (see "
-			   "docs/api.md)", method, url, allow);
+			   "docs/reference/api.md)", method, url, allow);
 		unsigned http;
 		json_t *v = dl->error(&call->err, &http);
 		*r = reply_status(c, dl, 405, v, "Allow", allow);

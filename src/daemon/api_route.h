@@ -9,7 +9,7 @@
  * and name the field in the 400 they produce, and answers by
  *   - returning 0 with call->out set (or left NULL for `{}`): a JSON result, 200;
  *   - returning a negative errno with call->err filled: the listener's error reply
- *     (docs/api.md, docs/errors.md); set call->exit_code for run/exec's `exit_code`;
+ *     (docs/reference/api.md, docs/errors.md); set call->exit_code for run/exec's `exit_code`;
  *   - api_reply_job(): a progress stream whose worker runs an api_job_fn;
  *   - api_reply_upgrade(): 101 and a framed exec stream (exec.c).
  * Route tables are arrays of struct api_route; the matcher is shared by every table.
@@ -204,8 +204,8 @@ int api_query_bool(struct api_call *call, const char *key, bool *out);
 
 /* ---- replies other than a JSON result ---- */
 
-/* A progress stream (docs/api.md): the worker gets the daemon, the body and `arg` (at most
- * API_SEG_LEN - 1 bytes, e.g. the sandbox name), reports through api_job_progress and
+/* A progress stream (docs/reference/api.md): the worker gets the daemon, the body and `arg` (at
+ * most API_SEG_LEN - 1 bytes, e.g. the sandbox name), reports through api_job_progress and
  * ends with its result or its error. */
 struct api_job {
 	struct daemon *d;

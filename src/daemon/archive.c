@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* archive.c - copying files in and out of a sandbox's containers: a tar stream between
- * an API connection and the agent's archive ops (docs/api.md "Copying files",
+ * an API connection and the agent's archive ops (docs/reference/api.md "Copying files",
  * docs/protocol.md).
  *
  * get: archive.get opens an agent stream whose STDOUT is the tar. archive_get_read()

@@ -122,7 +122,7 @@ struct sandbox {
 	json_t *listing;
 };
 
-/* A sandbox's owner as an API client gave it (docs/api.md, POST /v1/sandboxes): 0, or
+/* A sandbox's owner as an API client gave it (docs/reference/api.md, POST /v1/sandboxes): 0, or
  * -EINVAL with a message. Pure. */
 int sb_owner_check(const json_t *owner, struct k8_err *err);
 
