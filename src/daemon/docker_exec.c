@@ -49,6 +49,19 @@ static struct dkx *dkx_find_locked(struct docker *dk, const char *id)
 	return hit;
 }
 
+/* The exec the route's {id} names in *xp, with dk->lock held; moby's 404 (the lock
+ * released) when there is none. */
+static int dkx_lock_find(struct api_call *call, struct docker *dk, struct dkx **xp)
+{
+	pthread_mutex_lock(&dk->lock);
+	*xp = dkx_find_locked(dk, api_param(call, "id"));
+	if (*xp)
+		return 0;
+	pthread_mutex_unlock(&dk->lock);
+	return k8_err_set(&call->err, -ENOENT, "No such exec instance: %.100s",
+			  api_param(call, "id"));
+}
+
 int dkx_api_create(struct api_call *call)
 {
 	struct docker *dk = docker_of(call->d);
@@ -236,7 +249,6 @@ static void *dkx_detached_thread(void *arg)
 int dkx_api_start(struct api_call *call)
 {
 	struct docker *dk = docker_of(call->d);
-	const char *id = api_param(call, "id");
 	bool detach = json_is_true(json_object_get(call->body, "Detach"));
 	struct dkx_run *xr;
 	struct dspec_exec spec;
@@ -246,12 +258,8 @@ int dkx_api_start(struct api_call *call)
 	char ctr[DN_ID_LEN + 1];
 	int r;
 
-	pthread_mutex_lock(&dk->lock);
-	x = dkx_find_locked(dk, id);
-	if (!x) {
-		pthread_mutex_unlock(&dk->lock);
-		return k8_err_set(&call->err, -ENOENT, "No such exec instance: %.100s", id);
-	}
+	if ((r = dkx_lock_find(call, dk, &x)))
+		return r;
 	if (x->started) {
 		pthread_mutex_unlock(&dk->lock);
 		return k8_err_set(&call->err, -EBUSY, "Error: Exec command %s is already running",
@@ -355,14 +363,10 @@ int dkx_api_inspect(struct api_call *call)
 	struct docker *dk = docker_of(call->d);
 	struct dkx *x;
 	json_t *args;
+	int r;
 
-	pthread_mutex_lock(&dk->lock);
-	x = dkx_find_locked(dk, api_param(call, "id"));
-	if (!x) {
-		pthread_mutex_unlock(&dk->lock);
-		return k8_err_set(&call->err, -ENOENT, "No such exec instance: %.100s",
-				  api_param(call, "id"));
-	}
+	if ((r = dkx_lock_find(call, dk, &x)))
+		return r;
 	args = json_array();
 	for (size_t i = 1; i < json_array_size(x->spec.cmd); i++)
 		json_array_append(args, json_array_get(x->spec.cmd, i));
@@ -393,13 +397,8 @@ int dkx_api_resize(struct api_call *call)
 
 	if ((r = dkr_query_hw(call, &rows, &cols)))
 		return r;
-	pthread_mutex_lock(&dk->lock);
-	x = dkx_find_locked(dk, api_param(call, "id"));
-	if (!x) {
-		pthread_mutex_unlock(&dk->lock);
-		return k8_err_set(&call->err, -ENOENT, "No such exec instance: %.100s",
-				  api_param(call, "id"));
-	}
+	if ((r = dkx_lock_find(call, dk, &x)))
+		return r;
 	if (!x->started) {
 		x->spec.rows = rows;
 		x->spec.cols = cols;
