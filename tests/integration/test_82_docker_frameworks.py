@@ -20,6 +20,7 @@ import uuid
 import pytest
 
 from conftest import wait_or_fail
+from test_50_registry import free_port
 from test_89_docker_containers import IMG, SERVER, dk, docker, dockerpy, ok, sock  # noqa: F401
 
 needs_py = pytest.mark.skipif(dockerpy is None,
@@ -287,14 +288,6 @@ def gateway_dockerfile():
             "RUN python3 -c \"open('/kernel_gateway.py', 'wb').write(bytes.fromhex('%s'))\"\n"
             "EXPOSE 8888\n"
             "CMD [\"python3\", \"/kernel_gateway.py\"]\n" % (IMG, blob))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run_cell(ws_url, code):

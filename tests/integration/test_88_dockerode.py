@@ -15,6 +15,7 @@ import pytest
 
 from conftest import TOP, recv_all
 from dockerkit import IMG, docker_sock, engine_home, raw_http
+from test_88_docker_api import reg  # noqa: F401 - the local registry fixture
 
 CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dockerode_client.js")
 
@@ -218,17 +219,6 @@ def test_build_from_a_tar(h, node_modules):
     assert r["id"].startswith("sha256:"), r
     assert any("Successfully built" in (e.get("stream") or "") for e in r["events"]), r
     assert (r["status"], r["stdout"]) == (0, "yes\n"), r
-
-
-@pytest.fixture(scope="module")
-def reg(python_layout):
-    from test_50_registry import Registry
-    if not shutil.which("docker-registry") or not shutil.which("skopeo"):
-        pytest.skip("docker-registry and skopeo are needed (scripts/deps.sh)")
-    r = Registry()
-    r.push(python_layout)
-    yield r
-    r.stop()
 
 
 def test_pull_progress(h, node_modules, reg):
