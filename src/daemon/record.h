@@ -117,6 +117,9 @@ struct sandbox {
 	 * "pod"?} from containerd-shim-kosa8-v2 (docs/containerd.md); NULL otherwise. Set
 	 * under the daemon's table lock at create, never changed after. */
 	json_t *owner;
+	/* Ends the spare with the VM: spare_drop, set by sandbox.c when it makes the record,
+	 * so that sb_kill_vm (boot.c, below spare.c) ends it as it always did. */
+	void (*spare_drop)(struct daemon *d, struct sandbox *sb);
 	/* `sandbox ls`'s last entry for it, guarded by the daemon's table lock: what ls shows
 	 * of a sandbox whose lock stays held past its wait (sb_list_json) */
 	json_t *listing;

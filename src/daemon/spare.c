@@ -43,7 +43,7 @@
 #include "daemon/egress.h"
 #include "daemon/layers.h"
 #include "daemon/mounts.h"
-#include "daemon/sandbox.h"
+#include "daemon/boot.h"
 
 #include <fcntl.h>
 #include <signal.h>
