@@ -1003,6 +1003,31 @@ static int dkb_step(struct dkb *b, struct df_state *st, const struct df_step *s,
 	return dkb_commit(b, by, fd, key, err);
 }
 
+/* FROM: the stage's image, and its Env and WorkingDir as the state's. */
+static int dkb_from_step(struct dkb *b, struct df_state *st, const char *ref, struct k8_err *err)
+{
+	const char **env;
+	json_t *cfg, *ev, *v;
+	size_t ne = 0, x;
+	int r = dkb_from(b, ref, err);
+
+	if (r)
+		return r;
+	cfg = dkb_cfg(b);
+	ev = json_object_get(cfg, "Env");
+	env = xcalloc(json_array_size(ev) + 1, sizeof(*env));
+	json_array_foreach(ev, x, v)
+		if (json_is_string(v))
+			env[ne++] = json_string_value(v);
+	r = df_state_set_env(st, env, ne);
+	free((void *)env);
+	if (!r)
+		r = df_state_set_workdir(st, json_string_value(json_object_get(cfg, "WorkingDir")));
+	if (r)
+		k8_err_set(err, r, "the base image's Env");
+	return r;
+}
+
 static int dkb_run(struct dkb *b, json_t *body, json_t **result, struct k8_err *err)
 {
 	const char *dfname = json_string_value(json_object_get(body, "dockerfile")) ?: "Dockerfile";
@@ -1065,25 +1090,7 @@ static int dkb_run(struct dkb *b, json_t *body, json_t **result, struct k8_err *
 		if (r)
 			break;
 		if (s.kind == DF_FROM) {
-			const char **env;
-			json_t *ev;
-			size_t ne = 0, x;
-			r = dkb_from(b, s.argv.v[0], err);
-			if (!r) {
-				json_t *cfg = dkb_cfg(b);
-				ev = json_object_get(cfg, "Env");
-				env = xcalloc(json_array_size(ev) + 1, sizeof(*env));
-				json_array_foreach(ev, x, v)
-					if (json_is_string(v))
-						env[ne++] = json_string_value(v);
-				r = df_state_set_env(&st, env, ne);
-				free((void *)env);
-				if (!r)
-					r = df_state_set_workdir(&st, json_string_value(
-							json_object_get(cfg, "WorkingDir")));
-				if (r)
-					k8_err_set(err, r, "the base image's Env");
-			}
+			r = dkb_from_step(b, &st, s.argv.v[0], err);
 		} else if (s.kind != DF_ARG) {
 			r = dkb_step(b, &st, &s, err);
 		}

@@ -629,6 +629,27 @@ void sb_unreserve(struct daemon *d, struct sandbox *sb)
 	sb_drop_reserved_unlinked(sb);
 }
 
+/* The audit records of a sandbox just created: its size, owner, broker, folders, ports. */
+static void sb_audit_created(struct daemon *d, struct sandbox *sb)
+{
+	daemon_audit(d, "sandbox.create", sb->name,
+		     json_pack("{s:i,s:i,s:i,s:s,s:s,s:I,s:s,s:O}", "cpus", sb->cpus, "memory_mib",
+			       sb->memory_mib, "disk_gb", sb->disk_gb, "accel", d->accel, "limits",
+			       sb->limits_desc, "boot_ms", (json_int_t)sb->boot_ms, "egress",
+			       sb->egress_mode, "egress_allow", sb->egress_rules));
+	if (sb->owner)
+		daemon_audit(d, "sandbox.owner", sb->name, json_deep_copy(sb->owner));
+	if (sb->broker)
+		daemon_audit(d, "sandbox.broker", sb->name,
+			     json_pack("{s:O,s:b}", "rules", sb->broker->rules, "intercept",
+				       sb->broker->intercept));
+	for (int i = 0; i < sb->nmounts; i++)
+		daemon_audit(d, "sandbox.mount", sb->name,
+			     json_pack("{s:s,s:s,s:b}", "host", sb->mounts[i].host, "guest",
+				       sb->mounts[i].guest, "ro", sb->mounts[i].ro));
+	ports_audit_created(d, sb);
+}
+
 int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *), void *pctx,
 	      json_t **out, struct k8_err *err)
 {
@@ -734,22 +755,7 @@ int sb_create(struct daemon *d, json_t *body, void (*progress)(void *, json_t *)
 	sb->state = SB_RUNNING;
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
-	daemon_audit(d, "sandbox.create", name,
-		     json_pack("{s:i,s:i,s:i,s:s,s:s,s:I,s:s,s:O}", "cpus", cpus, "memory_mib", mem,
-			       "disk_gb", disk, "accel", d->accel, "limits", sb->limits_desc,
-			       "boot_ms", (json_int_t)sb->boot_ms, "egress", sb->egress_mode,
-			       "egress_allow", sb->egress_rules));
-	if (sb->owner)
-		daemon_audit(d, "sandbox.owner", name, json_deep_copy(sb->owner));
-	if (sb->broker)
-		daemon_audit(d, "sandbox.broker", name,
-			     json_pack("{s:O,s:b}", "rules", sb->broker->rules, "intercept",
-				       sb->broker->intercept));
-	for (int i = 0; i < sb->nmounts; i++)
-		daemon_audit(d, "sandbox.mount", name,
-			     json_pack("{s:s,s:s,s:b}", "host", sb->mounts[i].host, "guest",
-				       sb->mounts[i].guest, "ro", sb->mounts[i].ro));
-	ports_audit_created(d, sb);
+	sb_audit_created(d, sb);
 	sb_busy_leave(sb);
 	*out = sb_to_json(sb, false);
 	if (!strcmp(sb->accel, "tcg"))
