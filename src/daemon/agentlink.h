@@ -146,7 +146,29 @@ struct stream_ops {
 
 /* Pump stream s until the process exits, the link breaks or the consumer is gone: the
  * one loop every stream consumer shares (kosa8's run and exec, a Docker container's pump
- * and exec, a build's RUN). Returns:
+ * and exec, a build's RUN; a new API's process streams go through it too). A consumer:
+ *
+ *     struct stream *s;
+ *     json_t *resp, *exit_info;
+ *     // the agent's run or exec request, with "stdin" true when input() gives stdin;
+ *     // above layer 5 through sandbox.h's sb_agent_request, which is this call
+ *     if (link_request(&sb->link, req, timeout_ms, &resp, &s, err))
+ *             return err->code;               // no stream was left open
+ *     json_decref(resp);                       // {"ok":true,...}: the process started
+ *     struct stream_ops ops = { .output = my_output, .input = my_input_or_NULL,
+ *                               .input_fd = client_fd_or_-1, .gone_fd = client_fd_or_-1 };
+ *     r = link_stream_run(&sb->link, s, &ops, my_ctx, &exit_info);
+ *     link_stream_close(&sb->link, s);
+ *     // r 0 or -ECONNRESET: report exit_info["code"] (125 for a lost link), decref it
+ *
+ * Threads: link_stream_run blocks the thread that calls it (one per stream; the link's
+ * reader thread queues frames and wakes it), and output() and input() run in that thread,
+ * never at once. From any other thread, while it runs: link_stream_signal (a client's
+ * signal, a timeout's SIGKILL), link_stream_eof, link_stream_id. The sandbox must stay
+ * held (sb_get's reference) until link_stream_close. Back-pressure: output() may block;
+ * the agent stops sending past one window (docs/protocol.md "Flow control"). Exit
+ * codes: the agent's EXIT as it was sent, but LINK_LOST_EXIT for a lost link, whoever the
+ * consumer (test_agentlink, tests/integration/test_89_docker_lost.py). Returns:
  *   0             the process exited: *exit_info its EXIT (as link_stream_next's);
  *   -ECONNRESET   the link broke first: *exit_info is {"code": LINK_LOST_EXIT, "error":
  *                 LINK_LOST_WHY}, the one answer every consumer records;
