@@ -68,6 +68,12 @@ struct api_match {
  * Returns 0, or -ENOENT (more than API_SEG_MAX segments) or -EINVAL (a segment longer
  * than API_SEG_LEN - 1 bytes, or one that decodes to a NUL byte) with err filled. */
 int api_path_split(const char *url, struct api_path *p, struct k8_err *err);
+/* docker.sock's paths (docker_api.c's dialect; here, pure, so fuzz_api reaches the one
+ * the daemon runs): strip an optional /v1.NN/ prefix (-EINVAL with moby's wording outside
+ * 1.24..1.47), split like api_path_split, and join an image name that spans segments
+ * (src/docker/query.c dq_image_segments: "/images/127.0.0.1:5000/py:1/json" -> images,
+ * "127.0.0.1:5000/py:1", json). Returns 0, or a negative errno with err filled. */
+int api_path_split_docker(const char *url, struct api_path *p, struct k8_err *err);
 
 /* Find the route for `method` and `p` in `table[0..n)`. Returns 0 with *m filled;
  * -ENOENT when no pattern matches the path; -EBADRQC when some pattern matches the path

@@ -84,20 +84,6 @@ static json_t *docker_failed(const struct k8_err *err)
 	return docker_failed_text(err->msg[0] ? err->msg : strerror(-err->code), true);
 }
 
-int docker_api_split(const char *url, struct api_path *p, struct k8_err *err)
-{
-	struct dq_path dp;
-	char msg[256];
-	int r;
-
-	if (dq_split_path(url, &dp, msg, sizeof(msg)))
-		return k8_err_set(err, -EINVAL, "%s", msg);
-	r = api_path_split(dp.rest, p, err);
-	if (!r && dq_image_segments(&p->seg[0][0], sizeof(p->seg[0]), &p->n, msg, sizeof(msg)))
-		r = k8_err_set(err, -EINVAL, "%s", msg);
-	return r;
-}
-
 static void docker_unmatched(struct api_call *call)
 {
 	/* Families of moby's API this stage does not serve: say so rather than 404. */
@@ -185,7 +171,7 @@ const struct api_dialect docker_api_dialect = {
 	.routes = docker_routes,
 	.nroutes = ARRAY_SIZE(docker_routes),
 	.error = docker_error,
-	.split = docker_api_split,
+	.split = api_path_split_docker,
 	.progress = docker_progress,
 	.done = docker_done,
 	.failed = docker_failed,

@@ -21,22 +21,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int h(struct api_call *c) { (void)c; return 0; }
 
-/* docker.sock's path split as docker_api.c composes it (that file is the daemon's): the
- * version prefix, the segments, an image name joined across them (src/docker/query.c). */
-static int docker_split(const char *url, struct api_path *p, struct k8_err *err)
-{
-	struct dq_path dp;
-	char msg[256];
-	int r;
-
-	if (dq_split_path(url, &dp, msg, sizeof(msg)))
-		return k8_err_set(err, -EINVAL, "%s", msg);
-	r = api_path_split(dp.rest, p, err);
-	if (!r && dq_image_segments(&p->seg[0][0], sizeof(p->seg[0]), &p->n, msg, sizeof(msg)))
-		r = k8_err_set(err, -EINVAL, "%s", msg);
-	return r;
-}
-
 static const struct api_route table[] = {
 	{ "GET", "/v1/status", h }, { "POST", "/v1/shutdown", h }, { "GET", "/v1/images", h },
 	{ "POST", "/v1/images/load", h }, { "POST", "/v1/images/pull", h },
@@ -209,7 +193,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* docker.sock's path rules (src/docker/query.c, names.c): the same bounds, a name
 	 * joined in one segment, and familiar names that fit. */
 	memset(&call, 0, sizeof(call));
-	if (docker_split(parts[1], &call.path, &call.err) == 0) {
+	if (api_path_split_docker(parts[1], &call.path, &call.err) == 0) {
 		char fam[64];
 		check_path(&call.path);
 		if (call.path.n > 3 && !strcmp(call.path.seg[0], "images"))
