@@ -746,6 +746,7 @@ int link_stream_run(struct agentlink *l, struct stream *s, const struct stream_o
 {
 	struct stream_in in = { .buf = xmalloc(65536), .eof = !ops->input };
 	bool ask = ops->input != NULL;  /* input()'s first call: before any wait */
+	bool reading = ops->input != NULL;      /* input_fd is read (no STREAM_IN_SHUT yet) */
 	enum link_next st;
 	int r = -EPIPE;
 
@@ -753,18 +754,24 @@ int link_stream_run(struct agentlink *l, struct stream *s, const struct stream_o
 	in.eof_sent = in.eof;           /* no stdin: the consumer says whether it ends */
 	for (;;) {
 		struct pollfd pfd[2] = { { .fd = s->efd, .events = POLLIN }, { .fd = -1 } };
-		bool want;
+		bool listen;
 
 		stream_in_flush(l, s, &in);
-		want = !in.eof && in.off == in.have;
-		if (want && ask) {
+		/* stdin wanted, or (control) what else the client sends once stdin is over;
+		 * nothing more is read while stdin bytes wait for the agent's window */
+		listen = reading && in.off == in.have && (!in.eof || (ops->control && in.eof_sent));
+		if (listen && ask) {
 			unsigned flags = 0;
 			ssize_t got = ops->input(ctx, in.buf, 65536, &flags);
 			if (got < 0)
 				break;
-			in.have = (size_t)got;
-			in.off = 0;
-			in.eof = flags & STREAM_IN_EOF;
+			if (!in.eof) {          /* after stdin's EOF, stdin bytes are dropped */
+				in.have = (size_t)got;
+				in.off = 0;
+				in.eof = flags & STREAM_IN_EOF;
+			}
+			if (flags & STREAM_IN_SHUT)
+				reading = false;
 			ask = flags & STREAM_IN_MORE;
 			continue;
 		}
@@ -774,15 +781,15 @@ int link_stream_run(struct agentlink *l, struct stream *s, const struct stream_o
 			r = st == LINK_NEXT_EXIT ? 0 : -ECONNRESET;
 			break;
 		}
-		pfd[1].fd = want ? ops->input_fd : ops->gone_fd;
-		pfd[1].events = want ? POLLIN : 0;
+		pfd[1].fd = listen ? ops->input_fd : ops->gone_fd;
+		pfd[1].events = listen ? POLLIN : 0;
 		if (poll(pfd, 2, 1000) < 0 && errno != EINTR)
 			break;
 		if (pfd[0].revents & POLLIN)
 			stream_woken(s);
-		if (want && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)))
+		if (listen && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)))
 			ask = true;
-		else if (!want && pfd[1].fd >= 0 && (pfd[1].revents & (POLLHUP | POLLERR)))
+		else if (!listen && pfd[1].fd >= 0 && (pfd[1].revents & (POLLHUP | POLLERR)))
 			break;          /* the client hung up after its stdin: gone */
 	}
 	if (r == -EPIPE)        /* nobody reads it any more: end the process */

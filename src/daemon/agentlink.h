@@ -118,9 +118,11 @@ enum link_next {
 enum link_next link_stream_next(struct agentlink *l, struct stream *s, int ms,
 				struct sframe **f, json_t **exit_info);
 
-/* input()'s *flags: stdin ends after these bytes; it has more bytes to give at once. */
+/* input()'s *flags: stdin ends after these bytes; it has more bytes to give at once; the
+ * client sends nothing more at all (its write side is shut: input_fd is not read again). */
 #define STREAM_IN_EOF 1u
 #define STREAM_IN_MORE 2u
+#define STREAM_IN_SHUT 4u
 
 /* A consumer of a stream for link_stream_run, called in the loop's thread. */
 struct stream_ops {
@@ -139,8 +141,15 @@ struct stream_ops {
 	 * the agent's stdin window before it asks again. */
 	int input_fd;
 	ssize_t (*input)(void *ctx, unsigned char *buf, size_t max, unsigned *flags);
-	/* Once stdin is over (or when there is none), gone_fd (-1: none) is watched: a hang-up
-	 * or an error on it means the client is gone. */
+	/* control: input_fd carries more than stdin (kosa8's exec socket: SIGNAL frames too),
+	 * so it is read after stdin's EOF as well: input() is called whenever it is readable,
+	 * handles what it reads (a signal: link_stream_signal) and returns 0 (stdin bytes it
+	 * still returns are dropped), until it says STREAM_IN_SHUT. Without it, input_fd is
+	 * not read once stdin is over. */
+	bool control;
+	/* Once input_fd is not read any more (stdin over and no control, or STREAM_IN_SHUT;
+	 * or no input at all), gone_fd (-1: none) is watched: a hang-up or an error on it
+	 * means the client is gone. */
 	int gone_fd;
 };
 

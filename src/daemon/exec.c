@@ -363,11 +363,14 @@ static int bridge_output(void *ctx, uint16_t type, uint16_t flags, const unsigne
 }
 
 /* Client frames to stdin: STDIN payloads (one frame at a time, what does not fit kept
- * for the next call), SIGNAL forwarded at once; bytes already read first. A close before
- * the client's stdin EOF frame means it is gone; a bad frame too. */
+ * for the next call), SIGNAL forwarded at once, before and after stdin's EOF (the
+ * loop's `control`: the containerd shim's kill is a SIGNAL frame on a stream whose stdin
+ * ended at once); bytes already read first. A close before the client's stdin EOF frame
+ * means it is gone, after it only that the client sends no more; a bad frame: gone. */
 static ssize_t bridge_input(void *ctx, unsigned char *buf, size_t max, unsigned *flags)
 {
 	struct bridge *b = ctx;
+	bool did_read = false;
 
 	while (!b->pend) {
 		struct proto_hdr h;
@@ -375,6 +378,11 @@ static ssize_t bridge_input(void *ctx, unsigned char *buf, size_t max, unsigned 
 		long used;
 
 		if (b->raw_off == b->raw_have) {
+			/* one read a call: the loop polls for the next (a SIGNAL alone must not
+			 * leave it blocked in read while the process's output waits) */
+			if (did_read)
+				return 0;
+			did_read = true;
 			ssize_t got = b->raw ? read(b->sock, b->raw, 65536) : 0;
 			if (!b->raw) {          /* the first call: only what came with the request */
 				b->raw = xmalloc(65536);
@@ -382,8 +390,12 @@ static ssize_t bridge_input(void *ctx, unsigned char *buf, size_t max, unsigned 
 			}
 			if (got < 0 && (errno == EINTR || errno == EAGAIN))
 				return 0;
-			if (got <= 0)
-				return b->got_eof ? 0 : -1;
+			if (got <= 0) {
+				if (got < 0 || !b->got_eof)
+					return -1;
+				*flags |= STREAM_IN_SHUT;       /* a half-close after stdin's EOF */
+				return 0;
+			}
 			b->raw_have = (size_t)got;
 			b->raw_off = 0;
 		}
@@ -426,7 +438,7 @@ void exec_bridge(struct exec_ctx *x, int sock, const char *extra, size_t extra_l
 {
 	struct bridge b = { .x = x, .sock = sock };
 	struct stream_ops ops = { .output = bridge_output, .input = bridge_input,
-				  .input_fd = sock, .gone_fd = sock };
+				  .input_fd = sock, .control = true, .gone_fd = sock };
 	json_t *exit_info = NULL;
 	char started[96];
 	int fl, r = -EPIPE;

@@ -222,6 +222,10 @@ struct sink {
 	size_t n;
 	bool gone;                      /* the consumer leaves at its first output */
 	int in_fd;
+	struct agentlink *l;            /* ctl_input's signals go to this stream */
+	struct stream *s;
+	int calls_after_eof;            /* ctl_input calls once stdin was over */
+	bool eof;
 };
 
 static int sink_output(void *ctx, uint16_t type, uint16_t flags, const unsigned char *p,
@@ -249,6 +253,55 @@ static ssize_t sink_input(void *ctx, unsigned char *buf, size_t max, unsigned *f
 		return 0;
 	}
 	return got;
+}
+
+/* A client whose fd carries more than stdin (as kosa8's exec socket does): 'E' ends
+ * stdin, 'S' is a SIGTERM for the process, its close is STREAM_IN_SHUT. */
+static ssize_t ctl_input(void *ctx, unsigned char *buf, size_t max, unsigned *flags)
+{
+	struct sink *k = ctx;
+	char c;
+	ssize_t got = read(k->in_fd, &c, 1);
+
+	(void)max;
+	if (k->eof)
+		k->calls_after_eof++;
+	if (got <= 0) {
+		*flags |= STREAM_IN_EOF | STREAM_IN_SHUT;
+		return 0;
+	}
+	if (c == 'E') {
+		k->eof = true;
+		*flags |= STREAM_IN_EOF;
+		return 0;
+	}
+	if (c == 'S') {
+		link_stream_signal(k->l, k->s, SIGTERM);
+		return 0;
+	}
+	buf[0] = (unsigned char)c;
+	return 1;
+}
+
+/* Writes 'S' into fd after 200 ms; SIGKILLs the stream itself at 3 s if the loop never
+ * read it (so a loop that stopped reading fails the test rather than hanging it). */
+struct late {
+	int fd;
+	struct agentlink *l;
+	struct stream *s;
+};
+
+static void *late_signal(void *arg)
+{
+	struct late *lt = arg;
+
+	usleep(200000);
+	(void)!write(lt->fd, "S", 1);
+	for (int i = 0; i < 280 && !__atomic_load_n(&seen.signal, __ATOMIC_SEQ_CST); i++)
+		usleep(10000);
+	if (!__atomic_load_n(&seen.signal, __ATOMIC_SEQ_CST))
+		link_stream_signal(lt->l, lt->s, SIGKILL);
+	return NULL;
 }
 
 static int connect_link(struct agentlink *l, struct fake *f)
@@ -405,6 +458,41 @@ int main(void)
 	for (int i = 0; i < 100 && !__atomic_load_n(&seen.signal, __ATOMIC_SEQ_CST); i++)
 		usleep(10000);
 	CHECK_EQ_INT(seen.signal, 9);
+	link_stream_close(&l, s);
+	fake_stop(&f, t, &l);
+
+	/* control after stdin's EOF: a client whose stdin ended at once (the containerd
+	 * shim's task) still has its SIGNAL read and sent; before, the loop stopped reading
+	 * its fd with stdin and the signal was lost */
+	memset(&seen, 0, sizeof(seen));
+	fake_start(&f, &t, F_GONE);
+	CHECK(connect_link(&l, &f) == 0);
+	s = NULL;
+	CHECK(link_request(&l, json_pack("{s:s}", "op", "run"), 10000, NULL, &s, &err) == 0);
+	{
+		struct stream_ops ops3 = { .output = sink_output, .input = ctl_input,
+					   .control = true, .gone_fd = -1 };
+		struct late lt = { .l = &l, .s = s };
+		pthread_t lth;
+		int cfd[2];
+
+		memset(&k, 0, sizeof(k));
+		CHECK(pipe(cfd) == 0);
+		CHECK(write(cfd[1], "E", 1) == 1);
+		k.in_fd = ops3.input_fd = cfd[0];
+		k.l = &l;
+		k.s = s;
+		lt.fd = cfd[1];
+		lt.s = s;
+		pthread_create(&lth, NULL, late_signal, &lt);
+		CHECK_EQ_INT(link_stream_run(&l, s, &ops3, &k, &info), 0);
+		pthread_join(lth, NULL);
+		CHECK_EQ_INT(seen.signal, SIGTERM);     /* the client's, not the watchdog's */
+		CHECK(k.calls_after_eof >= 1);
+		json_decref(info);
+		close(cfd[0]);
+		close(cfd[1]);
+	}
 	link_stream_close(&l, s);
 	fake_stop(&f, t, &l);
 
