@@ -226,14 +226,21 @@ static int dcopy_add_archive(struct dcopy *c, int fd, const char *dst, bool *was
 		ssize_t n;
 
 		*was = true;
-		if (!p || strlen(p) >= 4096)
-			return archive_read_free(in), k8_err_set(c->err, -EINVAL, "ADD: an entry "
-								  "of the archive has no usable name");
+		if (!p || strlen(p) >= 4096) {
+			r = k8_err_set(c->err, -EINVAL, "ADD: an entry of the archive has no "
+				       "usable name");
+			archive_read_free(in);
+			return r;
+		}
 		snprintf(clean, sizeof(clean), "%s", p[0] == '/' ? p + 1 : p);
 		dignore_clean(clean);
-		if (!strncmp(clean, "../", 3) || !strcmp(clean, ".."))
-			return archive_read_free(in), k8_err_set(c->err, -EPERM, "ADD: the archive's "
-								  "entry '%.200s' leaves its directory", p);
+		if (!strncmp(clean, "../", 3) || !strcmp(clean, "..")) {
+			/* the message first: p is the reader's, gone once it is freed */
+			r = k8_err_set(c->err, -EPERM, "ADD: the archive's entry '%.200s' leaves "
+				       "its directory", p);
+			archive_read_free(in);
+			return r;
+		}
 		if (t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK)
 			continue;       /* no devices, FIFOs, sockets; hard links not kept */
 		cleanup_free char *path = !strcmp(clean, ".") ? xstrdup(dst)
@@ -439,15 +446,16 @@ static void dcopy_links_below(json_t *below, const char *p)
 	}
 }
 
-int dcopy_links_entry(struct dcopy_links *lk, int type, char *p, const char *tg,
+int dcopy_links_entry(struct dcopy_links *lk, int type, const char *name, const char *tg,
 		      struct k8_err *err)
 {
 	json_t *links = lk->links, *below = lk->below;
 	const char *base;
-	char par[4200];
+	char p[4200], par[4200];
 
-	if (strlen(p) >= sizeof(par) - 1)
+	if (strlen(name) >= sizeof(p) - 1)
 		return 0;       /* kept out of the map, as the unpacker refuses it */
+	memcpy(p, name, strlen(name) + 1);
 	dignore_clean(p);
 	if (p[0] == '/' || !strcmp(p, ".") || !strncmp(p, "../", 3) || !strcmp(p, ".."))
 		return 0;       /* the unpacker refuses those anyway */

@@ -49,13 +49,13 @@ bool dcopy_links_prefix(const json_t *pre, const json_t *layers);
 
 /* An entry's type for dcopy_links_entry. */
 enum { DCOPY_L_OTHER, DCOPY_L_DIR, DCOPY_L_LINK };
-/* Apply one entry of a layer, `name` as the tar names it (cleaned in place; one that
- * leaves the root, or is too long, is skipped, as the unpacker refuses it), `target` a
+/* Apply one entry of a layer, `name` as the tar names it (cleaned; one that leaves the
+ * root, is absolute or is too long is skipped, as the unpacker refuses it), `target` a
  * symlink's (NULL: none, or not kept): a symlink is set; any other entry at its path
  * replaces it (a non-directory also what was below it); a whiteout `.wh.NAME` removes
  * NAME and below; `.wh..wh..opq` empties its directory. 0, or -E2BIG past
  * DCOPY_LINKS_MAX links. */
-int dcopy_links_entry(struct dcopy_links *lk, int type, char *name, const char *target,
+int dcopy_links_entry(struct dcopy_links *lk, int type, const char *name, const char *target,
 		      struct k8_err *err);
 void dcopy_links_clear(struct dcopy_links *lk);
 

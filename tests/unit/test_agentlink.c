@@ -151,7 +151,7 @@ static void *fake_agent(void *arg)
 				break;
 			if (h.type == PROTO_SIGNAL && h.len == 4) {
 				seen.signal = buf[0];
-				wr(fd, PROTO_EXIT, 0, id, "{\"code\":137,\"signal\":9}", 25);
+				wr(fd, PROTO_EXIT, 0, id, "{\"code\":137,\"signal\":9}", 23);
 			}
 		}
 		break;

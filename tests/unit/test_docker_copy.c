@@ -276,6 +276,14 @@ static void test_links(void)
 		CHECK(json_object_get(lk.links, "etc/y") == NULL);
 		json_object_set_new(lk.links, "usr/zz", json_string("/q"));
 		CHECK_EQ_INT(dcopy_links_entry(&lk, DCOPY_L_OTHER, opq, NULL, &err), 0);
+		/* an empty name (a one-byte buffer: cleaning it in place would write "." past
+		 * it, which fuzz_dcopy found) is no entry */
+		char *empty = strdup("");
+		size_t before = json_object_size(lk.links);
+		CHECK_EQ_INT(dcopy_links_entry(&lk, DCOPY_L_LINK, empty, "/x", &err), 0);
+		CHECK_EQ_INT(json_object_size(lk.links), before);
+		CHECK_STR(empty, "");                   /* the caller's name is not written */
+		free(empty);
 		CHECK(json_object_get(lk.links, "usr/zz") == NULL);       /* opaque dir */
 	}
 	{
