@@ -3,7 +3,7 @@
  * the daemon client, the exec stream pump, output helpers and the steps of a command.
  *
  * Errors inside the CLI follow the project convention (a negative errno plus a message in
- * a struct k8_err); main() turns the errno into the exit code of docs/cli.md with
+ * a struct k8_err); main() turns the errno into the exit code of docs/reference/cli.md with
  * cli_exit_code(). The errno values carry these meanings:
  *
  *   -EINVAL        usage error, or the daemon answered bad_request      exit 2
@@ -23,7 +23,7 @@
 #include "common/util.h"
 #include "common/version.h"
 
-/* Exit codes (docs/cli.md). */
+/* Exit codes (docs/reference/cli.md). */
 enum {
 	CLI_EXIT_OK = 0,
 	CLI_EXIT_ERROR = 1,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cp.c - kosa8 sandbox cp: files between this machine and a container, as tar streams
- * through the daemon's archive endpoints (docs/cli.md, docs/api.md "Copying files").
+ * through the daemon's archive endpoints (docs/reference/cli.md, docs/reference/api.md
+ * "Copying files").
  *
  * Out: GET .../archive streams a tar, which libarchive extracts here, each name rebased
  * the way docker cp does (into DEST when it is a folder, else as DEST). The tar comes

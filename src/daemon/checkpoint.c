@@ -484,7 +484,7 @@ static int ckpt_swap_layer(struct ckpt_job *j, struct k8_err *err)
 
 /* Let the vCPUs we stopped run again. A failed `cont` is tried once more after 100 ms;
  * if that fails too the vCPUs stay stopped, the sandbox is marked paused and the error
- * says so and what to do (docs/api.md). */
+ * says so and what to do (docs/reference/api.md). */
 static int ckpt_cont(struct ckpt_job *j, struct k8_err *err)
 {
 	struct sandbox *sb = j->sb;
@@ -1226,7 +1226,8 @@ static int ckpt_op_fork(struct api_call *call, struct sandbox *sb)
 	return ckpt_fork(call->d, sb, from, name, &call->out, &call->err);
 }
 
-/* {"in_memory": true}: only the vCPUs stop (docs/api.md); else the machine goes to disk. */
+/* {"in_memory": true}: only the vCPUs stop (docs/reference/api.md); else the machine goes to
+ * disk. */
 static int ckpt_op_pause(struct api_call *call, struct sandbox *sb)
 {
 	bool in_memory = false;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* checkpoint.h - checkpoints: memory, devices and disk of a running sandbox, and back;
- * rewind, fork, pause (checkpoint.c, docs/checkpoints.md). */
+ * rewind, fork, pause (checkpoint.c, docs/design.md "Checkpoints and rewind"). */
 #ifndef K8_CHECKPOINT_H
 #define K8_CHECKPOINT_H
 

@@ -37,6 +37,22 @@ void daemon_setting_list_free(char **list)
 	free(list);
 }
 
+void *daemon_state(struct daemon *d, void **slot, void *(*make)(struct daemon *d))
+{
+	void *v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+
+	if (v)
+		return v;
+	pthread_mutex_lock(&d->lock);
+	v = *slot;
+	if (!v) {
+		v = make(d);
+		__atomic_store_n(slot, v, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return v;
+}
+
 /* Read at each use so an edit needs no restart; a malformed file is logged, not fatal. */
 json_t *daemon_config(struct daemon *d)
 {

@@ -70,6 +70,12 @@ struct daemon {
 	 * a negative errno with err when none runs. */
 	int (*model_addr)(struct daemon *d, const char *name, char *out, size_t n,
 			  struct k8_err *err);
+	/* Modules' own state in this daemon, made on first use (daemon_state): the Docker
+	 * API's records (docker_ctr.c), its engine (docker_engine.c), its builds' cache
+	 * (docker_build.c). Opaque here. */
+	struct docker *docker;
+	struct docker_engine *docker_engine;
+	struct docker_build *docker_build;
 	/* The E2B API's state (e2b_box.c's e2b_of), made on first use. Opaque here. */
 	struct e2b *e2b;
 };
@@ -95,6 +101,11 @@ int daemon_tcg_tb_mib(struct daemon *d, json_t *cfg);
 /* The machine a VM booted now gets: the free-page-reporting balloon unless config.json
  * "free_page_reporting" is false; read at each boot (cfg as above). */
 struct vm_machine daemon_vm_machine(struct daemon *d, json_t *cfg);
+
+/* daemon.c: a module's state in this daemon, made on first use. *slot (a field of d) is
+ * read once made; the first caller makes it with make(d) under d->lock, which make must
+ * not take. Returns *slot. Never freed (it lives as long as the daemon). */
+void *daemon_state(struct daemon *d, void **slot, void *(*make)(struct daemon *d));
 
 /* daemon.c: the audit helper; never fails the caller (an audit failure is logged) */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);

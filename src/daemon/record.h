@@ -78,6 +78,8 @@ struct sandbox {
 	char limits_desc[256];
 	struct vm_image images[K8_MAX_SLOTS];
 	int nimages;
+	pthread_rwlock_t slots_lock;    /* a run's image resolution and start (read), an
+	                                 * eviction (write): slots.c */
 	struct qmp qmp;
 	struct agentlink link;
 	uint64_t boot_ms;
@@ -115,12 +117,15 @@ struct sandbox {
 	 * "pod"?} from containerd-shim-kosa8-v2 (docs/containerd.md); NULL otherwise. Set
 	 * under the daemon's table lock at create, never changed after. */
 	json_t *owner;
+	/* Ends the spare with the VM: spare_drop, set by sandbox.c when it makes the record,
+	 * so that sb_kill_vm (boot.c, below spare.c) ends it as it always did. */
+	void (*spare_drop)(struct daemon *d, struct sandbox *sb);
 	/* `sandbox ls`'s last entry for it, guarded by the daemon's table lock: what ls shows
 	 * of a sandbox whose lock stays held past its wait (sb_list_json) */
 	json_t *listing;
 };
 
-/* A sandbox's owner as an API client gave it (docs/api.md, POST /v1/sandboxes): 0, or
+/* A sandbox's owner as an API client gave it (docs/reference/api.md, POST /v1/sandboxes): 0, or
  * -EINVAL with a message. Pure. */
 int sb_owner_check(const json_t *owner, struct k8_err *err);
 

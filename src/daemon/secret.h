@@ -28,10 +28,5 @@ int secret_read(const char *home, const char *name, char **value, size_t *n,
 void secret_wipe(char *value, size_t n);
 /* {"secrets": [{"name", "updated"}]}: names and dates, never values. */
 int secret_list(const char *home, json_t **out, struct k8_err *err);
-/* API handlers (api_route.h; the table is in api.c) */
-struct api_call;
-int secret_api_list(struct api_call *call);
-int secret_api_set(struct api_call *call);
-int secret_api_rm(struct api_call *call);
 
 #endif

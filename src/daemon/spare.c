@@ -43,7 +43,7 @@
 #include "daemon/egress.h"
 #include "daemon/layers.h"
 #include "daemon/mounts.h"
-#include "daemon/sandbox.h"
+#include "daemon/boot.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -243,6 +243,30 @@ out:
 	return r;
 }
 
+/* spare.json: the spare's QEMU, so that a daemon started later ends it. */
+static void spare_record(struct sandbox *sb, const struct spare_vm *v)
+{
+	cleanup_free char *rec = xasprintf("%s/spare.json", sb->dir);
+	cleanup_free char *t = NULL;
+	json_auto_t *j = json_pack("{s:s,s:s,s:i,s:I}", "label", v->label, "layer", v->layer,
+				   "pid", (int)v->pid, "pid_start", (json_int_t)v->start);
+
+	t = json_dumps(j, 0);
+	if (t)
+		write_file_atomic(rec, t, strlen(t), 0600);
+}
+
+/* QEMU's own words into err, after the command line that opens its log. */
+static void spare_qemu_said(const char *log, struct k8_err *err)
+{
+	cleanup_free char *said = NULL;
+	char *msg;
+
+	usleep(100000);
+	if (!read_file(log, 16384, &said, NULL) && (msg = strchr(said, '\n')) && msg[1])
+		k8_err_wrap(err, "QEMU: %.400s", msg + 1);
+}
+
 /* Start a QEMU restoring checkpoint `label` of sb, stopped once loaded. NULL on failure
  * (err says why; nothing is left). */
 static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const char *label,
@@ -344,22 +368,9 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 	v->nimages = nimgs;
 	v->memory_mib = mem;
 	v->cpus = cpus;
-	{
-		cleanup_free char *rec = xasprintf("%s/spare.json", sb->dir);
-		cleanup_free char *t = NULL;
-		json_auto_t *j = json_pack("{s:s,s:s,s:i,s:I}", "label", label, "layer", v->layer,
-					   "pid", (int)v->pid, "pid_start", (json_int_t)v->start);
-		t = json_dumps(j, 0);
-		if (t)
-			write_file_atomic(rec, t, strlen(t), 0600);
-	}
+	spare_record(sb, v);
 	if ((r = spare_wait_loaded(qmp, err))) {
-		cleanup_free char *said = NULL;
-		char *msg;
-		/* QEMU's own words, after the command line that opens its log */
-		usleep(100000);
-		if (!read_file(log, 16384, &said, NULL) && (msg = strchr(said, '\n')) && msg[1])
-			k8_err_wrap(err, "QEMU: %.400s", msg + 1);
+		spare_qemu_said(log, err);
 		goto fail;
 	}
 	spare_loading(sb, 0, 0, gen);

@@ -275,7 +275,8 @@ static void av_free(struct argv_b *a)
 	free(a->v);
 }
 
-#define ADD(...) av_add(&a, xasprintf(__VA_ARGS__))
+/* One argument of QEMU's command line, into the builder `a` (a pointer) in scope. */
+#define ADD(...) av_add(a, xasprintf(__VA_ARGS__))
 
 /* The descriptors QEMU is given: source fd in the daemon, and its number in QEMU
  * (3, 4, ... in order of addition). */
@@ -316,15 +317,15 @@ static int disk_fd(struct argv_b *a, struct fdmap *m, const char *path, bool rw,
 	if (fd < 0)
 		return k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 	set = fdm_add(m, fd, true);
-	av_add(a, xstrdup("-add-fd"));
-	av_add(a, xasprintf("fd=%d,set=%d", set, set));
+	ADD("-add-fd");
+	ADD("fd=%d,set=%d", set, set);
 	if (rw) {
 		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0)
 			return k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 		ro = fdm_add(m, fd, true);
-		av_add(a, xstrdup("-add-fd"));
-		av_add(a, xasprintf("fd=%d,set=%d", ro, set));
+		ADD("-add-fd");
+		ADD("fd=%d,set=%d", ro, set);
 	}
 	return set;
 }
@@ -386,7 +387,7 @@ static int qemu_path(char *out, size_t n, struct k8_err *err)
 	return k8_err_set(err, -ENOENT, "qemu-system-x86_64 is not installed; run scripts/deps.sh");
 }
 
-static void child_fail(const char *what)
+static __attribute__((noreturn)) void child_fail(const char *what)
 {
 	static const char pre[] = "kosa8d: cannot start QEMU: ";
 	const char *e = strerrordesc_np(errno); /* a static string: no locale, no malloc */
@@ -399,26 +400,10 @@ static void child_fail(const char *what)
 	_exit(126);
 }
 
-int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
+/* vm_spawn's first step: the machine, its accelerator and size, the verified kernel and
+ * initramfs (fds 3 and 4), the kernel's command line and the console. */
+static void vm_args_machine(struct argv_b *a, const struct vm_spec *s)
 {
-	struct argv_b a = { 0 };
-	cleanup_free char *log = s->log ? xstrdup(s->log) : xasprintf("%s/qemu.log", s->dir);
-	cleanup_free char *scratch = s->scratch ? NULL : xasprintf("%s/scratch.qcow2", s->dir);
-	struct fdmap *m = xcalloc(1, sizeof(*m));
-	struct jail_spec jail = { .uid = s->jail_uid, .kvm = !strcmp(s->accel, "kvm") };
-	char exe[4096], desc[256];
-	int logfd = -1, r = 0, fd, floor_fd = 0;
-	pid_t pid;
-
-	if ((r = qemu_path(exe, sizeof(exe), err)))
-		goto out;
-	if (s->jail_uid && (r = jail_prepare(&jail, err)))
-		goto out;
-	/* 3 and 4: the verified kernel and initramfs; 5: a migration stream */
-	fdm_add(m, s->kernel_fd, false);
-	fdm_add(m, s->initramfs_fd, false);
-	int incoming = s->incoming_fd >= 0 ? fdm_add(m, s->incoming_fd, false) : -1;
-
 	ADD("qemu-system-x86_64");
 	ADD("-name");
 	ADD("kosa8,process=kosa8-vm");
@@ -458,36 +443,45 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("ringbuf,id=console,size=65536");
 	ADD("-serial");
 	ADD("chardev:console");
-	/* Sockets QEMU serves are bound by the daemon and passed listening: the daemon
-	 * (and a daemon that adopts this VM) connects by path, QEMU never sees one. */
-	if ((fd = vm_listen(s->qmp_path, err)) < 0) {
-		r = fd;
-		goto out;
-	}
+}
+
+/* A socket QEMU serves at `path` as chardev `id` (the daemon binds it and passes it
+ * listening: the daemon, and a daemon that adopts this VM, connects by path; QEMU never
+ * sees one). */
+static int vm_args_socket(struct argv_b *a, struct fdmap *m, const char *path, const char *id,
+			  struct k8_err *err)
+{
+	int fd = vm_listen(path, err);
+
+	if (fd < 0)
+		return fd;
 	ADD("-chardev");
-	ADD("socket,id=qmp,fd=%d,server=on,wait=off", fdm_add(m, fd, true));
+	ADD("socket,id=%s,fd=%d,server=on,wait=off", id, fdm_add(m, fd, true));
+	return 0;
+}
+
+/* vm_spawn's second step: QMP, the agent's port, the shared folders' port and the NIC. */
+static int vm_args_channels(struct argv_b *a, struct fdmap *m, const struct vm_spec *s,
+			    struct k8_err *err)
+{
+	int fd = -1, r;
+
+	if ((r = vm_args_socket(a, m, s->qmp_path, "qmp", err)))
+		return r;
 	ADD("-mon");
 	ADD("chardev=qmp,mode=control");
 	ADD("-device");
 	ADD("virtio-serial-device,max_ports=3");
-	if ((fd = vm_listen(s->agent_path, err)) < 0) {
-		r = fd;
-		goto out;
-	}
-	ADD("-chardev");
-	ADD("socket,id=agent,fd=%d,server=on,wait=off", fdm_add(m, fd, true));
+	if ((r = vm_args_socket(a, m, s->agent_path, "agent", err)))
+		return r;
 	ADD("-device");
 	ADD("virtserialport,chardev=agent,name=kosa8.agent");
 	/* Shared folders: FUSE messages between the guest agent and kosa8-fs, which
 	 * connects here (and again after a rewind: a new QEMU listens at the same path).
 	 * Present in every VM, mounts or not, so every checkpoint has the same devices. */
 	if (s->fs_path) {
-		if ((fd = vm_listen(s->fs_path, err)) < 0) {
-			r = fd;
-			goto out;
-		}
-		ADD("-chardev");
-		ADD("socket,id=fs,fd=%d,server=on,wait=off", fdm_add(m, fd, true));
+		if ((r = vm_args_socket(a, m, s->fs_path, "fs", err)))
+			return r;
 		ADD("-device");
 		ADD("virtserialport,chardev=fs,name=kosa8.fs");
 	}
@@ -498,28 +492,31 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			fd = k8_err_set(err, -errno, "dup: %s", strerror(errno));
 		else if (s->net_fd <= 0)
 			fd = vm_connect(s->net_path, err);
-		if (fd < 0) {
-			r = fd;
-			goto out;
-		}
+		if (fd < 0)
+			return fd;
 		ADD("-netdev");
 		ADD("stream,id=net0,server=off,addr.type=fd,addr.str=%d", fdm_add(m, fd, true));
 		ADD("-device");
 		ADD("virtio-net-device,netdev=net0,mac=" GUEST_MAC);
 	}
-	/* Disks: each file is an fd set; the backing chain is always explicit (QEMU
-	 * would otherwise open the paths in the qcow2 headers), root first. */
-	if ((fd = disk_fd(&a, m, s->scratch ? s->scratch : scratch, true, err)) < 0) {
-		r = fd;
-		goto out;
-	}
+	return 0;
+}
+
+/* vm_spawn's third step: the scratch disk over its layer chain, root first, and the image
+ * slots. Each file is an fd set; the backing chain is always explicit (QEMU would
+ * otherwise open the paths in the qcow2 headers). */
+static int vm_args_disks(struct argv_b *a, struct fdmap *m, const struct vm_spec *s,
+			 const char *scratch, struct k8_err *err)
+{
+	int fd;
+
+	if ((fd = disk_fd(a, m, scratch, true, err)) < 0)
+		return fd;
 	ADD("-blockdev");
 	ADD("driver=file,node-name=scratch-file,filename=/dev/fdset/%d,discard=unmap", fd);
 	for (int i = s->nchain - 1; i >= 0; i--) {
-		if ((fd = disk_fd(&a, m, s->chain[i], false, err)) < 0) {
-			r = fd;
-			goto out;
-		}
+		if ((fd = disk_fd(a, m, s->chain[i], false, err)) < 0)
+			return fd;
 		ADD("-blockdev");
 		ADD("driver=file,node-name=l%d-file,filename=/dev/fdset/%d,read-only=on", i, fd);
 		ADD("-blockdev");
@@ -543,18 +540,14 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			if (s->images[j].slot == i)
 				img = &s->images[j];
 		if (img) {
-			if ((fd = disk_fd(&a, m, img->disk, false, err)) < 0) {
-				r = fd;
-				goto out;
-			}
+			if ((fd = disk_fd(a, m, img->disk, false, err)) < 0)
+				return fd;
 			ADD("-blockdev");
 			ADD("driver=raw,node-name=i%dg0,read-only=on,file.driver=file,"
 			    "file.filename=/dev/fdset/%d,file.read-only=on", i, fd);
 		}
-		if ((fd = disk_fd(&a, m, slot, false, err)) < 0) {
-			r = fd;
-			goto out;
-		}
+		if ((fd = disk_fd(a, m, slot, false, err)) < 0)
+			return fd;
 		ADD("-blockdev");
 		ADD("driver=file,node-name=slot%d-file,filename=/dev/fdset/%d,read-only=on", i, fd);
 		ADD("-blockdev");
@@ -566,6 +559,87 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		ADD("-device");
 		ADD("virtio-blk-device,drive=slot%d,serial=slot%d", i, i);
 	}
+	return 0;
+}
+
+/* vm_spawn's log: qemu.log, opened with the command line (what ran is the first thing
+ * one needs; one line: vm_qemu_said skips it) and whether it is jailed. The fd, or a
+ * negative errno. */
+static int vm_log_open(const char *log, const struct argv_b *a, const struct vm_spec *s,
+		       struct k8_err *err)
+{
+	int logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	if (logfd < 0)
+		return k8_err_set(err, -errno, "create %s: %s", log, strerror(errno));
+	for (int i = 0; i < a->n; i++)
+		dprintf(logfd, "%s%s", i ? " " : "", a->v[i]);
+	if (s->jail_uid)
+		dprintf(logfd, "  # jailed: uid/gid %u, no capabilities, no_new_privs, seccomp, "
+			"root: a tmpfs\n", (unsigned)s->jail_uid);
+	else
+		dprintf(logfd, "  # NOT jailed\n");
+	return logfd;
+}
+
+/* The child between fork and exec: its session, the log for output, the jail, the
+ * descriptors moved to 3, 4, ... (through `floor_fd`, above every source and target),
+ * and QEMU. Only async-signal-safe calls: the daemon is multi-threaded. */
+static __attribute__((noreturn)) void vm_child(const struct vm_spec *s, struct jail_spec *jail,
+					       struct fdmap *m, int logfd, int floor_fd,
+					       const char *exe, char **argv)
+{
+	sigset_t none;
+	int nul = open("/dev/null", O_RDONLY);
+	const char *fail;
+
+	setsid();
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (dup2(nul, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
+		_exit(126);
+	if (s->no_thp)  /* a speed hint: a kernel that refuses it costs only time */
+		(void)prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
+	if ((fail = jail_qemu_enter(jail)))
+		child_fail(fail);
+	for (int i = 0; i < m->n; i++) {
+		m->src[i] = fcntl(m->src[i], F_DUPFD, floor_fd + i);
+		if (m->src[i] < 0)
+			child_fail("moving descriptors");
+	}
+	for (int i = 0; i < m->n; i++)
+		if (dup2(m->src[i], 3 + i) < 0)
+			child_fail("placing descriptors");
+	if (syscall(SYS_close_range, 3 + m->n, ~0U, 0) < 0)
+		child_fail("closing descriptors");
+	execv(exe, argv);
+	child_fail(exe);
+}
+
+int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
+{
+	struct argv_b av = { 0 }, *a = &av;
+	cleanup_free char *log = s->log ? xstrdup(s->log) : xasprintf("%s/qemu.log", s->dir);
+	cleanup_free char *scratch = s->scratch ? NULL : xasprintf("%s/scratch.qcow2", s->dir);
+	struct fdmap *m = xcalloc(1, sizeof(*m));
+	struct jail_spec jail = { .uid = s->jail_uid, .kvm = !strcmp(s->accel, "kvm") };
+	char exe[4096], desc[256];
+	int logfd = -1, r = 0, floor_fd = 0;
+	pid_t pid;
+
+	if ((r = qemu_path(exe, sizeof(exe), err)))
+		goto out;
+	if (s->jail_uid && (r = jail_prepare(&jail, err)))
+		goto out;
+	/* 3 and 4: the verified kernel and initramfs; 5: a migration stream */
+	fdm_add(m, s->kernel_fd, false);
+	fdm_add(m, s->initramfs_fd, false);
+	int incoming = s->incoming_fd >= 0 ? fdm_add(m, s->incoming_fd, false) : -1;
+
+	vm_args_machine(a, s);
+	if ((r = vm_args_channels(a, m, s, err)) ||
+	    (r = vm_args_disks(a, m, s, s->scratch ? s->scratch : scratch, err)))
+		goto out;
 	/* Last, so the transports of the devices above keep their places. The balloon only
 	 * takes what the guest reports free (its pageblocks, 4 MiB here); the host never
 	 * inflates it. */
@@ -580,21 +654,10 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	    cgroup_prepare(s->cg, s->cg_name, s->cpus, (uint64_t)s->memory_mib << 20, jail.cg_fds,
 			   &jail.ncg, desc, sizeof(desc)) < 0 && s->cg->version)
 		daemon_log("%s: could not prepare cgroup limits", s->cg_name);
-
-	logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (logfd < 0) {
-		r = k8_err_set(err, -errno, "create %s: %s", log, strerror(errno));
+	if ((logfd = vm_log_open(log, a, s, err)) < 0) {
+		r = logfd;
 		goto out;
 	}
-	/* The command line opens the log: what ran is the first thing one needs. It stays
-	 * one line (vm_qemu_said skips it). */
-	for (int i = 0; i < a.n; i++)
-		dprintf(logfd, "%s%s", i ? " " : "", a.v[i]);
-	if (s->jail_uid)
-		dprintf(logfd, "  # jailed: uid/gid %u, no capabilities, no_new_privs, seccomp, "
-			"root: a tmpfs\n", (unsigned)s->jail_uid);
-	else
-		dprintf(logfd, "  # NOT jailed\n");
 	/* Above every source and every target: the child moves sources here first. */
 	floor_fd = 3 + m->n;
 	for (int i = 0; i < m->n; i++)
@@ -607,34 +670,8 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		r = k8_err_set(err, -errno, "fork: %s", strerror(errno));
 		goto out;
 	}
-	if (pid == 0) {
-		/* Only async-signal-safe calls from here: the daemon is multi-threaded. */
-		sigset_t none;
-		int nul = open("/dev/null", O_RDONLY);
-		const char *fail;
-
-		setsid();
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		if (dup2(nul, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
-			_exit(126);
-		if (s->no_thp)  /* a speed hint: a kernel that refuses it costs only time */
-			(void)prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
-		if ((fail = jail_qemu_enter(&jail)))
-			child_fail(fail);
-		for (int i = 0; i < m->n; i++) {
-			m->src[i] = fcntl(m->src[i], F_DUPFD, floor_fd + i);
-			if (m->src[i] < 0)
-				child_fail("moving descriptors");
-		}
-		for (int i = 0; i < m->n; i++)
-			if (dup2(m->src[i], 3 + i) < 0)
-				child_fail("placing descriptors");
-		if (syscall(SYS_close_range, 3 + m->n, ~0U, 0) < 0)
-			child_fail("closing descriptors");
-		execv(exe, a.v);
-		child_fail(exe);
-	}
+	if (pid == 0)
+		vm_child(s, &jail, m, logfd, floor_fd, exe, a->v);
 	*pidp = pid;
 out:
 	if (logfd >= 0)
@@ -643,7 +680,7 @@ out:
 		close(jail.cg_fds[i]);
 	fdm_close(m);
 	free(m);
-	av_free(&a);
+	av_free(a);
 	return r;
 }
 

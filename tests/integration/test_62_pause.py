@@ -170,5 +170,5 @@ def test_paused_sandbox_survives_daemon_stop_as_after_a_reboot(home, psb, loaded
         home("sandbox", "stop", psb, cid)
     finally:
         home.start()
-        for name in others:   # a pull boots a stopped sandbox (docs/cli.md)
+        for name in others:   # a pull boots a stopped sandbox (docs/reference/cli.md)
             home("sandbox", "pull", name, loaded, check=True, timeout=600)
