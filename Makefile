@@ -56,7 +56,7 @@ HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_S
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 
-PROGS := $(B)/bin/kosa8 $(B)/bin/kosa8d $(B)/bin/kosa8-agent
+PROGS := $(B)/bin/kosa8 $(B)/bin/kosa8d $(B)/bin/kosa8-agent $(B)/bin/kosa8-qemu-ram.so
 ifneq ($(wildcard src/net/main.c),)
 PROGS += $(B)/bin/kosa8-net
 endif
@@ -96,6 +96,13 @@ $(B)/bin/kosa8-net: $(call obj,src/net/main.c $(NET_SRC) $(COMMON_SRC) $(SIDECAR
 $(B)/bin/kosa8-fs: $(call obj,src/fs/main.c $(FS_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_FS) -lcrypto
+
+# Preloaded into a QEMU whose RAM maps a memory file (src/shim/qemu_ram.c says why):
+# libc only, found by kosa8d next to itself.
+$(B)/bin/kosa8-qemu-ram.so: src/shim/qemu_ram.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(WARN) -D_GNU_SOURCE -O2 -g -fPIC -shared -fstack-protector-strong \
+		$(if $(WERROR),-Werror) -Wl,-z,relro,-z,now -o $@ $<
 
 $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/proto.c)
 	@mkdir -p $(dir $@)
@@ -154,6 +161,9 @@ proto-variants: progs $(B)/proto/guest1/manifest.json $(B)/proto/guest3/manifest
 $(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC) $(FS_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON) $(LIBS_NET)
+
+# The QEMU shim's test preloads it into a child of its own.
+$(B)/tests/test_qemu_ram: | $(B)/bin/kosa8-qemu-ram.so
 
 # The containers' seccomp filter is tested on the host (the agent's sec.c, built for it).
 $(B)/tests/test_agent_sec: $(call obj,src/agent/sec.c)
