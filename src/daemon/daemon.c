@@ -85,6 +85,21 @@ struct vm_machine daemon_vm_machine(struct daemon *d, json_t *cfg)
 	return m;
 }
 
+bool daemon_memfile(struct daemon *d, json_t *cfg)
+{
+	json_t *own = cfg ? NULL : daemon_config(d);
+	const char *v = json_string_value(json_object_get(cfg ? cfg : own, "checkpoint_memory"));
+	bool file = true;
+
+	if (v && !strcmp(v, "stream"))
+		file = false;
+	else if (json_object_get(cfg ? cfg : own, "checkpoint_memory") && (!v || strcmp(v, "file")))
+		daemon_log("config.json \"checkpoint_memory\" must be \"file\" or \"stream\"; "
+			   "using \"file\"");
+	json_decref(own);
+	return file;
+}
+
 /* Offline: the flag, the environment or config.json (daemon.h). */
 bool daemon_offline(struct daemon *d, json_t *cfg)
 {

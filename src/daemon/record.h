@@ -85,6 +85,12 @@ struct sandbox {
 	bool paused;                    /* vCPUs stopped by `sandbox pause` */
 	bool forked;                    /* made by `sandbox fork`: explicit backing chain */
 	struct vm_machine machine;      /* of its VM now (and of paused/): vm.h */
+	/* The memory file its VM's RAM maps private (a restore of one: docs/design.md
+	 * "Memory as a file"): the daemon's read-only descriptor, -1 when its RAM is QEMU's
+	 * own memory or the file is not open again yet after a restart; and the file's
+	 * identity (0, 0: none), which sandbox.json keeps for a daemon that adopts the VM. */
+	int mem_fd;
+	unsigned long long mem_dev, mem_ino;
 	/* network (egress.c) */
 	char egress_mode[16];           /* "deny", "allow-list", "allow-all" */
 	json_t *egress_rules;           /* array of rule strings, as normalised */

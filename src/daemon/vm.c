@@ -24,6 +24,7 @@
 #include "daemon/vm.h"
 #include "daemon/log.h"
 #include "daemon/jail.h"
+#include "daemon/sidecar.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -386,6 +387,33 @@ static int qemu_path(char *out, size_t n, struct k8_err *err)
 	return k8_err_set(err, -ENOENT, "qemu-system-x86_64 is not installed; run scripts/deps.sh");
 }
 
+/* A QEMU that maps a memory file preloads kosa8-qemu-ram.so (found next to kosa8d): named
+ * by the jail's /etc/ld.so.preload, or, unjailed, by LD_PRELOAD in an environment made
+ * here (the child may not allocate). */
+static int vm_ram_shim(const struct vm_spec *s, char **shim, struct jail_spec *jail,
+		       char ***envp, struct k8_err *err)
+{
+	extern char **environ;
+	size_t n = 0, k = 0;
+
+	*shim = sidecar_exe("kosa8-qemu-ram.so");
+	if (access(*shim, R_OK) < 0)
+		return k8_err_set(err, -ENOENT, "%s is missing: kosa8d needs it to restore a "
+				  "memory file; rebuild kosa8 (make)", *shim);
+	if (s->jail_uid) {
+		jail->preload = *shim;
+		return 0;
+	}
+	while (environ[n])
+		n++;
+	*envp = xcalloc(n + 2, sizeof(char *));
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11))
+			(*envp)[k++] = xstrdup(environ[i]);
+	(*envp)[k] = xasprintf("LD_PRELOAD=%s", *shim);
+	return 0;
+}
+
 static void child_fail(const char *what)
 {
 	static const char pre[] = "kosa8d: cannot start QEMU: ";
@@ -406,24 +434,45 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	cleanup_free char *scratch = s->scratch ? NULL : xasprintf("%s/scratch.qcow2", s->dir);
 	struct fdmap *m = xcalloc(1, sizeof(*m));
 	struct jail_spec jail = { .uid = s->jail_uid, .kvm = !strcmp(s->accel, "kvm") };
+	cleanup_free char *shim = NULL;
+	char **envp = NULL;
 	char exe[4096], desc[256];
 	int logfd = -1, r = 0, fd, floor_fd = 0;
 	pid_t pid;
 
 	if ((r = qemu_path(exe, sizeof(exe), err)))
 		goto out;
+	if (s->ram_fd > 0 && (r = vm_ram_shim(s, &shim, &jail, &envp, err)))
+		goto out;
 	if (s->jail_uid && (r = jail_prepare(&jail, err)))
 		goto out;
-	/* 3 and 4: the verified kernel and initramfs; 5: a migration stream */
+	/* 3 and 4: the verified kernel and initramfs; 5: a migration stream; 6: a memory
+	 * file (VM_RAM_FD) */
 	fdm_add(m, s->kernel_fd, false);
 	fdm_add(m, s->initramfs_fd, false);
 	int incoming = s->incoming_fd >= 0 ? fdm_add(m, s->incoming_fd, false) : -1;
+	int ram = s->ram_fd > 0 && incoming >= 0 ? fdm_add(m, s->ram_fd, false) : -1;
 
 	ADD("qemu-system-x86_64");
 	ADD("-name");
 	ADD("kosa8,process=kosa8-vm");
 	ADD("-M");
-	ADD("microvm,acpi=off,pit=on,pic=on,rtc=off");
+	/* A memory file: the RAM backend named as the default one is (so its block in a
+	 * saved state is "microvm.ram" either way); no JSON description after a devices'
+	 * state, which has none. */
+	if (ram == VM_RAM_FD)
+		ADD("microvm,acpi=off,pit=on,pic=on,rtc=off,memory-backend=microvm.ram,"
+		    "suppress-vmdesc=on");
+	else
+		ADD("microvm,acpi=off,pit=on,pic=on,rtc=off");
+	if (ram == VM_RAM_FD) {
+		ADD("-object");
+		ADD("memory-backend-file,id=microvm.ram,size=%dM,mem-path=/proc/self/fd/%d,"
+		    "share=off,x-use-canonical-path-for-ramblock-id=off", s->memory_mib, ram);
+	} else if (s->ram_fd > 0) {
+		r = k8_err_set(err, -EINVAL, "a memory file without its devices' state");
+		goto out;
+	}
 	ADD("-accel");
 	/* TCG's translation cache defaults to 1 GiB; 128 MiB (config "tcg_tb_mib") keeps
 	 * QEMU's own footprint small and inside the host cgroup's allowance. */
@@ -573,6 +622,13 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("%s", s->machine.balloon ? "virtio-balloon-device,free-page-reporting=on"
 				     : "virtio-rng-device");
 	if (incoming >= 0) {
+		/* A devices' state has no configuration section (and says the VM ran):
+		 * stopped once loaded, as a checkpoint's stream leaves it. */
+		if (ram == VM_RAM_FD) {
+			ADD("-S");
+			ADD("-global");
+			ADD("migration.send-configuration=off");
+		}
 		ADD("-incoming");
 		ADD("fd:%d", incoming);
 	}
@@ -592,9 +648,10 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		dprintf(logfd, "%s%s", i ? " " : "", a.v[i]);
 	if (s->jail_uid)
 		dprintf(logfd, "  # jailed: uid/gid %u, no capabilities, no_new_privs, seccomp, "
-			"root: a tmpfs\n", (unsigned)s->jail_uid);
+			"root: a tmpfs%s\n", (unsigned)s->jail_uid,
+			shim ? ", preloads " JAIL_PRELOAD : "");
 	else
-		dprintf(logfd, "  # NOT jailed\n");
+		dprintf(logfd, "  # NOT jailed%s\n", shim ? ", LD_PRELOAD kosa8-qemu-ram.so" : "");
 	/* Above every source and every target: the child moves sources here first. */
 	floor_fd = 3 + m->n;
 	for (int i = 0; i < m->n; i++)
@@ -632,7 +689,10 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 				child_fail("placing descriptors");
 		if (syscall(SYS_close_range, 3 + m->n, ~0U, 0) < 0)
 			child_fail("closing descriptors");
-		execv(exe, a.v);
+		if (envp)
+			execve(exe, a.v, envp);
+		else
+			execv(exe, a.v);
 		child_fail(exe);
 	}
 	*pidp = pid;
@@ -644,6 +704,55 @@ out:
 	fdm_close(m);
 	free(m);
 	av_free(&a);
+	for (size_t i = 0; envp && envp[i]; i++)
+		free(envp[i]);
+	free(envp);
+	return r;
+}
+
+int vm_save_devices(struct qmp *q, int fd, struct k8_err *err)
+{
+	json_t *added = NULL;
+	json_int_t set;
+	char path[40];
+	cleanup_close int wfd = -1;
+	int r;
+
+	/* QEMU takes an fd set's member only if it is open as it asks: write-only. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	if ((wfd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+		return k8_err_set(err, -errno, "reopening the devices' file: %s", strerror(errno));
+	if ((r = qmp_exec_fd(q, "add-fd", NULL, wfd, &added, 10000, err)))
+		return r;
+	set = json_integer_value(json_object_get(added, "fdset-id"));
+	json_decref(added);
+	snprintf(path, sizeof(path), "/dev/fdset/%lld", (long long)set);
+	/* live=false: the disks stay active (a live save would hand them to another QEMU) */
+	r = qmp_exec(q, "xen-save-devices-state",
+		     json_pack("{s:s,s:b}", "filename", path, "live", 0), NULL, 30000, err);
+	qmp_exec(q, "remove-fd", json_pack("{s:I}", "fdset-id", set), NULL, 10000, NULL);
+	return r ? k8_err_wrap(err, "saving the devices' state") : 0;
+}
+
+int vm_ram_hva(struct qmp *q, uint64_t *hva, struct k8_err *err)
+{
+	json_t *ret = NULL;
+	const char *said, *at;
+	char *end;
+	int r;
+
+	r = qmp_exec(q, "human-monitor-command", json_pack("{s:s}", "command-line", "gpa2hva 0"),
+		     &ret, 10000, err);
+	if (r)
+		return r;
+	/* "Host virtual address for 0x0 (microvm.ram) is 0x7f...": QEMU's words, checked */
+	said = json_string_value(ret);
+	at = said ? strstr(said, "(microvm.ram) is 0x") : NULL;
+	errno = 0;
+	*hva = at ? strtoull(at + 19, &end, 16) : 0;
+	if (!at || errno || end == at + 19 || !*hva || *hva % 4096)
+		r = k8_err_set(err, -EIO, "QEMU did not say where the guest's RAM is");
+	json_decref(ret);
 	return r;
 }
 
