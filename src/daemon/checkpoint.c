@@ -478,8 +478,9 @@ static int ckpt_restart_file(int fd)
  * or the file server's port, host to guest, into buffers the guest posted before it
  * stopped) writes guest memory and moves its own state. So the devices are saved before
  * the copy and again after, and the two must be the same bytes; if not, both again.
- * 0, -EAGAIN after three tries (the caller saves a migration stream instead, which QEMU
- * makes in one piece), or another negative errno. */
+ * Then once more to let go of the disks as a migration does before the layer is frozen
+ * (vm_save_devices). 0, -EAGAIN after three tries (the caller saves a migration stream
+ * instead, which QEMU makes in one piece), or another negative errno. */
 static int ckpt_save_memfile(struct ckpt_job *j, struct k8_err *err)
 {
 	struct sandbox *sb = j->sb;
@@ -508,17 +509,20 @@ static int ckpt_save_memfile(struct ckpt_job *j, struct k8_err *err)
 		    ftruncate(j->mem_fd, (off_t)src.size) < 0)
 			return k8_err_set(err, r ?: -errno, "starting the saved files: %s",
 					  strerror(r ? -r : errno));
-		if ((r = vm_save_devices(&sb->qmp, j->state_fd, err)) ||
+		if ((r = vm_save_devices(&sb->qmp, j->state_fd, false, err)) ||
 		    (r = memfile_write(&src, j->mem_fd, &j->mst, err)) ||
-		    (r = vm_save_devices(&sb->qmp, check, err)))
+		    (r = vm_save_devices(&sb->qmp, check, false, err)))
 			return r;
 		a = ckpt_slurp(j->state_fd, &na);
 		b = ckpt_slurp(check, &nb);
 		if (!a || !b)
 			return k8_err_set(err, -EIO, "reading the devices' state back");
 		if (na == nb && !memcmp(a, b, na)) {
+			r = ckpt_restart_file(check);
+			if (!r)
+				r = vm_save_devices(&sb->qmp, check, true, err);
 			unlink(checkp);
-			return 0;
+			return r;
 		}
 	}
 	unlink(checkp);
@@ -1191,18 +1195,24 @@ int sb_pause_idle(struct daemon *d, struct sandbox *sb, bool (*still_idle)(struc
 	return 1;
 }
 
-/* A fork's own name for the memory file its first VM maps (SB_FORK_MEMORY, a hard link):
- * the source's `rm --wipe` leaves a file linked elsewhere, and the fork does not depend
- * on the source's checkpoint staying. */
+/* A fork's own name for the memory file its first VM maps (SB_FORK_MEMORY, a hard link),
+ * and *mfd opened through it (so the fork's QEMU holds none of its source's names): the
+ * source's `rm --wipe` leaves a file linked elsewhere, and the fork does not depend on
+ * the source's checkpoint staying. */
 static int ckpt_fork_memory(struct sandbox *src, const char *label, struct sandbox *sb,
-			    struct k8_err *err)
+			    int *mfd, struct k8_err *err)
 {
 	cleanup_free char *from = xasprintf("%s/checkpoints/%s/memory", src->dir, label);
 	cleanup_free char *to = xasprintf("%s/%s", sb->dir, SB_FORK_MEMORY);
+	int fd;
 
 	unlink(to);
 	if (link(from, to) < 0)
 		return k8_err_set(err, -errno, "link %s: %s", to, strerror(errno));
+	if ((fd = memfile_open(to, (uint64_t)sb->memory_mib << 20, err)) < 0)
+		return fd;
+	close(*mfd);
+	*mfd = fd;
 	return 0;
 }
 
@@ -1291,7 +1301,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	}
 	if ((r = layers_link(src->dir, sb->dir, frozen, err)))
 		goto fail;
-	if (mfd >= 0 && (r = ckpt_fork_memory(src, label, sb, err)))
+	if (mfd >= 0 && (r = ckpt_fork_memory(src, label, sb, &mfd, err)))
 		goto fail;
 	sb_busy_leave(src);
 	src_busy = false;

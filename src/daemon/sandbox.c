@@ -1428,14 +1428,23 @@ static int wipe_file(const char *path, const struct stat *sbuf, int type, struct
 	if (type != FTW_F)
 		return 0;
 	fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-	/* A disk layer shared with a fork (hard link) still holds the fork's data. */
+	/* A disk layer or memory file shared with a fork (hard link) still holds the
+	 * fork's data. */
 	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1)
 		return 0;
-	for (off_t off = 0; off < st.st_size; off += (off_t)sizeof(zero)) {
-		size_t n = (size_t)(st.st_size - off) < sizeof(zero) ? (size_t)(st.st_size - off)
-								       : sizeof(zero);
-		if (pwrite(fd, zero, n, off) < 0)
-			break;
+	/* Only where the file has data: a hole holds nothing to wipe (a memory file is
+	 * mostly holes, as large as the guest's RAM). */
+	for (off_t off = 0, end; off < st.st_size; off = end) {
+		if ((off = lseek(fd, off, SEEK_DATA)) < 0)
+			break;          /* ENXIO: no data past off */
+		if ((end = lseek(fd, off, SEEK_HOLE)) < 0)
+			end = st.st_size;
+		for (off_t at = off; at < end; at += (off_t)sizeof(zero)) {
+			size_t n = (size_t)(end - at) < sizeof(zero) ? (size_t)(end - at)
+								     : sizeof(zero);
+			if (pwrite(fd, zero, n, at) < 0)
+				return 0;
+		}
 	}
 	fdatasync(fd);
 	return 0;
@@ -1443,7 +1452,7 @@ static int wipe_file(const char *path, const struct stat *sbuf, int type, struct
 
 /* `rm --wipe`: zero every file of the sandbox that no fork shares before it is unlinked:
  * the scratch disk, every disk layer written since a checkpoint, and the checkpoints'
- * memory states (the guest's RAM holds what it wrote too). */
+ * memory files and states, and paused/'s (the guest's RAM holds what it wrote too). */
 static void wipe_tree(const char *dir)
 {
 	nftw(dir, wipe_file, 16, FTW_PHYS | FTW_MOUNT);

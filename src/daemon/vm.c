@@ -710,7 +710,7 @@ out:
 	return r;
 }
 
-int vm_save_devices(struct qmp *q, int fd, struct k8_err *err)
+int vm_save_devices(struct qmp *q, int fd, bool release_disks, struct k8_err *err)
 {
 	json_t *added = NULL;
 	json_int_t set;
@@ -727,9 +727,10 @@ int vm_save_devices(struct qmp *q, int fd, struct k8_err *err)
 	set = json_integer_value(json_object_get(added, "fdset-id"));
 	json_decref(added);
 	snprintf(path, sizeof(path), "/dev/fdset/%lld", (long long)set);
-	/* live=false: the disks stay active (a live save would hand them to another QEMU) */
+	/* "live" (of a stopped VM) inactivates the disks, as for another QEMU to take them */
 	r = qmp_exec(q, "xen-save-devices-state",
-		     json_pack("{s:s,s:b}", "filename", path, "live", 0), NULL, 30000, err);
+		     json_pack("{s:s,s:b}", "filename", path, "live", release_disks), NULL, 30000,
+		     err);
 	qmp_exec(q, "remove-fd", json_pack("{s:I}", "fdset-id", set), NULL, 10000, NULL);
 	return r ? k8_err_wrap(err, "saving the devices' state") : 0;
 }

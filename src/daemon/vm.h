@@ -90,8 +90,12 @@ bool vm_alive(pid_t pid, unsigned long long start);
 unsigned long long vm_proc_start(pid_t pid);
 /* Save the state of a QEMU's devices, its RAM left out, to `fd` (open for writing), its
  * vCPUs stopped: what a restore loads with ram_fd (QMP xen-save-devices-state, which
- * saves the devices as a migration does, through an fd set: QEMU opens no path). */
-int vm_save_devices(struct qmp *q, int fd, struct k8_err *err);
+ * saves the devices as a migration does, through an fd set: QEMU opens no path). With
+ * `release_disks` QEMU then lets go of its disks as the end of a migration does (their
+ * file locks too; `cont` takes them back): a checkpoint does that once before it freezes
+ * the disk layer, which QEMU then reopens read-only with no lock left behind for a fork
+ * to trip on. Twice without a `cont` between aborts QEMU 7.2. */
+int vm_save_devices(struct qmp *q, int fd, bool release_disks, struct k8_err *err);
 /* Where the guest's RAM starts in QEMU's address space (HMP gpa2hva of address 0). */
 int vm_ram_hva(struct qmp *q, uint64_t *hva, struct k8_err *err);
 /* Attach image disk `disk` as the backing of slot `slot` of a running VM. */
