@@ -61,6 +61,10 @@ struct sandbox {
 	 * mounts still run on a thread of their own, which holds the busy token
 	 * (checkpoint.c): sb_wait_connected waits; sandbox.json says "init_pending" */
 	bool connecting;
+	/* a restored VM (cold rewind, fork, resume) is spawned and has not had its init yet:
+	 * sandbox.json says "init_pending" too, with its pid, so a daemon that dies meanwhile
+	 * leaves a VM the next one ends rather than one nobody knows (sandbox.c) */
+	bool restoring;
 	int users;                      /* API requests using it (rm waits) */
 	char name[K8_NAME_MAX + 1];
 	char id[17];                    /* short hex id: socket names */

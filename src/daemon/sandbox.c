@@ -210,6 +210,7 @@ void sb_kill_qemu(struct daemon *d, struct sandbox *sb)
 	}
 	cgroup_remove(&d->cg, sb->name);
 	sb_mem_release(sb);
+	sb->restoring = false;
 	sb->paused = false;
 	sb->pid = 0;
 	sb->pid_start = 0;
@@ -463,6 +464,7 @@ int sb_connect_vm_finish(struct daemon *d, struct sandbox *sb, struct sb_connect
 	if (restored)
 		for (int i = 0; i < sb->nimages; i++)
 			sb->images[i].mounted = true;
+	sb->restoring = false;          /* its init is in (the caller saves the record) */
 	if ((r = sb_mount_images(sb, err)))
 		goto fail;
 	t[6] = now_mono_ns();
@@ -557,6 +559,30 @@ static int sb_machine_of(struct sandbox *sb, const char *statedir, struct vm_mac
 	return 0;
 }
 
+struct sb_spawn_rec {
+	struct sandbox *sb;
+	int mfd;
+};
+
+/* A restored VM is known on disk before QEMU runs (vm_spawn's `spawned`): its pid, and
+ * "init_pending" until its init is in, so a daemon that dies before the init leaves a VM
+ * the next one ends (sb_load_all) rather than one nobody knows. */
+static void sb_spawned_restore(void *ctx, pid_t pid)
+{
+	struct sb_spawn_rec *rec = ctx;
+	struct sandbox *sb = rec->sb;
+
+	pthread_mutex_lock(&sb->lock);
+	if (rec->mfd > 0)
+		sb_mem_set(sb, fcntl(rec->mfd, F_DUPFD_CLOEXEC, 3));
+	sb->pid = pid;
+	sb->pid_start = vm_proc_start(pid);
+	sb->child = true;
+	sb->restoring = true;
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+}
+
 /* Start the QEMU that restores the state saved in `statedir` (a checkpoint's directory:
  * of sb for a rewind, of its source for a fork; sb's paused/ for a resume) into sb on
  * the top layer `layer`: sidecars up, kosa8-fs given the FUSE nodes and open files the
@@ -595,13 +621,10 @@ int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir
 	spec.no_thp = fork;
 	spec.nchain = layers_chain(sb->dir, layer, &chain);
 	spec.chain = (const char *const *)chain;
+	spec.spawned = sb_spawned_restore;
+	spec.spawned_ctx = &(struct sb_spawn_rec){ .sb = sb, .mfd = mfd };
 	r = vm_spawn(&spec, pid, err);
 	layers_chain_free(chain, spec.nchain);
-	if (!r && mfd > 0) {
-		pthread_mutex_lock(&sb->lock);
-		sb_mem_set(sb, fcntl(mfd, F_DUPFD_CLOEXEC, 3));
-		pthread_mutex_unlock(&sb->lock);
-	}
 	return r;
 }
 

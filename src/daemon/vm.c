@@ -437,7 +437,7 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	cleanup_free char *shim = NULL;
 	char **envp = NULL;
 	char exe[4096], desc[256];
-	int logfd = -1, r = 0, fd, floor_fd = 0;
+	int logfd = -1, r = 0, fd, floor_fd = 0, go[2] = { -1, -1 };
 	pid_t pid;
 
 	if ((r = qemu_path(exe, sizeof(exe), err)))
@@ -659,6 +659,10 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			floor_fd = m->src[i] + 1;
 	if (logfd >= floor_fd)
 		floor_fd = logfd + 1;
+	if (s->spawned && pipe2(go, O_CLOEXEC) < 0) {
+		r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
+		goto out;
+	}
 	pid = fork();
 	if (pid < 0) {
 		r = k8_err_set(err, -errno, "fork: %s", strerror(errno));
@@ -679,6 +683,13 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			(void)prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
 		if ((fail = jail_qemu_enter(&jail)))
 			child_fail(fail);
+		/* The daemon records this pid first (s->spawned); EOF: it died meanwhile. */
+		if (go[0] >= 0) {
+			char c;
+			close(go[1]);
+			if (read(go[0], &c, 1) != 1)
+				_exit(0);
+		}
 		for (int i = 0; i < m->n; i++) {
 			m->src[i] = fcntl(m->src[i], F_DUPFD, floor_fd + i);
 			if (m->src[i] < 0)
@@ -696,7 +707,18 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		child_fail(exe);
 	}
 	*pidp = pid;
+	if (go[0] >= 0) {
+		close(go[0]);
+		go[0] = -1;
+		s->spawned(s->spawned_ctx, pid);
+		if (write(go[1], "g", 1) != 1)
+			r = k8_err_set(err, -errno, "starting QEMU: %s", strerror(errno));
+	}
 out:
+	if (go[0] >= 0)
+		close(go[0]);
+	if (go[1] >= 0)
+		close(go[1]);
 	if (logfd >= 0)
 		close(logfd);
 	for (int i = 0; i < jail.ncg; i++)

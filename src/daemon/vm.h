@@ -75,6 +75,11 @@ struct vm_spec {
 	 * it /proc/self/fd/VM_RAM_FD and preloads kosa8-qemu-ram.so, which lets QEMU 7.2 map
 	 * it from a read-only descriptor (src/shim/qemu_ram.c). */
 	int ram_fd;
+	/* Optional: called in the daemon once QEMU's process exists, before that process may
+	 * exec QEMU (it waits, and exits if the daemon dies first): the caller records the
+	 * pid, so no QEMU runs that a later daemon cannot find. */
+	void (*spawned)(void *ctx, pid_t pid);
+	void *spawned_ctx;
 };
 /* The memory file's number in a restoring QEMU: after the kernel (3), the initramfs (4)
  * and the incoming stream (5). A daemon that adopts the VM opens it again there. */
