@@ -790,11 +790,14 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 			       j.memfile ? "file" : "stream"));
 	if (j.memfile)
 		daemon_log("sandbox %s: checkpoint %s in %llu ms, vCPUs stopped %llu ms: memory "
-			   "file %llu MiB written (%llu MiB out of QEMU) in %llu ms, %d %s", sb->name,
-			   label, (unsigned long long)((now_mono_ns() - t0) / 1000000),
+			   "file %llu MiB written in %llu ms (%llu MiB out of QEMU, %llu MiB of its "
+			   "base from the disk; reading %llu ms, writing %llu ms meanwhile), %d %s",
+			   sb->name, label, (unsigned long long)((now_mono_ns() - t0) / 1000000),
 			   (unsigned long long)((j.t_cont - j.t_stop) / 1000000),
-			   (unsigned long long)(j.mst.written >> 20),
-			   (unsigned long long)(j.mst.from_vm >> 20), (unsigned long long)j.mst.ms,
+			   (unsigned long long)(j.mst.written >> 20), (unsigned long long)j.mst.ms,
+			   (unsigned long long)(j.mst.from_vm >> 20),
+			   (unsigned long long)(j.mst.from_disk >> 20),
+			   (unsigned long long)j.mst.read_ms, (unsigned long long)j.mst.write_ms,
 			   j.tries, j.tries == 1 ? "copy" : "copies");
 	if ((r = cont_r))
 		goto out;
@@ -823,6 +826,7 @@ static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1, mfd = -1;
 	int nsaved, r;
 	int mem = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
+	uint64_t t0 = now_mono_ns(), tf, t1, t2, t3;
 	pid_t pid = 0;
 
 	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
@@ -830,18 +834,21 @@ static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 	nsaved = sb_images_from_json(json_object_get(meta, "images"), saved);
 	if ((r = sb_saved_open(cdir, meta_memfile(meta), mem, &sfd, &mfd, err)))
 		return r;
+	tf = now_mono_ns();
 	/* The old machine goes; its top layer is garbage unless a checkpoint needs it. Its
 	 * sidecars stay: kosa8-net keeps its counts, kosa8-fs takes the checkpoint's tables. */
 	pthread_mutex_lock(&sb->lock);
 	sb_kill_qemu(d, sb);
 	sb->state = SB_BOOTING;
 	pthread_mutex_unlock(&sb->lock);
+	t1 = now_mono_ns();
 
 	new_layer_name(layer, n);
 	top = xasprintf("%s/%s", sb->dir, layer);
 	if ((r = make_top(sb, frozen, top, err)))
 		return r;
 	layers_set(sb->dir, layer, frozen);
+	t2 = now_mono_ns();
 
 	pthread_mutex_lock(&sb->lock);
 	memcpy(sb->images, saved, sizeof(saved));
@@ -852,6 +859,13 @@ static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 	if ((r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, mfd, false, &pid,
 				   err)))
 		return r;
+	t3 = now_mono_ns();
+	daemon_log("sandbox %s: cold rewind to %s: files %llu ms, old VM ended %llu ms, top layer "
+		   "%llu ms, QEMU spawned %llu ms (%s)", sb->name, label,
+		   (unsigned long long)((tf - t0) / 1000000),
+		   (unsigned long long)((t1 - tf) / 1000000),
+		   (unsigned long long)((t2 - t1) / 1000000),
+		   (unsigned long long)((t3 - t2) / 1000000), mfd >= 0 ? "memory file" : "stream");
 	/* QEMU starts the guest by itself once the state is in. */
 	return sb_connect_vm(d, sb, pid, true, err);
 }
@@ -1234,7 +1248,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	struct sandbox *sb = NULL;
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1, mfd = -1;
 	int r;
-	uint64_t t0 = now_mono_ns();
+	uint64_t t0 = now_mono_ns(), tfiles = 0, ttop = 0, tspawn = 0;
 	bool src_busy = false;
 	pid_t pid = 0;
 
@@ -1305,6 +1319,7 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 		goto fail;
 	sb_busy_leave(src);
 	src_busy = false;
+	tfiles = now_mono_ns();
 
 	new_layer_name(layer, sizeof(layer));
 	top = xasprintf("%s/%s", sb->dir, layer);
@@ -1315,10 +1330,18 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	pthread_mutex_lock(&sb->lock);
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
+	ttop = now_mono_ns();
 
 	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, mfd, true, &pid, err);
 	if (r)
 		goto fail;
+	tspawn = now_mono_ns();
+	daemon_log("sandbox %s: fork of %s at %s: files %llu ms (disks, broker, links), top layer "
+		   "%llu ms, sidecars and QEMU spawned %llu ms (%s)", sb->name, src->name, label,
+		   (unsigned long long)((tfiles - t0) / 1000000),
+		   (unsigned long long)((ttop - tfiles) / 1000000),
+		   (unsigned long long)((tspawn - ttop) / 1000000),
+		   mfd >= 0 ? "memory file" : "stream");
 	if ((r = sb_connect_vm(d, sb, pid, true, err)))
 		goto fail;
 	pthread_mutex_lock(&sb->lock);

@@ -23,7 +23,8 @@ struct memfile_src {
 struct memfile_stats {
 	uint64_t written;               /* bytes written (pages that are not all zero) */
 	uint64_t from_vm;               /* bytes read out of QEMU (pages it wrote itself) */
-	uint64_t ms;
+	uint64_t from_disk;             /* bytes of the base read from the disk (not cached) */
+	uint64_t ms, read_ms, write_ms; /* in all; reading (the windows); writing (meanwhile) */
 };
 
 /* Write the RAM `src` describes into out_fd (made by memfile_create: its size is the
@@ -42,5 +43,11 @@ int memfile_create(const char *path, uint64_t size, struct k8_err *err);
 /* Open an existing memory file read-only for a restore, and check it is a regular file
  * of exactly `size` bytes (a QEMU maps it as the guest's RAM). fd or -errno with err. */
 int memfile_open(const char *path, uint64_t size, struct k8_err *err);
+
+/* Close a memory file's descriptor (-1: nothing). When it is the last reference to a file
+ * already unlinked (a VM resumed from paused/ mapped it), closing it frees the file's
+ * blocks, which ext4 takes about a millisecond per MiB for: that happens on a thread of
+ * its own, so a rewind that ended that VM does not wait for it. */
+void memfile_close(int fd);
 
 #endif

@@ -161,8 +161,7 @@ void sb_mem_set(struct sandbox *sb, int fd)
 {
 	struct stat st;
 
-	if (sb->mem_fd >= 0)
-		close(sb->mem_fd);
+	memfile_close(sb->mem_fd);
 	sb->mem_fd = -1;
 	sb->mem_dev = sb->mem_ino = 0;
 	if (fd < 0)
@@ -178,8 +177,7 @@ void sb_mem_set(struct sandbox *sb, int fd)
 
 void sb_mem_release(struct sandbox *sb)
 {
-	if (sb->mem_fd >= 0)
-		close(sb->mem_fd);
+	memfile_close(sb->mem_fd);      /* an unlinked paused/memory: freed in the background */
 	sb->mem_fd = -1;
 	sb->mem_dev = sb->mem_ino = 0;
 	/* A fork's link to its source's memory file is for its first VM only. */
