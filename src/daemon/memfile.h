@@ -44,6 +44,12 @@ int memfile_create(const char *path, uint64_t size, struct k8_err *err);
  * of exactly `size` bytes (a QEMU maps it as the guest's RAM). fd or -errno with err. */
 int memfile_open(const char *path, uint64_t size, struct k8_err *err);
 
+/* Read a memory file's data into the page cache on a thread of its own (its holes are
+ * skipped), for a VM that starts mapping it now: its guest's first touches then find the
+ * pages cached instead of waiting for the disk one fault at a time, and the next
+ * checkpoint of that VM copies its unchanged pages from the cache. The cache is
+ * reclaimable and shared with every other VM that maps the file. */
+void memfile_warm(int fd);
 /* Close a memory file's descriptor (-1: nothing). When it is the last reference to a file
  * already unlinked (a VM resumed from paused/ mapped it), closing it frees the file's
  * blocks, which ext4 takes about a millisecond per MiB for: that happens on a thread of

@@ -570,6 +570,8 @@ static void sb_spawned_restore(void *ctx, pid_t pid)
 	struct sb_spawn_rec *rec = ctx;
 	struct sandbox *sb = rec->sb;
 
+	if (rec->mfd > 0)
+		memfile_warm(rec->mfd);  /* the guest's first touches find it cached */
 	pthread_mutex_lock(&sb->lock);
 	if (rec->mfd > 0)
 		sb_mem_set(sb, fcntl(rec->mfd, F_DUPFD_CLOEXEC, 3));
