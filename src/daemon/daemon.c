@@ -75,12 +75,19 @@ struct vm_machine daemon_vm_machine(struct daemon *d, json_t *cfg)
 {
 	json_t *own = cfg ? NULL : daemon_config(d);
 	json_t *v = json_object_get(cfg ? cfg : own, "free_page_reporting");
-	struct vm_machine m = { .balloon = true };
+	json_t *rtc = json_object_get(cfg ? cfg : own, "rtc");
+	struct vm_machine m = { .balloon = true, .rtc = true };
 
 	if (json_is_boolean(v))
 		m.balloon = json_is_true(v);
 	else if (v)
 		daemon_log("config.json \"free_page_reporting\" must be true or false; using true");
+	/* The RTC costs a boot nothing, its absence about a second (vm.h): "rtc": false
+	 * boots the machine of before (tests of older checkpoints use it). */
+	if (json_is_boolean(rtc))
+		m.rtc = json_is_true(rtc);
+	else if (rtc)
+		daemon_log("config.json \"rtc\" must be true or false; using true");
 	json_decref(own);
 	return m;
 }

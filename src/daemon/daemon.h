@@ -90,7 +90,8 @@ bool daemon_offline(struct daemon *d, json_t *cfg);
 #define K8_TCG_TB_MIB_DEFAULT 128
 int daemon_tcg_tb_mib(struct daemon *d, json_t *cfg);
 /* The machine a VM booted now gets: the free-page-reporting balloon unless config.json
- * "free_page_reporting" is false; read at each boot (cfg as above). */
+ * "free_page_reporting" is false, and the CMOS RTC unless "rtc" is false; read at each
+ * boot (cfg as above). */
 struct vm_machine daemon_vm_machine(struct daemon *d, json_t *cfg);
 
 /* How a checkpoint or a pause to disk saves a VM's RAM: config.json "checkpoint_memory",

@@ -42,19 +42,21 @@
 
 json_t *vm_machine_json(const struct vm_machine *m)
 {
-	return json_pack("{s:b}", "balloon", m->balloon);
+	return json_pack("{s:b,s:b}", "balloon", m->balloon, "rtc", m->rtc);
 }
 
 int vm_machine_from_json(const json_t *j, struct vm_machine *m)
 {
-	json_t *b = json_object_get(j, "balloon");
+	json_t *b = json_object_get(j, "balloon"), *rtc = json_object_get(j, "rtc");
 
 	*m = VM_MACHINE_V1;
 	if (!j)
 		return 0;
-	if (!json_is_object(j) || !json_is_boolean(b))
+	/* "rtc" absent: a machine recorded before it was (without one) */
+	if (!json_is_object(j) || !json_is_boolean(b) || (rtc && !json_is_boolean(rtc)))
 		return -EINVAL;
 	m->balloon = json_is_true(b);
+	m->rtc = json_is_true(rtc);
 	return 0;
 }
 
@@ -461,10 +463,10 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	 * saved state is "microvm.ram" either way); no JSON description after a devices'
 	 * state, which has none. */
 	if (ram == VM_RAM_FD)
-		ADD("microvm,acpi=off,pit=on,pic=on,rtc=off,memory-backend=microvm.ram,"
-		    "suppress-vmdesc=on");
+		ADD("microvm,acpi=off,pit=on,pic=on,rtc=%s,memory-backend=microvm.ram,"
+		    "suppress-vmdesc=on", s->machine.rtc ? "on" : "off");
 	else
-		ADD("microvm,acpi=off,pit=on,pic=on,rtc=off");
+		ADD("microvm,acpi=off,pit=on,pic=on,rtc=%s", s->machine.rtc ? "on" : "off");
 	if (ram == VM_RAM_FD) {
 		ADD("-object");
 		ADD("memory-backend-file,id=microvm.ram,size=%dM,mem-path=/proc/self/fd/%d,"
@@ -497,10 +499,15 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("-initrd");
 	ADD("/proc/self/fd/4");
 	ADD("-append");
+	/* random.trust_cpu: the guest's first seed from RDRAND (under TCG QEMU's, from the
+	 * host's getrandom). A machine with the balloon has no virtio-rng, and without a
+	 * seed the first getrandom() at boot spins on jitter entropy: a second of CPU under
+	 * TCG before the agent says HELLO. The host's seed follows in every init. */
 	if (strcmp(s->accel, "kvm") && vm_tsc_khz())
-		ADD("console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=%u", vm_tsc_khz());
+		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on tsc_early_khz=%u",
+		    vm_tsc_khz());
 	else
-		ADD("console=ttyS0 quiet panic=-1 reboot=t");
+		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on");
 	/* The console goes to a bounded ring buffer, read over QMP when a boot fails: a
 	 * guest that prints without end cannot fill the host's disk. */
 	ADD("-chardev");

@@ -23,10 +23,14 @@ struct vm_machine {
 	/* The 8th virtio-mmio transport: a virtio-balloon with free page reporting (the
 	 * guest's RNG is then seeded by the host alone, at every init), else virtio-rng. */
 	bool balloon;
+	/* microvm's CMOS RTC. Without one the guest kernel polls the absent chip for the
+	 * whole second mc146818_get_time allows at boot (timed right since the guest knows
+	 * its TSC rate: docs/design.md "Guest image"). */
+	bool rtc;
 };
 /* The set of every VM before it was recorded (and of a record that does not say). */
-#define VM_MACHINE_V1 ((struct vm_machine){ .balloon = false })
-/* {"balloon":bool}, new reference. */
+#define VM_MACHINE_V1 ((struct vm_machine){ .balloon = false, .rtc = false })
+/* {"balloon":bool,"rtc":bool}, new reference. */
 json_t *vm_machine_json(const struct vm_machine *m);
 /* Read what vm_machine_json wrote; NULL: VM_MACHINE_V1. -EINVAL when it is not one. */
 int vm_machine_from_json(const json_t *j, struct vm_machine *m);
