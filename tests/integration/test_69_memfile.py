@@ -270,16 +270,9 @@ def test_daemon_killed_during_a_fork_leaves_nothing_half_made(mh):
     env = dict(os.environ, KOSA8_HOME=mh.path)
     pid = daemon_pid(mh.path)
     log = os.path.join(sbdir(mh, "mcut"), "qemu.log")
-    proc = subprocess.Popen([KOSA8, "sandbox", "fork", src, "--from", "c", "--name", "mcut"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # The kill lands once the fork's QEMU was started, before its init.
-    assert wait_for(lambda: os.path.exists(log), 60, 0.002), "the fork never started its QEMU"
-    os.kill(pid, signal.SIGKILL)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0, "the fork finished before the kill: " + out
-    assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10)
 
     def fork_qemus():
+        """The fork's QEMU processes (their stdout is its qemu.log)."""
         found = []
         for p in filter(str.isdigit, os.listdir("/proc")):
             try:
@@ -288,6 +281,14 @@ def test_daemon_killed_during_a_fork_leaves_nothing_half_made(mh):
             except OSError:
                 pass
         return found
+    proc = subprocess.Popen([KOSA8, "sandbox", "fork", src, "--from", "c", "--name", "mcut"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The kill lands once the fork's QEMU process exists, before its init.
+    assert wait_for(fork_qemus, 60, 0.002), "the fork never started its QEMU"
+    os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0, "the fork finished before the kill: " + out
+    assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10)
     mh.start()
     # The fork's QEMU, which never had its init, is not left running for nobody.
     assert wait_for(lambda: not fork_qemus(), 30), "a fork's QEMU outlived its daemon"

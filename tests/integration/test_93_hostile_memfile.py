@@ -65,15 +65,17 @@ def tryit(name, f):
         out[name] = "ok"
     except OSError as e:
         out[name] = errno.errorcode.get(e.errno, str(e.errno))
+    except Exception as e:
+        out[name] = type(e).__name__
 tryit("write", lambda: os.pwrite(fd, b"x" * 4096, 0))
 def punch():
     if libc.fallocate(fd, 3, ctypes.c_long(0), ctypes.c_long(1 << 20)) != 0:
         e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
 tryit("punch", punch)
-tryit("truncate", lambda: os.ftruncate(fd, 0))
 tryit("map_shared", lambda: mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE))
 tryit("reopen_rw", lambda: os.open("/proc/self/fd/%d" % fd, os.O_RDWR))
 tryit("chmod", lambda: os.fchmod(fd, 0o666))
+tryit("truncate", lambda: os.ftruncate(fd, 0))
 print(json.dumps(out))
 '''
 
