@@ -77,24 +77,10 @@ static mode_t qr_mode(int flags, va_list ap)
 }
 
 int open(const char *path, int flags, ...);
-int open64(const char *path, int flags, ...);
 int __open_2(const char *path, int flags);
-int __open64_2(const char *path, int flags);
 int fallocate(int fd, int mode, off_t off, off_t len);
-int fallocate64(int fd, int mode, off_t off, off_t len);
 
 int open(const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t m;
-
-	va_start(ap, flags);
-	m = qr_mode(flags, ap);
-	va_end(ap);
-	return qr_open(path, flags, m);
-}
-
-int open64(const char *path, int flags, ...)
 {
 	va_list ap;
 	mode_t m;
@@ -111,10 +97,9 @@ int __open_2(const char *path, int flags)
 	return qr_open(path, flags, 0);
 }
 
-int __open64_2(const char *path, int flags)
-{
-	return qr_open(path, flags, 0);
-}
+/* The 64-bit names QEMU links against (off_t is 64 bits here: the same calls). */
+int open64(const char *path, int flags, ...) __attribute__((alias("open")));
+int __open64_2(const char *path, int flags) __attribute__((alias("__open_2")));
 
 static int qr_fallocate(int fd, int mode, off_t off, off_t len)
 {
@@ -130,7 +115,4 @@ int fallocate(int fd, int mode, off_t off, off_t len)
 	return qr_fallocate(fd, mode, off, len);
 }
 
-int fallocate64(int fd, int mode, off_t off, off_t len)
-{
-	return qr_fallocate(fd, mode, off, len);
-}
+int fallocate64(int fd, int mode, off_t off, off_t len) __attribute__((alias("fallocate")));

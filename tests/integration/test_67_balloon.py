@@ -13,6 +13,7 @@ import time
 import pytest
 
 from conftest import make_sandbox, own_home, wait_for
+from memkit import rss_mib
 
 PY = "python:3.12-slim"
 
@@ -127,14 +128,6 @@ def test_a_damaged_machine_record_is_refused_and_nothing_changes(bh):
     assert after["state"] == "running" and after["pid"] == before["pid"], after
     assert sh(bh, name, SEEN["cid"], "cat /mark") == "one"
     bh("sandbox", "rm", name, check=True, timeout=120)
-
-
-def rss_mib(pid):
-    with open("/proc/%d/smaps_rollup" % pid) as f:
-        for line in f:
-            if line.startswith("Rss:"):
-                return int(line.split()[1]) // 1024
-    return 0
 
 
 def test_memory_the_guest_frees_goes_back_to_the_host(bh):

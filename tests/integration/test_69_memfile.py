@@ -11,13 +11,13 @@ the host after a restore, and `rm --wipe` zeroes the memory files."""
 import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 
 import pytest
 
 from conftest import KOSA8, daemon_pid, make_sandbox, own_home, wait_for
+from memkit import ram_vma, rss_mib
 
 PY = "python:3.12-slim"
 
@@ -83,21 +83,6 @@ def sbdir(h, name):
 
 def qemu_pid(h, name):
     return h.json("sandbox", "inspect", name)["pid"]
-
-
-def ram_vma(pid):
-    """smaps of QEMU's mapping of its memory file (KiB per field), None when it has none."""
-    out, cur = None, None
-    with open("/proc/%d/smaps" % pid) as f:
-        for line in f:
-            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-                path = " ".join(line.split()[5:])
-                cur = {} if re.search(r"/(memory|fork-memory)( \(deleted\))?$", path) else None
-                if cur is not None:
-                    out = cur
-            elif cur is not None and line.split()[-1:] == ["kB"]:
-                cur[line.split(":")[0]] = int(line.split()[1])
-    return out
 
 
 def file_sha(path_or_fd):
@@ -227,14 +212,6 @@ def test_a_checkpoint_of_before_still_rewinds(mh):
     # back to where the other tests expect it
     mh("rewind", src, "--to", "c", "-y", check=True, timeout=300)
     assert ask(mh, src, cid) == x0
-
-
-def rss_mib(pid):
-    with open("/proc/%d/smaps_rollup" % pid) as f:
-        for line in f:
-            if line.startswith("Rss:"):
-                return int(line.split()[1]) // 1024
-    return 0
 
 
 def test_memory_freed_after_a_restore_goes_back_and_the_file_stays(mh):
