@@ -467,6 +467,12 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		    "suppress-vmdesc=on", s->machine.rtc ? "on" : "off");
 	else
 		ADD("microvm,acpi=off,pit=on,pic=on,rtc=%s", s->machine.rtc ? "on" : "off");
+	/* The RTC keeps the VM's time, not the host's: it stops with the vCPUs, so the state
+	 * of a stopped VM's devices stays the same bytes (checkpoint.c compares two saves). */
+	if (s->machine.rtc) {
+		ADD("-rtc");
+		ADD("base=utc,clock=vm");
+	}
 	if (ram == VM_RAM_FD) {
 		ADD("-object");
 		ADD("memory-backend-file,id=microvm.ram,size=%dM,mem-path=/proc/self/fd/%d,"
