@@ -416,6 +416,21 @@ static int vm_ram_shim(const struct vm_spec *s, char **shim, struct jail_spec *j
 	return 0;
 }
 
+/* Whether the migration stream in the file `fd` has a configuration section (QEMU's
+ * QEMU_VM_CONFIGURATION, the byte after the magic and the version). A QEMU started to load
+ * a devices' state runs with migration.send-configuration=off, which holds for the streams
+ * it saves itself, and so for those of a QEMU that loads one of them: the one that loads
+ * a stream must expect what was written. Not a stream, or unreadable: true (QEMU says
+ * what is wrong with it). */
+static bool vm_stream_configured(int fd)
+{
+	unsigned char h[9];
+
+	if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h, "QEVM", 4))
+		return true;
+	return h[8] == 0x07;
+}
+
 static void child_fail(const char *what)
 {
 	static const char pre[] = "kosa8d: cannot start QEMU: ";
@@ -636,9 +651,11 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 				     : "virtio-rng-device");
 	if (incoming >= 0) {
 		/* A devices' state has no configuration section (and says the VM ran):
-		 * stopped once loaded, as a checkpoint's stream leaves it. */
-		if (ram == VM_RAM_FD) {
+		 * stopped once loaded, as a checkpoint's stream leaves it. A stream saved by
+		 * a QEMU started so has none either. */
+		if (ram == VM_RAM_FD)
 			ADD("-S");
+		if (ram == VM_RAM_FD || !vm_stream_configured(s->incoming_fd)) {
 			ADD("-global");
 			ADD("migration.send-configuration=off");
 		}

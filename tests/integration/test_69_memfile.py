@@ -214,6 +214,28 @@ def test_a_checkpoint_of_before_still_rewinds(mh):
     assert ask(mh, src, cid) == x0
 
 
+def test_a_stream_of_a_restored_vm_rewinds(mh):
+    """A QEMU that loaded a devices' state runs with migration.send-configuration=off, so
+    a stream it saves has no configuration section, nor does one saved by a QEMU that
+    loaded such a stream; each restore must load its stream as it was written."""
+    src, cid, x0 = "msrc", SEEN["cid"], SEEN["x0"]
+    mh("rewind", src, "--to", "c", "-y", check=True, timeout=300)  # a memory file's VM
+    set_config(mh, {"checkpoint_memory": "stream"})
+    try:
+        for label in ("old2", "old3"):      # old3: of the VM old2's stream restored
+            set_value(mh, src, cid, "in-" + label)
+            assert mh.json("checkpoint", src, "--label", label, timeout=300)["memory"] == \
+                "stream"
+            set_value(mh, src, cid, "after-" + label)
+            p = mh("rewind", src, "--to", label, "-y", timeout=300)
+            assert p.returncode == 0, (label, p.stderr)
+            assert ask(mh, src, cid) == ("in-" + label, x0[1])
+    finally:
+        set_config(mh, {})
+    mh("rewind", src, "--to", "c", "-y", check=True, timeout=300)
+    assert ask(mh, src, cid) == x0
+
+
 def test_memory_freed_after_a_restore_goes_back_and_the_file_stays(mh):
     src, cid = "msrc", SEEN["cid"]
     mem = os.path.join(sbdir(mh, src), "checkpoints", "c", "memory")
