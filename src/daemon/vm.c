@@ -392,18 +392,18 @@ static int qemu_path(char *out, size_t n, struct k8_err *err)
 /* A QEMU that maps a memory file preloads kosa8-qemu-ram.so (found next to kosa8d): named
  * by the jail's /etc/ld.so.preload, or, unjailed, by LD_PRELOAD in an environment made
  * here (the child may not allocate). */
-static int vm_ram_shim(const struct vm_spec *s, char **shim, struct jail_spec *jail,
+static int vm_ram_preload(const struct vm_spec *s, char **lib, struct jail_spec *jail,
 		       char ***envp, struct k8_err *err)
 {
 	extern char **environ;
 	size_t n = 0, k = 0;
 
-	*shim = sidecar_exe("kosa8-qemu-ram.so");
-	if (access(*shim, R_OK) < 0)
+	*lib = sidecar_exe("kosa8-qemu-ram.so");
+	if (access(*lib, R_OK) < 0)
 		return k8_err_set(err, -ENOENT, "%s is missing: kosa8d needs it to restore a "
-				  "memory file; rebuild kosa8 (make)", *shim);
+				  "memory file; rebuild kosa8 (make)", *lib);
 	if (s->jail_uid) {
-		jail->preload = *shim;
+		jail->preload = *lib;
 		return 0;
 	}
 	while (environ[n])
@@ -412,7 +412,7 @@ static int vm_ram_shim(const struct vm_spec *s, char **shim, struct jail_spec *j
 	for (size_t i = 0; i < n; i++)
 		if (strncmp(environ[i], "LD_PRELOAD=", 11))
 			(*envp)[k++] = xstrdup(environ[i]);
-	(*envp)[k] = xasprintf("LD_PRELOAD=%s", *shim);
+	(*envp)[k] = xasprintf("LD_PRELOAD=%s", *lib);
 	return 0;
 }
 
@@ -451,7 +451,7 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	cleanup_free char *scratch = s->scratch ? NULL : xasprintf("%s/scratch.qcow2", s->dir);
 	struct fdmap *m = xcalloc(1, sizeof(*m));
 	struct jail_spec jail = { .uid = s->jail_uid, .kvm = !strcmp(s->accel, "kvm") };
-	cleanup_free char *shim = NULL;
+	cleanup_free char *preload = NULL;
 	char **envp = NULL;
 	char exe[4096], desc[256];
 	int logfd = -1, r = 0, fd, floor_fd = 0, go[2] = { -1, -1 };
@@ -459,7 +459,7 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 
 	if ((r = qemu_path(exe, sizeof(exe), err)))
 		goto out;
-	if (s->ram_fd > 0 && (r = vm_ram_shim(s, &shim, &jail, &envp, err)))
+	if (s->ram_fd > 0 && (r = vm_ram_preload(s, &preload, &jail, &envp, err)))
 		goto out;
 	if (s->jail_uid && (r = jail_prepare(&jail, err)))
 		goto out;
@@ -679,9 +679,9 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	if (s->jail_uid)
 		dprintf(logfd, "  # jailed: uid/gid %u, no capabilities, no_new_privs, seccomp, "
 			"root: a tmpfs%s\n", (unsigned)s->jail_uid,
-			shim ? ", preloads " JAIL_PRELOAD : "");
+			preload ? ", preloads " JAIL_PRELOAD : "");
 	else
-		dprintf(logfd, "  # NOT jailed%s\n", shim ? ", LD_PRELOAD kosa8-qemu-ram.so" : "");
+		dprintf(logfd, "  # NOT jailed%s\n", preload ? ", LD_PRELOAD kosa8-qemu-ram.so" : "");
 	/* Above every source and every target: the child moves sources here first. */
 	floor_fd = 3 + m->n;
 	for (int i = 0; i < m->n; i++)

@@ -77,7 +77,7 @@ struct vm_spec {
 	 * the read-only descriptor of the file the guest's RAM maps private (copy on write),
 	 * and incoming_fd then holds the devices' state alone (vm_save_devices). QEMU names
 	 * it /proc/self/fd/VM_RAM_FD and preloads kosa8-qemu-ram.so, which lets QEMU 7.2 map
-	 * it from a read-only descriptor (src/shim/qemu_ram.c). */
+	 * it from a read-only descriptor (src/preload/qemu_ram.c). */
 	int ram_fd;
 	/* Optional: called in the daemon once QEMU's process exists, before that process may
 	 * exec QEMU (it waits, and exits if the daemon dies first): the caller records the

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.hostile
 JAIL_BASE = 720000      # the default jail_uids range starts here (docs/design.md)
 ROOT_ENTRIES = {"usr", "lib", "lib64", "bin", "sbin", "etc", "dev", "proc"}
 # A QEMU that maps a memory file (a restored VM) preloads one library more, read-only
-# (src/shim/qemu_ram.c; test_93_hostile_memfile.py)
+# (src/preload/qemu_ram.c; test_93_hostile_memfile.py)
 RESTORED_ENTRIES = ROOT_ENTRIES | {"kosa8-qemu-ram.so"}
 CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 TCG_WORDS = "TCG is not a security boundary"

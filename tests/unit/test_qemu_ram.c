@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_qemu_ram.c - kosa8-qemu-ram.so (src/shim/qemu_ram.c), preloaded into a child as
+/* test_qemu_ram.c - kosa8-qemu-ram.so (src/preload/qemu_ram.c), preloaded into a child as
  * into QEMU: an O_RDWR open of /proc/self/fd/N gives back the read-only N, which maps
  * private and writable; a hole punched through it is a no-op that leaves the file whole;
  * every other open and fallocate is the kernel's. The child runs as another uid, as QEMU
