@@ -72,6 +72,14 @@ int memfile_open(const char *path, uint64_t size, struct k8_err *err)
 		return k8_err_set(err, -EINVAL, "%s is not a memory file of %llu MiB", path,
 				  (unsigned long long)(size >> 20));
 	}
+	/* Every VM restored from it maps it: a file anyone else could write (or open again
+	 * as its owner) would change them all, and what a later rewind loads. */
+	if (st.st_uid != geteuid() || (st.st_mode & 077)) {
+		close(fd);
+		return k8_err_set(err, -EPERM, "%s is not kosa8d's alone (owner %u, mode %04o, "
+				  "memory files are 0600 and kosa8d's); it is not used", path,
+				  (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+	}
 	return fd;
 }
 

@@ -41,7 +41,9 @@ int memfile_write(const struct memfile_src *src, int out_fd, struct memfile_stat
  * cache costs more than the write). Returns the fd or a negative errno with err. */
 int memfile_create(const char *path, uint64_t size, struct k8_err *err);
 /* Open an existing memory file read-only for a restore, and check it is a regular file
- * of exactly `size` bytes (a QEMU maps it as the guest's RAM). fd or -errno with err. */
+ * (no symlink followed) of exactly `size` bytes (a QEMU maps it as the guest's RAM),
+ * owned by the caller and 0600 (-EPERM otherwise: every VM that maps it would change with
+ * it). fd or -errno with err. */
 int memfile_open(const char *path, uint64_t size, struct k8_err *err);
 
 /* Read a memory file's data into the page cache on a thread of its own (its holes are

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # memkit.py - what a QEMU holds of host memory, read from the host's /proc (memory as a
 # file: docs/design.md "Memory as a file"; free page reporting: "Free page reporting").
+import hashlib
 import re
 
 
@@ -27,3 +28,13 @@ def ram_vma(pid):
             elif cur is not None and line.split()[-1:] == ["kB"]:
                 cur[line.split(":")[0]] = int(line.split()[1])
     return out
+
+
+def file_sha(path_or_fd):
+    """SHA-256 of a file's bytes, by path or by an open descriptor (read from its start)."""
+    h = hashlib.sha256()
+    f = open(path_or_fd, "rb", closefd=not isinstance(path_or_fd, int))
+    f.seek(0)
+    for b in iter(lambda: f.read(1 << 20), b""):
+        h.update(b)
+    return h.hexdigest()

@@ -8,7 +8,6 @@ a checkpoint of before (one migration stream, config.json "checkpoint_memory": "
 still rewinds, a daemon killed mid-fork leaves nothing half-made, a VM adopted after a
 restart is still checkpointed from its memory file, memory the guest frees goes back to
 the host after a restore, and `rm --wipe` zeroes the memory files."""
-import hashlib
 import json
 import os
 import signal
@@ -17,7 +16,7 @@ import subprocess
 import pytest
 
 from conftest import KOSA8, daemon_pid, make_sandbox, own_home, wait_for
-from memkit import ram_vma, rss_mib
+from memkit import file_sha, ram_vma, rss_mib
 
 PY = "python:3.12-slim"
 
@@ -83,15 +82,6 @@ def sbdir(h, name):
 
 def qemu_pid(h, name):
     return h.json("sandbox", "inspect", name)["pid"]
-
-
-def file_sha(path_or_fd):
-    h = hashlib.sha256()
-    f = open(path_or_fd, "rb", closefd=not isinstance(path_or_fd, int))
-    f.seek(0)
-    for b in iter(lambda: f.read(1 << 20), b""):
-        h.update(b)
-    return h.hexdigest()
 
 
 SEEN = {}

@@ -160,6 +160,23 @@ static void test_private_over_base(void)
 	bfd = memfile_open(bp, SIZE, &err);
 	CHECK(bfd >= 0);
 	CHECK_EQ_INT(memfile_open(bp, SIZE + PG, &err), -EINVAL);  /* the wrong size */
+	/* another's to write, or another's: refused; then the daemon's alone again */
+	CHECK(chmod(bp, 0620) == 0);
+	CHECK_EQ_INT(memfile_open(bp, SIZE, &err), -EPERM);
+	CHECK(chmod(bp, 0604) == 0);
+	CHECK_EQ_INT(memfile_open(bp, SIZE, &err), -EPERM);
+	if (geteuid() == 0) {
+		CHECK(chmod(bp, 0600) == 0 && chown(bp, 65534, 65534) == 0);
+		CHECK_EQ_INT(memfile_open(bp, SIZE, &err), -EPERM);
+		CHECK(chown(bp, 0, 0) == 0);
+	}
+	CHECK(chmod(bp, 0600) == 0);
+	/* a symlink to it, a directory: not followed, not a file */
+	cleanup_free char *lp = xasprintf("%s/link", base);
+	CHECK(symlink(bp, lp) == 0);
+	CHECK_EQ_INT(memfile_open(lp, SIZE, &err), -ELOOP);
+	CHECK_EQ_INT(memfile_open(base, SIZE, &err), -EINVAL);
+	unlink(lp);
 	kid_start(&k, bfd, base_change);
 	fd = memfile_create(out, SIZE, &err);
 	CHECK(fd >= 0);
