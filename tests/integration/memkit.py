@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # memkit.py - what a QEMU holds of host memory, read from the host's /proc (memory as a
 # file: docs/design.md "Memory as a file"; free page reporting: "Free page reporting").
+import glob
 import hashlib
+import os
 import re
 
 
@@ -38,3 +40,23 @@ def file_sha(path_or_fd):
     for b in iter(lambda: f.read(1 << 20), b""):
         h.update(b)
     return h.hexdigest()
+
+
+def saved_memory(home_path, label):
+    """The files a checkpoint LABEL (of any sandbox of the home) keeps the guest's memory
+    in: its memory file and devices' state, or its one migration stream."""
+    return [os.path.join(d, f)
+            for d in glob.glob(os.path.join(home_path, "sandboxes", "*", "checkpoints", label))
+            for f in ("memory", "devices", "state") if os.path.exists(os.path.join(d, f))]
+
+
+def found_in(path, needles):
+    """The needles (bytes) found in a file, read by 16 MiB, each read overlapping the last
+    by the longest needle (a memory file is as large as the guest's RAM)."""
+    keep, tail, found = max(len(n) for n in needles), b"", set()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(16 << 20), b""):
+            data = tail + chunk
+            found.update(n for n in needles if n in data)
+            tail = data[-keep:]
+    return found
