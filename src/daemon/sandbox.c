@@ -58,6 +58,11 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 	if ((r = broker_up(d, sb, err)) || (r = net_up(d, sb, err)) || (r = fs_up(d, sb, err)))
 		return r;
 	ports_up(d, sb);
+	/* The sidecars are on disk before QEMU starts: a daemon killed in between leaves
+	 * processes the next one stops (sb_load_all), not ones nobody knows (test_69). */
+	pthread_mutex_lock(&sb->lock);
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
 	*spec = (struct vm_spec){ .accel = d->accel, .cpus = sb->cpus,
 				  .memory_mib = sb->memory_mib, .dir = sb->dir,
 				  .qmp_path = k->qmp, .agent_path = k->agent, .net_path = k->net,
@@ -1123,6 +1128,13 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 	sb_ports_from_json(sb, json_object_get(rec, "ports"));
 	sb->pid = (pid_t)pid;
 	sb->pid_start = (unsigned long long)start;
+	/* A resume from disk whose daemon died before its QEMU was spawned (the record names
+	 * its sidecars, sb_prepare_spawn, and no VM yet): still paused, paused/ whole. Once
+	 * a QEMU was spawned (its pid is recorded) the guest may have run and written the
+	 * disk, so paused/ no longer matches it: that one is stopped, as sb_resume_paused
+	 * says. */
+	if (!strcmp(state, "booting") && pid == 0 && sb_paused_on_disk(sb))
+		sb->state = SB_PAUSED;
 	sb->nimages = sb_images_from_json(json_object_get(rec, "images"), sb->images);
 	json_decref(rec);
 	*out = sb;

@@ -279,8 +279,24 @@ def test_daemon_killed_during_a_fork_leaves_nothing_half_made(mh):
     assert proc.returncode != 0, "the fork finished before the kill: " + out
     assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10)
     mh.start()
-    # The fork's QEMU, which never had its init, is not left running for nobody.
+    # The fork's QEMU, which never had its init, is not left running for nobody; nor are
+    # the sidecars started before it (kosa8-net names the fork's folder in its argv).
     assert wait_for(lambda: not fork_qemus(), 30), "a fork's QEMU outlived its daemon"
+
+    def fork_sidecars():
+        mine = os.path.join(sbdir(mh, "mcut"), "").encode()
+        found = []
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/cmdline" % p, "rb") as f:
+                    argv = f.read()
+            except OSError:
+                continue
+            if b"kosa8-" in argv and any(a.startswith(mine) for a in argv.split(b"\0")):
+                found.append((int(p), argv.split(b"\0")[0].decode()))
+        return found
+    assert wait_for(lambda: not fork_sidecars(), 30), \
+        "a fork's sidecars outlived its daemon: %s" % fork_sidecars()
     listed = {s["name"]: s["state"] for s in mh.json("sandbox", "ls")}
     assert listed.get("mcut") in (None, "stopped"), listed
     # The checkpoint is whole: a rewind and another fork of it hold what it held.
@@ -309,6 +325,27 @@ def test_an_adopted_vm_is_checkpointed_from_its_memory_file(mh):
     set_value(mh, src, cid, "later")
     mh("rewind", src, "--to", "ad", "-y", check=True, timeout=300)
     assert ask(mh, src, cid) == ("adopted", SEEN["x0"][1])
+
+
+def test_a_resume_cut_before_its_qemu_leaves_the_sandbox_paused(mh):
+    """A resume from disk records its sidecars before it spawns QEMU (so a daemon killed
+    in between leaves nothing unknown): sandbox.json then says "booting" with no VM.
+    The next daemon must see what that is, a sandbox still paused with paused/ whole,
+    and resume it with its processes, not stop it."""
+    src, cid = "msrc", SEEN["cid"]
+    set_value(mh, src, cid, "before-pause")
+    mh("sandbox", "pause", src, check=True, timeout=300)
+    os.kill(daemon_pid(mh.path), signal.SIGKILL)
+    path = os.path.join(sbdir(mh, src), "sandbox.json")
+    with open(path) as f:
+        rec = json.load(f)
+    assert rec["state"] == "paused" and not rec["pid"], rec
+    rec["state"] = "booting"        # what the daemon writes as the resume begins
+    with open(path, "w") as f:
+        json.dump(rec, f)
+    mh.start()
+    assert mh.json("sandbox", "inspect", src)["state"] == "paused"
+    assert ask(mh, src, cid) == ("before-pause", SEEN["x0"][1])     # resumes it
 
 
 def test_rm_wipe_zeroes_memory_files_a_fork_does_not_share(mh):
