@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../src/daemon"
 layer() {
 	case "$1" in
 	log|cgroup|qmp|agentlink|guest|jail|audit|bundle_read|api_route|fetch|interp_event) echo 0 ;;  # mechanism; api_route: the handler contract, paths, pure; fetch: HTTP GETs; interp_event: the interpreter's wire, pure
-	vm|sidecar|layers) echo 1 ;;         # processes and disks: QEMU, sidecars, layers
+	vm|memfile|sidecar|layers) echo 1 ;; # processes and disks: QEMU, its RAM as a file, sidecars, layers
 	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
 	egress|mounts|broker|secret|ports|e2b_keys) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports; the E2B API's keys

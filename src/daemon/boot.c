@@ -13,6 +13,7 @@
 #include "daemon/ports.h"
 #include "daemon/audit.h"
 #include "daemon/layers.h"
+#include "daemon/memfile.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -52,6 +53,11 @@ int sb_prepare_spawn(struct daemon *d, struct sandbox *sb, struct sb_socks *k,
 	if ((r = broker_up(d, sb, err)) || (r = net_up(d, sb, err)) || (r = fs_up(d, sb, err)))
 		return r;
 	ports_up(d, sb);
+	/* The sidecars are on disk before QEMU starts: a daemon killed in between leaves
+	 * processes the next one stops (sb_load_all), not ones nobody knows (test_69). */
+	pthread_mutex_lock(&sb->lock);
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
 	*spec = (struct vm_spec){ .accel = d->accel, .cpus = sb->cpus,
 				  .memory_mib = sb->memory_mib, .dir = sb->dir,
 				  .qmp_path = k->qmp, .agent_path = k->agent, .net_path = k->net,
@@ -104,6 +110,36 @@ void sb_kill_vm(struct daemon *d, struct sandbox *sb)
 	daemon_audit_guest_flush(d, sb);
 }
 
+void sb_mem_set(struct sandbox *sb, int fd)
+{
+	struct stat st;
+
+	memfile_close(sb->mem_fd);
+	sb->mem_fd = -1;
+	sb->mem_dev = sb->mem_ino = 0;
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return;
+	}
+	sb->mem_fd = fd;
+	sb->mem_dev = (unsigned long long)st.st_dev;
+	sb->mem_ino = (unsigned long long)st.st_ino;
+}
+
+void sb_mem_release(struct sandbox *sb)
+{
+	memfile_close(sb->mem_fd);      /* an unlinked paused/memory: freed in the background */
+	sb->mem_fd = -1;
+	sb->mem_dev = sb->mem_ino = 0;
+	/* A fork's link to its source's memory file is for its first VM only. */
+	if (sb->forked) {
+		cleanup_free char *p = xasprintf("%s/%s", sb->dir, SB_FORK_MEMORY);
+		unlink(p);
+	}
+}
+
 void sb_kill_qemu(struct daemon *d, struct sandbox *sb)
 {
 	struct k8_err err = { 0 };
@@ -124,6 +160,8 @@ void sb_kill_qemu(struct daemon *d, struct sandbox *sb)
 			waitpid(sb->pid, NULL, 0);
 	}
 	cgroup_remove(&d->cg, sb->name);
+	sb_mem_release(sb);
+	sb->restoring = false;
 	sb->paused = false;
 	sb->pid = 0;
 	sb->pid_start = 0;
@@ -377,6 +415,7 @@ int sb_connect_vm_finish(struct daemon *d, struct sandbox *sb, struct sb_connect
 	if (restored)
 		for (int i = 0; i < sb->nimages; i++)
 			sb->images[i].mounted = true;
+	sb->restoring = false;          /* its init is in (the caller saves the record) */
 	if ((r = sb_mount_images(sb, err)))
 		goto fail;
 	t[6] = now_mono_ns();
@@ -471,13 +510,39 @@ static int sb_machine_of(struct sandbox *sb, const char *statedir, struct vm_mac
 	return 0;
 }
 
+struct sb_spawn_rec {
+	struct sandbox *sb;
+	int mfd;
+};
+
+/* A restored VM is known on disk before QEMU runs (vm_spawn's `spawned`): its pid, and
+ * "init_pending" until its init is in, so a daemon that dies before the init leaves a VM
+ * the next one ends (sb_load_all) rather than one nobody knows. */
+static void sb_spawned_restore(void *ctx, pid_t pid)
+{
+	struct sb_spawn_rec *rec = ctx;
+	struct sandbox *sb = rec->sb;
+
+	if (rec->mfd > 0)
+		memfile_warm(rec->mfd);  /* the guest's first touches find it cached */
+	pthread_mutex_lock(&sb->lock);
+	if (rec->mfd > 0)
+		sb_mem_set(sb, fcntl(rec->mfd, F_DUPFD_CLOEXEC, 3));
+	sb->pid = pid;
+	sb->pid_start = vm_proc_start(pid);
+	sb->child = true;
+	sb->restoring = true;
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+}
+
 /* Start the QEMU that restores the state saved in `statedir` (a checkpoint's directory:
  * of sb for a rewind, of its source for a fork; sb's paused/ for a resume) into sb on
  * the top layer `layer`: sidecars up, kosa8-fs given the FUSE nodes and open files the
  * guest had then, and -incoming from the state file. */
 int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir,
-		      const char *layer, const char *top, int kfd, int ifd, int sfd, bool fork,
-		      pid_t *pid, struct k8_err *err)
+		      const char *layer, const char *top, int kfd, int ifd, int sfd, int mfd,
+		      bool fork, pid_t *pid, struct k8_err *err)
 {
 	cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", statedir);
 	struct sb_socks k;
@@ -502,15 +567,38 @@ int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir
 	spec.nimages = sb->nimages;
 	spec.scratch = top;
 	spec.incoming_fd = sfd;
+	spec.ram_fd = mfd > 0 ? mfd : 0;        /* its RAM maps this memory file */
 	/* A fork's memory is new to the host, not a killed VM's just freed: huge pages for
 	 * it cost ~4x more than small ones on a host that returns free memory to its own
 	 * hypervisor (docs/design.md "Fork"). */
 	spec.no_thp = fork;
 	spec.nchain = layers_chain(sb->dir, layer, &chain);
 	spec.chain = (const char *const *)chain;
+	spec.spawned = sb_spawned_restore;
+	spec.spawned_ctx = &(struct sb_spawn_rec){ .sb = sb, .mfd = mfd };
 	r = vm_spawn(&spec, pid, err);
 	layers_chain_free(chain, spec.nchain);
 	return r;
+}
+
+int sb_saved_open(const char *dir, bool memfile, int memory_mib, int *sfd, int *mfd,
+		  struct k8_err *err)
+{
+	cleanup_free char *state = xasprintf("%s/%s", dir, memfile ? "devices" : "state");
+	cleanup_free char *mem = xasprintf("%s/memory", dir);
+
+	*sfd = *mfd = -1;
+	if (memfile && (*mfd = memfile_open(mem, (uint64_t)memory_mib << 20, err)) < 0)
+		return *mfd;
+	*sfd = open(state, O_RDONLY | O_CLOEXEC);
+	if (*sfd < 0) {
+		int e = errno;
+		if (*mfd >= 0)
+			close(*mfd);
+		*mfd = -1;
+		return k8_err_set(err, -e, "open %s: %s", state, strerror(e));
+	}
+	return 0;
 }
 
 /* A daemon killed in the middle of a checkpoint can leave its VM stopped, or with a new
@@ -561,6 +649,31 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 	k8_err_clear(err);
 }
 
+/* A VM whose RAM maps a memory file: that file's descriptor again, out of QEMU (it keeps
+ * the one it was given at VM_RAM_FD), if it is still the file sandbox.json names. The next
+ * checkpoint reads it; without it that checkpoint fails (and says so), nothing else. */
+static void sb_adopt_memory(struct sandbox *sb)
+{
+	char p[64];
+	struct stat st;
+	int fd;
+
+	if (!sb->mem_ino)
+		return;
+	snprintf(p, sizeof(p), "/proc/%d/fd/%d", (int)sb->pid, VM_RAM_FD);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    (unsigned long long)st.st_dev == sb->mem_dev &&
+	    (unsigned long long)st.st_ino == sb->mem_ino) {
+		sb->mem_fd = fd;
+		return;
+	}
+	if (fd >= 0)
+		close(fd);
+	daemon_log("sandbox %s: the memory file its VM maps is not at %s any more; it cannot "
+		   "be checkpointed until it boots again", sb->name, p);
+}
+
 /* Reconnect to a VM that outlived the previous daemon. */
 int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
@@ -573,6 +686,7 @@ int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (r)
 		return r;
 	sb_adopt_fixups(sb, err);
+	sb_adopt_memory(sb);
 	r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
 	if (r)
 		return r;

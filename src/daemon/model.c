@@ -890,7 +890,7 @@ static int serve_args(json_t *body, struct serve_args *a, struct k8_err *err)
 static pid_t serve_spawn(struct daemon *d, const char *name, const char *blob,
 			 const struct serve_args *a, int lfd, const char *log, struct k8_err *err)
 {
-	cleanup_free char *exe = sidecar_exe("kosa8-model");
+	cleanup_free char *exe = k8_beside_self("kosa8-model");
 	char sport[16], sth[16], sctx[16], uid[32] = "", slfd[8];
 	json_t *cfg = daemon_config(d);
 	json_int_t muid = json_integer_value(json_object_get(cfg, "model_uid"));

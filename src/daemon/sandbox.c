@@ -52,6 +52,7 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 	pthread_rwlock_init(&sb->slots_lock, NULL);
 	sb->qmp.fd = -1;
 	sb->link.fd = -1;
+	sb->mem_fd = -1;
 	sb->state = SB_STOPPED;
 	sb->jail_index = -1;
 	sb->idle_pause_s = -1;
@@ -78,6 +79,8 @@ static void sb_free(struct sandbox *sb)
 	spare_free(sb);
 	json_decref(sb->listing);
 	json_decref(sb->owner);
+	if (sb->mem_fd >= 0)
+		close(sb->mem_fd);
 	free(sb);
 }
 
@@ -86,8 +89,10 @@ static void sb_free(struct sandbox *sb)
 bool sb_paused_on_disk(struct sandbox *sb)
 {
 	cleanup_free char *p = xasprintf("%s/paused/state", sb->dir);
+	cleanup_free char *dev = xasprintf("%s/paused/devices", sb->dir);
+	cleanup_free char *mem = xasprintf("%s/paused/memory", sb->dir);
 
-	return access(p, F_OK) == 0;
+	return access(p, F_OK) == 0 || (access(dev, F_OK) == 0 && access(mem, F_OK) == 0);
 }
 
 /* Bring a sandbox paused to disk back. Caller holds the busy token and sb->state is
@@ -96,25 +101,24 @@ bool sb_paused_on_disk(struct sandbox *sb)
 int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err)
 {
 	cleanup_free char *dir = xasprintf("%s/paused", sb->dir);
-	cleanup_free char *state = xasprintf("%s/state", dir);
+	cleanup_free char *mem = xasprintf("%s/memory", dir);
 	cleanup_free char *top = xasprintf("%s/%s", sb->dir, layers_top(sb->disk));
-	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1, mfd = -1;
 	uint64_t t0 = now_mono_ns();
 	pid_t pid = 0;
 	int r;
 
 	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
 		return k8_err_wrap(err, "sandbox '%s' stays paused", sb->name);
-	sfd = open(state, O_RDONLY | O_CLOEXEC);
-	if (sfd < 0)
-		return k8_err_set(err, -errno, "sandbox '%s' is paused but its saved state %s "
-				  "cannot be opened (%s); `kosa8 sandbox rm %s` removes it", sb->name,
-				  state, strerror(errno), sb->name);
+	/* paused/ holds a memory file and its devices' state, or one migration stream */
+	if ((r = sb_saved_open(dir, access(mem, F_OK) == 0, sb->memory_mib, &sfd, &mfd, err)))
+		return k8_err_wrap(err, "sandbox '%s' is paused but what it saved cannot be "
+				   "used; `kosa8 sandbox rm %s` removes it", sb->name, sb->name);
 	pthread_mutex_lock(&sb->lock);
 	sb->state = SB_BOOTING;
 	pthread_mutex_unlock(&sb->lock);
-	r = sb_spawn_restored(d, sb, dir, layers_top(sb->disk), top, kfd, ifd, sfd, false, &pid,
-			      err);
+	r = sb_spawn_restored(d, sb, dir, layers_top(sb->disk), top, kfd, ifd, sfd, mfd, false,
+			      &pid, err);
 	if (!r)
 		r = sb_connect_vm(d, sb, pid, true, err);
 	pthread_mutex_lock(&sb->lock);
@@ -330,6 +334,49 @@ json_t *sb_list_json(struct daemon *d)
 	return arr;
 }
 
+/* sb_from_record's step for a sandbox's parts: its egress policy, its sidecars' processes
+ * (ended or adopted by sb_load_all) and its shared folders with their pins. */
+static void sb_parts_from_record(struct sandbox *sb, json_t *rec)
+{
+	json_t *eg = json_object_get(rec, "egress"), *sc = json_object_get(rec, "sidecars");
+	const char *m = json_string_value(json_object_get(eg, "mode"));
+	json_t *rl = json_object_get(eg, "rules");
+	struct sidecar *sides[2] = { &sb->net, &sb->fs };
+	const char *keys[2] = { "net", "fs" };
+	json_t *ml = json_object_get(rec, "mounts"), *mi;
+	size_t k;
+
+	if (m && strlen(m) < sizeof(sb->egress_mode))
+		snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", m);
+	if (json_is_array(rl)) {
+		json_decref(sb->egress_rules);
+		sb->egress_rules = json_incref(rl);
+	}
+	for (int i = 0; i < 2; i++) {
+		json_t *o = json_object_get(sc, keys[i]);
+		sides[i]->pid = (pid_t)json_integer_value(json_object_get(o, "pid"));
+		sides[i]->pid_start =
+			(unsigned long long)json_integer_value(json_object_get(o, "pid_start"));
+	}
+	json_array_foreach(ml, k, mi) {
+		const char *h = json_string_value(json_object_get(mi, "host"));
+		const char *g = json_string_value(json_object_get(mi, "guest"));
+		if (sb->nmounts >= K8_MAX_MOUNTS || !h || !g ||
+		    strlen(h) >= sizeof(sb->mounts[0].host) ||
+		    strlen(g) >= sizeof(sb->mounts[0].guest))
+			continue;
+		struct sb_mount *mm = &sb->mounts[sb->nmounts++];
+		snprintf(mm->host, sizeof(mm->host), "%s", h);
+		snprintf(mm->guest, sizeof(mm->guest), "%s", g);
+		mm->ro = json_is_true(json_object_get(mi, "ro"));
+		json_t *pin = json_object_get(mi, "pin");
+		mm->pinned = json_is_object(pin);
+		mm->dev = (unsigned long long)json_integer_value(json_object_get(pin, "dev"));
+		mm->ino = (unsigned long long)json_integer_value(json_object_get(pin, "ino"));
+		mm->btime = json_integer_value(json_object_get(pin, "btime"));
+	}
+}
+
 static int sb_from_record(struct daemon *d, const char *name, struct sandbox **out)
 {
 	cleanup_free char *path = xasprintf("%s/sandboxes/%s/sandbox.json", d->home, name);
@@ -365,6 +412,11 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
 	}
 	sb->forked = json_is_true(json_object_get(rec, "forked"));
+	{
+		json_t *mf = json_object_get(rec, "memory_file");
+		sb->mem_dev = (unsigned long long)json_integer_value(json_object_get(mf, "dev"));
+		sb->mem_ino = (unsigned long long)json_integer_value(json_object_get(mf, "ino"));
+	}
 	/* sb_load_all reads it and clears it */
 	sb->connecting = json_is_true(json_object_get(rec, "init_pending"));
 	/* A record without it is older than the balloon: its VM (or paused/) has neither. */
@@ -400,47 +452,17 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			return -ENOSPC;
 		}
 	}
-	{
-		json_t *eg = json_object_get(rec, "egress"), *sc = json_object_get(rec, "sidecars");
-		const char *m = json_string_value(json_object_get(eg, "mode"));
-		json_t *rl = json_object_get(eg, "rules");
-		if (m && strlen(m) < sizeof(sb->egress_mode))
-			snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", m);
-		if (json_is_array(rl)) {
-			json_decref(sb->egress_rules);
-			sb->egress_rules = json_incref(rl);
-		}
-		struct sidecar *sides[2] = { &sb->net, &sb->fs };
-		const char *keys[2] = { "net", "fs" };
-		for (int k = 0; k < 2; k++) {
-			json_t *o = json_object_get(sc, keys[k]);
-			sides[k]->pid = (pid_t)json_integer_value(json_object_get(o, "pid"));
-			sides[k]->pid_start =
-				(unsigned long long)json_integer_value(json_object_get(o, "pid_start"));
-		}
-		json_t *ml = json_object_get(rec, "mounts"), *mi;
-		size_t k;
-		json_array_foreach(ml, k, mi) {
-			const char *h = json_string_value(json_object_get(mi, "host"));
-			const char *g = json_string_value(json_object_get(mi, "guest"));
-			if (sb->nmounts >= K8_MAX_MOUNTS || !h || !g ||
-			    strlen(h) >= sizeof(sb->mounts[0].host) ||
-			    strlen(g) >= sizeof(sb->mounts[0].guest))
-				continue;
-			struct sb_mount *mm = &sb->mounts[sb->nmounts++];
-			snprintf(mm->host, sizeof(mm->host), "%s", h);
-			snprintf(mm->guest, sizeof(mm->guest), "%s", g);
-			mm->ro = json_is_true(json_object_get(mi, "ro"));
-			json_t *pin = json_object_get(mi, "pin");
-			mm->pinned = json_is_object(pin);
-			mm->dev = (unsigned long long)json_integer_value(json_object_get(pin, "dev"));
-			mm->ino = (unsigned long long)json_integer_value(json_object_get(pin, "ino"));
-			mm->btime = json_integer_value(json_object_get(pin, "btime"));
-		}
-	}
+	sb_parts_from_record(sb, rec);
 	sb_ports_from_json(sb, json_object_get(rec, "ports"));
 	sb->pid = (pid_t)pid;
 	sb->pid_start = (unsigned long long)start;
+	/* A resume from disk whose daemon died before its QEMU was spawned (the record names
+	 * its sidecars, sb_prepare_spawn, and no VM yet): still paused, paused/ whole. Once
+	 * a QEMU was spawned (its pid is recorded) the guest may have run and written the
+	 * disk, so paused/ no longer matches it: that one is stopped, as sb_resume_paused
+	 * says. */
+	if (!strcmp(state, "booting") && pid == 0 && sb_paused_on_disk(sb))
+		sb->state = SB_PAUSED;
 	sb->nimages = sb_images_from_json(json_object_get(rec, "images"), sb->images);
 	json_decref(rec);
 	*out = sb;
@@ -775,14 +797,23 @@ static int wipe_file(const char *path, const struct stat *sbuf, int type, struct
 	if (type != FTW_F)
 		return 0;
 	fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-	/* A disk layer shared with a fork (hard link) still holds the fork's data. */
+	/* A disk layer or memory file shared with a fork (hard link) still holds the
+	 * fork's data. */
 	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1)
 		return 0;
-	for (off_t off = 0; off < st.st_size; off += (off_t)sizeof(zero)) {
-		size_t n = (size_t)(st.st_size - off) < sizeof(zero) ? (size_t)(st.st_size - off)
-								       : sizeof(zero);
-		if (pwrite(fd, zero, n, off) < 0)
-			break;
+	/* Only where the file has data: a hole holds nothing to wipe (a memory file is
+	 * mostly holes, as large as the guest's RAM). */
+	for (off_t off = 0, end; off < st.st_size; off = end) {
+		if ((off = lseek(fd, off, SEEK_DATA)) < 0)
+			break;          /* ENXIO: no data past off */
+		if ((end = lseek(fd, off, SEEK_HOLE)) < 0)
+			end = st.st_size;
+		for (off_t at = off; at < end; at += (off_t)sizeof(zero)) {
+			size_t n = (size_t)(end - at) < sizeof(zero) ? (size_t)(end - at)
+								     : sizeof(zero);
+			if (pwrite(fd, zero, n, at) < 0)
+				return 0;
+		}
 	}
 	fdatasync(fd);
 	return 0;
@@ -790,7 +821,7 @@ static int wipe_file(const char *path, const struct stat *sbuf, int type, struct
 
 /* `rm --wipe`: zero every file of the sandbox that no fork shares before it is unlinked:
  * the scratch disk, every disk layer written since a checkpoint, and the checkpoints'
- * memory states (the guest's RAM holds what it wrote too). */
+ * memory files and states, and paused/'s (the guest's RAM holds what it wrote too). */
 static void wipe_tree(const char *dir)
 {
 	nftw(dir, wipe_file, 16, FTW_PHYS | FTW_MOUNT);

@@ -56,7 +56,7 @@ void sb_unreserve(struct daemon *d, struct sandbox *sb);
  * itself is checkpoint.c's). Caller holds the busy token. `by` names what asked, for the
  * audit record ("resume", "use"). */
 int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err);
-/* Does sb's dir hold a complete paused/state? */
+/* Does sb's dir hold a complete paused/: its state, or its devices and memory file? */
 bool sb_paused_on_disk(struct sandbox *sb);
 
 /* 0 when no sandbox has the image `digest` attached; else -EBUSY, err naming one that has
