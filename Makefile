@@ -177,7 +177,7 @@ proto-variants: progs $(B)/proto/guest1/manifest.json $(B)/proto/guest3/manifest
 
 $(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC) $(FS_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(DEPFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON) $(LIBS_NET)
+	$(CC) $(CFLAGS) $(DEPFLAGS) $(LDFLAGS_HOST) -o $@ $< $(filter %.o,$^) $(LIBS_DAEMON) $(LIBS_NET)
 
 # kosa8-qemu-ram.so's test preloads it into a child of its own.
 $(B)/tests/test_qemu_ram: | $(B)/bin/kosa8-qemu-ram.so
@@ -299,7 +299,7 @@ $(B)/bin/kosa8-model: $(call obj,src/model/main.c) $(MODEL_LIB_OBJ)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread -lseccomp
 $(B)/tests/test_model_%: tests/unit/test_model_%.c $(MODEL_LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(DEPFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lm -lmicrohttpd -lpthread -lseccomp
+	$(CC) $(CFLAGS) $(DEPFLAGS) $(LDFLAGS_HOST) -o $@ $< $(filter %.o,$^) -ljansson -lm -lmicrohttpd -lpthread -lseccomp
 # kosa8-broker: the egress broker (issue 14), one process per sandbox. docs/broker.md
 BROKER_SRC := $(filter-out src/broker/main.c,$(wildcard src/broker/*.c))
 LIBS_BROKER := -lssl -lcrypto -ljansson -lseccomp
@@ -313,14 +313,14 @@ $(B)/bin/kosa8-broker: $(call obj,src/broker/main.c $(BROKER_SRC) $(COMMON_SRC) 
 # Its unit tests link only what they test.
 $(B)/tests/test_broker_%: tests/unit/test_broker_%.c $(call obj,$(BROKER_SRC) $(COMMON_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(DEPFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_BROKER)
+	$(CC) $(CFLAGS) $(DEPFLAGS) $(LDFLAGS_HOST) -o $@ $< $(filter %.o,$^) $(LIBS_BROKER)
 # The Docker-compatible API's building blocks (issue 12): library only, docs/docker.md.
 # Their unit tests link only src/docker, src/common and the image reference parser.
 DOCKER_SRC   := $(wildcard src/docker/*.c)
 DOCKER_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/test_docker_*.c))
 $(DOCKER_TESTS): $(B)/tests/%: tests/unit/%.c $(call obj,$(DOCKER_SRC) $(COMMON_SRC) $(ARCHIVE_SRC) src/image/reference.c)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(DEPFLAGS) $(LDFLAGS_HOST) -o $@ $^ -ljansson -lcrypto -larchive
+	$(CC) $(CFLAGS) $(DEPFLAGS) $(LDFLAGS_HOST) -o $@ $< $(filter %.o,$^) -ljansson -lcrypto -larchive
 
 # containerd-shim-kosa8-v2 (issue 31, docs/containerd.md): its own program, never linked
 # into kosa8d. Its messages are our own .proto files (src/shim/proto/, wire-compatible
