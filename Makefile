@@ -103,9 +103,9 @@ $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/prot
 	$(CC) -static -o $@ $^ -l:libjansson.a -l:libseccomp.a
 
 # kosa8's S3 client from the command line, for the stores' tests and bench (never installed).
-$(B)/tools/k8s3: tests/tools/k8s3.c $(call obj,$(STORE_SRC) $(COMMON_SRC))
+$(B)/tools/k8s3: tests/tools/k8s3.c $(call obj,$(STORE_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(HARDEN) $(LDFLAGS_HOST) -o $@ $^ -lcurl -ljansson -lcrypto -lzstd
+	$(CC) $(CFLAGS) $(HARDEN) $(LDFLAGS_HOST) -o $@ $^ -lcurl -ljansson -lcrypto -lzstd -lseccomp
 
 # Guest image: kernel (cached by source version + fragment hash), initramfs, manifest.
 # guest.sh runs every time (it knows the kernel's cache key) and rewrites a file only when

@@ -260,3 +260,27 @@ int chunk_inflate(const uint8_t *z, size_t zn, uint8_t *out, size_t want, void *
 				  o.pos, want, r ? " (a frame cut short)" : "");
 	return 0;
 }
+
+int chunk_inflate_max(const uint8_t *z, size_t zn, uint8_t *out, size_t cap, size_t *n,
+		      void *dctx, struct k8_err *err)
+{
+	ZSTD_inBuffer in = { z, zn, 0 };
+	ZSTD_outBuffer o = { out, cap, 0 };
+	size_t r = 1;
+
+	ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+	while (in.pos < in.size) {
+		size_t before = in.pos + o.pos;
+		r = ZSTD_decompressStream(dctx, &o, &in);
+		if (ZSTD_isError(r))
+			return k8_err_set(err, -EBADMSG, "not a zstd frame: %s", ZSTD_getErrorName(r));
+		if (o.pos == o.size && (in.pos < in.size || r != 0))
+			return k8_err_set(err, -E2BIG, "it decompresses to more than %zu bytes", cap);
+		if (in.pos + o.pos == before)
+			break;
+	}
+	if (r != 0 || in.pos != in.size)
+		return k8_err_set(err, -EBADMSG, "a zstd frame cut short");
+	*n = o.pos;
+	return 0;
+}

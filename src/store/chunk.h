@@ -74,6 +74,10 @@ int chunk_unseal(const struct chunk_keys *k, const char *key, const uint8_t *obj
  * bytes, or asks for a larger window. */
 int chunk_inflate(const uint8_t *z, size_t zn, uint8_t *out, size_t want, void *dctx,
 		  struct k8_err *err);
+/* A zstd frame (hostile) of a size not known ahead (a manifest): at most cap bytes into
+ * out, *n of them. -E2BIG past cap, -EBADMSG when it is not a whole frame. */
+int chunk_inflate_max(const uint8_t *z, size_t zn, uint8_t *out, size_t cap, size_t *n,
+		      void *dctx, struct k8_err *err);
 /* A ZSTD_DCtx for chunk_inflate (a window of at most CHUNK_SIZE_MAX), or NULL. */
 void *chunk_dctx(void);
 void chunk_dctx_free(void *dctx);
