@@ -57,7 +57,7 @@ HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_S
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 
-PROGS := $(B)/bin/kosa8 $(B)/bin/kosa8d $(B)/bin/kosa8-agent
+PROGS := $(B)/bin/kosa8 $(B)/bin/kosa8d $(B)/bin/kosa8-agent $(B)/bin/kosa8-qemu-ram.so
 ifneq ($(wildcard src/net/main.c),)
 PROGS += $(B)/bin/kosa8-net
 endif
@@ -97,6 +97,13 @@ $(B)/bin/kosa8-net: $(call obj,src/net/main.c $(NET_SRC) $(COMMON_SRC) $(SIDECAR
 $(B)/bin/kosa8-fs: $(call obj,src/fs/main.c $(FS_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_FS) -lcrypto
+
+# Preloaded into a QEMU whose RAM maps a memory file (src/preload/qemu_ram.c says why):
+# libc only, found by kosa8d next to itself.
+$(B)/bin/kosa8-qemu-ram.so: src/preload/qemu_ram.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(WARN) -D_GNU_SOURCE -O2 -g -fPIC -shared -fstack-protector-strong \
+		$(if $(WERROR),-Werror) -Wl,-z,relro,-z,now -o $@ $<
 
 $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/proto.c)
 	@mkdir -p $(dir $@)
@@ -161,6 +168,9 @@ $(B)/tests/%: tests/unit/%.c $(HOST_LIB_OBJ) $(call obj,$(NET_SRC) $(FS_SRC) $(S
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS_HOST) -o $@ $^ $(LIBS_DAEMON) $(LIBS_NET)
 
+# kosa8-qemu-ram.so's test preloads it into a child of its own.
+$(B)/tests/test_qemu_ram: | $(B)/bin/kosa8-qemu-ram.so
+
 # The containers' seccomp filter is tested on the host (the agent's sec.c, built for it).
 $(B)/tests/test_agent_sec: $(call obj,src/agent/sec.c)
 # The archive ops' tar reader and writer likewise (pure code; also fuzzed, fuzz_tar).
@@ -213,6 +223,8 @@ ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/site-functions
 NO_GUEST    ?=
 STRIP       ?=
 INSTALL_PROGS := kosa8 kosa8d kosa8-net kosa8-fs kosa8-broker kosa8-model containerd-shim-kosa8-v2
+# Beside kosa8d, which finds it there (src/preload/qemu_ram.c: QEMU preloads it).
+INSTALL_LIBS  := kosa8-qemu-ram.so
 GUEST_FILES := manifest.json vmlinux initramfs.cpio SHA256SUMS
 GEN_DOCS := $(B)/share/man/man1/kosa8.1 $(B)/share/man/man8/kosa8d.8 \
             $(B)/share/bash-completion/completions/kosa8 $(B)/share/zsh/site-functions/_kosa8
@@ -225,6 +237,7 @@ $(GEN_DOCS): $(B)/bin/kosa8 $(B)/bin/kosa8d scripts/docgen.py
 install: progs $(if $(NO_GUEST),,guest) gen-docs
 	install -d $(DESTDIR)$(PKGLIBDIR)/bin $(DESTDIR)$(BINDIR)
 	install -m 0755 $(if $(STRIP),-s) $(addprefix $(B)/bin/,$(INSTALL_PROGS)) $(DESTDIR)$(PKGLIBDIR)/bin/
+	install -m 0644 $(if $(STRIP),-s) $(addprefix $(B)/bin/,$(INSTALL_LIBS)) $(DESTDIR)$(PKGLIBDIR)/bin/
 	ln -sfn $(shell realpath -m --relative-to=$(BINDIR) $(PKGLIBDIR))/bin/kosa8 $(DESTDIR)$(BINDIR)/kosa8
 	ln -sfn $(shell realpath -m --relative-to=$(BINDIR) $(PKGLIBDIR))/bin/containerd-shim-kosa8-v2 \
 		$(DESTDIR)$(BINDIR)/containerd-shim-kosa8-v2

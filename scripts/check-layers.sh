@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../src/daemon"
 layer() {
 	case "$1" in
 	log|cgroup|qmp|agentlink|guest|jail|audit|bundle_read|api_route|docker_route|fetch) echo 0 ;;  # mechanism; api_route, docker_route: the handler contract, paths, pure; fetch: HTTP GETs
-	vm|sidecar|layers) echo 1 ;;         # processes and disks: QEMU, sidecars, layers
+	vm|memfile|sidecar|layers) echo 1 ;; # processes and disks: QEMU, its RAM as a file, sidecars, layers
 	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
 	egress|mounts|broker|secret|ports) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports

@@ -14,15 +14,25 @@
  * on a new empty layer whose backing is the checkpoint's layer; the agent is greeted,
  * the guest's clock set to now and its RNG reseeded from the host.
  *
- * On disk, per sandbox: checkpoints/<label>/{state,meta.json} (meta.json is written last,
- * so a checkpoint without it was interrupted and is never listed), layers.json (each
- * layer file's parent), and the layer files. A layer is deleted when neither the
- * current top nor any checkpoint reaches it through the parent links.
+ * On disk, per sandbox: checkpoints/<label>/{devices,memory,meta.json} (meta.json is
+ * written last, so a checkpoint without it was interrupted and is never listed),
+ * layers.json (each layer file's parent), and the layer files. A layer is deleted when
+ * neither the current top nor any checkpoint reaches it through the parent links.
+ *
+ * Memory as a file (docs/design.md). `memory` is the guest's RAM, a sparse file written
+ * out of the stopped QEMU (memfile.c) and `devices` the state of its devices alone
+ * (vm_save_devices); a restore (rewind, fork, spare, resume) starts a QEMU whose RAM maps
+ * `memory` private, copy on write, so it loads nothing up front and every copy of one
+ * checkpoint shares the pages it has not written. A checkpoint of before (or with
+ * config.json "checkpoint_memory": "stream") is one migration stream, `state`, which a
+ * restore reads into QEMU's own memory; meta.json's "memory" says which ("file", or
+ * nothing).
  */
 #include "common/proto.h"
 #include "daemon/broker.h"
 #include "daemon/checkpoint.h"
 #include "daemon/layers.h"
+#include "daemon/memfile.h"
 #include "daemon/mounts.h"
 #include "daemon/sandbox.h"
 #include "daemon/spare.h"
@@ -95,16 +105,28 @@ static int meta_agent_check(const json_t *meta, const struct sandbox *sb, const 
 			  label, sb->name, theirs, our_lo, our_hi, sb->name, sb->name);
 }
 
+/* Is the checkpoint's memory a memory file ("memory": "file") or one migration stream
+ * (nothing: taken before issue 27, or with "checkpoint_memory": "stream")? */
+static bool meta_memfile(const json_t *meta)
+{
+	return !strcmp(json_string_value(json_object_get(meta, "memory")) ?: "", "file");
+}
+
 /* meta_agent_check, and a "machine" this kosa8 can start (absent: an older checkpoint,
- * restored on the machine every VM had then). Checked before anything is touched. */
+ * restored on the machine every VM had then), and a "memory" it knows. Checked before
+ * anything is touched. */
 static int meta_usable(const json_t *meta, const struct sandbox *sb, const char *label,
 		       struct k8_err *err)
 {
 	struct vm_machine m;
+	json_t *mem = json_object_get(meta, "memory");
 
 	if (vm_machine_from_json(json_object_get(meta, "machine"), &m))
 		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json "
 				  "(\"machine\"); the sandbox is unchanged", label);
+	if (mem && !meta_memfile(meta))
+		return k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json "
+				  "(\"memory\"); the sandbox is unchanged", label);
 	return meta_agent_check(meta, sb, label, err);
 }
 
@@ -322,7 +344,11 @@ struct ckpt_job {
 	const char *label;
 	char *final;                    /* checkpoints/<label> */
 	char *tmpdir;                   /* checkpoints/.tmp-<label>, renamed to final last */
-	int state_fd;                   /* the migration stream's file, in tmpdir */
+	bool memfile;                   /* devices + memory (else one migration stream) */
+	int state_fd;                   /* the migration stream's file, or the devices' */
+	int mem_fd;                     /* the memory file (memfile), else -1 */
+	struct memfile_stats mst;
+	int tries;                      /* of the memory file (ckpt_save_memfile) */
 	char layer[64];                 /* the new top layer's file name */
 	char *layer_path;               /* its path, until QEMU writes to it (then NULL) */
 	int layer_fd;
@@ -355,13 +381,31 @@ static int ckpt_check_room(struct ckpt_job *j, struct k8_err *err)
 	return 0;
 }
 
-/* Made while the guest still runs: the state file in a fresh temporary directory, and
+/* The files the machine is saved to, in j->tmpdir (made): `state` (a migration stream),
+ * or `devices` and `memory` (config.json "checkpoint_memory", read now). */
+static int ckpt_state_files(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	cleanup_free char *state = NULL, *mem = NULL;
+
+	j->memfile = daemon_memfile(sb->d, NULL);
+	state = xasprintf("%s/%s", j->tmpdir, j->memfile ? "devices" : "state");
+	j->state_fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (j->state_fd < 0)
+		return k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
+	if (!j->memfile)
+		return 0;
+	mem = xasprintf("%s/memory", j->tmpdir);
+	j->mem_fd = memfile_create(mem, (uint64_t)sb->memory_mib << 20, err);
+	return j->mem_fd < 0 ? j->mem_fd : 0;
+}
+
+/* Made while the guest still runs: the state files in a fresh temporary directory, and
  * the next top layer, whose header names the current top (by this sandbox's path) and
  * has the sandbox's disk size. */
 static int ckpt_make_files(struct ckpt_job *j, struct k8_err *err)
 {
 	struct sandbox *sb = j->sb;
-	cleanup_free char *state = NULL;
 	cleanup_free char *bp = xasprintf("%s/%s", sb->dir, top_of(sb));
 	cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
 	int r;
@@ -371,10 +415,8 @@ static int ckpt_make_files(struct ckpt_job *j, struct k8_err *err)
 	rm_rf(j->tmpdir);
 	if ((r = mkdir_p(j->tmpdir, 0700)))
 		return k8_err_set(err, r, "mkdir %s: %s", j->tmpdir, strerror(-r));
-	state = xasprintf("%s/state", j->tmpdir);
-	j->state_fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (j->state_fd < 0)
-		return k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
+	if ((r = ckpt_state_files(j, err)))
+		return r;
 	new_layer_name(j->layer, sizeof(j->layer));
 	j->layer_path = xasprintf("%s/%s", sb->dir, j->layer);
 	const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
@@ -410,18 +452,89 @@ static int ckpt_stop_vcpus(struct ckpt_job *j, struct k8_err *err)
 	return 0;
 }
 
-/* Memory and devices into the state file (QEMU's migration to an fd), and the file
- * server's tables as the guest's FUSE knows them at this instant. vCPUs stopped. */
-static int ckpt_save_state(struct ckpt_job *j, struct k8_err *err)
+/* A file's bytes (a devices' state: small), for ckpt_save_memfile's comparison. */
+static char *ckpt_slurp(int fd, size_t *n)
+{
+	struct stat st;
+	char *b;
+
+	if (fstat(fd, &st) < 0 || st.st_size > (16 << 20) || !(b = malloc((size_t)st.st_size + 1)))
+		return NULL;
+	if (pread(fd, b, (size_t)st.st_size, 0) != st.st_size) {
+		free(b);
+		return NULL;
+	}
+	*n = (size_t)st.st_size;
+	return b;
+}
+
+static int ckpt_restart_file(int fd)
+{
+	return ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -errno;
+}
+
+/* The devices' state and the memory file, one instant. The vCPUs are stopped, but
+ * QEMU's main loop runs (QMP needs it), and a device given input meanwhile (the agent's
+ * or the file server's port, host to guest, into buffers the guest posted before it
+ * stopped) writes guest memory and moves its own state. So the devices are saved before
+ * the copy and again after, and the two must be the same bytes; if not, both again.
+ * Then once more to let go of the disks as a migration does before the layer is frozen
+ * (vm_save_devices). 0, -EAGAIN after three tries (the caller saves a migration stream
+ * instead, which QEMU makes in one piece), or another negative errno. */
+static int ckpt_save_memfile(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	struct memfile_src src = { .pid = sb->pid, .size = (uint64_t)sb->memory_mib << 20,
+				   .base_fd = sb->mem_fd };
+	cleanup_free char *checkp = xasprintf("%s/devices.check", j->tmpdir);
+	cleanup_close int check = -1;
+	int r;
+
+	if (sb->mem_ino && sb->mem_fd < 0)
+		return k8_err_set(err, -ENOENT, "the memory file sandbox '%s' runs on could not be "
+				  "found again after the daemon restarted, so its memory cannot be "
+				  "saved; stop and start the sandbox, then take the checkpoint",
+				  sb->name);
+	if ((r = vm_ram_hva(&sb->qmp, &src.hva, err)))
+		return r;
+	check = open(checkp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (check < 0)
+		return k8_err_set(err, -errno, "create %s: %s", checkp, strerror(errno));
+	for (j->tries = 1; j->tries <= 3; j->tries++) {
+		cleanup_free char *a = NULL, *b = NULL;
+		size_t na = 0, nb = 0;
+
+		if ((r = ckpt_restart_file(j->state_fd)) || (r = ckpt_restart_file(check)) ||
+		    ftruncate(j->mem_fd, 0) < 0 ||
+		    ftruncate(j->mem_fd, (off_t)src.size) < 0)
+			return k8_err_set(err, r ?: -errno, "starting the saved files: %s",
+					  strerror(r ? -r : errno));
+		if ((r = vm_save_devices(&sb->qmp, j->state_fd, false, err)) ||
+		    (r = memfile_write(&src, j->mem_fd, &j->mst, err)) ||
+		    (r = vm_save_devices(&sb->qmp, check, false, err)))
+			return r;
+		a = ckpt_slurp(j->state_fd, &na);
+		b = ckpt_slurp(check, &nb);
+		if (!a || !b)
+			return k8_err_set(err, -EIO, "reading the devices' state back");
+		if (na == nb && !memcmp(a, b, na)) {
+			r = ckpt_restart_file(check);
+			if (!r)
+				r = vm_save_devices(&sb->qmp, check, true, err);
+			unlink(checkp);
+			return r;
+		}
+	}
+	unlink(checkp);
+	return -EAGAIN;
+}
+
+/* A migration stream into state_fd (QEMU's own, all in one piece). */
+static int ckpt_save_stream(struct ckpt_job *j, struct k8_err *err)
 {
 	struct sandbox *sb = j->sb;
 	int r;
 
-	if (sb->nmounts) {
-		cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", j->tmpdir);
-		if ((r = fs_save(sb, nodes, err)))
-			return r;
-	}
 	if ((r = qmp_exec_fd(&sb->qmp, "getfd", json_pack("{s:s}", "fdname", "ckpt"),
 			     j->state_fd, NULL, 10000, err)))
 		return r;
@@ -434,6 +547,39 @@ static int ckpt_save_state(struct ckpt_job *j, struct k8_err *err)
 			  err)))
 		return r;
 	return wait_migration(&sb->qmp, err);
+}
+
+/* Memory and devices into the state files (a memory file, or QEMU's migration to an
+ * fd), and the file server's tables as the guest's FUSE knows them at this instant.
+ * vCPUs stopped. */
+static int ckpt_save_state(struct ckpt_job *j, struct k8_err *err)
+{
+	struct sandbox *sb = j->sb;
+	cleanup_free char *devs = NULL, *state = NULL, *mem = NULL;
+	int r;
+
+	if (sb->nmounts) {
+		cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", j->tmpdir);
+		if ((r = fs_save(sb, nodes, err)))
+			return r;
+	}
+	if (!j->memfile)
+		return ckpt_save_stream(j, err);
+	r = ckpt_save_memfile(j, err);
+	if (r != -EAGAIN)
+		return r;
+	/* Its devices moved under every copy: the one stream QEMU makes in one piece. */
+	daemon_log("sandbox %s: its devices took input during all three copies of its memory; "
+		   "saving it as a migration stream", sb->name);
+	devs = xasprintf("%s/devices", j->tmpdir);
+	state = xasprintf("%s/state", j->tmpdir);
+	mem = xasprintf("%s/memory", j->tmpdir);
+	close(j->mem_fd);
+	j->mem_fd = -1;
+	j->memfile = false;
+	if (unlink(mem) < 0 || rename(devs, state) < 0 || (r = ckpt_restart_file(j->state_fd)))
+		return k8_err_set(err, -errno, "saving %s: %s", state, strerror(errno));
+	return ckpt_save_stream(j, err);
 }
 
 /* Freeze the disk: the new layer, passed as an fd set, goes on top of the current one
@@ -526,6 +672,10 @@ static int ckpt_commit(struct ckpt_job *j, struct k8_err *err)
 	layers_set(sb->dir, j->layer, frozen);
 	fsync(j->state_fd);
 	j->size = fstat(j->state_fd, &st) == 0 ? st.st_size : 0;
+	if (j->memfile) {               /* what it takes on disk: the holes are free */
+		fsync(j->mem_fd);
+		j->size += fstat(j->mem_fd, &st) == 0 ? (off_t)st.st_blocks * 512 : 0;
+	}
 	k8_time_now(j->created, 0);
 	json_auto_t *meta = json_pack("{s:i,s:s,s:s,s:I,s:s,s:I,s:i,s:i,s:o}", "version", 1,
 				      "label", j->label, "created", j->created, "created_ns",
@@ -536,6 +686,8 @@ static int ckpt_commit(struct ckpt_job *j, struct k8_err *err)
 	pthread_mutex_lock(&sb->lock);
 	json_object_set_new(meta, "machine", vm_machine_json(&sb->machine));
 	pthread_mutex_unlock(&sb->lock);
+	if (j->memfile)                 /* devices + memory (meta_memfile) */
+		json_object_set_new(meta, "memory", json_string("file"));
 	/* The agent in this memory, for the rewinds of a later kosa8 (meta_agent_check). */
 	pthread_mutex_lock(&sb->link.lock);
 	if (sb->link.proto)
@@ -593,6 +745,8 @@ static void ckpt_job_end(struct ckpt_job *j, int r, struct k8_err *err)
 		unlink(j->layer_path);
 	if (j->state_fd >= 0)
 		close(j->state_fd);
+	if (j->mem_fd >= 0)
+		close(j->mem_fd);
 	if (j->tmpdir && r)
 		rm_rf(j->tmpdir);
 	free(j->layer_path);
@@ -603,7 +757,8 @@ static void ckpt_job_end(struct ckpt_job *j, int r, struct k8_err *err)
 int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
 		struct k8_err *err)
 {
-	struct ckpt_job j = { .sb = sb, .label = label, .state_fd = -1, .layer_fd = -1 };
+	struct ckpt_job j = { .sb = sb, .label = label, .state_fd = -1, .mem_fd = -1,
+			      .layer_fd = -1 };
 	char removed[64];
 	uint64_t t0 = now_mono_ns();
 	int r, cont_r;
@@ -630,13 +785,27 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		goto out;
 	ckpt_rotate(&j, removed, sizeof(removed));
 	daemon_audit(d, "checkpoint.create", sb->name,
-		     json_pack("{s:s,s:I,s:s?}", "label", label, "size", (json_int_t)j.size,
-			       "removed_oldest", removed[0] ? removed : NULL));
+		     json_pack("{s:s,s:I,s:s?,s:s}", "label", label, "size", (json_int_t)j.size,
+			       "removed_oldest", removed[0] ? removed : NULL, "memory",
+			       j.memfile ? "file" : "stream"));
+	if (j.memfile)
+		daemon_log("sandbox %s: checkpoint %s in %llu ms, vCPUs stopped %llu ms: memory "
+			   "file %llu MiB written in %llu ms (%llu MiB out of QEMU, %llu MiB of its "
+			   "base from the disk; reading %llu ms, writing %llu ms meanwhile), %d %s",
+			   sb->name, label, (unsigned long long)((now_mono_ns() - t0) / 1000000),
+			   (unsigned long long)((j.t_cont - j.t_stop) / 1000000),
+			   (unsigned long long)(j.mst.written >> 20), (unsigned long long)j.mst.ms,
+			   (unsigned long long)(j.mst.from_vm >> 20),
+			   (unsigned long long)(j.mst.from_disk >> 20),
+			   (unsigned long long)j.mst.read_ms, (unsigned long long)j.mst.write_ms,
+			   j.tries, j.tries == 1 ? "copy" : "copies");
 	if ((r = cont_r))
 		goto out;
-	*out = json_pack("{s:s,s:s,s:I,s:I,s:I}", "label", label, "created", j.created, "size",
-			 (json_int_t)j.size, "ms", (json_int_t)((now_mono_ns() - t0) / 1000000),
-			 "pause_ms", (json_int_t)((j.t_cont - j.t_stop) / 1000000));
+	*out = json_pack("{s:s,s:s,s:I,s:I,s:I,s:s}", "label", label, "created", j.created,
+			 "size", (json_int_t)j.size, "ms",
+			 (json_int_t)((now_mono_ns() - t0) / 1000000), "pause_ms",
+			 (json_int_t)((j.t_cont - j.t_stop) / 1000000), "memory",
+			 j.memfile ? "file" : "stream");
 	if (removed[0])
 		json_object_set_new(*out, "removed", json_string(removed));
 out:
@@ -652,41 +821,51 @@ static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 		       const char *frozen, json_t *meta, char *layer, size_t n,
 		       struct k8_err *err)
 {
-	cleanup_free char *state = NULL, *top = NULL, *cdir = NULL;
+	cleanup_free char *top = NULL, *cdir = ckpt_dir(sb, label);
 	struct vm_image saved[K8_MAX_SLOTS];
-	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1, mfd = -1;
 	int nsaved, r;
+	int mem = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
+	uint64_t t0 = now_mono_ns(), tf, t1, t2, t3;
 	pid_t pid = 0;
 
 	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
 		return r;
 	nsaved = sb_images_from_json(json_object_get(meta, "images"), saved);
-	state = xasprintf("%s/checkpoints/%s/state", sb->dir, label);
-	sfd = open(state, O_RDONLY | O_CLOEXEC);
-	if (sfd < 0)
-		return k8_err_set(err, -errno, "open %s: %s", state, strerror(errno));
+	if ((r = sb_saved_open(cdir, meta_memfile(meta), mem, &sfd, &mfd, err)))
+		return r;
+	tf = now_mono_ns();
 	/* The old machine goes; its top layer is garbage unless a checkpoint needs it. Its
 	 * sidecars stay: kosa8-net keeps its counts, kosa8-fs takes the checkpoint's tables. */
 	pthread_mutex_lock(&sb->lock);
 	sb_kill_qemu(d, sb);
 	sb->state = SB_BOOTING;
 	pthread_mutex_unlock(&sb->lock);
+	t1 = now_mono_ns();
 
 	new_layer_name(layer, n);
 	top = xasprintf("%s/%s", sb->dir, layer);
 	if ((r = make_top(sb, frozen, top, err)))
 		return r;
 	layers_set(sb->dir, layer, frozen);
+	t2 = now_mono_ns();
 
 	pthread_mutex_lock(&sb->lock);
 	memcpy(sb->images, saved, sizeof(saved));
 	sb->nimages = nsaved;
-	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: sb->memory_mib;
+	sb->memory_mib = mem;
 	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus;
 	pthread_mutex_unlock(&sb->lock);
-	cdir = ckpt_dir(sb, label);
-	if ((r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, false, &pid, err)))
+	if ((r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, mfd, false, &pid,
+				   err)))
 		return r;
+	t3 = now_mono_ns();
+	daemon_log("sandbox %s: cold rewind to %s: files %llu ms, old VM ended %llu ms, top layer "
+		   "%llu ms, QEMU spawned %llu ms (%s)", sb->name, label,
+		   (unsigned long long)((tf - t0) / 1000000),
+		   (unsigned long long)((t1 - tf) / 1000000),
+		   (unsigned long long)((t2 - t1) / 1000000),
+		   (unsigned long long)((t3 - t2) / 1000000), mfd >= 0 ? "memory file" : "stream");
 	/* QEMU starts the guest by itself once the state is in. */
 	return sb_connect_vm(d, sb, pid, true, err);
 }
@@ -904,9 +1083,9 @@ static char *paused_dir(struct sandbox *sb)
  * the busy token. On failure the VM runs on as it was. */
 static int pause_to_disk(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
-	struct ckpt_job j = { .sb = sb, .label = "paused", .state_fd = -1, .layer_fd = -1 };
+	struct ckpt_job j = { .sb = sb, .label = "paused", .state_fd = -1, .mem_fd = -1,
+			      .layer_fd = -1 };
 	cleanup_free char *final = paused_dir(sb);
-	cleanup_free char *state = NULL;
 	struct statvfs vfs;
 	int r;
 
@@ -922,19 +1101,16 @@ static int pause_to_disk(struct daemon *d, struct sandbox *sb, struct k8_err *er
 		k8_err_set(err, r, "mkdir %s: %s", j.tmpdir, strerror(-r));
 		goto out;
 	}
-	state = xasprintf("%s/state", j.tmpdir);
-	j.state_fd = open(state, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (j.state_fd < 0) {
-		r = k8_err_set(err, -errno, "create %s: %s", state, strerror(errno));
+	if ((r = ckpt_state_files(&j, err)))
 		goto out;
-	}
 	pthread_mutex_lock(&sb->lock);
 	j.user_paused = sb->paused;
 	pthread_mutex_unlock(&sb->lock);
 	spare_drop(d, sb);              /* a sandbox on disk holds no host memory */
 	if ((r = ckpt_stop_vcpus(&j, err)) || (r = ckpt_save_state(&j, err)))
 		goto out;
-	if (fsync(j.state_fd) < 0 || rename(j.tmpdir, final) < 0) {
+	if (fsync(j.state_fd) < 0 || (j.memfile && fsync(j.mem_fd) < 0) ||
+	    rename(j.tmpdir, final) < 0) {
 		r = k8_err_set(err, -errno, "saving %s: %s", final, strerror(errno));
 		goto out;
 	}
@@ -1033,6 +1209,27 @@ int sb_pause_idle(struct daemon *d, struct sandbox *sb, bool (*still_idle)(struc
 	return 1;
 }
 
+/* A fork's own name for the memory file its first VM maps (SB_FORK_MEMORY, a hard link),
+ * and *mfd opened through it (so the fork's QEMU holds none of its source's names): the
+ * source's `rm --wipe` leaves a file linked elsewhere, and the fork does not depend on
+ * the source's checkpoint staying. */
+static int ckpt_fork_memory(struct sandbox *src, const char *label, struct sandbox *sb,
+			    int *mfd, struct k8_err *err)
+{
+	cleanup_free char *from = xasprintf("%s/checkpoints/%s/memory", src->dir, label);
+	cleanup_free char *to = xasprintf("%s/%s", sb->dir, SB_FORK_MEMORY);
+	int fd;
+
+	unlink(to);
+	if (link(from, to) < 0)
+		return k8_err_set(err, -errno, "link %s: %s", to, strerror(errno));
+	if ((fd = memfile_open(to, (uint64_t)sb->memory_mib << 20, err)) < 0)
+		return fd;
+	close(*mfd);
+	*mfd = fd;
+	return 0;
+}
+
 /* Fork. The checkpoint's layers are frozen (nothing writes them again), so the new
  * sandbox gets hard links to them under the same names, its own layers.json, and its
  * own empty top: N forks cost only their own writes, and removing the source (or its
@@ -1044,14 +1241,14 @@ int sb_pause_idle(struct daemon *d, struct sandbox *sb, bool (*still_idle)(struc
 int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const char *name,
 	      json_t **out, struct k8_err *err)
 {
-	cleanup_free char *state = NULL, *top = NULL;
+	cleanup_free char *top = NULL, *cdir = ckpt_dir(src, label ? label : "");
 	char layer[64];
 	json_auto_t *meta = NULL;
 	const char *frozen;
 	struct sandbox *sb = NULL;
-	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1, mfd = -1;
 	int r;
-	uint64_t t0 = now_mono_ns();
+	uint64_t t0 = now_mono_ns(), tfiles = 0, ttop = 0, tspawn = 0;
 	bool src_busy = false;
 	pid_t pid = 0;
 
@@ -1100,12 +1297,8 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	if ((r = mounts_recheck(d, sb->mounts, sb->nmounts, err)))
 		goto fail;
 	sb->nimages = sb_images_from_json(json_object_get(meta, "images"), sb->images);
-	state = xasprintf("%s/checkpoints/%s/state", src->dir, label);
-	sfd = open(state, O_RDONLY | O_CLOEXEC);
-	if (sfd < 0) {
-		r = k8_err_set(err, -errno, "open %s: %s", state, strerror(errno));
+	if ((r = sb_saved_open(cdir, meta_memfile(meta), sb->memory_mib, &sfd, &mfd, err)))
 		goto fail;
-	}
 	if ((r = mkdir_p(sb->dir, 0700))) {
 		k8_err_set(err, r, "mkdir %s: %s", sb->dir, strerror(-r));
 		goto fail;
@@ -1122,8 +1315,11 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	}
 	if ((r = layers_link(src->dir, sb->dir, frozen, err)))
 		goto fail;
+	if (mfd >= 0 && (r = ckpt_fork_memory(src, label, sb, &mfd, err)))
+		goto fail;
 	sb_busy_leave(src);
 	src_busy = false;
+	tfiles = now_mono_ns();
 
 	new_layer_name(layer, sizeof(layer));
 	top = xasprintf("%s/%s", sb->dir, layer);
@@ -1134,12 +1330,18 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	pthread_mutex_lock(&sb->lock);
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
+	ttop = now_mono_ns();
 
-	char *cdir = ckpt_dir(src, label);
-	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, true, &pid, err);
-	free(cdir);
+	r = sb_spawn_restored(d, sb, cdir, layer, top, kfd, ifd, sfd, mfd, true, &pid, err);
 	if (r)
 		goto fail;
+	tspawn = now_mono_ns();
+	daemon_log("sandbox %s: fork of %s at %s: files %llu ms (disks, broker, links), top layer "
+		   "%llu ms, sidecars and QEMU spawned %llu ms (%s)", sb->name, src->name, label,
+		   (unsigned long long)((tfiles - t0) / 1000000),
+		   (unsigned long long)((ttop - tfiles) / 1000000),
+		   (unsigned long long)((tspawn - ttop) / 1000000),
+		   mfd >= 0 ? "memory file" : "stream");
 	if ((r = sb_connect_vm(d, sb, pid, true, err)))
 		goto fail;
 	pthread_mutex_lock(&sb->lock);

@@ -90,8 +90,15 @@ bool daemon_offline(struct daemon *d, json_t *cfg);
 #define K8_TCG_TB_MIB_DEFAULT 128
 int daemon_tcg_tb_mib(struct daemon *d, json_t *cfg);
 /* The machine a VM booted now gets: the free-page-reporting balloon unless config.json
- * "free_page_reporting" is false; read at each boot (cfg as above). */
+ * "free_page_reporting" is false, and the CMOS RTC unless "rtc" is false; read at each
+ * boot (cfg as above). */
 struct vm_machine daemon_vm_machine(struct daemon *d, json_t *cfg);
+
+/* How a checkpoint or a pause to disk saves a VM's RAM: config.json "checkpoint_memory",
+ * "file" (true, the default: a memory file that restores map copy-on-write, docs/design.md
+ * "Memory as a file") or "stream" (false: QEMU's migration stream into one state file,
+ * as before); read at each save (cfg as above). A restore follows what was saved. */
+bool daemon_memfile(struct daemon *d, json_t *cfg);
 
 /* daemon.c: the audit helper; never fails the caller (an audit failure is logged) */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);

@@ -61,6 +61,10 @@ struct sandbox {
 	 * mounts still run on a thread of their own, which holds the busy token
 	 * (checkpoint.c): sb_wait_connected waits; sandbox.json says "init_pending" */
 	bool connecting;
+	/* a restored VM (cold rewind, fork, resume) is spawned and has not had its init yet:
+	 * sandbox.json says "init_pending" too, with its pid, so a daemon that dies meanwhile
+	 * leaves a VM the next one ends rather than one nobody knows (sandbox.c) */
+	bool restoring;
 	int users;                      /* API requests using it (rm waits) */
 	char name[K8_NAME_MAX + 1];
 	char id[17];                    /* short hex id: socket names */
@@ -85,6 +89,12 @@ struct sandbox {
 	bool paused;                    /* vCPUs stopped by `sandbox pause` */
 	bool forked;                    /* made by `sandbox fork`: explicit backing chain */
 	struct vm_machine machine;      /* of its VM now (and of paused/): vm.h */
+	/* The memory file its VM's RAM maps private (a restore of one: docs/design.md
+	 * "Memory as a file"): the daemon's read-only descriptor, -1 when its RAM is QEMU's
+	 * own memory or the file is not open again yet after a restart; and the file's
+	 * identity (0, 0: none), which sandbox.json keeps for a daemon that adopts the VM. */
+	int mem_fd;
+	unsigned long long mem_dev, mem_ino;
 	/* network (egress.c) */
 	char egress_mode[16];           /* "deny", "allow-list", "allow-all" */
 	json_t *egress_rules;           /* array of rule strings, as normalised */

@@ -17,6 +17,7 @@
 #include "daemon/api_route.h"
 #include "daemon/audit.h"
 #include "daemon/layers.h"
+#include "daemon/memfile.h"
 #include "daemon/spare.h"
 #include "image/image.h"
 
@@ -86,6 +87,7 @@ static struct sandbox *sb_new(struct daemon *d, const char *name)
 	k8_hex(rnd, 8, sb->id);
 	sb->qmp.fd = -1;
 	sb->link.fd = -1;
+	sb->mem_fd = -1;
 	sb->state = SB_STOPPED;
 	sb->jail_index = -1;
 	sb->idle_pause_s = -1;
@@ -110,6 +112,8 @@ static void sb_free(struct sandbox *sb)
 	spare_free(sb);
 	json_decref(sb->listing);
 	json_decref(sb->owner);
+	if (sb->mem_fd >= 0)
+		close(sb->mem_fd);
 	free(sb);
 }
 
@@ -153,6 +157,36 @@ void sb_kill_vm(struct daemon *d, struct sandbox *sb)
 	daemon_audit_guest_flush(d, sb);
 }
 
+void sb_mem_set(struct sandbox *sb, int fd)
+{
+	struct stat st;
+
+	memfile_close(sb->mem_fd);
+	sb->mem_fd = -1;
+	sb->mem_dev = sb->mem_ino = 0;
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return;
+	}
+	sb->mem_fd = fd;
+	sb->mem_dev = (unsigned long long)st.st_dev;
+	sb->mem_ino = (unsigned long long)st.st_ino;
+}
+
+void sb_mem_release(struct sandbox *sb)
+{
+	memfile_close(sb->mem_fd);      /* an unlinked paused/memory: freed in the background */
+	sb->mem_fd = -1;
+	sb->mem_dev = sb->mem_ino = 0;
+	/* A fork's link to its source's memory file is for its first VM only. */
+	if (sb->forked) {
+		cleanup_free char *p = xasprintf("%s/%s", sb->dir, SB_FORK_MEMORY);
+		unlink(p);
+	}
+}
+
 void sb_kill_qemu(struct daemon *d, struct sandbox *sb)
 {
 	struct k8_err err = { 0 };
@@ -173,6 +207,8 @@ void sb_kill_qemu(struct daemon *d, struct sandbox *sb)
 			waitpid(sb->pid, NULL, 0);
 	}
 	cgroup_remove(&d->cg, sb->name);
+	sb_mem_release(sb);
+	sb->restoring = false;
 	sb->paused = false;
 	sb->pid = 0;
 	sb->pid_start = 0;
@@ -426,6 +462,7 @@ int sb_connect_vm_finish(struct daemon *d, struct sandbox *sb, struct sb_connect
 	if (restored)
 		for (int i = 0; i < sb->nimages; i++)
 			sb->images[i].mounted = true;
+	sb->restoring = false;          /* its init is in (the caller saves the record) */
 	if ((r = sb_mount_images(sb, err)))
 		goto fail;
 	t[6] = now_mono_ns();
@@ -520,13 +557,39 @@ static int sb_machine_of(struct sandbox *sb, const char *statedir, struct vm_mac
 	return 0;
 }
 
+struct sb_spawn_rec {
+	struct sandbox *sb;
+	int mfd;
+};
+
+/* A restored VM is known on disk before QEMU runs (vm_spawn's `spawned`): its pid, and
+ * "init_pending" until its init is in, so a daemon that dies before the init leaves a VM
+ * the next one ends (sb_load_all) rather than one nobody knows. */
+static void sb_spawned_restore(void *ctx, pid_t pid)
+{
+	struct sb_spawn_rec *rec = ctx;
+	struct sandbox *sb = rec->sb;
+
+	if (rec->mfd > 0)
+		memfile_warm(rec->mfd);  /* the guest's first touches find it cached */
+	pthread_mutex_lock(&sb->lock);
+	if (rec->mfd > 0)
+		sb_mem_set(sb, fcntl(rec->mfd, F_DUPFD_CLOEXEC, 3));
+	sb->pid = pid;
+	sb->pid_start = vm_proc_start(pid);
+	sb->child = true;
+	sb->restoring = true;
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+}
+
 /* Start the QEMU that restores the state saved in `statedir` (a checkpoint's directory:
  * of sb for a rewind, of its source for a fork; sb's paused/ for a resume) into sb on
  * the top layer `layer`: sidecars up, kosa8-fs given the FUSE nodes and open files the
  * guest had then, and -incoming from the state file. */
 int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir,
-		      const char *layer, const char *top, int kfd, int ifd, int sfd, bool fork,
-		      pid_t *pid, struct k8_err *err)
+		      const char *layer, const char *top, int kfd, int ifd, int sfd, int mfd,
+		      bool fork, pid_t *pid, struct k8_err *err)
 {
 	cleanup_free char *nodes = xasprintf("%s/fs-nodes.json", statedir);
 	struct sb_socks k;
@@ -551,22 +614,47 @@ int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir
 	spec.nimages = sb->nimages;
 	spec.scratch = top;
 	spec.incoming_fd = sfd;
+	spec.ram_fd = mfd > 0 ? mfd : 0;        /* its RAM maps this memory file */
 	/* A fork's memory is new to the host, not a killed VM's just freed: huge pages for
 	 * it cost ~4x more than small ones on a host that returns free memory to its own
 	 * hypervisor (docs/design.md "Fork"). */
 	spec.no_thp = fork;
 	spec.nchain = layers_chain(sb->dir, layer, &chain);
 	spec.chain = (const char *const *)chain;
+	spec.spawned = sb_spawned_restore;
+	spec.spawned_ctx = &(struct sb_spawn_rec){ .sb = sb, .mfd = mfd };
 	r = vm_spawn(&spec, pid, err);
 	layers_chain_free(chain, spec.nchain);
 	return r;
 }
 
+int sb_saved_open(const char *dir, bool memfile, int memory_mib, int *sfd, int *mfd,
+		  struct k8_err *err)
+{
+	cleanup_free char *state = xasprintf("%s/%s", dir, memfile ? "devices" : "state");
+	cleanup_free char *mem = xasprintf("%s/memory", dir);
+
+	*sfd = *mfd = -1;
+	if (memfile && (*mfd = memfile_open(mem, (uint64_t)memory_mib << 20, err)) < 0)
+		return *mfd;
+	*sfd = open(state, O_RDONLY | O_CLOEXEC);
+	if (*sfd < 0) {
+		int e = errno;
+		if (*mfd >= 0)
+			close(*mfd);
+		*mfd = -1;
+		return k8_err_set(err, -e, "open %s: %s", state, strerror(e));
+	}
+	return 0;
+}
+
 bool sb_paused_on_disk(struct sandbox *sb)
 {
 	cleanup_free char *p = xasprintf("%s/paused/state", sb->dir);
+	cleanup_free char *dev = xasprintf("%s/paused/devices", sb->dir);
+	cleanup_free char *mem = xasprintf("%s/paused/memory", sb->dir);
 
-	return access(p, F_OK) == 0;
+	return access(p, F_OK) == 0 || (access(dev, F_OK) == 0 && access(mem, F_OK) == 0);
 }
 
 /* Bring a sandbox paused to disk back. Caller holds the busy token and sb->state is
@@ -575,25 +663,24 @@ bool sb_paused_on_disk(struct sandbox *sb)
 int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err)
 {
 	cleanup_free char *dir = xasprintf("%s/paused", sb->dir);
-	cleanup_free char *state = xasprintf("%s/state", dir);
+	cleanup_free char *mem = xasprintf("%s/memory", dir);
 	cleanup_free char *top = xasprintf("%s/%s", sb->dir, layers_top(sb->disk));
-	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
+	cleanup_close int kfd = -1, ifd = -1, sfd = -1, mfd = -1;
 	uint64_t t0 = now_mono_ns();
 	pid_t pid = 0;
 	int r;
 
 	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
 		return k8_err_wrap(err, "sandbox '%s' stays paused", sb->name);
-	sfd = open(state, O_RDONLY | O_CLOEXEC);
-	if (sfd < 0)
-		return k8_err_set(err, -errno, "sandbox '%s' is paused but its saved state %s "
-				  "cannot be opened (%s); `kosa8 sandbox rm %s` removes it", sb->name,
-				  state, strerror(errno), sb->name);
+	/* paused/ holds a memory file and its devices' state, or one migration stream */
+	if ((r = sb_saved_open(dir, access(mem, F_OK) == 0, sb->memory_mib, &sfd, &mfd, err)))
+		return k8_err_wrap(err, "sandbox '%s' is paused but what it saved cannot be "
+				   "used; `kosa8 sandbox rm %s` removes it", sb->name, sb->name);
 	pthread_mutex_lock(&sb->lock);
 	sb->state = SB_BOOTING;
 	pthread_mutex_unlock(&sb->lock);
-	r = sb_spawn_restored(d, sb, dir, layers_top(sb->disk), top, kfd, ifd, sfd, false, &pid,
-			      err);
+	r = sb_spawn_restored(d, sb, dir, layers_top(sb->disk), top, kfd, ifd, sfd, mfd, false,
+			      &pid, err);
 	if (!r)
 		r = sb_connect_vm(d, sb, pid, true, err);
 	pthread_mutex_lock(&sb->lock);
@@ -668,6 +755,31 @@ static void sb_adopt_fixups(struct sandbox *sb, struct k8_err *err)
 	k8_err_clear(err);
 }
 
+/* A VM whose RAM maps a memory file: that file's descriptor again, out of QEMU (it keeps
+ * the one it was given at VM_RAM_FD), if it is still the file sandbox.json names. The next
+ * checkpoint reads it; without it that checkpoint fails (and says so), nothing else. */
+static void sb_adopt_memory(struct sandbox *sb)
+{
+	char p[64];
+	struct stat st;
+	int fd;
+
+	if (!sb->mem_ino)
+		return;
+	snprintf(p, sizeof(p), "/proc/%d/fd/%d", (int)sb->pid, VM_RAM_FD);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    (unsigned long long)st.st_dev == sb->mem_dev &&
+	    (unsigned long long)st.st_ino == sb->mem_ino) {
+		sb->mem_fd = fd;
+		return;
+	}
+	if (fd >= 0)
+		close(fd);
+	daemon_log("sandbox %s: the memory file its VM maps is not at %s any more; it cannot "
+		   "be checkpointed until it boots again", sb->name, p);
+}
+
 /* Reconnect to a VM that outlived the previous daemon. */
 static int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
@@ -680,6 +792,7 @@ static int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (r)
 		return r;
 	sb_adopt_fixups(sb, err);
+	sb_adopt_memory(sb);
 	r = link_connect(&sb->link, agent_path, sb_on_event, sb, err);
 	if (r)
 		return r;
@@ -929,6 +1042,11 @@ static int sb_from_record(struct daemon *d, const char *name, struct sandbox **o
 			snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
 	}
 	sb->forked = json_is_true(json_object_get(rec, "forked"));
+	{
+		json_t *mf = json_object_get(rec, "memory_file");
+		sb->mem_dev = (unsigned long long)json_integer_value(json_object_get(mf, "dev"));
+		sb->mem_ino = (unsigned long long)json_integer_value(json_object_get(mf, "ino"));
+	}
 	/* sb_load_all reads it and clears it */
 	sb->connecting = json_is_true(json_object_get(rec, "init_pending"));
 	/* A record without it is older than the balloon: its VM (or paused/) has neither. */
@@ -1333,14 +1451,23 @@ static int wipe_file(const char *path, const struct stat *sbuf, int type, struct
 	if (type != FTW_F)
 		return 0;
 	fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-	/* A disk layer shared with a fork (hard link) still holds the fork's data. */
+	/* A disk layer or memory file shared with a fork (hard link) still holds the
+	 * fork's data. */
 	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1)
 		return 0;
-	for (off_t off = 0; off < st.st_size; off += (off_t)sizeof(zero)) {
-		size_t n = (size_t)(st.st_size - off) < sizeof(zero) ? (size_t)(st.st_size - off)
-								       : sizeof(zero);
-		if (pwrite(fd, zero, n, off) < 0)
-			break;
+	/* Only where the file has data: a hole holds nothing to wipe (a memory file is
+	 * mostly holes, as large as the guest's RAM). */
+	for (off_t off = 0, end; off < st.st_size; off = end) {
+		if ((off = lseek(fd, off, SEEK_DATA)) < 0)
+			break;          /* ENXIO: no data past off */
+		if ((end = lseek(fd, off, SEEK_HOLE)) < 0)
+			end = st.st_size;
+		for (off_t at = off; at < end; at += (off_t)sizeof(zero)) {
+			size_t n = (size_t)(end - at) < sizeof(zero) ? (size_t)(end - at)
+								     : sizeof(zero);
+			if (pwrite(fd, zero, n, at) < 0)
+				return 0;
+		}
 	}
 	fdatasync(fd);
 	return 0;
@@ -1348,7 +1475,7 @@ static int wipe_file(const char *path, const struct stat *sbuf, int type, struct
 
 /* `rm --wipe`: zero every file of the sandbox that no fork shares before it is unlinked:
  * the scratch disk, every disk layer written since a checkpoint, and the checkpoints'
- * memory states (the guest's RAM holds what it wrote too). */
+ * memory files and states, and paused/'s (the guest's RAM holds what it wrote too). */
 static void wipe_tree(const char *dir)
 {
 	nftw(dir, wipe_file, 16, FTW_PHYS | FTW_MOUNT);

@@ -87,10 +87,25 @@ struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *er
 void sb_unreserve(struct daemon *d, struct sandbox *sb);
 /* Start the QEMU that restores the migration stream `sfd` into sb on top layer `layer`
  * (file `top`); kosa8-fs gets statedir/fs-nodes.json when there is one (a rewind, a
- * fork, a resume from disk). */
+ * fork, a resume from disk). With a memory file `mfd` (> 0; read-only) `sfd` holds the
+ * devices' state alone and the guest's RAM maps the file private; the sandbox keeps a
+ * descriptor of it (sb_mem_set). */
 int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir,
-		      const char *layer, const char *top, int kfd, int ifd, int sfd, bool fork,
-		      pid_t *pid, struct k8_err *err);
+		      const char *layer, const char *top, int kfd, int ifd, int sfd, int mfd,
+		      bool fork, pid_t *pid, struct k8_err *err);
+/* Open a saved machine (a checkpoint's directory, or paused/) for sb_spawn_restored: with
+ * `memfile`, dir/devices into *sfd and dir/memory into *mfd (read-only, checked to be
+ * memory_mib MiB); else dir/state into *sfd and -1 into *mfd. 0 or -errno with err
+ * (nothing left open). */
+int sb_saved_open(const char *dir, bool memfile, int memory_mib, int *sfd, int *mfd,
+		  struct k8_err *err);
+/* The memory file sb's VM maps is `fd`'s (taken; -1: none). sb_mem_release, when that VM
+ * is gone (sb_kill_qemu), forgets it and unlinks a fork's SB_FORK_MEMORY. */
+void sb_mem_set(struct sandbox *sb, int fd);
+void sb_mem_release(struct sandbox *sb);
+/* A fork's hard link to its source checkpoint's memory file, which its first VM maps:
+ * `rm --wipe` of the source leaves a file that is linked elsewhere. */
+#define SB_FORK_MEMORY "fork-memory"
 /* Restore a sandbox paused to disk (state SB_PAUSED, its machine in paused/; the pause
  * itself is checkpoint.c's). Caller holds the busy token. `by` names what asked, for the
  * audit record ("resume", "use"). */

@@ -24,6 +24,7 @@
 #include "daemon/vm.h"
 #include "daemon/log.h"
 #include "daemon/jail.h"
+#include "daemon/sidecar.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -41,19 +42,21 @@
 
 json_t *vm_machine_json(const struct vm_machine *m)
 {
-	return json_pack("{s:b}", "balloon", m->balloon);
+	return json_pack("{s:b,s:b}", "balloon", m->balloon, "rtc", m->rtc);
 }
 
 int vm_machine_from_json(const json_t *j, struct vm_machine *m)
 {
-	json_t *b = json_object_get(j, "balloon");
+	json_t *b = json_object_get(j, "balloon"), *rtc = json_object_get(j, "rtc");
 
 	*m = VM_MACHINE_V1;
 	if (!j)
 		return 0;
-	if (!json_is_object(j) || !json_is_boolean(b))
+	/* "rtc" absent: a machine recorded before it was (without one) */
+	if (!json_is_object(j) || !json_is_boolean(b) || (rtc && !json_is_boolean(rtc)))
 		return -EINVAL;
 	m->balloon = json_is_true(b);
+	m->rtc = json_is_true(rtc);
 	return 0;
 }
 
@@ -386,6 +389,48 @@ static int qemu_path(char *out, size_t n, struct k8_err *err)
 	return k8_err_set(err, -ENOENT, "qemu-system-x86_64 is not installed; run scripts/deps.sh");
 }
 
+/* A QEMU that maps a memory file preloads kosa8-qemu-ram.so (found next to kosa8d): named
+ * by the jail's /etc/ld.so.preload, or, unjailed, by LD_PRELOAD in an environment made
+ * here (the child may not allocate). */
+static int vm_ram_preload(const struct vm_spec *s, char **lib, struct jail_spec *jail,
+		       char ***envp, struct k8_err *err)
+{
+	extern char **environ;
+	size_t n = 0, k = 0;
+
+	*lib = sidecar_exe("kosa8-qemu-ram.so");
+	if (access(*lib, R_OK) < 0)
+		return k8_err_set(err, -ENOENT, "%s is missing: kosa8d needs it to restore a "
+				  "memory file; rebuild kosa8 (make)", *lib);
+	if (s->jail_uid) {
+		jail->preload = *lib;
+		return 0;
+	}
+	while (environ[n])
+		n++;
+	*envp = xcalloc(n + 2, sizeof(char *));
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11))
+			(*envp)[k++] = xstrdup(environ[i]);
+	(*envp)[k] = xasprintf("LD_PRELOAD=%s", *lib);
+	return 0;
+}
+
+/* Whether the migration stream in the file `fd` has a configuration section (QEMU's
+ * QEMU_VM_CONFIGURATION, the byte after the magic and the version). A QEMU started to load
+ * a devices' state runs with migration.send-configuration=off, which holds for the streams
+ * it saves itself, and so for those of a QEMU that loads one of them: the one that loads
+ * a stream must expect what was written. Not a stream, or unreadable: true (QEMU says
+ * what is wrong with it). */
+static bool vm_stream_configured(int fd)
+{
+	unsigned char h[9];
+
+	if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h, "QEVM", 4))
+		return true;
+	return h[8] == 0x07;
+}
+
 static void child_fail(const char *what)
 {
 	static const char pre[] = "kosa8d: cannot start QEMU: ";
@@ -406,24 +451,51 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	cleanup_free char *scratch = s->scratch ? NULL : xasprintf("%s/scratch.qcow2", s->dir);
 	struct fdmap *m = xcalloc(1, sizeof(*m));
 	struct jail_spec jail = { .uid = s->jail_uid, .kvm = !strcmp(s->accel, "kvm") };
+	cleanup_free char *preload = NULL;
+	char **envp = NULL;
 	char exe[4096], desc[256];
-	int logfd = -1, r = 0, fd, floor_fd = 0;
+	int logfd = -1, r = 0, fd, floor_fd = 0, go[2] = { -1, -1 };
 	pid_t pid;
 
 	if ((r = qemu_path(exe, sizeof(exe), err)))
 		goto out;
+	if (s->ram_fd > 0 && (r = vm_ram_preload(s, &preload, &jail, &envp, err)))
+		goto out;
 	if (s->jail_uid && (r = jail_prepare(&jail, err)))
 		goto out;
-	/* 3 and 4: the verified kernel and initramfs; 5: a migration stream */
+	/* 3 and 4: the verified kernel and initramfs; 5: a migration stream; 6: a memory
+	 * file (VM_RAM_FD) */
 	fdm_add(m, s->kernel_fd, false);
 	fdm_add(m, s->initramfs_fd, false);
 	int incoming = s->incoming_fd >= 0 ? fdm_add(m, s->incoming_fd, false) : -1;
+	int ram = s->ram_fd > 0 && incoming >= 0 ? fdm_add(m, s->ram_fd, false) : -1;
 
 	ADD("qemu-system-x86_64");
 	ADD("-name");
 	ADD("kosa8,process=kosa8-vm");
 	ADD("-M");
-	ADD("microvm,acpi=off,pit=on,pic=on,rtc=off");
+	/* A memory file: the RAM backend named as the default one is (so its block in a
+	 * saved state is "microvm.ram" either way); no JSON description after a devices'
+	 * state, which has none. */
+	if (ram == VM_RAM_FD)
+		ADD("microvm,acpi=off,pit=on,pic=on,rtc=%s,memory-backend=microvm.ram,"
+		    "suppress-vmdesc=on", s->machine.rtc ? "on" : "off");
+	else
+		ADD("microvm,acpi=off,pit=on,pic=on,rtc=%s", s->machine.rtc ? "on" : "off");
+	/* The RTC keeps the VM's time, not the host's: it stops with the vCPUs, so the state
+	 * of a stopped VM's devices stays the same bytes (checkpoint.c compares two saves). */
+	if (s->machine.rtc) {
+		ADD("-rtc");
+		ADD("base=utc,clock=vm");
+	}
+	if (ram == VM_RAM_FD) {
+		ADD("-object");
+		ADD("memory-backend-file,id=microvm.ram,size=%dM,mem-path=/proc/self/fd/%d,"
+		    "share=off,x-use-canonical-path-for-ramblock-id=off", s->memory_mib, ram);
+	} else if (s->ram_fd > 0) {
+		r = k8_err_set(err, -EINVAL, "a memory file without its devices' state");
+		goto out;
+	}
 	ADD("-accel");
 	/* TCG's translation cache defaults to 1 GiB; 128 MiB (config "tcg_tb_mib") keeps
 	 * QEMU's own footprint small and inside the host cgroup's allowance. */
@@ -448,10 +520,15 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("-initrd");
 	ADD("/proc/self/fd/4");
 	ADD("-append");
+	/* random.trust_cpu: the guest's first seed from RDRAND (under TCG QEMU's, from the
+	 * host's getrandom). A machine with the balloon has no virtio-rng, and without a
+	 * seed the first getrandom() at boot spins on jitter entropy: a second of CPU under
+	 * TCG before the agent says HELLO. The host's seed follows in every init. */
 	if (strcmp(s->accel, "kvm") && vm_tsc_khz())
-		ADD("console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=%u", vm_tsc_khz());
+		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on tsc_early_khz=%u",
+		    vm_tsc_khz());
 	else
-		ADD("console=ttyS0 quiet panic=-1 reboot=t");
+		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on");
 	/* The console goes to a bounded ring buffer, read over QMP when a boot fails: a
 	 * guest that prints without end cannot fill the host's disk. */
 	ADD("-chardev");
@@ -573,6 +650,15 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("%s", s->machine.balloon ? "virtio-balloon-device,free-page-reporting=on"
 				     : "virtio-rng-device");
 	if (incoming >= 0) {
+		/* A devices' state has no configuration section (and says the VM ran):
+		 * stopped once loaded, as a checkpoint's stream leaves it. A stream saved by
+		 * a QEMU started so has none either. */
+		if (ram == VM_RAM_FD)
+			ADD("-S");
+		if (ram == VM_RAM_FD || !vm_stream_configured(s->incoming_fd)) {
+			ADD("-global");
+			ADD("migration.send-configuration=off");
+		}
 		ADD("-incoming");
 		ADD("fd:%d", incoming);
 	}
@@ -592,9 +678,10 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		dprintf(logfd, "%s%s", i ? " " : "", a.v[i]);
 	if (s->jail_uid)
 		dprintf(logfd, "  # jailed: uid/gid %u, no capabilities, no_new_privs, seccomp, "
-			"root: a tmpfs\n", (unsigned)s->jail_uid);
+			"root: a tmpfs%s\n", (unsigned)s->jail_uid,
+			preload ? ", preloads " JAIL_PRELOAD : "");
 	else
-		dprintf(logfd, "  # NOT jailed\n");
+		dprintf(logfd, "  # NOT jailed%s\n", preload ? ", LD_PRELOAD kosa8-qemu-ram.so" : "");
 	/* Above every source and every target: the child moves sources here first. */
 	floor_fd = 3 + m->n;
 	for (int i = 0; i < m->n; i++)
@@ -602,6 +689,10 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			floor_fd = m->src[i] + 1;
 	if (logfd >= floor_fd)
 		floor_fd = logfd + 1;
+	if (s->spawned && pipe2(go, O_CLOEXEC) < 0) {
+		r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
+		goto out;
+	}
 	pid = fork();
 	if (pid < 0) {
 		r = k8_err_set(err, -errno, "fork: %s", strerror(errno));
@@ -622,6 +713,13 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			(void)prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
 		if ((fail = jail_qemu_enter(&jail)))
 			child_fail(fail);
+		/* The daemon records this pid first (s->spawned); EOF: it died meanwhile. */
+		if (go[0] >= 0) {
+			char c;
+			close(go[1]);
+			if (read(go[0], &c, 1) != 1)
+				_exit(0);
+		}
 		for (int i = 0; i < m->n; i++) {
 			m->src[i] = fcntl(m->src[i], F_DUPFD, floor_fd + i);
 			if (m->src[i] < 0)
@@ -632,11 +730,25 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 				child_fail("placing descriptors");
 		if (syscall(SYS_close_range, 3 + m->n, ~0U, 0) < 0)
 			child_fail("closing descriptors");
-		execv(exe, a.v);
+		if (envp)
+			execve(exe, a.v, envp);
+		else
+			execv(exe, a.v);
 		child_fail(exe);
 	}
 	*pidp = pid;
+	if (go[0] >= 0) {
+		close(go[0]);
+		go[0] = -1;
+		s->spawned(s->spawned_ctx, pid);
+		if (write(go[1], "g", 1) != 1)
+			r = k8_err_set(err, -errno, "starting QEMU: %s", strerror(errno));
+	}
 out:
+	if (go[0] >= 0)
+		close(go[0]);
+	if (go[1] >= 0)
+		close(go[1]);
 	if (logfd >= 0)
 		close(logfd);
 	for (int i = 0; i < jail.ncg; i++)
@@ -644,6 +756,56 @@ out:
 	fdm_close(m);
 	free(m);
 	av_free(&a);
+	for (size_t i = 0; envp && envp[i]; i++)
+		free(envp[i]);
+	free(envp);
+	return r;
+}
+
+int vm_save_devices(struct qmp *q, int fd, bool release_disks, struct k8_err *err)
+{
+	json_t *added = NULL;
+	json_int_t set;
+	char path[40];
+	cleanup_close int wfd = -1;
+	int r;
+
+	/* QEMU takes an fd set's member only if it is open as it asks: write-only. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	if ((wfd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+		return k8_err_set(err, -errno, "reopening the devices' file: %s", strerror(errno));
+	if ((r = qmp_exec_fd(q, "add-fd", NULL, wfd, &added, 10000, err)))
+		return r;
+	set = json_integer_value(json_object_get(added, "fdset-id"));
+	json_decref(added);
+	snprintf(path, sizeof(path), "/dev/fdset/%lld", (long long)set);
+	/* "live" (of a stopped VM) inactivates the disks, as for another QEMU to take them */
+	r = qmp_exec(q, "xen-save-devices-state",
+		     json_pack("{s:s,s:b}", "filename", path, "live", release_disks), NULL, 30000,
+		     err);
+	qmp_exec(q, "remove-fd", json_pack("{s:I}", "fdset-id", set), NULL, 10000, NULL);
+	return r ? k8_err_wrap(err, "saving the devices' state") : 0;
+}
+
+int vm_ram_hva(struct qmp *q, uint64_t *hva, struct k8_err *err)
+{
+	json_t *ret = NULL;
+	const char *said, *at;
+	char *end;
+	int r;
+
+	r = qmp_exec(q, "human-monitor-command", json_pack("{s:s}", "command-line", "gpa2hva 0"),
+		     &ret, 10000, err);
+	if (r)
+		return r;
+	/* "Host virtual address for 0x0 (microvm.ram) is 0x7f...": QEMU's words, checked */
+	said = json_string_value(ret);
+	at = said ? strstr(said, "(microvm.ram) is 0x") : NULL;
+	errno = 0;
+	*hva = at ? strtoull(at + 19, &end, 16) : 0;
+	if (!at || errno || end == at + 19 || !*hva || *hva % 4096)
+		r = k8_err_set(err, -EIO, "QEMU did not say where the guest's RAM is");
+	json_decref(ret);
 	return r;
 }
 
