@@ -66,7 +66,6 @@ struct manifest {
 	struct mf_image images[MF_IMAGES_MAX];
 	uint32_t nfiles;
 	struct mf_file files[MF_FILES_MAX];
-	uint64_t nchunks;               /* in all files */
 };
 
 /* A path of the manifest: 1..MF_PATH_DEPTH components of A-Z a-z 0-9 . _ -, none "."
