@@ -15,7 +15,7 @@ layer() {
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
 	egress|mounts|broker|secret|ports) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports
 	sandbox|spare) echo 5 ;;             # a sandbox's lifecycle; its spare (rewind)
-	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle) echo 6 ;;  # other resources; the release's guest image; the idle pause
+	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle|store) echo 6 ;;  # other resources; the release's guest image; the idle pause; snapshot stores
 	docker_engine|docker_ctr|docker_build) echo 6 ;;  # Docker API containers, their engine sandbox, builds
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;

@@ -235,6 +235,7 @@ extern const struct cli_cmd cli_bundle_cmds[];   /* bundle.c */
 extern const struct cli_cmd cli_guest_cmds[];    /* guest.c */
 extern const struct cli_cmd cli_checkpoint_cmds[]; /* checkpoint.c */
 extern const struct cli_cmd cli_secret_cmds[];   /* secret.c */
+extern const struct cli_cmd cli_store_cmds[];    /* store.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */
 extern const struct cli_cmd cli_login_cmd;       /* image.c: likewise */
 int cli_cmd_pause(const struct cli_cmd *self, int argc, char **argv, const char *home);

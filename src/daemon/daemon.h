@@ -69,6 +69,10 @@ struct daemon {
 	 * a negative errno with err when none runs. */
 	int (*model_addr)(struct daemon *d, const char *name, char *out, size_t n,
 			  struct k8_err *err);
+	/* store.c's store_after_checkpoint, set by main.c: a checkpoint just made is pushed
+	 * to the store config.json's "push_checkpoints" names (checkpoint.c sits beside
+	 * store.c, which uses it); that store's name, or NULL. */
+	const char *(*after_checkpoint)(struct daemon *d, struct sandbox *sb, const char *label);
 };
 
 /* The longest idle pause a sandbox or config.json may ask for: 30 days. */
