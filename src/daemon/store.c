@@ -24,6 +24,7 @@
 #include "daemon/record.h"
 #include "daemon/sandbox.h"
 #include "daemon/secret.h"
+#include "image/image.h"
 #include "store/jobs.h"
 #include "store/xfer.h"
 
@@ -148,7 +149,9 @@ static int store_setup(struct store *st, const uint8_t *key, const char *access,
 	snprintf(x->conf.secret_key, sizeof(x->conf.secret_key), "%s", secret);
 	x->conf.path_style = st->cfg.path_style;
 	x->conf.retries = -1;
+	x->userns = -1;
 	x->conf.xml = store_job_xml;
+	x->conf.xml_ctx = &x->userns;
 	x->chunk_size = (uint32_t)st->cfg.chunk_kib << 10;
 	x->threads = st->cfg.threads;
 	x->level = 3;
@@ -165,6 +168,7 @@ static int store_setup(struct store *st, const uint8_t *key, const char *access,
 static int store_open(struct daemon *d, const char *name, struct store *st, void *job,
 		      struct k8_err *err)
 {
+	int ns = -1;
 	cleanup_free char *cpath = NULL, *kpath = NULL;
 	char *cred = NULL, *keyb = NULL, *nl;
 	size_t cn = 0, kn = 0;
@@ -192,6 +196,10 @@ static int store_open(struct daemon *d, const char *name, struct store *st, void
 	r = store_setup(st, (const uint8_t *)keyb, cred, nl + 1, job, err);
 	secret_wipe(cred, cn);
 	secret_wipe(keyb, kn);
+	/* the workers that read the bucket's bytes: in the image store's user namespace, so
+	 * never root of the host (docs/threat-model.md "Workers") */
+	if (!r && !(r = image_store_userns(d->images, &ns, err)))
+		st->x.userns = ns;
 	if (r)
 		store_close(st);
 	return r;
@@ -910,7 +918,8 @@ static int store_add(struct api_call *call, struct store *st, uint8_t key[CHUNK_
 	if (access(jpath, F_OK) == 0)
 		return k8_err_set(err, -EEXIST, "a store named '%s' exists; `kosa8 store rm %s` "
 				  "first", name, name);
-	if ((r = store_setup(st, key, akey, skey, NULL, err)))
+	if ((r = store_setup(st, key, akey, skey, NULL, err)) ||
+	    (r = image_store_userns(d->images, &st->x.userns, err)))
 		return r;
 	/* the bucket answers, the credentials are good, and it holds this store or none */
 	{

@@ -66,10 +66,10 @@ static int job_slurp(int fd, size_t max, char **out, size_t *n)
 }
 
 static int job_run(const char *name, int (*fn)(void *, uint64_t *, struct k8_err *),
-		   struct job_ctx *j, const char *what, struct k8_err *err)
+		   struct job_ctx *j, int userns, const char *what, struct k8_err *err)
 {
 	struct worker w = {
-		.name = name, .userns = -1, .caps = 0, .ndirs = 0,
+		.name = name, .userns = userns, .caps = 0, .ndirs = 0,
 		.keep = { j->in, j->out }, .nkeep = 2, .fn = fn, .ctx = j,
 	};
 
@@ -118,7 +118,8 @@ int store_job_xml(void *ctx, enum s3xml_kind kind, const char *p, size_t n, void
 		r = k8_err_set(err, -errno, "memfd: %s", strerror(errno));
 		goto out;
 	}
-	if ((r = job_run("kosa8d-s3xml", xml_job, &j, "the reader of the server's answer", err)))
+	if ((r = job_run("kosa8d-s3xml", xml_job, &j, ctx ? *(const int *)ctx : -1,
+			 "the reader of the server's answer", err)))
 		goto out;
 	if (fstat(j.out, &st) < 0 || (size_t)st.st_size != size ||
 	    pread(j.out, out, size, 0) != (ssize_t)size || s3xml_check(kind, out)) {
@@ -168,7 +169,8 @@ out:
 	return r;
 }
 
-int store_job_manifest(const uint8_t *z, size_t zn, struct manifest *m, struct k8_err *err)
+int store_job_manifest(const uint8_t *z, size_t zn, int userns, struct manifest *m,
+		       struct k8_err *err)
 {
 	struct job_ctx j = { .in = -1, .out = -1 };
 	int r;
@@ -181,7 +183,8 @@ int store_job_manifest(const uint8_t *z, size_t zn, struct manifest *m, struct k
 		r = k8_err_set(err, -errno, "memfd: %s", strerror(errno));
 		goto out;
 	}
-	if ((r = job_run("kosa8d-manifest", manifest_job, &j, "the manifest's reader", err)))
+	if ((r = job_run("kosa8d-manifest", manifest_job, &j, userns, "the manifest's reader",
+			 err)))
 		goto out;
 	lseek(j.out, 0, SEEK_SET);
 	r = manifest_unpack(j.out, m, err);
@@ -246,7 +249,7 @@ out:
 	return r;
 }
 
-int store_decoder_start(struct store_decoder *dec, struct k8_err *err)
+int store_decoder_start(struct store_decoder *dec, int userns, struct k8_err *err)
 {
 	int to[2], from[2];
 	struct job_ctx j;
@@ -265,7 +268,7 @@ int store_decoder_start(struct store_decoder *dec, struct k8_err *err)
 	fcntl(from[1], F_SETPIPE_SZ, 1 << 20);
 	j = (struct job_ctx){ .in = to[0], .out = from[1] };
 	struct worker w = {
-		.name = "kosa8d-chunks", .userns = -1, .caps = 0, .ndirs = 0,
+		.name = "kosa8d-chunks", .userns = userns, .caps = 0, .ndirs = 0,
 		.keep = { to[0], from[1] }, .nkeep = 2, .fn = decoder_job, .ctx = &j,
 	};
 	dec->pid = worker_start(&w, &dec->report, err);

@@ -18,21 +18,28 @@
 #include "store/manifest.h"
 #include "store/s3xml.h"
 
-/* s3_xml_fn: read n bytes of XML of `kind` into out in a worker (ctx unused). */
+/* Every worker runs as the root of `userns` when it is >= 0 (kosa8d: the image store's
+ * user namespace, whose ids are none of the host's: image_store_userns), so it is not
+ * root on the host, with no capability there either; -1: this process's user, no
+ * capability. */
+
+/* s3_xml_fn: read n bytes of XML of `kind` into out in a worker (ctx: an int *, the user
+ * namespace; NULL: none). */
 int store_job_xml(void *ctx, enum s3xml_kind kind, const char *p, size_t n, void *out,
 		  struct k8_err *err);
 
 /* A manifest object's zstd frame (already opened by chunk_unseal) into m, in a worker:
  * decompressed (at most MF_JSON_MAX bytes), parsed and checked there, then unpacked and
  * checked again here. manifest_free(m) after, in every case. */
-int store_job_manifest(const uint8_t *z, size_t zn, struct manifest *m, struct k8_err *err);
+int store_job_manifest(const uint8_t *z, size_t zn, int userns, struct manifest *m,
+		       struct k8_err *err);
 
 /* The decoder of a pull: one worker, two pipes. */
 struct store_decoder {
 	pid_t pid;
 	int to, from, report;
 };
-int store_decoder_start(struct store_decoder *dec, struct k8_err *err);
+int store_decoder_start(struct store_decoder *dec, int userns, struct k8_err *err);
 /* One chunk's zstd frame to exactly `want` bytes (at most CHUNK_SIZE_MAX) at out. A
  * frame that is not one, or makes other than `want` bytes, is -EBADMSG naming `what`;
  * a decoder that died is -EIO (it is not started again: the pull fails). */

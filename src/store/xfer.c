@@ -528,7 +528,7 @@ static int xfer_manifest_at(struct xfer *x, struct s3 *s, const char *key, struc
 	r = chunk_unseal(&x->keys, key, (uint8_t *)obj, n, z, n, &zn, key, err);
 	free(obj);
 	if (!r)
-		r = store_job_manifest(z, zn, m, err);
+		r = store_job_manifest(z, zn, x->userns, m, err);
 	free(z);
 	if (r)
 		return r;
@@ -674,7 +674,7 @@ static void *pull_thread(void *arg)
 	struct s3 s;
 
 	s3_init(&s, &x->conf);
-	if (store_decoder_start(&dec, &e)) {
+	if (store_decoder_start(&dec, x->userns, &e)) {
 		fail_set(&p->fail, &e);
 		goto out;
 	}

@@ -36,6 +36,7 @@ struct xfer {
 			 uint64_t total);
 	void *pctx;
 	const char *what;               /* named in progress and errors ("interp/clean") */
+	int userns;                     /* the workers' user namespace, or -1 (jobs.h) */
 	struct s3_stats stats;
 };
 

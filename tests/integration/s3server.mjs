@@ -9,8 +9,9 @@
 //                     [--tls-key K --tls-cert C] [--vhost-suffix s3.localhost]
 // prints {"port": N} on stdout once it listens. Unauthenticated control requests on
 // /__k8/...: GET stats ({requests, refused, put_bytes, puts, gets, by_method}), POST
-// reset, POST fault?method=PUT&after=N&mode=drop|500 (the request after N matching ones,
-// and every one after it, has its connection dropped or gets a 500; mode=none clears).
+// reset, POST fault?method=PUT&after=N&mode=drop|500[&count=C] (the request after N
+// matching ones, and every one after it (or the C after it), has its connection dropped
+// or gets a 500; mode=none clears).
 import { createRequire } from "node:module";
 import { createHash } from "node:crypto";
 import { PassThrough } from "node:stream";
@@ -101,7 +102,8 @@ async function control(ctx) {
     ctx.body = "{}";
   } else if (ctx.path === "/__k8/fault" && ctx.method === "POST") {
     fault = { mode: ctx.query.mode || "none", method: ctx.query.method || "PUT",
-              after: Number(ctx.query.after || 0), seen: 0 };
+              after: Number(ctx.query.after || 0), seen: 0,
+              count: ctx.query.count ? Number(ctx.query.count) : Infinity };
     ctx.body = "{}";
   } else {
     ctx.status = 404;
@@ -112,7 +114,8 @@ async function verify(ctx, next) {
   if (ctx.path.startsWith("/__k8/")) return control(ctx);
   stats.requests++;
   stats.by_method[ctx.method] = (stats.by_method[ctx.method] || 0) + 1;
-  if (fault.mode !== "none" && ctx.method === fault.method && fault.seen++ >= fault.after) {
+  if (fault.mode !== "none" && ctx.method === fault.method && fault.seen++ >= fault.after &&
+      fault.count-- > 0) {
     if (fault.mode === "drop") {
       ctx.req.socket.destroy();
       ctx.respond = false;

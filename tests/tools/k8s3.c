@@ -45,6 +45,7 @@ static void xfer_setup(const struct s3_conf *c)
 
 	x.conf = *c;
 	x.conf.xml = store_job_xml;
+	x.userns = -1;
 	x.chunk_size = (getenv("K8S3_CHUNK_KIB") ? (uint32_t)atoi(getenv("K8S3_CHUNK_KIB")) : 1024)
 		       << 10;
 	x.threads = getenv("K8S3_THREADS") ? atoi(getenv("K8S3_THREADS")) : 4;

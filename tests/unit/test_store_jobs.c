@@ -51,7 +51,7 @@ static void test_manifest(void)
 				&err), 0);
 	CHECK_EQ_INT(chunk_unseal(&plain, "manifests/x", obj, on, frame, cap, &zn, "manifest",
 				  &err), 0);
-	CHECK_EQ_INT(store_job_manifest(frame, zn, &back, &err), 0);
+	CHECK_EQ_INT(store_job_manifest(frame, zn, -1, &back, &err), 0);
 	CHECK_EQ_INT(back.nfiles, 1);
 	CHECK_EQ_INT(back.files[0].nchunks, 1);
 	CHECK_EQ_INT(back.files[0].chunks[0].off, 1u << 20);
@@ -59,7 +59,7 @@ static void test_manifest(void)
 	manifest_free(&back);
 	/* not a frame */
 	memset(&err, 0, sizeof(err));
-	CHECK_EQ_INT(store_job_manifest((const uint8_t *)"junkjunk", 8, &back, &err), -EBADMSG);
+	CHECK_EQ_INT(store_job_manifest((const uint8_t *)"junkjunk", 8, -1, &back, &err), -EBADMSG);
 	CHECK(strstr(err.msg, "manifest") != NULL);
 	manifest_free(&back);
 	manifest_free(&m);
@@ -80,7 +80,7 @@ static void test_decoder(void)
 	for (size_t i = 0; i < n; i++)
 		plain[i] = (uint8_t)(i * 31 >> 7);
 	zl = ZSTD_compress(z, zc, plain, n, 3);
-	CHECK_EQ_INT(store_decoder_start(&dec, &err), 0);
+	CHECK_EQ_INT(store_decoder_start(&dec, -1, &err), 0);
 	for (int k = 0; k < 5; k++) {
 		memset(back, 0, n);
 		CHECK_EQ_INT(store_decoder_run(&dec, z, zl, back, n, "chunk 1", &err), 0);
@@ -103,7 +103,7 @@ static void test_decoder(void)
 	CHECK_EQ_INT(store_decoder_run(&dec, z, zl, back, n, "chunk 1", &err), -EIO);
 	store_decoder_stop(&dec);
 	/* stopping a running one */
-	CHECK_EQ_INT(store_decoder_start(&dec, &err), 0);
+	CHECK_EQ_INT(store_decoder_start(&dec, -1, &err), 0);
 	store_decoder_stop(&dec);
 	CHECK_EQ_INT(dec.pid, -1);
 	free(plain);
