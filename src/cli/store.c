@@ -283,17 +283,38 @@ static int cmd_ls(const struct cli_cmd *self, int argc, char **argv, const char 
 	return cli_end(&a, &cl, rc);
 }
 
+/* NAME: forget the store; STORE:SANDBOX/LABEL or STORE:SANDBOX: remove a snapshot. */
 static int rm_one(struct client *cl, const char *item, void *ctx, struct k8_err *err)
 {
-	cleanup_free char *enc = cli_urlenc(item);
-	cleanup_free char *path = xasprintf("/v1/stores/%s", enc);
+	const char *colon = strchr(item, ':');
+	cleanup_free char *path = NULL;
 	json_t *res = NULL;
-	int r = client_call(cl, "DELETE", path, NULL, NULL, NULL, 30000, &res, err);
+	int r;
 
 	(void)ctx;
+	if (colon) {
+		cleanup_free char *store = xasprintf("%.*s", (int)(colon - item), item);
+		cleanup_free char *se = cli_urlenc(store);
+		cleanup_free char *rest = xstrdup(colon + 1);
+		char *slash = strchr(rest, '/');
+		if (slash)
+			*slash = '\0';
+		cleanup_free char *be = cli_urlenc(rest);
+		cleanup_free char *le = slash ? cli_urlenc(slash + 1) : NULL;
+		if (!rest[0] || colon == item || (slash && !slash[1]))
+			return k8_err_set(err, -EINVAL, "give STORE:SANDBOX/LABEL (a checkpoint) or "
+					  "STORE:SANDBOX (a paused sandbox)");
+		path = le ? xasprintf("/v1/stores/%s/snapshots/%s/%s", se, be, le) :
+			    xasprintf("/v1/stores/%s/snapshots/%s", se, be);
+	} else {
+		cleanup_free char *enc = cli_urlenc(item);
+		path = xasprintf("/v1/stores/%s", enc);
+	}
+	r = client_call(cl, "DELETE", path, NULL, NULL, NULL, 60000, &res, err);
 	json_decref(res);
 	if (r == 0)
-		printf("removed store %s (its bucket is untouched)\n", item);
+		printf(colon ? "removed %s from its store (its chunks go at the next store gc)\n" :
+		       "removed store %s (its bucket is untouched)\n", item);
 	return r;
 }
 
@@ -425,15 +446,19 @@ const struct cli_cmd cli_store_cmds[] = {
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 store ls mine\n" },
-	{ "store rm", cmd_rm, "forget a store (its bucket is left as it is)",
-	  "Usage: kosa8 store rm NAME...\n"
+	{ "store rm", cmd_rm, "forget a store, or remove a snapshot from one",
+	  "Usage: kosa8 store rm NAME... | STORE:SANDBOX/LABEL... | STORE:SANDBOX...\n"
 	  "\n"
-	  "Forget store NAME on this host: its settings, credentials and key are overwritten\n"
-	  "and removed. The bucket and what it holds are not touched; without the key an\n"
-	  "encrypted store's snapshots cannot be read again, so keep a copy of it (kosa8\n"
-	  "store key NAME) if another host does not have it.\n"
+	  "NAME: forget store NAME on this host: its settings, credentials and key are\n"
+	  "overwritten and removed. The bucket and what it holds are not touched; without\n"
+	  "the key an encrypted store's snapshots cannot be read again, so keep a copy of it\n"
+	  "(kosa8 store key NAME) if another host does not have it.\n"
+	  "STORE:SANDBOX/LABEL: remove that checkpoint from the store; STORE:SANDBOX: the\n"
+	  "sandbox paused there. Their chunks are removed by the next store gc, unless\n"
+	  "another snapshot names them.\n"
 	  "\n"
 	  "Example:\n"
+	  "  kosa8 store rm mine:interp/clean\n"
 	  "  kosa8 store rm mine\n" },
 	{ "store gc", cmd_gc, "remove the chunks no snapshot names",
 	  "Usage: kosa8 store gc NAME [--grace DURATION] [--json]\n"

@@ -751,6 +751,8 @@ static const struct api_route routes[] = {
 	{ "DELETE", "/v1/stores/{store}", store_api_rm },
 	{ "GET",    "/v1/stores/{store}/key", store_api_key },
 	{ "GET",    "/v1/stores/{store}/snapshots", store_api_snapshots },
+	{ "DELETE", "/v1/stores/{store}/snapshots/{sandbox}", store_api_snapshot_rm },
+	{ "DELETE", "/v1/stores/{store}/snapshots/{sandbox}/{label}", store_api_snapshot_rm },
 	{ "POST",   "/v1/stores/{store}/gc", store_api_gc },
 	{ "POST",   "/v1/stores/{store}/fork", store_api_fork },
 	{ "GET",    "/v1/secrets", secret_api_list },

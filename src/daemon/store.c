@@ -1074,6 +1074,43 @@ int store_api_snapshots(struct api_call *call)
 	return 0;
 }
 
+/* DELETE .../snapshots/{sandbox}/{label}: the checkpoint's manifest (its chunks go at
+ * the next gc); without a label, the paused sandbox's. */
+int store_api_snapshot_rm(struct api_call *call)
+{
+	const char *sandbox = api_param(call, "sandbox"), *label = api_param(call, "label");
+	cleanup_free char *full = NULL;
+	struct manifest *m = xcalloc(1, sizeof(*m));
+	const char *kind = label[0] ? "checkpoint" : "paused";
+	struct store st;
+	int r;
+
+	if (!sb_name_valid(sandbox) || strchr(label, '/')) {
+		free(m);
+		return k8_err_set(&call->err, -EINVAL, "give STORE:SANDBOX/LABEL or STORE:SANDBOX");
+	}
+	full = label[0] ? xasprintf("%s/%s", sandbox, label) : xstrdup(sandbox);
+	if ((r = store_open(call->d, api_param(call, "store"), &st, NULL, &call->err))) {
+		free(m);
+		return r;
+	}
+	/* only what is there and reads back as this store's is removed */
+	r = xfer_manifest_get(&st.x, kind, full, m, &call->err);
+	if (!r)
+		r = xfer_manifest_delete(&st.x, kind, full, &call->err);
+	manifest_free(m);
+	free(m);
+	if (!r) {
+		daemon_audit(call->d, "store.snapshot.rm", NULL,
+			     json_pack("{s:s,s:s,s:s,s:s}", "store", st.cfg.name, "kind", kind,
+				       "sandbox", sandbox, "label", label));
+		call->out = json_pack("{s:s,s:s,s:s,s:s}", "store", st.cfg.name, "kind", kind,
+				      "sandbox", sandbox, "label", label);
+	}
+	store_close(&st);
+	return r;
+}
+
 static int job_gc(struct api_job *j, json_t **out, struct k8_err *err)
 {
 	json_t *g = json_object_get(j->body, "grace_s");

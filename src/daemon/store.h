@@ -23,6 +23,7 @@ int store_api_add(struct api_call *call);
 int store_api_rm(struct api_call *call);
 int store_api_key(struct api_call *call);
 int store_api_snapshots(struct api_call *call);
+int store_api_snapshot_rm(struct api_call *call);
 int store_api_gc(struct api_call *call);
 int store_api_fork(struct api_call *call);
 int store_api_push(struct api_call *call);

@@ -9,9 +9,9 @@
 //                     [--tls-key K --tls-cert C] [--vhost-suffix s3.localhost]
 // prints {"port": N} on stdout once it listens. Unauthenticated control requests on
 // /__k8/...: GET stats ({requests, refused, put_bytes, puts, gets, by_method}), POST
-// reset, POST fault?method=PUT&after=N&mode=drop|500[&count=C] (the request after N
-// matching ones, and every one after it (or the C after it), has its connection dropped
-// or gets a 500; mode=none clears).
+// reset, POST fault?method=PUT&after=N&mode=drop|500|delay[&count=C][&ms=M] (the
+// request after N matching ones, and every one after it (or the C after it), has its
+// connection dropped, gets a 500, or is answered M ms late; mode=none clears).
 import { createRequire } from "node:module";
 import { createHash } from "node:crypto";
 import { PassThrough } from "node:stream";
@@ -103,7 +103,8 @@ async function control(ctx) {
   } else if (ctx.path === "/__k8/fault" && ctx.method === "POST") {
     fault = { mode: ctx.query.mode || "none", method: ctx.query.method || "PUT",
               after: Number(ctx.query.after || 0), seen: 0,
-              count: ctx.query.count ? Number(ctx.query.count) : Infinity };
+              count: ctx.query.count ? Number(ctx.query.count) : Infinity,
+              ms: Number(ctx.query.ms || 1000) };
     ctx.body = "{}";
   } else {
     ctx.status = 404;
@@ -116,14 +117,17 @@ async function verify(ctx, next) {
   stats.by_method[ctx.method] = (stats.by_method[ctx.method] || 0) + 1;
   if (fault.mode !== "none" && ctx.method === fault.method && fault.seen++ >= fault.after &&
       fault.count-- > 0) {
-    if (fault.mode === "drop") {
+    if (fault.mode === "delay") {
+      await new Promise((r) => setTimeout(r, fault.ms));
+    } else if (fault.mode === "drop") {
       ctx.req.socket.destroy();
       ctx.respond = false;
       return;
+    } else {
+      ctx.status = 500;
+      ctx.body = "<Error><Code>InternalError</Code><Message>injected</Message></Error>";
+      return;
     }
-    ctx.status = 500;
-    ctx.body = "<Error><Code>InternalError</Code><Message>injected</Message></Error>";
-    return;
   }
   const auth = ctx.get("authorization");
   if (!auth) return refuse(ctx, "AccessDenied", "anonymous requests are refused here");
