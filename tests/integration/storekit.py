@@ -61,9 +61,11 @@ class S3Server:
     def reset(self):
         return self._ctl("/__k8/reset", "POST")
 
-    def fault(self, mode="none", method="PUT", after=0, count=None):
+    def fault(self, mode="none", method="PUT", after=0, count=None, ms=None):
         q = "/__k8/fault?mode=%s&method=%s&after=%d" % (mode, method, after)
-        return self._ctl(q + ("&count=%d" % count if count is not None else ""), "POST")
+        q += "&count=%d" % count if count is not None else ""
+        q += "&ms=%d" % ms if ms is not None else ""
+        return self._ctl(q, "POST")
 
     def object_path(self, key):
         """Where s3rver keeps the bytes of key (to corrupt one as a bucket could)."""
