@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <termios.h>
 
 #include <openssl/crypto.h>
 
@@ -31,39 +30,14 @@ static const char *opt_val(const struct cli_args *a, int id)
 	return v;
 }
 
-/* One line of stdin into buf (cap bytes): without echo and after a prompt on a terminal. */
-static int read_line(const char *prompt, bool secret, char *buf, size_t cap, struct k8_err *err)
+/* One line of stdin (cli_read_line), which must not be empty. */
+static int read_line(const char *prompt, bool hidden, char *buf, size_t cap, struct k8_err *err)
 {
-	struct termios old, quiet;
-	int tty = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &old) == 0;
-	size_t len = 0;
+	ssize_t n = cli_read_line(prompt, hidden, buf, cap);
 
-	if (tty) {
-		fprintf(stderr, "%s: ", prompt);
-		if (secret) {
-			quiet = old;
-			quiet.c_lflag &= ~(tcflag_t)ECHO;
-			tcsetattr(STDIN_FILENO, TCSANOW, &quiet);
-		}
-	}
-	while (len + 1 < cap) {
-		ssize_t r = read(STDIN_FILENO, buf + len, 1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0 || buf[len] == '\n')
-			break;
-		len++;
-	}
-	if (tty && secret) {
-		tcsetattr(STDIN_FILENO, TCSANOW, &old);
-		fputc('\n', stderr);
-	}
-	if (len && buf[len - 1] == '\r')
-		len--;
-	buf[len] = '\0';
-	if (len + 1 >= cap)
-		return k8_err_set(err, -EINVAL, "%s: longer than %zu bytes", prompt, cap - 2);
-	if (!len)
+	if (n == -E2BIG)
+		return k8_err_set(err, -EINVAL, "%s: longer than %zu bytes", prompt, cap - 1);
+	if (n <= 0)
 		return k8_err_set(err, -EINVAL, "%s: nothing on stdin (give the access key id on the "
 				  "first line, the secret key on the second)", prompt);
 	return 0;

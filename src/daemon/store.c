@@ -73,6 +73,22 @@ static int store_name_check(const char *name, struct k8_err *err)
 	return 0;
 }
 
+static void cfg_fill(struct store_cfg *c, const char *name, const char *endpoint,
+		     const char *bucket, const char *region, const char *ca, const char *added,
+		     bool path_style, bool encrypted, int chunk_kib, int threads)
+{
+	snprintf(c->name, sizeof(c->name), "%s", name);
+	snprintf(c->endpoint, sizeof(c->endpoint), "%s", endpoint);
+	snprintf(c->bucket, sizeof(c->bucket), "%s", bucket);
+	snprintf(c->region, sizeof(c->region), "%s", region);
+	snprintf(c->ca_file, sizeof(c->ca_file), "%s", ca);
+	snprintf(c->added, sizeof(c->added), "%s", added);
+	c->path_style = path_style;
+	c->encrypted = encrypted;
+	c->chunk_kib = chunk_kib;
+	c->threads = threads;
+}
+
 static json_t *cfg_json(const struct store_cfg *c)
 {
 	return json_pack("{s:s,s:s,s:s,s:s,s:s,s:b,s:s,s:b,s:i,s:i,s:s}", "name", c->name, "type",
@@ -107,16 +123,7 @@ static int cfg_load(struct daemon *d, const char *name, struct store_cfg *c,
 	    strlen(rg) > S3_REGION_MAX || strlen(ca) >= sizeof(c->ca_file))
 		return k8_err_set(err, -EINVAL, "%s is damaged; `kosa8 store rm %s` and add it "
 				  "again", path, name);
-	snprintf(c->name, sizeof(c->name), "%s", name);
-	snprintf(c->endpoint, sizeof(c->endpoint), "%s", ep);
-	snprintf(c->bucket, sizeof(c->bucket), "%s", bk);
-	snprintf(c->region, sizeof(c->region), "%s", rg);
-	snprintf(c->ca_file, sizeof(c->ca_file), "%s", ca);
-	snprintf(c->added, sizeof(c->added), "%s", added);
-	c->path_style = ps;
-	c->encrypted = enc;
-	c->chunk_kib = ck;
-	c->threads = th;
+	cfg_fill(c, name, ep, bk, rg, ca, added, ps, enc, ck, th);
 	return 0;
 }
 
@@ -904,16 +911,11 @@ static int store_add(struct api_call *call, struct store *st, uint8_t key[CHUNK_
 	} else if (encrypt && RAND_bytes(key, CHUNK_KEY_LEN) != 1) {
 		return k8_err_set(err, -EIO, "no random key");
 	}
-	snprintf(c->name, sizeof(c->name), "%s", name);
-	snprintf(c->endpoint, sizeof(c->endpoint), "%s", endpoint);
-	snprintf(c->bucket, sizeof(c->bucket), "%s", bucket);
-	snprintf(c->region, sizeof(c->region), "%s", region);
-	snprintf(c->ca_file, sizeof(c->ca_file), "%s", ca);
-	c->path_style = path_style;
-	c->encrypted = encrypt;
-	c->chunk_kib = (int)chunk_kib;
-	c->threads = (int)threads;
-	k8_time_now(c->added, 0);
+	{
+		char added[K8_TIME_LEN];
+		cfg_fill(c, name, endpoint, bucket, region, ca, k8_time_now(added, 0), path_style,
+			 encrypt, (int)chunk_kib, (int)threads);
+	}
 	jpath = store_file(d, name, "json");
 	if (access(jpath, F_OK) == 0)
 		return k8_err_set(err, -EEXIST, "a store named '%s' exists; `kosa8 store rm %s` "

@@ -65,15 +65,37 @@ static int job_slurp(int fd, size_t max, char **out, size_t *n)
 	return 0;
 }
 
-static int job_run(const char *name, int (*fn)(void *, uint64_t *, struct k8_err *),
-		   struct job_ctx *j, int userns, const char *what, struct k8_err *err)
+/* Run a one-shot job over n bytes at p (its input, a sealed memfd): 0 with the memfd it
+ * wrote its answer into in *out (the caller's to close), or -errno with err set. */
+static int job_oneshot(const char *name, int (*fn)(void *, uint64_t *, struct k8_err *),
+		       const void *p, size_t n, uint64_t arg, int userns, const char *what,
+		       int *out, struct k8_err *err)
 {
+	struct job_ctx j = { .in = -1, .out = -1, .arg = arg };
+	int r;
+
+	*out = -1;
+	if ((j.in = job_memfd_with(name, p, n, err)) < 0)
+		return j.in;
+	j.out = memfd_create(name, MFD_CLOEXEC);
+	if (j.out < 0) {
+		r = k8_err_set(err, -errno, "memfd: %s", strerror(errno));
+		close(j.in);
+		return r;
+	}
 	struct worker w = {
 		.name = name, .userns = userns, .caps = 0, .ndirs = 0,
-		.keep = { j->in, j->out }, .nkeep = 2, .fn = fn, .ctx = j,
+		.keep = { j.in, j.out }, .nkeep = 2, .fn = fn, .ctx = &j,
 	};
-
-	return worker_run(&w, what, NULL, err);
+	r = worker_run(&w, what, NULL, err);
+	close(j.in);
+	if (r) {
+		close(j.out);
+		return r;
+	}
+	lseek(j.out, 0, SEEK_SET);
+	*out = j.out;
+	return 0;
 }
 
 /* ---- XML ---- */
@@ -102,37 +124,23 @@ int store_job_xml(void *ctx, enum s3xml_kind kind, const char *p, size_t n, void
 		  struct k8_err *err)
 {
 	size_t size = s3xml_size(kind);
-	struct job_ctx j = { .in = -1, .out = -1, .arg = (uint64_t)kind };
 	struct stat st;
-	int r;
+	int fd, r;
 
 	if (!size)
 		return k8_err_set(err, -EINVAL, "no reader for XML answers of kind %d", (int)kind);
 	if (n > S3XML_MAX_BYTES)
 		return k8_err_set(err, -E2BIG, "the server's XML answer is over %u bytes",
 				  S3XML_MAX_BYTES);
-	if ((j.in = job_memfd_with("kosa8-s3xml", p, n, err)) < 0)
-		return j.in;
-	j.out = memfd_create("kosa8-s3xml-out", MFD_CLOEXEC);
-	if (j.out < 0) {
-		r = k8_err_set(err, -errno, "memfd: %s", strerror(errno));
-		goto out;
-	}
-	if ((r = job_run("kosa8d-s3xml", xml_job, &j, ctx ? *(const int *)ctx : -1,
-			 "the reader of the server's answer", err)))
-		goto out;
-	if (fstat(j.out, &st) < 0 || (size_t)st.st_size != size ||
-	    pread(j.out, out, size, 0) != (ssize_t)size || s3xml_check(kind, out)) {
+	if ((r = job_oneshot("kosa8d-s3xml", xml_job, p, n, (uint64_t)kind,
+			     ctx ? *(const int *)ctx : -1, "the reader of the server's answer",
+			     &fd, err)))
+		return r;
+	if (fstat(fd, &st) < 0 || (size_t)st.st_size != size ||
+	    pread(fd, out, size, 0) != (ssize_t)size || s3xml_check(kind, out))
 		r = k8_err_set(err, -EBADMSG, "the reader of the server's answer sent a malformed "
 			       "result");
-		goto out;
-	}
-	r = 0;
-out:
-	if (j.in >= 0)
-		close(j.in);
-	if (j.out >= 0)
-		close(j.out);
+	close(fd);
 	return r;
 }
 
@@ -172,27 +180,14 @@ out:
 int store_job_manifest(const uint8_t *z, size_t zn, int userns, struct manifest *m,
 		       struct k8_err *err)
 {
-	struct job_ctx j = { .in = -1, .out = -1 };
-	int r;
+	int fd, r;
 
 	memset(m, 0, sizeof(*m));
-	if ((j.in = job_memfd_with("kosa8-manifest", z, zn, err)) < 0)
-		return j.in;
-	j.out = memfd_create("kosa8-manifest-out", MFD_CLOEXEC);
-	if (j.out < 0) {
-		r = k8_err_set(err, -errno, "memfd: %s", strerror(errno));
-		goto out;
-	}
-	if ((r = job_run("kosa8d-manifest", manifest_job, &j, userns, "the manifest's reader",
-			 err)))
-		goto out;
-	lseek(j.out, 0, SEEK_SET);
-	r = manifest_unpack(j.out, m, err);
-out:
-	if (j.in >= 0)
-		close(j.in);
-	if (j.out >= 0)
-		close(j.out);
+	if ((r = job_oneshot("kosa8d-manifest", manifest_job, z, zn, 0, userns,
+			     "the manifest's reader", &fd, err)))
+		return r;
+	r = manifest_unpack(fd, m, err);
+	close(fd);
 	return r;
 }
 

@@ -16,6 +16,7 @@
  * kept in memory only under a cap; an error's body is read for S3's Code and Message by
  * the configured XML reader, and what it says is escaped before it reaches a message. */
 #include "store/s3.h"
+#include "common/httpretry.h"
 #include "common/sha.h"
 #include "common/version.h"
 
@@ -395,26 +396,10 @@ static CURLcode s3_once(struct s3 *s, struct s3_req *q, const char *url, const c
 	return cc;
 }
 
+/* http_transient, but for 501: S3's NotImplemented says what a server will never do. */
 static bool s3_retryable(CURLcode cc, long status)
 {
-	if (cc == CURLE_OK)
-		return status == 429 || status == 500 || status == 502 || status == 503 ||
-		       status == 504;
-	switch (cc) {
-	case CURLE_COULDNT_RESOLVE_HOST:
-	case CURLE_COULDNT_CONNECT:
-	case CURLE_OPERATION_TIMEDOUT:
-	case CURLE_SEND_ERROR:
-	case CURLE_RECV_ERROR:
-	case CURLE_GOT_NOTHING:
-	case CURLE_PARTIAL_FILE:
-	case CURLE_SSL_CONNECT_ERROR:
-	case CURLE_HTTP2:
-	case CURLE_HTTP2_STREAM:
-		return true;
-	default:
-		return false;
-	}
+	return status != 501 && http_transient((int)cc, status);
 }
 
 /* What S3 said in an error's body: " (Code: Message)", escaped; "" when nothing readable. */

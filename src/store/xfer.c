@@ -200,9 +200,24 @@ static bool fail_is(struct xfer_fail *f)
 	return v;
 }
 
-static int xfer_threads(const struct xfer *x)
+/* Run fn(arg) on the transfer's threads (no more than there are items, at least one) and
+ * wait for them all. A thread that cannot be made is the transfer's failure. */
+static void xfer_run(const struct xfer *x, size_t nitems, void *(*fn)(void *), void *arg,
+		     struct xfer_fail *fail)
 {
-	return x->threads < 1 ? 1 : x->threads > XFER_THREADS_MAX ? XFER_THREADS_MAX : x->threads;
+	pthread_t th[XFER_THREADS_MAX];
+	int nt = x->threads < 1 ? 1 : x->threads > XFER_THREADS_MAX ? XFER_THREADS_MAX :
+		 x->threads, started = 0;
+
+	for (; started < nt && (size_t)started < (nitems ? nitems : 1); started++)
+		if (pthread_create(&th[started], NULL, fn, arg)) {
+			struct k8_err e = { 0 };
+			k8_err_set(&e, -EAGAIN, "no thread for the transfer");
+			fail_set(fail, &e);
+			break;
+		}
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
 }
 
 /* ---- the marker ---- */
@@ -426,8 +441,7 @@ int xfer_push(struct xfer *x, struct manifest *m, const int *fds, struct xfer_re
 	      struct k8_err *err)
 {
 	struct push p = { .x = x, .m = m, .fds = fds };
-	pthread_t th[XFER_THREADS_MAX];
-	int nt = xfer_threads(x), started = 0, r;
+	int r;
 	size_t cap = 1024;
 	uint64_t t0 = now_mono_ns();
 
@@ -464,15 +478,7 @@ int xfer_push(struct xfer *x, struct manifest *m, const int *fds, struct xfer_re
 		x->progress(x->pctx, "listing", x->what ? x->what : "", 0, 0);
 	if ((r = xfer_index(x, &p.have, err)))
 		goto out;
-	for (; started < nt && (size_t)started < (p.nitems ? p.nitems : 1); started++)
-		if (pthread_create(&th[started], NULL, push_thread, &p)) {
-			struct k8_err e = { 0 };
-			k8_err_set(&e, -EAGAIN, "no thread for the push");
-			fail_set(&p.fail, &e);
-			break;
-		}
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
+	xfer_run(x, p.nitems, push_thread, &p, &p.fail);
 	if (p.fail.failed) {
 		*err = p.fail.err;
 		r = err->code ? err->code : -EIO;
@@ -548,16 +554,24 @@ static int xfer_manifest_at(struct xfer *x, struct s3 *s, const char *key, struc
 	return 0;
 }
 
+/* The key of the manifest of kind and name ("manifests/<name id>"). */
+static void xfer_manifest_key(struct xfer *x, const char *kind, const char *name, char *key,
+			      size_t n)
+{
+	uint8_t id[CHUNK_ID_LEN];
+
+	chunk_name_id(&x->keys, kind, name, id);
+	xfer_key("manifests", id, key, n);
+}
+
 int xfer_manifest_get(struct xfer *x, const char *kind, const char *name, struct manifest *m,
 		      struct k8_err *err)
 {
-	uint8_t id[CHUNK_ID_LEN];
 	char key[80];
 	struct s3 s;
 	int r;
 
-	chunk_name_id(&x->keys, kind, name, id);
-	xfer_key("manifests", id, key, sizeof(key));
+	xfer_manifest_key(x, kind, name, key, sizeof(key));
 	s3_init(&s, &x->conf);
 	r = xfer_manifest_at(x, &s, key, m, err);
 	s3_fini(&s);
@@ -571,13 +585,11 @@ int xfer_manifest_get(struct xfer *x, const char *kind, const char *name, struct
 int xfer_manifest_delete(struct xfer *x, const char *kind, const char *name,
 			 struct k8_err *err)
 {
-	uint8_t id[CHUNK_ID_LEN];
 	char key[80];
 	struct s3 s;
 	int r;
 
-	chunk_name_id(&x->keys, kind, name, id);
-	xfer_key("manifests", id, key, sizeof(key));
+	xfer_manifest_key(x, kind, name, key, sizeof(key));
 	s3_init(&s, &x->conf);
 	r = s3_delete(&s, key, err);
 	s3_fini(&s);
@@ -733,8 +745,7 @@ int xfer_pull(struct xfer *x, const struct manifest *m, const int *fds,
 	      struct xfer_result *res, struct k8_err *err)
 {
 	struct pull p = { .x = x, .m = m, .fds = fds };
-	pthread_t th[XFER_THREADS_MAX];
-	int nt = xfer_threads(x), started = 0, r = 0;
+	int r = 0;
 	uint64_t t0 = now_mono_ns();
 
 	memset(res, 0, sizeof(*res));
@@ -758,15 +769,7 @@ int xfer_pull(struct xfer *x, const struct manifest *m, const int *fds,
 			p.prog.total += m->files[i].chunks[c].len;
 		}
 	}
-	for (; started < nt && (size_t)started < (p.nitems ? p.nitems : 1); started++)
-		if (pthread_create(&th[started], NULL, pull_thread, &p)) {
-			struct k8_err e = { 0 };
-			k8_err_set(&e, -EAGAIN, "no thread for the pull");
-			fail_set(&p.fail, &e);
-			break;
-		}
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
+	xfer_run(x, p.nitems, pull_thread, &p, &p.fail);
 	if (p.fail.failed) {
 		*err = p.fail.err;
 		r = err->code ? err->code : -EIO;
