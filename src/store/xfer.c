@@ -664,16 +664,33 @@ struct pull_item {
 	uint32_t file, chunk;
 };
 
+/* The items sorted by id (then length), and runs[] the start of each run of equal ones:
+ * each id is fetched, opened, decoded and checked once, then written wherever the
+ * manifest names it (a sandbox's memory holds many equal blocks). */
 struct pull {
 	struct xfer *x;
 	const struct manifest *m;
 	const int *fds;
 	struct pull_item *items;
-	size_t nitems, next;
+	size_t nitems;
+	size_t *runs, nruns, next;
 	struct xfer_prog prog;
 	struct xfer_fail fail;
-	uint64_t sent;
+	uint64_t sent, fetched;
 };
+
+static const struct mf_chunk *pull_chunk(const struct manifest *m, const struct pull_item *it)
+{
+	return &m->files[it->file].chunks[it->chunk];
+}
+
+static int pull_cmp(const void *a, const void *b, void *ctx)
+{
+	const struct mf_chunk *x = pull_chunk(ctx, a), *y = pull_chunk(ctx, b);
+	int c = memcmp(x->id, y->id, CHUNK_ID_LEN);
+
+	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
 
 static void *pull_thread(void *arg)
 {
@@ -691,14 +708,15 @@ static void *pull_thread(void *arg)
 		goto out;
 	}
 	for (;;) {
-		size_t i = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+		size_t ri = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
 		char key[80], hex[2 * CHUNK_ID_LEN + 1], what[MF_PATH_MAX + 128];
 		uint8_t id[CHUNK_ID_LEN];
 		char *obj = NULL;
-		size_t n = 0, zn = 0;
+		size_t n = 0, zn = 0, i;
 		int r;
-		if (i >= p->nitems || fail_is(&p->fail))
+		if (ri >= p->nruns || fail_is(&p->fail))
 			break;
+		i = p->runs[ri];
 		const struct mf_file *f = &p->m->files[p->items[i].file];
 		const struct mf_chunk *c = &f->chunks[p->items[i].chunk];
 		chunk_hex(c->id, hex);
@@ -714,6 +732,7 @@ static void *pull_thread(void *arg)
 		}
 		if (!r) {
 			__atomic_add_fetch(&p->sent, n, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&p->fetched, 1, __ATOMIC_RELAXED);
 			r = chunk_unseal(&x->keys, key, (uint8_t *)obj, n, z, cap, &zn, what, &e);
 		}
 		free(obj);
@@ -725,13 +744,18 @@ static void *pull_thread(void *arg)
 				r = k8_err_set(&e, -EBADMSG, "%s does not match its id: the bucket "
 					       "holds other bytes under its name; refused", what);
 		}
-		if (!r && (r = pwrite_full(p->fds[p->items[i].file], plain, c->len, c->off)))
-			k8_err_set(&e, r, "writing %s: %s", what, strerror(-r));
+		/* checked: now every place that names it */
+		for (; !r && i < p->runs[ri + 1]; i++) {
+			const struct mf_chunk *w = pull_chunk(p->m, &p->items[i]);
+			if ((r = pwrite_full(p->fds[p->items[i].file], plain, w->len, w->off)))
+				k8_err_set(&e, r, "writing %s: %s", what, strerror(-r));
+			else
+				prog_add(x, &p->prog, w->len, false);
+		}
 		if (r) {
 			fail_set(&p->fail, &e);
 			break;
 		}
-		prog_add(x, &p->prog, c->len, false);
 	}
 	store_decoder_stop(&dec);
 out:
@@ -769,7 +793,13 @@ int xfer_pull(struct xfer *x, const struct manifest *m, const int *fds,
 			p.prog.total += m->files[i].chunks[c].len;
 		}
 	}
-	xfer_run(x, p.nitems, pull_thread, &p, &p.fail);
+	qsort_r(p.items, p.nitems, sizeof(*p.items), pull_cmp, (void *)m);
+	p.runs = xmalloc((p.nitems + 1) * sizeof(*p.runs));
+	for (size_t i = 0; i < p.nitems; i++)
+		if (i == 0 || pull_cmp(&p.items[i - 1], &p.items[i], (void *)m))
+			p.runs[p.nruns++] = i;
+	p.runs[p.nruns] = p.nitems;
+	xfer_run(x, p.nruns, pull_thread, &p, &p.fail);
 	if (p.fail.failed) {
 		*err = p.fail.err;
 		r = err->code ? err->code : -EIO;
@@ -780,12 +810,13 @@ out:
 	res->files = m->nfiles;
 	res->data = p.prog.total;
 	res->chunks = p.nitems;
-	res->chunks_sent = p.next < p.nitems ? p.next : p.nitems;
+	res->chunks_sent = p.fetched;
 	res->sent = p.sent;
 	res->requests = x->stats.requests;
 	res->retries = x->stats.retries;
 	res->ms = (now_mono_ns() - t0) / 1000000;
 	free(p.items);
+	free(p.runs);
 	pthread_mutex_destroy(&p.prog.mu);
 	pthread_mutex_destroy(&p.fail.mu);
 	return r;

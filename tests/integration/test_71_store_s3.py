@@ -168,7 +168,8 @@ def test_snapshots_dedup_and_gc(tmp):
         assert first["data"] < first["bytes"]
         out = os.path.join(tmp, "out")
         os.mkdir(out)
-        k8s3(srv, "snap-pull", "s1", out, env=snap_env())
+        pulled = json.loads(k8s3(srv, "snap-pull", "s1", out, env=snap_env()).stdout)
+        assert (pulled["chunks"], pulled["chunks_sent"]) == (18, 17)    # the twin once
         assert sha(os.path.join(out, "a.img")) == sha(a)
         assert sha(os.path.join(out, "b.img")) == sha(b)
         assert os.stat(os.path.join(out, "b.img")).st_blocks * 512 < 2 * 1024 * 1024
