@@ -10,9 +10,10 @@
 
 enum { OPT_LABEL = 1, OPT_TO, OPT_YES, OPT_FROM, OPT_NAME, OPT_IN_MEMORY };
 
-/* "12.3 MB in 4.1 s (3.0 MB/s); 12 of 80 chunks sent (2.1 MB), the rest in the store" */
+/* "pushed: 12.3 MB of data in 4.1 s (3.0 MB/s); 12 of 80 chunks sent (2.1 MB)" */
 static void print_transfer(const char *what, const json_t *r)
 {
+	bool push = !strcmp(what, "pushed");
 	char a[32], b[32];
 	long long ms = (long long)json_integer_value(json_object_get(r, "ms"));
 	long long chunks = (long long)json_integer_value(json_object_get(r, "chunks"));
@@ -22,7 +23,7 @@ static void print_transfer(const char *what, const json_t *r)
 	out_bytes((uint64_t)json_integer_value(json_object_get(r, "sent")), b, sizeof(b));
 	printf("%s: %s of data in %lld.%01lld s (%.1f MB/s); %lld of %lld chunks %s (%s)\n", what,
 	       a, ms / 1000, (ms % 1000) / 100, json_real_value(json_object_get(r, "mb_per_s")),
-	       sent_chunks, chunks, what[1] == 'u' && what[2] == 's' ? "sent" : "fetched", b);
+	       sent_chunks, chunks, push ? "sent" : "fetched", b);
 }
 
 static const char *opt_arg(const struct cli_args *a, int id)
