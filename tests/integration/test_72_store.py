@@ -20,7 +20,7 @@ import pytest
 
 from conftest import Home, new_home, own_home, make_sandbox
 from storekit import (S3Server, add_store, aws_get, aws_keys, aws_put, open_plain,
-                      seal_plain)
+                      seal_plain, wait_for)
 
 IMAGE = "python:3.12-slim"
 # A process that holds a value only in its memory, and a file on the disk.
@@ -120,6 +120,24 @@ def test_second_push_sends_little(a, s3, src):
           "bytes of data" % (res["chunks_sent"], res["chunks"], 100 * frac,
                              res["chunks_sent"] * (1 << 20), res["data"]))
     assert first["chunk_size"] == 1 << 20 and frac < 0.25, res
+
+
+def test_push_every_checkpoint(a, s3, src):
+    """config.json "push_checkpoints": a checkpoint is pushed by itself, in the background."""
+    cfg = os.path.join(a.path, "config.json")
+    with open(cfg, "w") as f:
+        json.dump({"push_checkpoints": "mine"}, f)
+    try:
+        out = a.json("checkpoint", "src", "--label", "auto1", timeout=300)
+        assert out["pushing_to"] == "mine"
+        labels = lambda: [s["label"] for s in a.json("store", "ls", "mine")["snapshots"]]  # noqa
+        assert wait_for(lambda: "auto1" in labels(), timeout=300), labels()
+        recs = [r for r in a.json("audit", "ls") if r["action"] == "store.push"]
+        assert any(r["details"].get("by") == "auto" and r["details"].get("label") == "auto1"
+                   for r in recs), recs
+    finally:
+        os.unlink(cfg)
+    a("store", "rm", "mine:src/auto1", check=True)
 
 
 def test_push_cut_short_is_resumed(a, s3, src):
