@@ -2,6 +2,7 @@
 /* main.c - kosa8, the command-line tool: global flags, dispatch to the verb groups,
  * help, and the one place that turns errors into messages and exit codes. */
 #include "cli.h"
+#include "common/worker.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -323,6 +324,9 @@ int main(int argc, char **argv)
 	const struct group *g;
 	int i = 1;
 
+	/* a worker (`sandbox cp`'s extraction: src/common/worker.h) runs its job here and
+	 * ends; the CLI goes on */
+	worker_main(argc, argv);
 	/* Broken pipes show up as EPIPE where we write, not as a silent death. */
 	signal(SIGPIPE, SIG_IGN);
 

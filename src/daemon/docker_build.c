@@ -919,24 +919,20 @@ static void dkb_links_below(json_t *below, const char *p)
  * little-endian), then the name and the target, without NULs. */
 #define DKB_LREC_NONE 0xffffu
 
-struct dkb_scan {
-	int in, out;
-	const char *digest;
-};
-
-/* In the worker: read the layer, send each entry's type, name and link target. */
-static int dkb_links_scan(void *ctx, uint64_t *value, struct k8_err *err)
+/* In the worker: read the layer (fd[0]), send each entry's type, name and link target
+ * on fd[1]; str[0] is the layer's digest. */
+static int dkb_links_scan(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	struct dkb_scan *sc = ctx;
+	const char *digest = in->str[0];
 	struct archive *a = uarchive_reader(UARCHIVE_COMPRESSED, err);
 	struct archive_entry *e;
 	int rr, r = 0;
 
 	if (!a)
 		return err->code;
-	if (archive_read_open_fd(a, sc->in, 65536) != ARCHIVE_OK) {
+	if (archive_read_open_fd(a, in->fd[0], 65536) != ARCHIVE_OK) {
 		r = k8_err_set(err, -EINVAL, "layer %s is not a tar archive (plain, gzip, zstd, xz "
-			       "or bzip2): %s", sc->digest, archive_error_string(a) ?: "?");
+			       "or bzip2): %s", digest, archive_error_string(a) ?: "?");
 		goto out;
 	}
 	while ((rr = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
@@ -953,19 +949,20 @@ static int dkb_links_scan(void *ctx, uint64_t *value, struct k8_err *err)
 		head[2] = (unsigned char)(nl >> 8);
 		head[3] = (unsigned char)tl;
 		head[4] = (unsigned char)(tl >> 8);
-		if (write_full(sc->out, head, sizeof(head)) || write_full(sc->out, name, nl) ||
-		    (tl != DKB_LREC_NONE && write_full(sc->out, tg, tl)))
+		if (write_full(in->fd[1], head, sizeof(head)) || write_full(in->fd[1], name, nl) ||
+		    (tl != DKB_LREC_NONE && write_full(in->fd[1], tg, tl)))
 			goto out;       /* the daemon stopped reading: it has its answer */
 		++*value;
 		archive_read_data_skip(a);
 	}
 	if (rr != ARCHIVE_EOF)
-		r = k8_err_set(err, -EINVAL, "layer %s: %s", sc->digest,
+		r = k8_err_set(err, -EINVAL, "layer %s: %s", digest,
 			       archive_error_string(a) ?: "?");
 out:
 	archive_read_free(a);
 	return r;
 }
+WORKER_JOB(links, dkb_links_scan);
 
 /* One record from the worker into p and tg (NUL-terminated): 1, 0 at the end, or a
  * negative errno for a record no worker of ours writes. */
@@ -1006,7 +1003,6 @@ static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const ch
 {
 	cleanup_close int fd = image_blob_open(b->d->images, digest, err);
 	struct k8_err werr = { 0 };
-	struct dkb_scan sc = { .in = fd, .digest = digest };
 	int p[2], ns, report, rr = 0, r = 0, type = 0;
 	char name[4200], tg[4097];
 	bool has_tg = false;
@@ -1018,11 +1014,11 @@ static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const ch
 		return err->code;
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return k8_err_set(err, -errno, "pipe: %s", strerror(errno));
-	sc.out = p[1];
 	struct worker w = {
-		.name = "kosa8d-links", .userns = ns, .keep = { fd, p[1] }, .nkeep = 2,
+		.name = "kosa8d-links", .job = &worker_job_links, .userns = ns,
+		.keep = { fd, p[1] }, .nkeep = 2, .str = { digest },
 		.dirs = { { .fd = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = true } },
-		.ndirs = 1, .fn = dkb_links_scan, .ctx = &sc,
+		.ndirs = 1,
 	};
 	if (w.dirs[0].fd < 0)
 		pid = k8_err_set(err, -errno, "/usr: %s", strerror(errno));
@@ -1395,11 +1391,12 @@ static struct sandbox *dkb_sandbox(struct dkb *b, struct vm_image *img, struct k
 	return NULL;
 }
 
-/* The check of a RUN's layer, in a jailed worker: it reads the tar from a pipe. */
-static int dkb_check_fn(void *ctx, uint64_t *value, struct k8_err *err)
+/* The check of a RUN's layer, in a jailed worker: it reads the tar from a pipe, fd[0]. */
+static int dkb_check_fn(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	return drunlayer_check(*(int *)ctx, DKB_LAYER_MAX, DKB_LAYER_ENTRIES, err);
+	return drunlayer_check(in->fd[0], DKB_LAYER_MAX, DKB_LAYER_ENTRIES, err);
 }
+WORKER_JOB(runlayer, dkb_check_fn);
 
 /* Start the check's worker: a user namespace's root with no capability, no file but
  * /usr read-only. Its pid and report fd; *feed is the pipe to write the layer into. */
@@ -1415,9 +1412,10 @@ static pid_t dkb_check_start(struct dkb *b, int *feed, int *report, struct k8_er
 		return -1;
 	}
 	struct worker w = {
-		.name = "kosa8d-runlayer", .userns = ns, .caps = 0, .keep = { p[0] }, .nkeep = 1,
+		.name = "kosa8d-runlayer", .job = &worker_job_runlayer, .userns = ns, .caps = 0,
+		.keep = { p[0] }, .nkeep = 1,
 		.dirs = { { .fd = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = true } },
-		.ndirs = 1, .fn = dkb_check_fn, .ctx = &p[0],
+		.ndirs = 1,
 	};
 	if (w.dirs[0].fd < 0)
 		pid = k8_err_set(err, -errno, "/usr: %s", strerror(errno));

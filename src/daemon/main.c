@@ -20,6 +20,7 @@
 #include "image/image.h"
 #include "common/guest_digest.h"
 #include "common/version.h"
+#include "common/worker.h"
 
 #include <fcntl.h>
 #include <getopt.h>
@@ -182,13 +183,16 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct daemon *d = xcalloc(1, sizeof(*d));
+	struct daemon *d;
 	struct k8_err err = { 0 };
 	sigset_t mask;
 	int c, lockfd, lfd, sfd;
 	char path[4200];
 	const char *group = NULL;
 
+	/* a worker (src/common/worker.h) runs its job here and ends; kosa8d goes on */
+	worker_main(argc, argv);
+	d = xcalloc(1, sizeof(*d));
 	default_home(d->home, sizeof(d->home));
 	snprintf(d->accel_opt, sizeof(d->accel_opt), "auto");
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
