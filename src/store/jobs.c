@@ -5,9 +5,9 @@
  * answer into a second memfd that kosa8d reads once the worker has ended, so neither side
  * waits on the other. The decoder speaks on two pipes, one request and one answer at a
  * time: kosa8d writes a whole request before it reads, the decoder reads a whole request
- * before it writes, so neither can block the other for good. Each job is written as a
- * function of descriptors and numbers only (its ctx holds nothing else), which is what a
- * worker started by exec will be handed too. */
+ * before it writes, so neither can block the other for good. Workers are fresh images of
+ * the running binary (worker.h): a job gets its descriptors and numbers in struct
+ * worker_in, and a program that starts them calls worker_main() first. */
 #include "store/jobs.h"
 #include "common/worker.h"
 #include "store/chunk.h"
@@ -21,11 +21,6 @@
 #include <unistd.h>
 
 #define DEC_MSG 256
-
-struct job_ctx {
-	int in, out;
-	uint64_t arg;
-};
 
 /* A memfd holding n bytes at p, sealed, its offset at 0. */
 static int job_memfd_with(const char *name, const void *p, size_t n, struct k8_err *err)
@@ -67,58 +62,58 @@ static int job_slurp(int fd, size_t max, char **out, size_t *n)
 
 /* Run a one-shot job over n bytes at p (its input, a sealed memfd): 0 with the memfd it
  * wrote its answer into in *out (the caller's to close), or -errno with err set. */
-static int job_oneshot(const char *name, int (*fn)(void *, uint64_t *, struct k8_err *),
-		       const void *p, size_t n, uint64_t arg, int userns, const char *what,
-		       int *out, struct k8_err *err)
+static int job_oneshot(const char *name, const struct worker_job *job, const void *p,
+		       size_t n, uint64_t arg, int userns, const char *what, int *out,
+		       struct k8_err *err)
 {
-	struct job_ctx j = { .in = -1, .out = -1, .arg = arg };
-	int r;
+	int in, o, r;
 
 	*out = -1;
-	if ((j.in = job_memfd_with(name, p, n, err)) < 0)
-		return j.in;
-	j.out = memfd_create(name, MFD_CLOEXEC);
-	if (j.out < 0) {
+	if ((in = job_memfd_with(name, p, n, err)) < 0)
+		return in;
+	o = memfd_create(name, MFD_CLOEXEC);
+	if (o < 0) {
 		r = k8_err_set(err, -errno, "memfd: %s", strerror(errno));
-		close(j.in);
+		close(in);
 		return r;
 	}
 	struct worker w = {
-		.name = name, .userns = userns, .caps = 0, .ndirs = 0,
-		.keep = { j.in, j.out }, .nkeep = 2, .fn = fn, .ctx = &j,
+		.name = name, .job = job, .userns = userns, .caps = 0, .ndirs = 0,
+		.keep = { in, o }, .nkeep = 2, .arg = { arg },
 	};
 	r = worker_run(&w, what, NULL, err);
-	close(j.in);
+	close(in);
 	if (r) {
-		close(j.out);
+		close(o);
 		return r;
 	}
-	lseek(j.out, 0, SEEK_SET);
-	*out = j.out;
+	lseek(o, 0, SEEK_SET);
+	*out = o;
 	return 0;
 }
 
 /* ---- XML ---- */
 
-static int xml_job(void *ctx, uint64_t *value, struct k8_err *err)
+/* fd[0] the answer, fd[1] where its struct goes; arg[0] its kind. */
+static int xml_job(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	struct job_ctx *j = ctx;
-	size_t size = s3xml_size((enum s3xml_kind)j->arg), n;
+	size_t size = s3xml_size((enum s3xml_kind)in->arg[0]), n;
 	char *text, *res;
 	int r;
 
 	if (!size)
 		return k8_err_set(err, -EINVAL, "no such answer");
-	if ((r = job_slurp(j->in, S3XML_MAX_BYTES, &text, &n)))
+	if ((r = job_slurp(in->fd[0], S3XML_MAX_BYTES, &text, &n)))
 		return k8_err_set(err, r, "reading the answer: %s", strerror(-r));
 	res = xcalloc(1, size);
-	r = s3xml_parse((enum s3xml_kind)j->arg, text, n, res, err);
+	r = s3xml_parse((enum s3xml_kind)in->arg[0], text, n, res, err);
 	if (!r)
-		r = write_full(j->out, res, size);
+		r = write_full(in->fd[1], res, size);
 	free(res);
 	free(text);
 	return r;
 }
+WORKER_JOB(s3xml, xml_job);
 
 int store_job_xml(void *ctx, enum s3xml_kind kind, const char *p, size_t n, void *out,
 		  struct k8_err *err)
@@ -132,7 +127,7 @@ int store_job_xml(void *ctx, enum s3xml_kind kind, const char *p, size_t n, void
 	if (n > S3XML_MAX_BYTES)
 		return k8_err_set(err, -E2BIG, "the server's XML answer is over %u bytes",
 				  S3XML_MAX_BYTES);
-	if ((r = job_oneshot("kosa8d-s3xml", xml_job, p, n, (uint64_t)kind,
+	if ((r = job_oneshot("kosa8d-s3xml", &worker_job_s3xml, p, n, (uint64_t)kind,
 			     ctx ? *(const int *)ctx : -1, "the reader of the server's answer",
 			     &fd, err)))
 		return r;
@@ -146,9 +141,9 @@ int store_job_xml(void *ctx, enum s3xml_kind kind, const char *p, size_t n, void
 
 /* ---- manifest ---- */
 
-static int manifest_job(void *ctx, uint64_t *value, struct k8_err *err)
+/* fd[0] the manifest's zstd frame, fd[1] where its records go. */
+static int manifest_job(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	struct job_ctx *j = ctx;
 	static struct manifest m;
 	void *d = chunk_dctx();
 	char *z = NULL, *text = NULL;
@@ -157,7 +152,7 @@ static int manifest_job(void *ctx, uint64_t *value, struct k8_err *err)
 
 	if (!d)
 		return k8_err_set(err, -ENOMEM, "no zstd context");
-	if ((r = job_slurp(j->in, chunk_seal_bound(MF_JSON_MAX), &z, &zn))) {
+	if ((r = job_slurp(in->fd[0], chunk_seal_bound(MF_JSON_MAX), &z, &zn))) {
 		k8_err_set(err, r, "reading the manifest: %s", strerror(-r));
 		goto out;
 	}
@@ -168,7 +163,7 @@ static int manifest_job(void *ctx, uint64_t *value, struct k8_err *err)
 	}
 	r = manifest_parse(text, n, &m, err);
 	if (!r)
-		r = manifest_pack(&m, j->out);
+		r = manifest_pack(&m, in->fd[1]);
 	manifest_free(&m);
 out:
 	free(z);
@@ -176,6 +171,7 @@ out:
 	chunk_dctx_free(d);
 	return r;
 }
+WORKER_JOB(manifest, manifest_job);
 
 int store_job_manifest(const uint8_t *z, size_t zn, int userns, struct manifest *m,
 		       struct k8_err *err)
@@ -183,7 +179,7 @@ int store_job_manifest(const uint8_t *z, size_t zn, int userns, struct manifest 
 	int fd, r;
 
 	memset(m, 0, sizeof(*m));
-	if ((r = job_oneshot("kosa8d-manifest", manifest_job, z, zn, 0, userns,
+	if ((r = job_oneshot("kosa8d-manifest", &worker_job_manifest, z, zn, 0, userns,
 			     "the manifest's reader", &fd, err)))
 		return r;
 	r = manifest_unpack(fd, m, err);
@@ -203,9 +199,9 @@ struct dec_ans {
 	char msg[DEC_MSG];
 };
 
-static int decoder_job(void *ctx, uint64_t *value, struct k8_err *err)
+/* fd[0] the requests, fd[1] the answers, one at a time until fd[0] ends. */
+static int decoder_job(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	struct job_ctx *j = ctx;
 	size_t zcap = chunk_seal_bound(CHUNK_SIZE_MAX);
 	uint8_t *z = xmalloc(zcap), *plain = xmalloc(CHUNK_SIZE_MAX);
 	void *d = chunk_dctx();
@@ -219,10 +215,10 @@ static int decoder_job(void *ctx, uint64_t *value, struct k8_err *err)
 		struct dec_req q;
 		struct dec_ans a = { 0 };
 		struct k8_err e = { 0 };
-		int rr = read_full(j->in, &q, sizeof(q));
+		int rr = read_full(in->fd[0], &q, sizeof(q));
 		if (rr == -EPIPE)
 			break;          /* the pull is over */
-		if (rr || q.want > CHUNK_SIZE_MAX || q.zlen > zcap || read_full(j->in, z, q.zlen)) {
+		if (rr || q.want > CHUNK_SIZE_MAX || q.zlen > zcap || read_full(in->fd[0], z, q.zlen)) {
 			r = k8_err_set(err, -EPROTO, "a malformed request");
 			break;
 		}
@@ -231,7 +227,8 @@ static int decoder_job(void *ctx, uint64_t *value, struct k8_err *err)
 			snprintf(a.msg, sizeof(a.msg), "%s", e.msg);
 		else
 			a.n = q.want;
-		if (write_full(j->out, &a, sizeof(a)) || (a.n && write_full(j->out, plain, a.n))) {
+		if (write_full(in->fd[1], &a, sizeof(a)) ||
+		    (a.n && write_full(in->fd[1], plain, a.n))) {
 			r = k8_err_set(err, -EPIPE, "the answer could not be written");
 			break;
 		}
@@ -243,11 +240,11 @@ out:
 	free(plain);
 	return r;
 }
+WORKER_JOB(chunks, decoder_job);
 
 int store_decoder_start(struct store_decoder *dec, int userns, struct k8_err *err)
 {
 	int to[2], from[2];
-	struct job_ctx j;
 
 	dec->pid = -1;
 	dec->to = dec->from = dec->report = -1;
@@ -261,10 +258,9 @@ int store_decoder_start(struct store_decoder *dec, int userns, struct k8_err *er
 	/* a chunk in one go where the kernel lets us (1 MiB for an unprivileged user) */
 	fcntl(to[1], F_SETPIPE_SZ, 1 << 20);
 	fcntl(from[1], F_SETPIPE_SZ, 1 << 20);
-	j = (struct job_ctx){ .in = to[0], .out = from[1] };
 	struct worker w = {
-		.name = "kosa8d-chunks", .userns = userns, .caps = 0, .ndirs = 0,
-		.keep = { to[0], from[1] }, .nkeep = 2, .fn = decoder_job, .ctx = &j,
+		.name = "kosa8d-chunks", .job = &worker_job_chunks, .userns = userns, .caps = 0,
+		.ndirs = 0, .keep = { to[0], from[1] }, .nkeep = 2,
 	};
 	dec->pid = worker_start(&w, &dec->report, err);
 	close(to[0]);

@@ -13,6 +13,7 @@
  *   k8s3 snap-gc GRACE_S                     K8S3_CHUNK_KIB, K8S3_THREADS
  * Prints one JSON line: what was done, bytes sent or received, requests, retries, ms. */
 #include "store/s3.h"
+#include "common/worker.h"
 #include "store/jobs.h"
 #include "store/xfer.h"
 
@@ -128,6 +129,7 @@ int main(int argc, char **argv)
 	uint64_t t0 = now_mono_ns(), bytes = 0;
 	int r = 0;
 
+	worker_main(argc, argv);        /* the snapshot commands' workers are this binary */
 	if (argc < 3) {
 		fprintf(stderr, "usage: k8s3 put KEY FILE [PART_MIB [JOURNAL]] | get KEY FILE "
 			"[OFF LEN] | head KEY | rm KEY | ls PREFIX\n");

@@ -3,6 +3,7 @@
  * answer and a manifest read there and checked again here; the decoder of a pull
  * decompressing chunk after chunk, refusing a frame that is not its chunk's (named), and
  * a decoder killed mid-pull failing that pull, not the process. */
+#include "common/worker.h"
 #include "store/jobs.h"
 #include "store/chunk.h"
 #include "t.h"
@@ -111,8 +112,9 @@ static void test_decoder(void)
 	free(back);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	worker_main(argc, argv);        /* its workers are this binary, exec'd */
 	signal(SIGPIPE, SIG_IGN);
 	test_xml();
 	test_manifest();
