@@ -139,6 +139,16 @@ static void store_progress(void *job, const char *phase, const char *what, uint6
 					"done", (json_int_t)done, "total", (json_int_t)total));
 }
 
+/* Offline (--offline, KOSA8_OFFLINE, config.json "offline"): the daemon opens no network
+ * connection, a store's included. */
+static int store_offline(struct daemon *d, const char *name, struct k8_err *err)
+{
+	if (daemon_offline(d, NULL))
+		return k8_err_set(err, -ENETUNREACH, "the daemon is offline: store '%s' is not "
+				  "reached", name);
+	return 0;
+}
+
 /* The xfer of a store from its settings and secrets (job: where progress goes, or NULL). */
 static int store_setup(struct store *st, const uint8_t *key, const char *access,
 		       const char *secret, void *job, struct k8_err *err)
@@ -182,7 +192,7 @@ static int store_open(struct daemon *d, const char *name, struct store *st, void
 	int r;
 
 	memset(st, 0, sizeof(*st));
-	if ((r = cfg_load(d, name, &st->cfg, err)))
+	if ((r = store_offline(d, name, err)) || (r = cfg_load(d, name, &st->cfg, err)))
 		return r;
 	cpath = store_file(d, name, "cred");
 	kpath = store_file(d, name, "key");
@@ -887,7 +897,7 @@ static int store_add(struct api_call *call, struct store *st, uint8_t key[CHUNK_
 			 CHUNK_SIZE_MAX >> 10, &chunk_kib) ||
 	    api_body_int(call, "threads", API_OPTIONAL, 1, XFER_THREADS_MAX, &threads))
 		return err->code;
-	if ((r = store_name_check(name, err)))
+	if ((r = store_name_check(name, err)) || (r = store_offline(d, name, err)))
 		return r;
 	if (strcmp(type, "s3"))
 		return k8_err_set(err, -EINVAL, "store type '%.20s': only s3 is known", type);

@@ -183,3 +183,19 @@ def test_workers_are_jailed(h, s3):
         assert f["Uid"].split()[0] != "0" and f["Gid"].split()[0] != "0", f["Uid"]
         assert int(f["CapEff"], 16) == 0 and int(f["CapPrm"], 16) == 0
         assert f["NoNewPrivs"].strip() == "1" and f["Seccomp"].strip() == "2"
+
+
+def test_offline_reaches_no_store(h, s3):
+    """An offline daemon (config.json "offline") opens no connection, to a store neither."""
+    cfg = os.path.join(h.path, "config.json")
+    with open(cfg, "w") as f:
+        json.dump({"offline": True}, f)
+    try:
+        before = s3.stats()["requests"]
+        for args in (("store", "ls", "evil"), ("sandbox", "fork", "--from", "evil:victim/x",
+                                               "--name", "h-off"), ("store", "gc", "evil")):
+            p = h(*args, timeout=120)
+            assert p.returncode != 0 and "offline" in p.stderr, (args, p.stderr)
+        assert s3.stats()["requests"] == before
+    finally:
+        os.unlink(cfg)
