@@ -26,15 +26,6 @@ static void print_transfer(const char *what, const json_t *r)
 	       sent_chunks, chunks, push ? "sent" : "fetched", b);
 }
 
-static const char *opt_arg(const struct cli_args *a, int id)
-{
-	const char *v = NULL;
-	for (int i = 0; i < a->nopts; i++)
-		if (a->opts[i].id == id)
-			v = a->opts[i].arg;
-	return v;
-}
-
 static char *sb_sub(const char *name, const char *sub)
 {
 	cleanup_free char *n = cli_urlenc(name);
@@ -64,7 +55,7 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 
 	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
 		return rc;
-	label = opt_arg(&a, OPT_LABEL);
+	label = cli_opt_arg(&a, OPT_LABEL);
 	if (!label || !*label)
 		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--label L is required; e.g. "
 						"kosa8 checkpoint %s --label clean", a.pos[0]));
@@ -164,7 +155,7 @@ static int cmd_push(const struct cli_cmd *self, int argc, char **argv, const cha
 	if (!cli_begin(self, argc, argv, opts, 0, 2, 2, home, &a, &cl, &rc))
 		return rc;
 	json = cli_has_opt(&a, CLI_OPT_JSON);
-	to = opt_arg(&a, OPT_TO);
+	to = cli_opt_arg(&a, OPT_TO);
 	if (!to || !*to)
 		return cli_end(&a, &cl, cli_usage(self->name, "--to STORE is required (kosa8 store "
 						  "ls lists them)"));
@@ -245,7 +236,7 @@ static int cmd_rewind(const struct cli_cmd *self, int argc, char **argv, const c
 
 	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
 		return rc;
-	to = opt_arg(&a, OPT_TO);
+	to = cli_opt_arg(&a, OPT_TO);
 	if (!to || !*to)
 		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--to LABEL is required; list the "
 						"labels with kosa8 checkpoint ls %s", a.pos[0]));
@@ -320,7 +311,7 @@ static int pause_resume(const struct cli_cmd *self, int argc, char **argv, const
 	}
 	json = cli_has_opt(&a, CLI_OPT_JSON);
 	path = sb_sub(a.pos[0], what);
-	store = opt_arg(&a, pause ? OPT_TO : OPT_FROM);
+	store = cli_opt_arg(&a, pause ? OPT_TO : OPT_FROM);
 	if (pause && cli_has_opt(&a, OPT_IN_MEMORY)) {
 		if (store) {
 			json_decref(body);
@@ -376,8 +367,8 @@ int cli_cmd_fork(const struct cli_cmd *self, int argc, char **argv, const char *
 	if (!cli_begin(self, argc, argv, opts, 0, 0, 1, home, &a, &cl, &rc))
 		return rc;
 	json = cli_has_opt(&a, CLI_OPT_JSON);
-	from = opt_arg(&a, OPT_FROM);
-	name = opt_arg(&a, OPT_NAME);
+	from = cli_opt_arg(&a, OPT_FROM);
+	name = cli_opt_arg(&a, OPT_NAME);
 	if (!name || !*name)
 		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--name NEW is required: the new "
 						"sandbox's name"));

@@ -268,6 +268,8 @@ const char *cli_home(const struct cli_args *a, const char *global_home);
 enum { CLI_OPT_JSON = 'j' };
 extern const struct cli_opt cli_json_only[];
 
+/* The value of the last option with this id, or NULL when none was given. */
+const char *cli_opt_arg(const struct cli_args *a, int id);
 /* Was an option with this id given (once or more)? */
 int cli_has_opt(const struct cli_args *a, int id);
 

@@ -10,6 +10,16 @@
 
 const struct cli_opt cli_json_only[] = { { "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 } };
 
+const char *cli_opt_arg(const struct cli_args *a, int id)
+{
+	const char *v = NULL;
+
+	for (int i = 0; i < a->nopts; i++)
+		if (a->opts[i].id == id)
+			v = a->opts[i].arg;
+	return v;
+}
+
 int cli_has_opt(const struct cli_args *a, int id)
 {
 	for (int i = 0; i < a->nopts; i++)

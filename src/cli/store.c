@@ -21,15 +21,6 @@ enum {
 
 #define CRED_MAX 8192
 
-static const char *opt_val(const struct cli_args *a, int id)
-{
-	const char *v = NULL;
-	for (int i = 0; i < a->nopts; i++)
-		if (a->opts[i].id == id)
-			v = a->opts[i].arg;
-	return v;
-}
-
 /* One line of stdin (cli_read_line), which must not be empty. */
 static int read_line(const char *prompt, bool hidden, char *buf, size_t cap, struct k8_err *err)
 {
@@ -103,9 +94,9 @@ static int cmd_add(const struct cli_cmd *self, int argc, char **argv, const char
 	if (strcmp(a.pos[0], "s3"))
 		return cli_end(&a, &cl, cli_usage(self->name, "the only store type is s3: kosa8 "
 						  "store add s3 NAME ..."));
-	endpoint = opt_val(&a, OPT_ENDPOINT);
-	bucket = opt_val(&a, OPT_BUCKET);
-	region = opt_val(&a, OPT_REGION);
+	endpoint = cli_opt_arg(&a, OPT_ENDPOINT);
+	bucket = cli_opt_arg(&a, OPT_BUCKET);
+	region = cli_opt_arg(&a, OPT_REGION);
 	if (!endpoint || !bucket)
 		return cli_end(&a, &cl, cli_usage(self->name, "--endpoint URL and --bucket B are "
 						  "required"));
@@ -116,7 +107,7 @@ static int cmd_add(const struct cli_cmd *self, int argc, char **argv, const char
 	if (cli_has_opt(&a, OPT_PATH_STYLE) && cli_has_opt(&a, OPT_VHOST))
 		return cli_end(&a, &cl, cli_usage(self->name, "--path-style or --virtual-hosted, "
 						  "not both"));
-	if ((kf = opt_val(&a, OPT_KEY_FILE)) && read_key_file(kf, keyhex, &err) < 0)
+	if ((kf = cli_opt_arg(&a, OPT_KEY_FILE)) && read_key_file(kf, keyhex, &err) < 0)
 		return cli_end(&a, &cl, cli_fail(&err));
 	if (cli_has_opt(&a, OPT_KEY_ENV)) {
 		const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
@@ -141,7 +132,7 @@ static int cmd_add(const struct cli_cmd *self, int argc, char **argv, const char
 	OPENSSL_cleanse(keyhex, sizeof(keyhex));
 	if (cli_has_opt(&a, OPT_PATH_STYLE) || cli_has_opt(&a, OPT_VHOST))
 		json_object_set_new(body, "path_style", json_boolean(cli_has_opt(&a, OPT_PATH_STYLE)));
-	if ((ca = opt_val(&a, OPT_CA))) {
+	if ((ca = cli_opt_arg(&a, OPT_CA))) {
 		char abs[4096];
 		if (!realpath(ca, abs)) {
 			rc = cli_die(CLI_EXIT_USAGE, "--ca-file %s: %s", ca, strerror(errno));
@@ -149,9 +140,9 @@ static int cmd_add(const struct cli_cmd *self, int argc, char **argv, const char
 		}
 		json_object_set_new(body, "ca_file", json_string(abs));
 	}
-	if ((v = opt_val(&a, OPT_CHUNK)))
+	if ((v = cli_opt_arg(&a, OPT_CHUNK)))
 		json_object_set_new(body, "chunk_kib", json_integer(atoi(v)));
-	if ((v = opt_val(&a, OPT_THREADS)))
+	if ((v = cli_opt_arg(&a, OPT_THREADS)))
 		json_object_set_new(body, "threads", json_integer(atoi(v)));
 	if (client_call(&cl, "POST", "/v1/stores", body, NULL, NULL, 300000, &res, &err) < 0) {
 		rc = cli_fail(&err);
@@ -320,7 +311,7 @@ static int cmd_gc(const struct cli_cmd *self, int argc, char **argv, const char 
 		return rc;
 	}
 	json = cli_has_opt(&a, CLI_OPT_JSON);
-	if ((g = opt_val(&a, OPT_GRACE))) {
+	if ((g = cli_opt_arg(&a, OPT_GRACE))) {
 		uint64_t secs;
 		if (k8_duration_parse(g, 365 * 86400, &secs) < 0) {
 			json_decref(body);

@@ -220,6 +220,14 @@ static void xfer_run(const struct xfer *x, size_t nitems, void *(*fn)(void *), v
 		pthread_join(th[i], NULL);
 }
 
+/* What every transfer reports of itself at its end. */
+static void xfer_done(const struct xfer *x, struct xfer_result *res, uint64_t t0)
+{
+	res->requests = x->stats.requests;
+	res->retries = x->stats.retries;
+	res->ms = (now_mono_ns() - t0) / 1000000;
+}
+
 /* ---- the marker ---- */
 
 static char *marker_text(const struct xfer *x)
@@ -504,9 +512,7 @@ out:
 	res->chunks = p.chunks;
 	res->chunks_sent = p.chunks_sent;
 	res->sent = p.sent;
-	res->requests = x->stats.requests;
-	res->retries = x->stats.retries;
-	res->ms = (now_mono_ns() - t0) / 1000000;
+	xfer_done(x, res, t0);
 	for (uint32_t i = 0; i < m->nfiles; i++)
 		free(p.slots[i]);
 	free(p.items);
@@ -812,9 +818,7 @@ out:
 	res->chunks = p.nitems;
 	res->chunks_sent = p.fetched;
 	res->sent = p.sent;
-	res->requests = x->stats.requests;
-	res->retries = x->stats.retries;
-	res->ms = (now_mono_ns() - t0) / 1000000;
+	xfer_done(x, res, t0);
 	free(p.items);
 	free(p.runs);
 	pthread_mutex_destroy(&p.prog.mu);
