@@ -31,7 +31,7 @@ HARDEN  := -fPIE
 endif
 
 LIBS_CLI    := -lcurl -ljansson -lcrypto -larchive -lseccomp -lmicrohttpd
-LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
+LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp -lzstd
 # libslirp's .pc file requires glib's; we use only its C API, so link it directly.
 LIBS_NET    := -lslirp -lseccomp -ljansson
 LIBS_FS     := -lseccomp -ljansson
@@ -43,6 +43,7 @@ SIDECAR_SRC := src/common/sidecar_seccomp.c src/common/worker.c
 ARCHIVE_SRC := src/common/uarchive.c
 COMMON_SRC := $(filter-out $(SIDECAR_SRC) $(ARCHIVE_SRC),$(wildcard src/common/*.c))
 IMAGE_SRC  := $(wildcard src/image/*.c)
+STORE_SRC  := $(wildcard src/store/*.c)
 DAEMON_SRC := $(filter-out src/daemon/main.c,$(wildcard src/daemon/*.c))
 CLI_SRC    := $(wildcard src/cli/*.c)
 AGENT_SRC  := $(wildcard src/agent/*.c)
@@ -54,7 +55,7 @@ aobj = $(patsubst %.c,$(B)/agent-obj/%.o,$(1))
 
 # kosa8d's docker.sock (src/daemon/docker_api.c) uses the Docker building blocks, its E2B
 # listener (src/daemon/e2b_api.c) the E2B ones.
-HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c) $(wildcard src/e2b/*.c)) \
+HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_SRC) $(STORE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c) $(wildcard src/e2b/*.c)) \
                 $(B)/gen/interp_py.o
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
@@ -68,7 +69,7 @@ PROGS += $(B)/bin/kosa8-fs
 endif
 
 .PHONY: all progs guest FORCE unit test integration san bench fuzz clean deps check-static check-layers bench-density proto-variants install uninstall dist gen-docs
-all: progs guest
+all: progs guest $(B)/tools/k8s3
 
 progs: $(PROGS)
 
@@ -115,6 +116,11 @@ $(B)/bin/kosa8-qemu-ram.so: src/preload/qemu_ram.c
 $(B)/bin/kosa8-agent: $(call aobj,$(AGENT_SRC) src/common/util.c src/common/proto.c)
 	@mkdir -p $(dir $@)
 	$(CC) -static -o $@ $^ -l:libjansson.a -l:libseccomp.a
+
+# kosa8's S3 client from the command line, for the stores' tests and bench (never installed).
+$(B)/tools/k8s3: tests/tools/k8s3.c $(call obj,$(STORE_SRC) $(COMMON_SRC) $(SIDECAR_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(HARDEN) $(LDFLAGS_HOST) -o $@ $^ -lcurl -ljansson -lcrypto -lzstd -lseccomp
 
 # Guest image: kernel (cached by source version + fragment hash), initramfs, manifest.
 # guest.sh runs every time (it knows the kernel's cache key) and rewrites a file only when

@@ -27,6 +27,8 @@ echo "== fork and cold rewind, the migration stream against the memory file, and
 /usr/bin/python3 fork.py
 echo "== pause and resume: to disk against in memory (issue 15)"
 /usr/bin/python3 pause.py
+echo "== snapshot stores: push and pull against raw S3 copies, fork from a store against a local fork (issue 32)"
+/usr/bin/python3 store.py
 echo "== what an idle sandbox costs: TCG's cache sizes, then paused by the idle pause (issue 15)"
 /usr/bin/python3 idle.py
 echo "== idle CPU per guest kernel, RSS after a freed heap with and without free page reporting (issue 15)"

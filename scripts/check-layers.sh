@@ -17,7 +17,7 @@ layer() {
 	egress|mounts|broker|secret|ports|e2b_keys) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports; the E2B API's keys
 	boot) echo 5 ;;                      # a sandbox's VM: spawn, connect, adopt, kill
 	sandbox|spare) echo 6 ;;             # a sandbox's lifecycle; its spare (rewind)
-	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle|slots|secret_api|interp) echo 7 ;;  # other resources; the release's guest image; the idle pause; image slots; the secrets' routes; the interpreter's contexts and cells
+	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle|slots|secret_api|interp|store) echo 7 ;;  # other resources; the release's guest image; the idle pause; image slots; the secrets' routes; the interpreter's contexts and cells; snapshot stores
 	docker_engine|docker_int|docker_ctr|docker_run|docker_logs|docker_exec|docker_stats|docker_build|docker_images|docker_system) echo 7 ;;  # Docker API: containers (records, run, logs, exec, stats; docker_int.h their private header), their engine sandbox, builds, images, system
 	e2b_box|e2b_ctl|e2b_envd|e2b_fs|e2b_interp) echo 7 ;;  # E2B sandboxes, their control plane, envd, the interpreter
 	api|docker_api|e2b_api) echo 8 ;;    # routes: kosa8d.sock's, docker.sock's, the E2B API's

@@ -27,6 +27,7 @@
 #include "daemon/guestfetch.h"
 #include "daemon/audit.h"
 #include "daemon/secret_api.h"
+#include "daemon/store.h"
 #include "daemon/accel.h"
 #include "daemon/idle.h"
 #include "daemon/docker_api.h"
@@ -793,14 +794,24 @@ static const struct api_route routes[] = {
 	{ "DELETE", "/v1/sandboxes/{name}/checkpoints/{label}", ckpt_api_rm },
 	{ "POST",   "/v1/sandboxes/{name}/rewind", ckpt_api_rewind },
 	{ "POST",   "/v1/sandboxes/{name}/fork", ckpt_api_fork },
-	{ "POST",   "/v1/sandboxes/{name}/pause", ckpt_api_pause },
-	{ "POST",   "/v1/sandboxes/{name}/resume", ckpt_api_resume },
+	{ "POST",   "/v1/sandboxes/{name}/checkpoints/{label}/push", store_api_push },
+	{ "POST",   "/v1/sandboxes/{name}/pause", store_api_pause },
+	{ "POST",   "/v1/sandboxes/{name}/resume", store_api_resume },
 	{ "GET",    "/v1/sandboxes/{name}/egress", egress_api_status },
 	{ "POST",   "/v1/sandboxes/{name}/egress", egress_api_update },
 	{ "GET",    "/v1/sandboxes/{name}/broker", broker_api_status },
 	{ "GET",    "/v1/sandboxes/{name}/ports", ports_api_list },
 	{ "POST",   "/v1/sandboxes/{name}/ports", ports_api_publish },
 	{ "DELETE", "/v1/sandboxes/{name}/ports/{port}", ports_api_unpublish },
+	{ "GET",    "/v1/stores", store_api_list },
+	{ "POST",   "/v1/stores", store_api_add },
+	{ "DELETE", "/v1/stores/{store}", store_api_rm },
+	{ "GET",    "/v1/stores/{store}/key", store_api_key },
+	{ "GET",    "/v1/stores/{store}/snapshots", store_api_snapshots },
+	{ "DELETE", "/v1/stores/{store}/snapshots/{sandbox}", store_api_snapshot_rm },
+	{ "DELETE", "/v1/stores/{store}/snapshots/{sandbox}/{label}", store_api_snapshot_rm },
+	{ "POST",   "/v1/stores/{store}/gc", store_api_gc },
+	{ "POST",   "/v1/stores/{store}/fork", store_api_fork },
 	{ "GET",    "/v1/secrets", secret_api_list },
 	{ "POST",   "/v1/secrets/{name}", secret_api_set },
 	{ "DELETE", "/v1/secrets/{name}", secret_api_rm },

@@ -31,6 +31,7 @@
 #include "common/proto.h"
 #include "daemon/broker.h"
 #include "daemon/checkpoint.h"
+#include "daemon/egress.h"
 #include "daemon/layers.h"
 #include "daemon/memfile.h"
 #include "daemon/mounts.h"
@@ -1393,10 +1394,17 @@ static int ckpt_api_on(struct api_call *call,
 static int ckpt_op_create(struct api_call *call, struct sandbox *sb)
 {
 	const char *label = NULL;       /* none: the daemon picks one */
+	const char *to;
+	int r;
 
 	if (api_body_str(call, "label", API_OPTIONAL, CKPT_API_NAME_MAX, &label))
 		return call->err.code;
-	return ckpt_create(call->d, sb, label, &call->out, &call->err);
+	r = ckpt_create(call->d, sb, label, &call->out, &call->err);
+	if (!r && call->d->after_checkpoint &&
+	    (to = call->d->after_checkpoint(call->d, sb,
+					    json_string_value(json_object_get(call->out, "label")))))
+		json_object_set_new(call->out, "pushing_to", json_string(to));
+	return r;
 }
 
 static int ckpt_op_list(struct api_call *call, struct sandbox *sb)
@@ -1451,3 +1459,478 @@ int ckpt_api_rewind(struct api_call *call) { return ckpt_api_on(call, ckpt_op_re
 int ckpt_api_fork(struct api_call *call) { return ckpt_api_on(call, ckpt_op_fork); }
 int ckpt_api_pause(struct api_call *call) { return ckpt_api_on(call, ckpt_op_pause); }
 int ckpt_api_resume(struct api_call *call) { return ckpt_api_on(call, ckpt_op_resume); }
+
+/* ---- portable snapshots: a checkpoint, or a sandbox paused to disk, as files another
+ * host rebuilds it from (store.c moves them; docs/stores.md). This file knows what a
+ * checkpoint is on disk, so the list of its files and their names in a snapshot live
+ * here:
+ *   state/devices, state/memory  the saved machine (a memory file and its devices), or
+ *   state/state                  one migration stream (an older checkpoint)
+ *   disk/<layer>                 each disk layer of the chain, the top first, the root
+ *                                (scratch.qcow2) last
+ *   images/<sha256 hex>.erofs    each image's disk, as the guest had it mounted
+ * and a settings object (ckpt_settings_read): sizes, the machine, the memory's kind, the
+ * layer chain by name, the agent's protocol range, the egress policy. ---- */
+
+static bool layer_name_ok(const char *l)
+{
+	size_t n = strlen(l);
+
+	if (!strcmp(l, LAYERS_ROOT))
+		return true;
+	return n > 12 && n <= 6 + 16 + 6 && !strncmp(l, "layer-", 6) &&
+	       !strcmp(l + n - 6, ".qcow2") && strspn(l + 6, "0123456789abcdef") == n - 12;
+}
+
+static bool image_digest_ok(const char *d)
+{
+	return !strncmp(d, "sha256:", 7) && strlen(d) == 71 &&
+	       strspn(d + 7, "0123456789abcdef") == 64;
+}
+
+char *ckpt_snapshot_local(const char *dir, const char *label, const char *path)
+{
+	if (!strncmp(path, "state/", 6)) {
+		const char *f = path + 6;
+		if (strcmp(f, "devices") && strcmp(f, "memory") && strcmp(f, "state"))
+			return NULL;
+		return label ? xasprintf("%s/checkpoints/%s/%s", dir, label, f) :
+			       xasprintf("%s/paused/%s", dir, f);
+	}
+	if (!strncmp(path, "disk/", 5) && layer_name_ok(path + 5))
+		return xasprintf("%s/%s", dir, path + 5);
+	if (!strncmp(path, "images/", 7) && strlen(path) == 7 + 64 + 6 &&
+	    strspn(path + 7, "0123456789abcdef") == 64 && !strcmp(path + 71, ".erofs"))
+		return xasprintf("%s/%s", dir, path);
+	return NULL;
+}
+
+static int export_add(struct ckpt_export *ex, const char *spath, const char *local,
+		      struct k8_err *err)
+{
+	struct ckpt_xfile *f;
+	struct stat st;
+	int fd;
+
+	if (ex->nfiles >= CKPT_X_FILES)
+		return k8_err_set(err, -E2BIG, "more than %d files to carry", CKPT_X_FILES);
+	fd = open(local, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		int e = fd < 0 || errno ? errno : EINVAL;
+		if (fd >= 0)
+			close(fd);
+		return k8_err_set(err, -e, "open %s: %s", local, strerror(e));
+	}
+	f = &ex->files[ex->nfiles++];
+	snprintf(f->path, sizeof(f->path), "%s", spath);
+	f->fd = fd;
+	f->mode = st.st_mode & 0777;
+	f->size = (uint64_t)st.st_size;
+	return 0;
+}
+
+void ckpt_export_end(struct ckpt_export *ex)
+{
+	for (int i = 0; i < ex->nfiles; i++)
+		if (ex->files[i].fd >= 0)
+			close(ex->files[i].fd);
+	ex->nfiles = 0;
+	json_decref(ex->settings);
+	ex->settings = NULL;
+	if (ex->held)
+		sb_busy_leave(ex->held);
+	ex->held = NULL;
+}
+
+/* ckpt_export's files: the saved machine in `statedir`, the disk from `top` down to its
+ * root (each layer's name into `jchain`), the images' disks (their `disk` becomes the
+ * snapshot's path). 0 or -errno with err. */
+static int export_files(struct ckpt_export *ex, struct sandbox *sb, const char *statedir,
+			bool memfile, const char *top, json_t *jchain, struct k8_err *err)
+{
+	static const char *const mf[] = { "devices", "memory" }, *const st[] = { "state" };
+	const char *const *names = memfile ? mf : st;
+	char **chain = NULL;
+	int nchain, r = 0;
+
+	/* the saved machine */
+	for (int i = 0; i < (memfile ? 2 : 1) && !r; i++) {
+		cleanup_free char *spath = xasprintf("state/%s", names[i]);
+		cleanup_free char *local = xasprintf("%s/%s", statedir, names[i]);
+		r = export_add(ex, spath, local, err);
+	}
+	/* the disk: the top (or the checkpoint's frozen layer), then what it sits on */
+	{
+		cleanup_free char *spath = xasprintf("disk/%s", top);
+		cleanup_free char *local = xasprintf("%s/%s", sb->dir, top);
+		if (!r)
+			r = export_add(ex, spath, local, err);
+		json_array_append_new(jchain, json_string(top));
+	}
+	nchain = layers_chain(sb->dir, top, &chain);
+	for (int i = 0; i < nchain && !r; i++) {
+		const char *name = strrchr(chain[i], '/') + 1;
+		cleanup_free char *spath = xasprintf("disk/%s", name);
+		if (!layer_name_ok(name)) {
+			r = k8_err_set(err, -EINVAL, "sandbox '%s' has a layer '%s' kosa8 did not "
+				       "name", sb->name, name);
+			break;
+		}
+		r = export_add(ex, spath, chain[i], err);
+		json_array_append_new(jchain, json_string(name));
+	}
+	layers_chain_free(chain, nchain);
+	/* the images' disks, as the guest has them mounted */
+	for (int i = 0; i < ex->nimages && !r; i++) {
+		cleanup_free char *spath = NULL;
+		if (!image_digest_ok(ex->images[i].digest)) {
+			r = k8_err_set(err, -EINVAL, "image %s has no sha256 digest", ex->images[i].ref);
+			break;
+		}
+		spath = xasprintf("images/%s.erofs", ex->images[i].digest + 7);
+		bool seen = false;
+		for (int k = 0; k < ex->nfiles; k++)
+			seen |= !strcmp(ex->files[k].path, spath);
+		if (!seen)
+			r = export_add(ex, spath, ex->images[i].disk, err);
+		snprintf(ex->images[i].disk, sizeof(ex->images[i].disk), "%s", spath);
+	}
+	return r;
+}
+
+/* ckpt_export's settings: the machine's size and kind, its disk chain (`jchain`, taken),
+ * its egress policy, and the agent's protocol (the checkpoint's, or the running link's
+ * for a pause). */
+static void export_settings(struct ckpt_export *ex, struct sandbox *sb, json_t *meta,
+			    bool memfile, const char *top, json_t *jchain)
+{
+	pthread_mutex_lock(&sb->lock);
+	ex->settings = json_pack("{s:i,s:i,s:i,s:s,s:s,s:o,s:s,s:O}", "cpus",
+				 meta ? (int)json_integer_value(json_object_get(meta, "cpus")) ?: sb->cpus
+				      : sb->cpus,
+				 "memory_mib",
+				 meta ? (int)json_integer_value(json_object_get(meta, "memory_mib")) ?:
+					sb->memory_mib : sb->memory_mib,
+				 "disk_gb", sb->disk_gb, "memory", memfile ? "file" : "stream", "layer",
+				 top, "chain", jchain, "egress", sb->egress_mode, "egress_allow",
+				 sb->egress_rules);
+	json_object_set_new(ex->settings, "machine",
+			    meta && json_object_get(meta, "machine") ?
+			    json_deep_copy(json_object_get(meta, "machine")) :
+			    vm_machine_json(&sb->machine));
+	pthread_mutex_unlock(&sb->lock);
+	if (meta) {
+		static const char *const keep[] = { "agent_proto", "agent_proto_min",
+						    "agent_proto_max", "created" };
+		for (size_t i = 0; i < ARRAY_SIZE(keep); i++)
+			if (json_object_get(meta, keep[i]))
+				json_object_set(ex->settings, keep[i], json_object_get(meta, keep[i]));
+	} else {
+		pthread_mutex_lock(&sb->link.lock);
+		if (sb->link.proto_min)
+			json_object_update_new(ex->settings,
+					       json_pack("{s:i,s:i}", "agent_proto_min",
+							 (int)sb->link.proto_min, "agent_proto_max",
+							 (int)sb->link.proto_max));
+		pthread_mutex_unlock(&sb->link.lock);
+	}
+}
+
+int ckpt_export(struct daemon *d, struct sandbox *sb, const char *label,
+		struct ckpt_export *ex, struct k8_err *err)
+{
+	cleanup_free char *statedir = NULL;
+	json_auto_t *meta = NULL;
+	json_t *jchain;
+	const char *top;
+	int r = 0;
+	bool memfile;
+
+	memset(ex, 0, sizeof(*ex));
+	broker_load(sb);
+	if (sb->nmounts || sb->broker)
+		return k8_err_set(err, -EOPNOTSUPP, "sandbox '%s' has %s: they are this host's, so "
+				  "its snapshots stay here", sb->name,
+				  sb->nmounts ? "shared folders" : "egress broker rules");
+	sb_busy_enter(sb);
+	if (label) {
+		if (!label_valid(label) || !(meta = meta_load(sb, label))) {
+			r = k8_err_set(err, -ENOENT, "sandbox '%s' has no checkpoint '%s'; list them "
+				       "with `kosa8 checkpoint ls %s`", sb->name, label, sb->name);
+			goto out;
+		}
+		if ((r = meta_usable(meta, sb, label, err)))
+			goto out;
+		top = json_string_value(json_object_get(meta, "layer"));
+		if (!top || !layer_name_ok(top)) {
+			r = k8_err_set(err, -EINVAL, "checkpoint '%s' has a damaged meta.json", label);
+			goto out;
+		}
+		statedir = ckpt_dir(sb, label);
+		memfile = meta_memfile(meta);
+		ex->nimages = sb_images_from_json(json_object_get(meta, "images"), ex->images);
+	} else {
+		if (sb->state != SB_PAUSED || !sb_paused_on_disk(sb)) {
+			r = k8_err_set(err, -EINVAL, "sandbox '%s' is not paused to disk", sb->name);
+			goto out;
+		}
+		top = top_of(sb);
+		statedir = paused_dir(sb);
+		{
+			cleanup_free char *mem = xasprintf("%s/memory", statedir);
+			memfile = access(mem, F_OK) == 0;
+		}
+		pthread_mutex_lock(&sb->lock);
+		memcpy(ex->images, sb->images, sizeof(ex->images));
+		ex->nimages = sb->nimages;
+		pthread_mutex_unlock(&sb->lock);
+	}
+	jchain = json_array();
+	if ((r = export_files(ex, sb, statedir, memfile, top, jchain, err))) {
+		json_decref(jchain);
+		goto out;
+	}
+	export_settings(ex, sb, meta, memfile, top, jchain);
+out:
+	if (r) {
+		sb_busy_leave(sb);
+		ckpt_export_end(ex);
+		return r;
+	}
+	if (label)
+		sb_busy_leave(sb);
+	else
+		ex->held = sb;
+	return 0;
+}
+
+/* The settings of a snapshot from another host, read as an API body is read: each field
+ * checked, its bounds those of `sandbox create`. The chain must end at the root, name
+ * each layer once and start at `layer`. */
+struct ckpt_settings {
+	int cpus, memory_mib, disk_gb;
+	struct vm_machine machine;
+	bool memfile;
+	const char *layer;
+	const char *chain[CKPT_X_FILES];
+	int nchain;
+	char egress_mode[16];
+	json_t *egress_rules;
+};
+
+static int settings_int(const json_t *s, const char *key, int lo, int hi, int *out,
+			struct k8_err *err)
+{
+	json_t *v = json_object_get(s, key);
+
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return k8_err_set(err, -EINVAL, "the snapshot's settings: '%s' is not a whole "
+				  "number from %d to %d", key, lo, hi);
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+static int ckpt_settings_read(const json_t *s, struct ckpt_settings *o, struct k8_err *err)
+{
+	const char *mem = json_string_value(json_object_get(s, "memory"));
+	json_t *chain = json_object_get(s, "chain"), *v;
+	size_t i;
+	int r;
+
+	memset(o, 0, sizeof(*o));
+	if (!json_is_object(s))
+		return k8_err_set(err, -EINVAL, "the snapshot's settings are not an object");
+	if ((r = settings_int(s, "cpus", 1, 64, &o->cpus, err)) ||
+	    (r = settings_int(s, "memory_mib", 128, 65536, &o->memory_mib, err)) ||
+	    (r = settings_int(s, "disk_gb", 1, 1024, &o->disk_gb, err)))
+		return r;
+	if (vm_machine_from_json(json_object_get(s, "machine"), &o->machine))
+		return k8_err_set(err, -EINVAL, "the snapshot's settings: 'machine' is not one "
+				  "this kosa8 starts");
+	if (!mem || (strcmp(mem, "file") && strcmp(mem, "stream")))
+		return k8_err_set(err, -EINVAL, "the snapshot's settings: 'memory' is neither "
+				  "file nor stream");
+	o->memfile = !strcmp(mem, "file");
+	o->layer = json_string_value(json_object_get(s, "layer"));
+	if (!o->layer || !layer_name_ok(o->layer))
+		return k8_err_set(err, -EINVAL, "the snapshot's settings: 'layer' is not a layer's "
+				  "name");
+	if (!json_is_array(chain) || json_array_size(chain) < 1 ||
+	    json_array_size(chain) > CKPT_X_FILES)
+		return k8_err_set(err, -EINVAL, "the snapshot's settings: 'chain' is not a list "
+				  "of 1 to %d layers", CKPT_X_FILES);
+	json_array_foreach(chain, i, v) {
+		const char *l = json_string_value(v);
+		if (!l || !layer_name_ok(l))
+			return k8_err_set(err, -EINVAL, "the snapshot's settings: 'chain' names "
+					  "something other than layers");
+		for (int k = 0; k < o->nchain; k++)
+			if (!strcmp(o->chain[k], l))
+				return k8_err_set(err, -EINVAL, "the snapshot's settings: 'chain' "
+						  "names a layer twice");
+		o->chain[o->nchain++] = l;
+	}
+	if (strcmp(o->chain[0], o->layer) || strcmp(o->chain[o->nchain - 1], LAYERS_ROOT))
+		return k8_err_set(err, -EINVAL, "the snapshot's settings: 'chain' does not run "
+				  "from its layer to %s", LAYERS_ROOT);
+	{
+		json_auto_t *body = json_pack("{s:O?,s:O?}", "egress", json_object_get(s, "egress"),
+					      "egress_allow", json_object_get(s, "egress_allow"));
+		if ((r = egress_from_body(body, o->egress_mode, sizeof(o->egress_mode),
+					  &o->egress_rules, err)))
+			return k8_err_wrap(err, "the snapshot's settings");
+	}
+	return 0;
+}
+
+/* The chain's layers.json in dir, each layer file there. */
+static int settings_chain(const struct ckpt_settings *s, const char *dir, struct k8_err *err)
+{
+	for (int i = 0; i < s->nchain; i++) {
+		cleanup_free char *p = xasprintf("%s/%s", dir, s->chain[i]);
+		struct stat st;
+		if (lstat(p, &st) < 0 || !S_ISREG(st.st_mode))
+			return k8_err_set(err, -ENOENT, "the snapshot has no layer %s", s->chain[i]);
+		if (i + 1 < s->nchain && layers_set(dir, s->chain[i], s->chain[i + 1]))
+			return k8_err_set(err, -EIO, "writing %s/layers.json failed", dir);
+	}
+	return 0;
+}
+
+int ckpt_fork_import(struct daemon *d, const char *mirror, const char *src_name,
+		     const char *label, const json_t *settings, const struct vm_image *imgs,
+		     int nimgs, const char *name, json_t **out, struct k8_err *err)
+{
+	struct ckpt_settings s;
+	cleanup_free char *cdir = NULL;
+	json_auto_t *meta = NULL;
+	struct sandbox *src, *sb;
+	char created[K8_TIME_LEN];
+	int r;
+
+	if (!label_valid(label))
+		return k8_err_set(err, -EINVAL, "the snapshot's label '%.80s' is not a label", label);
+	if ((r = ckpt_settings_read(settings, &s, err)))
+		return r;
+	if ((r = settings_chain(&s, mirror, err)))
+		goto out;
+	/* meta.json of its one checkpoint, written here from the checked settings */
+	cdir = xasprintf("%s/checkpoints/%s", mirror, label);
+	meta = json_pack("{s:i,s:s,s:s,s:s,s:i,s:i,s:i,s:o,s:o}", "version", 1, "label", label,
+			 "created", k8_time_now(created, 0), "layer", s.layer, "size", 0,
+			 "memory_mib", s.memory_mib, "cpus", s.cpus, "images",
+			 sb_images_json(imgs, nimgs), "machine", vm_machine_json(&s.machine));
+	if (s.memfile)
+		json_object_set_new(meta, "memory", json_string("file"));
+	{
+		int lo = 0, hi = 0;
+		if (json_object_get(settings, "agent_proto_min") &&
+		    (settings_int(settings, "agent_proto_min", 1, PROTO_VERSION_LIMIT, &lo, err) ||
+		     settings_int(settings, "agent_proto_max", lo, PROTO_VERSION_LIMIT, &hi, err))) {
+			r = -EINVAL;
+			goto out;
+		}
+		if (lo)
+			json_object_update_new(meta, json_pack("{s:i,s:i}", "agent_proto_min", lo,
+							       "agent_proto_max", hi));
+	}
+	if ((r = meta_save(cdir, meta))) {
+		k8_err_set(err, r, "writing %s/meta.json: %s", cdir, strerror(-r));
+		goto out;
+	}
+	src = sb_detached(d, sb_name_valid(src_name) ? src_name : "snapshot", mirror);
+	src->cpus = s.cpus;
+	src->memory_mib = s.memory_mib;
+	src->disk_gb = s.disk_gb;
+	snprintf(src->egress_mode, sizeof(src->egress_mode), "%s", s.egress_mode);
+	json_decref(src->egress_rules);
+	src->egress_rules = json_incref(s.egress_rules);
+	r = ckpt_fork(d, src, label, name, out, err);
+	sb_detached_free(src);
+	if (r || !nimgs || !(sb = sb_get(d, name, err)))
+		goto out;
+	/* The fork keeps its images' disks by links of its own: the pulled snapshot goes. */
+	{
+		cleanup_free char *idir = xasprintf("%s/images", sb->dir);
+		mkdir_p(idir, 0700);
+		pthread_mutex_lock(&sb->lock);
+		for (int i = 0; i < sb->nimages; i++) {
+			const char *base = strrchr(sb->images[i].disk, '/');
+			cleanup_free char *to = base ? xasprintf("%s%s", idir, base) : NULL;
+			if (to && strncmp(sb->images[i].disk, idir, strlen(idir)) &&
+			    (link(sb->images[i].disk, to) == 0 || errno == EEXIST))
+				snprintf(sb->images[i].disk, sizeof(sb->images[i].disk), "%s", to);
+		}
+		sb_save(sb);
+		pthread_mutex_unlock(&sb->lock);
+		sb_put(d, sb);
+	}
+	k8_err_clear(err);
+out:
+	json_decref(s.egress_rules);
+	return r;
+}
+
+struct sandbox *ckpt_import_begin(struct daemon *d, const char *name, const json_t *settings,
+				  struct k8_err *err)
+{
+	struct ckpt_settings s;
+	struct sandbox *sb;
+	int r;
+
+	if (ckpt_settings_read(settings, &s, err))
+		return NULL;
+	json_decref(s.egress_rules);
+	if (!(sb = sb_reserve(d, name, err)))
+		return NULL;
+	cleanup_free char *paused = xasprintf("%s/paused", sb->dir);
+	cleanup_free char *images = xasprintf("%s/images", sb->dir);
+	cleanup_free char *root = xasprintf("%s/%s", sb->dir, LAYERS_ROOT);
+	if ((r = mkdir_p(paused, 0700)) || (r = mkdir_p(images, 0700))) {
+		k8_err_set(err, r, "mkdir %s: %s", sb->dir, strerror(-r));
+		sb_unreserve(d, sb);
+		return NULL;
+	}
+	/* its image slots; the root layer comes with the snapshot */
+	if (vm_make_disks(d->home, sb->dir, s.disk_gb, err)) {
+		sb_unreserve(d, sb);
+		return NULL;
+	}
+	unlink(root);
+	return sb;
+}
+
+int ckpt_import_paused(struct daemon *d, struct sandbox *sb, const json_t *settings,
+		       const struct vm_image *imgs, int nimgs, struct k8_err *err)
+{
+	struct ckpt_settings s;
+	int r;
+
+	if ((r = ckpt_settings_read(settings, &s, err)))
+		return r;
+	if (!sb_paused_on_disk(sb)) {
+		json_decref(s.egress_rules);
+		return k8_err_set(err, -ENOENT, "the snapshot holds no saved machine");
+	}
+	if ((r = settings_chain(&s, sb->dir, err))) {
+		json_decref(s.egress_rules);
+		return r;
+	}
+	pthread_mutex_lock(&sb->lock);
+	sb->cpus = s.cpus;
+	sb->memory_mib = s.memory_mib;
+	sb->disk_gb = s.disk_gb;
+	snprintf(sb->disk, sizeof(sb->disk), "%s", s.layer);
+	/* its layers' headers name another host's paths: never followed (make_top -u) */
+	sb->forked = true;
+	sb->machine = s.machine;
+	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", s.egress_mode);
+	json_decref(sb->egress_rules);
+	sb->egress_rules = s.egress_rules;
+	sb->nimages = nimgs < K8_MAX_SLOTS ? nimgs : K8_MAX_SLOTS;
+	memcpy(sb->images, imgs, (size_t)sb->nimages * sizeof(*imgs));
+	sb->state = SB_PAUSED;
+	sb_save(sb);
+	pthread_mutex_unlock(&sb->lock);
+	return 0;
+}

@@ -78,6 +78,10 @@ struct daemon {
 	struct docker_build *docker_build;
 	/* The E2B API's state (e2b_box.c's e2b_of), made on first use. Opaque here. */
 	struct e2b *e2b;
+	/* store.c's store_after_checkpoint, set by main.c: a checkpoint just made is pushed
+	 * to the store config.json's "push_checkpoints" names (checkpoint.c sits beside
+	 * store.c, which uses it); that store's name, or NULL. */
+	const char *(*after_checkpoint)(struct daemon *d, struct sandbox *sb, const char *label);
 };
 
 /* The longest idle pause a sandbox or config.json may ask for: 30 days. */

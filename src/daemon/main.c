@@ -16,6 +16,7 @@
 #include "daemon/guestfetch.h"
 #include "daemon/idle.h"
 #include "daemon/model.h"
+#include "daemon/store.h"
 #include "daemon/sandbox.h"
 #include "daemon/audit.h"
 #include "image/image.h"
@@ -362,6 +363,7 @@ static int main_context(struct daemon *d, struct k8_err *err)
 
 	pthread_mutex_init(&d->lock, NULL);
 	d->model_addr = model_server_addr;
+	d->after_checkpoint = store_after_checkpoint;
 	d->started_mono = now_mono_ns();
 	if (pipe2(d->stop_pipe, O_CLOEXEC) < 0)
 		return -1;

@@ -84,6 +84,20 @@ static void sb_free(struct sandbox *sb)
 	free(sb);
 }
 
+struct sandbox *sb_detached(struct daemon *d, const char *name, const char *dir)
+{
+	struct sandbox *sb = sb_new(d, name);
+
+	snprintf(sb->dir, sizeof(sb->dir), "%s", dir);
+	return sb;
+}
+
+void sb_detached_free(struct sandbox *sb)
+{
+	if (sb)
+		sb_free(sb);
+}
+
 /* ---- resume, keep running, stop (the VM's own start and connection: boot.c) ---- */
 
 bool sb_paused_on_disk(struct sandbox *sb)
@@ -104,10 +118,15 @@ int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struc
 	cleanup_free char *mem = xasprintf("%s/memory", dir);
 	cleanup_free char *top = xasprintf("%s/%s", sb->dir, layers_top(sb->disk));
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1, mfd = -1;
+	cleanup_free char *handed = xasprintf("%s/%s", dir, SB_PAUSED_HANDED);
 	uint64_t t0 = now_mono_ns();
 	pid_t pid = 0;
 	int r;
 
+	if (access(handed, F_OK) == 0)
+		return k8_err_set(err, -EBUSY, "sandbox '%s' was paused to a store, whose copy is "
+				  "the one that counts: `kosa8 sandbox resume %s` takes it back from "
+				  "the store and resumes it", sb->name, sb->name);
 	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
 		return k8_err_wrap(err, "sandbox '%s' stays paused", sb->name);
 	/* paused/ holds a memory file and its devices' state, or one migration stream */

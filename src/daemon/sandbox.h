@@ -51,11 +51,21 @@ json_t *sb_containers_json(struct sandbox *sb, json_t *agent_list);
  * BOOTING sandbox whose busy token and one user reference the caller holds; NULL with
  * err set if the name is invalid or taken. sb_unreserve removes its dir and frees it. */
 struct sandbox *sb_reserve(struct daemon *d, const char *name, struct k8_err *err);
+/* A sandbox record that is in no table and owns nothing but its memory: the source of a
+ * fork from a snapshot pulled into `dir` (store.c; ckpt_fork reads its dir, settings and
+ * checkpoint). Free it with sb_detached_free. */
+struct sandbox *sb_detached(struct daemon *d, const char *name, const char *dir);
+void sb_detached_free(struct sandbox *sb);
 void sb_unreserve(struct daemon *d, struct sandbox *sb);
 /* Restore a sandbox paused to disk (state SB_PAUSED, its machine in paused/; the pause
  * itself is checkpoint.c's). Caller holds the busy token. `by` names what asked, for the
  * audit record ("resume", "use"). */
 int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err);
+/* In paused/: the pause was handed to a store (store.c, `sandbox pause --to`), and the
+ * store's copy is the one that counts: sb_resume_paused refuses (-EBUSY) while it is
+ * there, so no use resumes this copy while another host may resume the store's; `sandbox
+ * resume` takes it back from the store first (and removes this file). */
+#define SB_PAUSED_HANDED "store.json"
 /* Does sb's dir hold a complete paused/: its state, or its devices and memory file? */
 bool sb_paused_on_disk(struct sandbox *sb);
 

@@ -97,11 +97,21 @@ int secret_remove(const char *home, const char *name, struct k8_err *err)
 		return err->code;
 	secret_dir(home, dir, sizeof(dir), false, err);
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	int r = secret_wipe_file(path);
+	if (r == -ENOENT)
+		return k8_err_set(err, -ENOENT, "no secret '%s'; list them with `kosa8 secret ls`",
+				  name);
+	if (r < 0)
+		return k8_err_set(err, r, "removing secret '%s': %s", name, strerror(-r));
+	return 0;
+}
+
+int secret_wipe_file(const char *path)
+{
 	/* Overwrite before unlinking: the file system may keep the blocks, not the bytes. */
 	int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT)
-		return k8_err_set(err, -ENOENT, "no secret '%s'; list them with `kosa8 secret ls`",
-				  name);
+		return -ENOENT;
 	if (fd >= 0) {
 		struct stat st;
 		char zero[512] = { 0 };
@@ -112,9 +122,7 @@ int secret_remove(const char *home, const char *name, struct k8_err *err)
 		fdatasync(fd);
 		close(fd);
 	}
-	if (unlink(path) < 0)
-		return k8_err_set(err, -errno, "removing secret '%s': %s", name, strerror(errno));
-	return 0;
+	return unlink(path) < 0 ? -errno : 0;
 }
 
 int secret_read(const char *home, const char *name, char **value, size_t *n,

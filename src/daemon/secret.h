@@ -22,6 +22,9 @@ int secret_set(const char *home, const char *name, const char *value, size_t n,
 	       bool *replaced, struct k8_err *err);
 /* Overwrite and unlink; -ENOENT when there is none. */
 int secret_remove(const char *home, const char *name, struct k8_err *err);
+/* Overwrite a file of secrets with zeros, then unlink it (the store's keys use it too).
+ * 0, -ENOENT, or -errno of the unlink. */
+int secret_wipe_file(const char *path);
 /* The value (NUL-terminated, malloc'd): release it with secret_wipe(). */
 int secret_read(const char *home, const char *name, char **value, size_t *n,
 		struct k8_err *err);
