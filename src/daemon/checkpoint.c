@@ -1231,6 +1231,56 @@ static int ckpt_fork_memory(struct sandbox *src, const char *label, struct sandb
 	return 0;
 }
 
+/* ckpt_fork's first step: the fork's machine from the checkpoint's meta.json, its
+ * source's network policy and shared folders (checked again: the daemon's --allow-mount
+ * roots may have changed since), the checkpoint's images. */
+static int ckpt_fork_settings(struct daemon *d, struct sandbox *src, struct sandbox *sb,
+			      json_t *meta, struct k8_err *err)
+{
+	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: src->cpus;
+	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: src->memory_mib;
+	sb->disk_gb = src->disk_gb;
+	sb->forked = true;
+	pthread_mutex_lock(&src->lock);
+	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", src->egress_mode);
+	json_decref(sb->egress_rules);
+	sb->egress_rules = json_deep_copy(src->egress_rules);
+	memcpy(sb->mounts, src->mounts, sizeof(sb->mounts));
+	sb->nmounts = src->nmounts;
+	pthread_mutex_unlock(&src->lock);
+	sb->nimages = sb_images_from_json(json_object_get(meta, "images"), sb->images);
+	return mounts_recheck(d, sb->mounts, sb->nmounts, err);
+}
+
+/* ckpt_fork's second step, with the source's checkpoint held: its saved machine opened
+ * (*sfd, *mfd), the fork's directory, image slots and broker rules, and links to the
+ * checkpoint's frozen layers and memory file. */
+static int ckpt_fork_files(struct daemon *d, struct sandbox *src, const char *label,
+			   const char *frozen, json_t *meta, struct sandbox *sb, int *sfd,
+			   int *mfd, struct k8_err *err)
+{
+	cleanup_free char *cdir = ckpt_dir(src, label);
+	cleanup_free char *own = xasprintf("%s/scratch.qcow2", sb->dir);
+	int r;
+
+	if ((r = sb_saved_open(cdir, meta_memfile(meta), sb->memory_mib, sfd, mfd, err)))
+		return r;
+	if ((r = mkdir_p(sb->dir, 0700)))
+		return k8_err_set(err, r, "mkdir %s: %s", sb->dir, strerror(-r));
+	/* Its own image slots (a scratch disk too, replaced by the link below). */
+	if ((r = vm_make_disks(d->home, sb->dir, sb->disk_gb, err)))
+		return r;
+	/* The source's broker rules, a placeholder of its own (the source's is refused). */
+	if ((r = broker_fork(src, sb, err)))
+		return r;
+	unlink(own);
+	if ((r = layers_link(src->dir, sb->dir, frozen, err)))
+		return r;
+	if (*mfd >= 0 && (r = ckpt_fork_memory(src, label, sb, mfd, err)))
+		return r;
+	return 0;
+}
+
 /* Fork. The checkpoint's layers are frozen (nothing writes them again), so the new
  * sandbox gets hard links to them under the same names, its own layers.json, and its
  * own empty top: N forks cost only their own writes, and removing the source (or its
@@ -1282,41 +1332,8 @@ int ckpt_fork(struct daemon *d, struct sandbox *src, const char *label, const ch
 	}
 	if ((r = meta_usable(meta, src, label, err)))
 		goto fail;
-	sb->cpus = (int)json_integer_value(json_object_get(meta, "cpus")) ?: src->cpus;
-	sb->memory_mib = (int)json_integer_value(json_object_get(meta, "memory_mib")) ?: src->memory_mib;
-	sb->disk_gb = src->disk_gb;
-	sb->forked = true;
-	/* The fork has its source's network policy and shared folders (checked again: the
-	 * daemon's --allow-mount roots may have changed since). */
-	pthread_mutex_lock(&src->lock);
-	snprintf(sb->egress_mode, sizeof(sb->egress_mode), "%s", src->egress_mode);
-	json_decref(sb->egress_rules);
-	sb->egress_rules = json_deep_copy(src->egress_rules);
-	memcpy(sb->mounts, src->mounts, sizeof(sb->mounts));
-	sb->nmounts = src->nmounts;
-	pthread_mutex_unlock(&src->lock);
-	if ((r = mounts_recheck(d, sb->mounts, sb->nmounts, err)))
-		goto fail;
-	sb->nimages = sb_images_from_json(json_object_get(meta, "images"), sb->images);
-	if ((r = sb_saved_open(cdir, meta_memfile(meta), sb->memory_mib, &sfd, &mfd, err)))
-		goto fail;
-	if ((r = mkdir_p(sb->dir, 0700))) {
-		k8_err_set(err, r, "mkdir %s: %s", sb->dir, strerror(-r));
-		goto fail;
-	}
-	/* Its own image slots (a scratch disk too, replaced by the link below). */
-	if ((r = vm_make_disks(d->home, sb->dir, sb->disk_gb, err)))
-		goto fail;
-	/* The source's broker rules, a placeholder of its own (the source's is refused). */
-	if ((r = broker_fork(src, sb, err)))
-		goto fail;
-	{
-		cleanup_free char *own = xasprintf("%s/scratch.qcow2", sb->dir);
-		unlink(own);
-	}
-	if ((r = layers_link(src->dir, sb->dir, frozen, err)))
-		goto fail;
-	if (mfd >= 0 && (r = ckpt_fork_memory(src, label, sb, &mfd, err)))
+	if ((r = ckpt_fork_settings(d, src, sb, meta, err)) ||
+	    (r = ckpt_fork_files(d, src, label, frozen, meta, sb, &sfd, &mfd, err)))
 		goto fail;
 	sb_busy_leave(src);
 	src_busy = false;
