@@ -29,7 +29,7 @@ LDFLAGS_HOST += -fsanitize=address,undefined
 HARDEN  := -fPIE
 endif
 
-LIBS_CLI    := -lcurl -ljansson -lcrypto -larchive -lseccomp
+LIBS_CLI    := -lcurl -ljansson -lcrypto -larchive -lseccomp -lmicrohttpd
 LIBS_DAEMON := -lmicrohttpd -ljansson -larchive -lcrypto -lcurl -lseccomp
 # libslirp's .pc file requires glib's; we use only its C API, so link it directly.
 LIBS_NET    := -lslirp -lseccomp -ljansson
@@ -52,7 +52,8 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 aobj = $(patsubst %.c,$(B)/agent-obj/%.o,$(1))
 
 # kosa8d's docker.sock (src/daemon/docker_api.c) uses the Docker building blocks.
-HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c))
+HOST_LIB_OBJ := $(call obj,$(COMMON_SRC) $(SIDECAR_SRC) $(ARCHIVE_SRC) $(IMAGE_SRC) $(DAEMON_SRC) $(wildcard src/docker/*.c)) \
+                $(B)/gen/interp_py.o
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 
@@ -121,6 +122,15 @@ $(B)/gen/guest_digest.c: $(B)/guest/manifest.json
 $(B)/gen/guest_digest.o: $(B)/gen/guest_digest.c src/common/guest_digest.h
 	$(CC) $(CFLAGS) $(HARDEN) -c -o $@ $<
 FORCE:
+
+# The interpreter's Python, run in a sandbox's containers (src/interp/, docs/interpreter.md):
+# kosa8d carries it as two strings (src/daemon/interp.h).
+INTERP_PY := src/interp/driver.py src/interp/cell.py
+$(B)/gen/interp_py.c: $(INTERP_PY) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	./scripts/embed.sh $@ interp_driver_py src/interp/driver.py interp_cell_py src/interp/cell.py
+$(B)/gen/interp_py.o: $(B)/gen/interp_py.c
+	$(CC) $(CFLAGS) $(HARDEN) -c -o $@ $<
 
 # Test builds for the protocol version handshake (docs/protocol.md, "Versions";
 # tests/integration/test_61_agent_proto.py), not part of `all`: guests whose agent speaks

@@ -77,3 +77,5 @@ echo "== the Docker-compatible API against kosa8's own CLI (issue 12)"
 /usr/bin/python3 dockerapi.py
 echo "== the containerd shim: ctr run --rm against sandbox create + run + rm (issue 31)"
 /usr/bin/python3 containerd.py
+echo "== kosa8 mcp's run_code and run_cell against the CLI (issue 29)"
+/usr/bin/python3 mcp.py

@@ -9,13 +9,13 @@ cd "$(dirname "$0")/../src/daemon"
 # layer of a module (file name without .c/.h)
 layer() {
 	case "$1" in
-	log|cgroup|qmp|agentlink|guest|jail|audit|bundle_read|api_route|docker_route|fetch) echo 0 ;;  # mechanism; api_route, docker_route: the handler contract, paths, pure; fetch: HTTP GETs
+	log|cgroup|qmp|agentlink|guest|jail|audit|bundle_read|api_route|docker_route|fetch|interp_event) echo 0 ;;  # mechanism; api_route, docker_route: the handler contract, paths, pure; fetch: HTTP GETs; interp_event: the interpreter's wire, pure
 	vm|sidecar|layers) echo 1 ;;         # processes and disks: QEMU, sidecars, layers
 	daemon|accel) echo 2 ;;              # the daemon's context, settings; the probe
 	record|guestaudit) echo 3 ;;         # a sandbox's record; its guest's audit budget
 	egress|mounts|broker|secret|ports) echo 4 ;;  # a sandbox's parts: network, folders, broker (and its secrets), published ports
 	sandbox|spare) echo 5 ;;             # a sandbox's lifecycle; its spare (rewind)
-	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle) echo 6 ;;  # other resources; the release's guest image; the idle pause
+	checkpoint|exec|containers|archive|images|model|bundle|guestfetch|idle|interp) echo 6 ;;  # other resources; the release's guest image; the idle pause; the interpreter's contexts and cells
 	docker_engine|docker_ctr|docker_build) echo 6 ;;  # Docker API containers, their engine sandbox, builds
 	api|docker_api) echo 7 ;;            # routes: kosa8d.sock's, docker.sock's
 	main) echo 8 ;;

@@ -7,7 +7,8 @@ libelf-dev libssl-dev libcurl4-openssl-dev libjansson-dev libarchive-dev libmicr
 libslirp-dev libseccomp-dev erofs-utils e2fsprogs cpio xz-utils zstd debootstrap skopeo
 umoci docker-registry apache2-utils python3 python3-pytest busybox-static iproute2
 python3-numpy openssl curl ca-certificates nodejs python3-docker
-protobuf-c-compiler libprotobuf-c-dev containerd python3-grpcio"
+protobuf-c-compiler libprotobuf-c-dev containerd python3-grpcio python3-yaml
+python3-venv python3-pip"
 # The Docker API tests drive a docker CLI: Debian's only when there is none on PATH.
 command -v docker >/dev/null 2>&1 || pkgs="$pkgs docker.io"
 # The broker and model tests run the official openai and Anthropic npm clients (tests fetch them).

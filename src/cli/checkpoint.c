@@ -10,15 +10,6 @@
 
 enum { OPT_LABEL = 1, OPT_TO, OPT_YES, OPT_FROM, OPT_NAME, OPT_IN_MEMORY };
 
-static const char *opt_arg(const struct cli_args *a, int id)
-{
-	const char *v = NULL;
-	for (int i = 0; i < a->nopts; i++)
-		if (a->opts[i].id == id)
-			v = a->opts[i].arg;
-	return v;
-}
-
 static char *sb_sub(const char *name, const char *sub)
 {
 	cleanup_free char *n = cli_urlenc(name);
@@ -48,7 +39,7 @@ static int cmd_create(const struct cli_cmd *self, int argc, char **argv, const c
 
 	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
 		return rc;
-	label = opt_arg(&a, OPT_LABEL);
+	label = cli_opt_last(&a, OPT_LABEL);
 	if (!label || !*label)
 		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--label L is required; e.g. "
 						"kosa8 checkpoint %s --label clean", a.pos[0]));
@@ -179,7 +170,7 @@ static int cmd_rewind(const struct cli_cmd *self, int argc, char **argv, const c
 
 	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
 		return rc;
-	to = opt_arg(&a, OPT_TO);
+	to = cli_opt_last(&a, OPT_TO);
 	if (!to || !*to)
 		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--to LABEL is required; list the "
 						"labels with kosa8 checkpoint ls %s", a.pos[0]));
@@ -286,8 +277,8 @@ int cli_cmd_fork(const struct cli_cmd *self, int argc, char **argv, const char *
 
 	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
 		return rc;
-	from = opt_arg(&a, OPT_FROM);
-	name = opt_arg(&a, OPT_NAME);
+	from = cli_opt_last(&a, OPT_FROM);
+	name = cli_opt_last(&a, OPT_NAME);
 	if (!from || !*from)
 		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--from LABEL is required; list the "
 						"labels with kosa8 checkpoint ls %s", a.pos[0]));

@@ -192,6 +192,17 @@ typedef void (*client_progress_fn)(void *ctx, const json_t *progress);
 int client_call(struct client *cl, const char *method, const char *path, const json_t *body,
 		client_progress_fn progress, void *ctx, long timeout_ms, json_t **result,
 		struct k8_err *err);
+/* Called for each line of an event stream (a cell's); a negative return stops it. */
+typedef int (*client_line_fn)(void *ctx, json_t *line);
+/* Called about once a second while an event stream runs (libcurl's progress callback):
+ * a non-zero return cancels it. */
+typedef int (*client_tick_fn)(void *ctx);
+/* One request whose 2xx answer is an NDJSON event stream (POST .../contexts/ID/run):
+ * each line, parsed, goes to line(ctx) as it arrives; an error answer returns its errno
+ * with the daemon's message. tick (may be NULL) cancelling ends it with -ECANCELED (the
+ * daemon then interrupts the cell). */
+int client_stream(struct client *cl, const char *method, const char *path, const json_t *body,
+		  client_line_fn line, client_tick_fn tick, void *ctx, struct k8_err *err);
 /* Is a daemon answering GET /v1/status? 1 and *status (may be NULL), or 0. */
 int client_ping(struct client *cl, long timeout_ms, json_t **status);
 
@@ -237,12 +248,18 @@ extern const struct cli_cmd cli_checkpoint_cmds[]; /* checkpoint.c */
 extern const struct cli_cmd cli_secret_cmds[];   /* secret.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */
 extern const struct cli_cmd cli_login_cmd;       /* image.c: likewise */
+extern const struct cli_cmd cli_mcp_cmd;         /* mcp.c: likewise */
+int cli_cmd_mcp(const struct cli_cmd *self, int argc, char **argv, const char *home);
 int cli_cmd_pause(const struct cli_cmd *self, int argc, char **argv, const char *home);
 int cli_cmd_cp(const struct cli_cmd *self, int argc, char **argv, const char *home); /* cp.c */
 int cli_cmd_fork(const struct cli_cmd *self, int argc, char **argv, const char *home);
 int cli_cmd_resume(const struct cli_cmd *self, int argc, char **argv, const char *home);
 /* ports.c: sandbox port, and the "published ..." lines of sandbox create */
 int cli_cmd_port(const struct cli_cmd *self, int argc, char **argv, const char *home);
+/* interp.c: the interpreter (docs/interpreter.md) */
+int cli_cmd_context(const struct cli_cmd *self, int argc, char **argv, const char *home);
+int cli_cmd_cell(const struct cli_cmd *self, int argc, char **argv, const char *home);
+int cli_cmd_repl(const struct cli_cmd *self, int argc, char **argv, const char *home);
 void cli_ports_print(const json_t *ports);
 
 /* main.c: print a command's --help on stdout; returns 0. */
@@ -268,6 +285,8 @@ extern const struct cli_opt cli_json_only[];
 
 /* Was an option with this id given (once or more)? */
 int cli_has_opt(const struct cli_args *a, int id);
+/* The value of the last option with this id, NULL when none was given. */
+const char *cli_opt_last(const struct cli_args *a, int id);
 
 /* The common start of a command: parse argv against opts, answer --help, check that
  * there are min_pos..max_pos positionals (max_pos < 0: no limit), and, when cl is not

@@ -26,6 +26,7 @@
 
 #define CLIENT_MAX_BODY (64u << 20)    /* a whole JSON answer (listings) */
 #define CLIENT_MAX_LINE (1u << 20)     /* one NDJSON line */
+#define CLIENT_MAX_EVENT (8u << 20)    /* one line of an event stream (a cell's, with images) */
 #define CLIENT_MAX_HEAD (64u << 10)    /* the head of an upgrade answer */
 #define CLIENT_MAX_ERRBODY (1u << 20)  /* the body of an error answer to an upgrade */
 
@@ -157,6 +158,9 @@ struct call {
 	json_t *error;          /* final "error" line */
 	int rc;                 /* set when the write callback gave up */
 	struct k8_err *err;
+	client_line_fn line;    /* an event stream: every line of a 2xx answer goes here */
+	void *lctx;
+	client_tick_fn tick;    /* called about once a second: non-zero cancels */
 };
 
 static int call_append(struct call *c, const char *data, size_t n, size_t max)
@@ -187,6 +191,16 @@ static int call_line(struct call *c, const char *line, size_t n)
 
 	while (n && (line[n - 1] == '\r' || line[n - 1] == ' '))
 		n--;
+	if (c->line && n) {
+		int r;
+		j = json_loadb(line, n, 0, &je);
+		if (!j)
+			return k8_err_set(c->err, -EPROTO, "the daemon sent a line that is not JSON: "
+					  "%.100s", line);
+		r = c->line(c->lctx, j);
+		json_decref(j);
+		return r;
+	}
 	if (!n || c->result || c->error)
 		return 0; /* blank, or after the final line */
 	j = json_loadb(line, n, 0, &je);
@@ -234,10 +248,10 @@ static size_t call_write(char *data, size_t size, size_t nmemb, void *user)
 		c->mode = c->status / 100 == 2 && ct &&
 				  !strncasecmp(ct, "application/x-ndjson", 20) ? 1 : 2;
 	}
-	r = call_append(c, data, n, c->mode == 1 ? CLIENT_MAX_LINE : CLIENT_MAX_BODY);
+	size_t max = c->mode != 1 ? CLIENT_MAX_BODY : c->line ? CLIENT_MAX_EVENT : CLIENT_MAX_LINE;
+	r = call_append(c, data, n, max);
 	if (r < 0) {
-		c->rc = k8_err_set(c->err, r, "the daemon's answer is larger than %u MiB",
-				   (c->mode == 1 ? CLIENT_MAX_LINE : CLIENT_MAX_BODY) >> 20);
+		c->rc = k8_err_set(c->err, r, "the daemon's answer is larger than %zu MiB", max >> 20);
 		return 0;
 	}
 	if (c->mode == 1 && (r = call_lines(c)) < 0) {
@@ -258,6 +272,8 @@ static int call_finish(struct call *c, json_t **result, struct k8_err *err)
 		int r = call_line(c, c->buf ? c->buf : "", c->len); /* a last line without \n */
 		if (r < 0)
 			return r;
+		if (c->line)
+			return 0;
 		if (c->error)
 			return api_error(c->error, 500, err);
 		if (!c->result)
@@ -278,11 +294,17 @@ static int call_finish(struct call *c, json_t **result, struct k8_err *err)
 	return 0;
 }
 
-int client_call(struct client *cl, const char *method, const char *path, const json_t *body,
-		client_progress_fn progress, void *ctx, long timeout_ms, json_t **result,
-		struct k8_err *err)
+static int xfer_cancel(void *p, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
-	struct call c = { .progress = progress, .pctx = ctx, .err = err };
+	struct call *c = p;
+	(void)dt; (void)dn; (void)ut; (void)un;
+	return c->tick && c->tick(c->lctx);
+}
+
+/* client_call, and client_stream when c->line is set. */
+static int do_call(struct client *cl, struct call c, const char *method, const char *path,
+		   const json_t *body, long timeout_ms, json_t **result, struct k8_err *err)
+{
 	struct curl_slist *hdrs = NULL;
 	char curl_msg[CURL_ERROR_SIZE] = "";
 	cleanup_free char *url = xasprintf("http://kosa8%s", path);
@@ -307,6 +329,11 @@ int client_call(struct client *cl, const char *method, const char *path, const j
 	curl_easy_setopt(c.curl, CURLOPT_ERRORBUFFER, curl_msg);
 	curl_easy_setopt(c.curl, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c.curl, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+	if (c.tick) {
+		curl_easy_setopt(c.curl, CURLOPT_XFERINFOFUNCTION, xfer_cancel);
+		curl_easy_setopt(c.curl, CURLOPT_XFERINFODATA, &c);
+		curl_easy_setopt(c.curl, CURLOPT_NOPROGRESS, 0L);
+	}
 	if (timeout_ms)
 		curl_easy_setopt(c.curl, CURLOPT_TIMEOUT_MS, timeout_ms);
 	hdrs = curl_slist_append(hdrs, "Accept: application/json, application/x-ndjson");
@@ -328,6 +355,8 @@ int client_call(struct client *cl, const char *method, const char *path, const j
 	curl_slist_free_all(hdrs);
 	if (c.rc) {
 		r = c.rc;
+	} else if (res == CURLE_ABORTED_BY_CALLBACK) {
+		r = k8_err_set(err, -ECANCELED, "cancelled");
 	} else if (res == CURLE_COULDNT_CONNECT) {
 		r = not_running(cl, err);
 	} else if (res == CURLE_OPERATION_TIMEDOUT) {
@@ -344,6 +373,26 @@ int client_call(struct client *cl, const char *method, const char *path, const j
 	json_decref(c.result);
 	json_decref(c.error);
 	free(c.buf);
+	return r;
+}
+
+int client_call(struct client *cl, const char *method, const char *path, const json_t *body,
+		client_progress_fn progress, void *ctx, long timeout_ms, json_t **result,
+		struct k8_err *err)
+{
+	struct call c = { .progress = progress, .pctx = ctx, .err = err };
+
+	return do_call(cl, c, method, path, body, timeout_ms, result, err);
+}
+
+int client_stream(struct client *cl, const char *method, const char *path, const json_t *body,
+		  client_line_fn line, client_tick_fn tick, void *ctx, struct k8_err *err)
+{
+	struct call c = { .line = line, .lctx = ctx, .tick = tick, .err = err };
+	json_t *res = NULL;
+	int r = do_call(cl, c, method, path, body, 0, &res, err);
+
+	json_decref(res);
 	return r;
 }
 

@@ -16,6 +16,15 @@ int cli_has_opt(const struct cli_args *a, int id)
 	return 0;
 }
 
+const char *cli_opt_last(const struct cli_args *a, int id)
+{
+	const char *v = NULL;
+	for (int i = 0; i < a->nopts; i++)
+		if (a->opts[i].id == id)
+			v = a->opts[i].arg;
+	return v;
+}
+
 int cli_begin(const struct cli_cmd *self, int argc, char **argv, const struct cli_opt *opts,
 	      int stop_after, int min_pos, int max_pos, const char *home, struct cli_args *a,
 	      struct client *cl, int *rc)

@@ -35,6 +35,12 @@ static const char top_help[] =
 	"  sandbox pause      save a sandbox to disk and free its memory\n"
 	"  sandbox resume     bring a paused sandbox back\n"
 	"  sandbox fork       a new sandbox from a checkpoint of another\n"
+	"  sandbox cell       run Python whose variables persist (and rewind with the VM)\n"
+	"  sandbox repl       the same at a prompt\n"
+	"  sandbox context    list, create, restart or remove interpreter contexts\n"
+	"\n"
+	"Agents:\n"
+	"  mcp --sandbox NAME   a Model Context Protocol server: run_code, run_cell, files\n"
 	"\n"
 	"Checkpoints:\n"
 	"  checkpoint NAME --label L   save memory, processes and disk\n"
@@ -279,6 +285,8 @@ static int do_help(int argc, char **argv)
 		return cli_help(&cli_rewind_cmd);
 	if (!strcmp(argv[0], "login"))
 		return cli_help(&cli_login_cmd);
+	if (!strcmp(argv[0], "mcp"))
+		return cli_help(&cli_mcp_cmd);
 	g = find_group(argv[0]);
 	if (!g)
 		return cli_die(CLI_EXIT_USAGE, "no help for '%s'; see: kosa8 help", argv[0]);
@@ -354,6 +362,8 @@ int main(int argc, char **argv)
 		return cli_rewind_cmd.fn(&cli_rewind_cmd, argc - i - 1, argv + i + 1, home);
 	if (!strcmp(argv[i], "login"))
 		return cli_login_cmd.fn(&cli_login_cmd, argc - i - 1, argv + i + 1, home);
+	if (!strcmp(argv[i], "mcp"))
+		return cli_mcp_cmd.fn(&cli_mcp_cmd, argc - i - 1, argv + i + 1, home);
 	g = find_group(argv[i]);
 	if (!g)
 		return cli_die(CLI_EXIT_USAGE, "unknown command '%s'; see: kosa8 --help", argv[i]);

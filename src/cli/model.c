@@ -10,15 +10,6 @@
 
 enum { OPT_NAME = 'n', OPT_PORT = 'p', OPT_HOST = 'H', OPT_THREADS = 't', OPT_CTX = 'c' };
 
-static const char *opt_val(const struct cli_args *a, int id)
-{
-	const char *v = NULL;
-	for (int i = 0; i < a->nopts; i++)
-		if (a->opts[i].id == id)
-			v = a->opts[i].arg;
-	return v;
-}
-
 static void show_model(const json_t *m, const char *verb)
 {
 	char sz[32];
@@ -41,8 +32,8 @@ static int cmd_pull(const struct cli_cmd *self, int argc, char **argv, const cha
 		return rc;
 	int json = cli_has_opt(&a, CLI_OPT_JSON);
 	json_t *body = json_pack("{s:s}", "model", a.pos[0]);
-	if (opt_val(&a, OPT_NAME))
-		json_object_set_new(body, "name", json_string(opt_val(&a, OPT_NAME)));
+	if (cli_opt_last(&a, OPT_NAME))
+		json_object_set_new(body, "name", json_string(cli_opt_last(&a, OPT_NAME)));
 	const char *tok = getenv("HF_TOKEN");
 	if (tok && *tok)   /* to the daemon over its private socket; never printed */
 		json_object_set_new(body, "token", json_string(tok));
@@ -73,8 +64,8 @@ static int cmd_import(const struct cli_cmd *self, int argc, char **argv, const c
 		return cli_end(&a, &cl, cli_fail(&err));
 	}
 	json_t *body = json_pack("{s:s}", "path", path);
-	if (opt_val(&a, OPT_NAME))
-		json_object_set_new(body, "name", json_string(opt_val(&a, OPT_NAME)));
+	if (cli_opt_last(&a, OPT_NAME))
+		json_object_set_new(body, "name", json_string(cli_opt_last(&a, OPT_NAME)));
 	rc = cli_post_progress(&cl, "/v1/models/import", body, json, &res);
 	if (rc == CLI_EXIT_OK && !json)
 		show_model(res, "imported");
@@ -193,7 +184,7 @@ static int cmd_serve(const struct cli_cmd *self, int argc, char **argv, const ch
 		{ OPT_CTX, "--ctx", "ctx", 16, 1 << 20 },
 	};
 	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
-		const char *s = opt_val(&a, nums[i].id);
+		const char *s = cli_opt_last(&a, nums[i].id);
 		if (!s)
 			continue;
 		if (cli_parse_range(nums[i].flag, s, nums[i].lo, nums[i].hi, &v, &err)) {
@@ -202,8 +193,8 @@ static int cmd_serve(const struct cli_cmd *self, int argc, char **argv, const ch
 		}
 		json_object_set_new(body, nums[i].key, json_integer(v));
 	}
-	if (opt_val(&a, OPT_HOST))
-		json_object_set_new(body, "host", json_string(opt_val(&a, OPT_HOST)));
+	if (cli_opt_last(&a, OPT_HOST))
+		json_object_set_new(body, "host", json_string(cli_opt_last(&a, OPT_HOST)));
 	cleanup_free char *enc = cli_urlenc(a.pos[0]);
 	cleanup_free char *path = xasprintf("/v1/models/%s/serve", enc);
 	if (client_call(&cl, "POST", path, body, NULL, NULL, 180000, &res, &err) < 0) {

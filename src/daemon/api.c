@@ -19,6 +19,7 @@
 #include "daemon/egress.h"
 #include "daemon/ports.h"
 #include "daemon/exec.h"
+#include "daemon/interp.h"
 #include "daemon/archive.h"
 #include "daemon/model.h"
 #include "daemon/bundle.h"
@@ -692,6 +693,42 @@ static int api_audit_query(struct api_call *call)
 			   &call->err);
 }
 
+/* POST /v1/audit: a record a client of the API writes about its own work (kosa8 mcp's
+ * tool calls, docs/mcp.md). Only actions "mcp.*", so no client can write one that reads
+ * as the daemon's own; details an object of at most 8 KiB; sandbox, when given, a valid
+ * name. The record says it came from a client ("by":"client"). */
+#define API_AUDIT_CLIENT_MAX 8192
+
+static int api_audit_append(struct api_call *call)
+{
+	const char *action = NULL, *sandbox = NULL;
+	json_t *details = json_object_get(call->body, "details");
+	char *text;
+	size_t n;
+
+	if (api_body_str(call, "action", API_REQUIRED, 64, &action) ||
+	    api_body_str(call, "sandbox", API_OPTIONAL, K8_NAME_MAX, &sandbox))
+		return call->err.code;
+	if (strncmp(action, "mcp.", 4) || strlen(action) < 5 ||
+	    strspn(action, "abcdefghijklmnopqrstuvwxyz0123456789._-") != strlen(action))
+		return k8_err_set(&call->err, -EINVAL, "field 'action' must be mcp.NAME ([a-z0-9._-]): "
+				  "clients write only their own records");
+	if (sandbox && !sb_name_valid(sandbox))
+		return k8_err_set(&call->err, -EINVAL, "field 'sandbox' is not a sandbox name");
+	if (details && !json_is_object(details))
+		return k8_err_set(&call->err, -EINVAL, "field 'details' must be an object");
+	text = details ? json_dumps(details, JSON_COMPACT) : NULL;
+	n = text ? strlen(text) : 0;
+	free(text);
+	if (n > API_AUDIT_CLIENT_MAX)
+		return k8_err_set(&call->err, -E2BIG, "field 'details' is larger than %d bytes",
+				  API_AUDIT_CLIENT_MAX);
+	details = details ? json_deep_copy(details) : json_object();
+	json_object_set_new(details, "by", json_string("client"));
+	daemon_audit(call->d, action, sandbox, details);
+	return 0;
+}
+
 static int api_audit_verify(struct api_call *call)
 {
 	return audit_verify(call->d->home, &call->out, &call->err);
@@ -731,6 +768,11 @@ static const struct api_route routes[] = {
 	{ "GET",    "/v1/sandboxes/{name}/containers/{id}/archive/stat", archive_api_stat },
 	{ "GET",    "/v1/sandboxes/{name}/containers/{id}/archive", archive_api_get },
 	{ "PUT",    "/v1/sandboxes/{name}/containers/{id}/archive", archive_api_put },
+	{ "POST",   "/v1/sandboxes/{name}/contexts", interp_api_ctx_create },
+	{ "GET",    "/v1/sandboxes/{name}/contexts", interp_api_ctx_list },
+	{ "DELETE", "/v1/sandboxes/{name}/contexts/{id}", interp_api_ctx_rm },
+	{ "POST",   "/v1/sandboxes/{name}/contexts/{id}/restart", interp_api_ctx_restart },
+	{ "POST",   "/v1/sandboxes/{name}/contexts/{id}/run", interp_api_run },
 	{ "POST",   "/v1/sandboxes/{name}/checkpoints", ckpt_api_create },
 	{ "GET",    "/v1/sandboxes/{name}/checkpoints", ckpt_api_list },
 	{ "DELETE", "/v1/sandboxes/{name}/checkpoints/{label}", ckpt_api_rm },
@@ -749,6 +791,7 @@ static const struct api_route routes[] = {
 	{ "DELETE", "/v1/secrets/{name}", secret_api_rm },
 	{ "POST",   "/v1/auth", api_auth },
 	{ "GET",    "/v1/audit", api_audit_query },
+	{ "POST",   "/v1/audit", api_audit_append },
 	{ "GET",    "/v1/audit/verify", api_audit_verify },
 };
 

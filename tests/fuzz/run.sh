@@ -12,8 +12,8 @@
 #
 # Every target is linked against one archive of all of src/common, src/image, src/net, src/fs,
 # src/model, src/broker, src/docker and src/shim (with the shim's generated protobuf-c code), the daemon's bundle reader and its API matcher
-# (src/daemon/api_route.c, pure), docker.sock's path rules (docker_route.c, pure) and the
-# agent's tar reader (src/agent/tar.c, pure)
+# (src/daemon/api_route.c, pure), the interpreter's event lines (interp_event.c, pure), docker.sock's path rules (docker_route.c, pure) and the
+# agent's tar reader (src/agent/tar.c, pure) and kosa8 mcp's JSON-RPC reader (src/cli/mcp_rpc.c, pure)
 # (no main.c), so it pulls in only the objects it uses. Corpora live in
 # $B/fuzz/corpus-<name> and grow from run to run; tests/fuzz/seeds/<name>/, when present,
 # seeds them. Crash inputs land in $B/fuzz/crashes-<name>/; reproduce one with
@@ -71,7 +71,7 @@ make -s B="$B" "$B/gen/shim/.stamp" || exit 1
 srcs=""
 stale=""
 for src in src/common/*.c src/image/*.c src/net/*.c src/fs/*.c src/model/*.c src/broker/*.c src/docker/*.c \
-	   src/daemon/bundle_read.c src/daemon/api_route.c src/daemon/docker_route.c src/agent/tar.c \
+	   src/daemon/bundle_read.c src/daemon/api_route.c src/daemon/docker_route.c src/daemon/interp_event.c src/agent/tar.c src/cli/mcp_rpc.c \
 	   src/shim/*.c "$B"/gen/shim/*.pb-c.c; do
 	[ -f "$src" ] || continue
 	case "$src" in */main.c) continue ;; esac
