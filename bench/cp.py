@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# cp.py - kosa8 sandbox cp (docs/api.md "Copying files"): one 64 MiB file and a folder of
+# cp.py - kosa8 sandbox cp (docs/reference/api.md "Copying files"): one 64 MiB file and a folder of
 # 1000 small files, out of a running container and back in, on a 1 vCPU / 512 MiB
 # sandbox; median of BENCH_N rounds, and kosa8d's RSS afterwards (the tar is streamed,
 # never held whole).

@@ -23,20 +23,12 @@ import tempfile
 import threading
 import time
 
-from k8cli import end_home, k, out, rss_kib, test_image
+from k8cli import end_home, k, mem_available_mib, out, rss_kib, test_image
 
 MAX = int(os.environ.get("DENSITY_MAX", "40"))
 RESERVE_MIB = int(os.environ.get("DENSITY_RESERVE_MIB", "2048"))
 MEM = int(os.environ.get("DENSITY_MEM_MIB", "512"))
 PAUSED = int(os.environ.get("DENSITY_PAUSED", "200"))
-
-
-def mem_available_mib():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) // 1024
-    return 0
 
 
 def host_note():

@@ -10,6 +10,12 @@
 #   with require_sandbox: docker run --rm IMG true  vs  sandbox create + run + rm
 #     (BENCH_ONLY=reqsb runs only this pair: BENCH_N_VM rounds, medians and p90;
 #      BENCH_ONLY=run stops after the engine's run pairs)
+#   BENCH_ONLY=clients (issue 26): the four clients' round trips, median of BENCH_N (20
+#     for the issue's table) each, taken in turn: docker run --rm IMG true, docker-py
+#     containers.run, dockerode's docker.run (one node process, bench/dockerode_run.js;
+#     "hung" when a run does not return in 30 s) and an exec round trip (docker-py
+#     exec_run true, and the docker CLI's docker exec). KOSA8_BIN picks the build, so a
+#     build of the old code gives the "before" column.
 # Engine 512 MiB / 1 vCPU. The docker CLI's own start-up is part of its figure, as the
 # kosa8 CLI's is of its own. Each timed call starts BENCH_SETTLE s (0.3) after the last
 # one ended, so neither side pays for the other's leftovers in the guest.
@@ -19,6 +25,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -119,6 +126,60 @@ def reqsb(home, cfgdir, cfgp, cfg):
     print("    create + run + rm: " + " ".join("%.2f" % x for x in kk))
 
 
+def dockerode_runs(home, n):
+    """n dockerode runs in one node process: their seconds, or None when one hung."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "scripts"))
+    import k8cache
+    nm = os.path.join(k8cache.npm("dockerode"), "node_modules")
+    p = subprocess.run(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                             "dockerode_run.js"),
+                        os.path.join(home, "docker.sock"), IMG, str(n), "30000"],
+                       capture_output=True, text=True, env=dict(os.environ, NODE_PATH=nm),
+                       timeout=n * 60 + 60)
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    if "error" in r:
+        raise SystemExit("dockerode run: " + r["error"])
+    return None if "hung" in r else r["times"]
+
+
+def clients(home, cfgdir):
+    """issue 26: docker CLI, docker-py and dockerode runs, and exec round trips."""
+    api = dockerpy.DockerClient(base_url="unix://" + os.path.join(home, "docker.sock"),
+                                version="auto") if dockerpy else None
+    docker(home, cfgdir, "run", "--rm", IMG, "true")        # boots the engine
+    if api:
+        api.containers.run(IMG, ["true"], remove=True)
+    load0 = uptime()
+    d, dp, dn, xp, xc = [], [], [], [], []
+    node_hung = False
+    for i in range(N):
+        d.append(timed(docker, home, cfgdir, "run", "--rm", IMG, "true"))
+        if api:
+            dp.append(timed(lambda: api.containers.run(IMG, ["true"], remove=True)))
+        if not node_hung and shutil.which("node"):
+            t = dockerode_runs(home, 1)
+            if t is None:
+                node_hung = True
+            else:
+                dn += t
+    cid = docker(home, cfgdir, "run", "-d", IMG, "sleep", "100000").strip()
+    for i in range(N):
+        if api:
+            xp.append(timed(api.containers.get(cid).exec_run, ["true"]))
+        xc.append(timed(docker, home, cfgdir, "exec", cid, "true"))
+    docker(home, cfgdir, "rm", "-f", cid)
+    print("  clients, median of %d (p90), load %s -> %s, build %s:" % (N, load0, uptime(),
+                                                                      os.environ.get("KOSA8_BIN", "build/bin")))
+    for what, xs in (("docker run --rm IMG true", d), ("docker-py containers.run", dp),
+                     ("dockerode docker.run", dn), ("exec true, docker-py exec_run", xp),
+                     ("exec true, docker exec (CLI)", xc)):
+        if what.startswith("dockerode") and node_hung:
+            print("  %-34s did not return in 30 s (hung)" % what)
+        elif xs:
+            print("  %-34s %7.3f s  (p90 %.3f)" % (what, statistics.median(xs), p90(xs)))
+
+
 def main():
     if not shutil.which("docker"):
         print("  skipped: no docker CLI (scripts/deps.sh: docker.io)")
@@ -135,6 +196,9 @@ def main():
         out(home, "image", "load", layout, "--tag", IMG)
         if os.environ.get("BENCH_ONLY") == "reqsb":
             reqsb(home, cfgdir, cfgp, cfg)
+            return
+        if os.environ.get("BENCH_ONLY") == "clients":
+            clients(home, cfgdir)
             return
         t0 = time.time()
         docker(home, cfgdir, "run", "--rm", IMG, "true")    # boots the engine

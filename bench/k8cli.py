@@ -40,6 +40,53 @@ def rss_kib(pid):
     return 0
 
 
+def smaps_kib(pid, key, rollup=True):
+    """A field of /proc/PID/smaps_rollup (KiB): "Rss", "Pss" (shared pages counted once
+    across the processes that map them), "Anonymous"..."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def ram_mapping(pid):
+    """smaps fields (KiB) of QEMU's mapping of a memory file (a VM restored from one,
+    docs/design.md "Memory as a file"), or None: its RAM is its own anonymous memory."""
+    import re
+    out, cur = None, None
+    try:
+        with open("/proc/%d/smaps" % pid) as f:
+            for line in f:
+                if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                    path = " ".join(line.split()[5:])
+                    cur = ({} if re.search(r"/(memory|fork-memory)( \(deleted\))?$", path)
+                           else None)
+                    if cur is not None:
+                        out = cur
+                elif cur is not None and line.split()[-1:] == ["kB"]:
+                    cur[line.split(":")[0]] = int(line.split()[1])
+    except OSError:
+        return None
+    return out
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def mem_available_mib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
 def cpu_seconds(pid):
     """utime + stime of a process (all its threads), in seconds."""
     with open("/proc/%d/stat" % pid) as f:
@@ -120,17 +167,41 @@ def touch_memory(home, name, mib):
     """Start a Python container in sandbox `name` that holds `mib` MiB of random bytes, and
     wait until the guest uses that much. Returns the guest's used KiB."""
     import json
-    out(home, "sandbox", "start", name, "python:3.12-slim", "python3", "-c",
-        "import time, os\nb = bytearray(os.urandom(1 << 20)) * %d\n"
-        "open('/ready', 'w').close()\nwhile True: time.sleep(1)" % mib)
+    cid = out(home, "sandbox", "start", name, "python:3.12-slim", "python3", "-c",
+              "import time, os\nb = bytearray(os.urandom(1 << 20)) * %d\n"
+              "open('/ready', 'w').close()\nwhile True: time.sleep(1)" % mib).strip()
     used = 0
+    # Until the process has all of it (it says so with /ready): a checkpoint taken while
+    # it still fills the array leaves that work to every copy of it.
     for _ in range(600):
         st = json.loads(out(home, "sandbox", "inspect", name))
         used = st["stat"]["mem_total_kib"] - st["stat"]["mem_free_kib"]
-        if used > mib * 1024:
+        if used > mib * 1024 and not k(home, "sandbox", "exec", name, cid, "test", "-e",
+                                        "/ready", check=False).returncode:
             break
         time.sleep(0.5)
+    time.sleep(1)
     return used
+
+
+# The two ways a checkpoint keeps memory (config.json "checkpoint_memory"), measured side
+# by side in one run: the migration stream of before issue 27, and the memory file.
+PATHS = (("stream", {"checkpoint_memory": "stream"}), ("file", {}))
+
+
+def paths_homes(prefix, layout):
+    """{path: home}: a daemon per way of keeping memory, the python image loaded in each."""
+    import json
+    import tempfile
+    homes = {}
+    for path, cfg in PATHS:
+        h = tempfile.mkdtemp(prefix="%s%s-" % (prefix, path[0]), dir="/tmp")
+        with open(os.path.join(h, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        out(h, "daemon", "start")
+        out(h, "image", "load", layout, "--tag", "python:3.12-slim")
+        homes[path] = h
+    return homes
 
 
 def end_home(home):

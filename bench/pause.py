@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# pause.py - pause and resume (issue 15): to disk (QEMU ends, paused/state keeps the
-# machine) against in memory (vCPUs stopped), side by side on one 512 MiB sandbox with
+# pause.py - pause and resume (issue 15): to disk (QEMU ends, paused/ keeps the machine:
+# its memory file and devices' state) against in memory (vCPUs stopped), side by side on one 512 MiB sandbox with
 # ~64 MiB touched by a Python process, and the host RSS of the sandbox's processes
 # (QEMU, kosa8-net, kosa8-fs) before and while paused.
 import json
@@ -31,6 +31,12 @@ def rss(home, name):
     return per, sum(per.values())
 
 
+def paused_size(d):
+    """What paused/ takes on disk: a memory file's data and its devices' state, or one
+    migration stream (config.json "checkpoint_memory": "stream")."""
+    return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for f in os.listdir(d))
+
+
 def timed(home, *args):
     t0 = time.time()
     r = json.loads(out(home, *args, "--json"))
@@ -58,8 +64,7 @@ def main():
                 pd, pw = timed(home, "sandbox", "pause", name, *flags)
                 paused_rss[where] = rss(home, name)
                 if where == "disk":
-                    size = os.path.getsize(os.path.join(home, "sandboxes", name, "paused",
-                                                        "state"))
+                    size = paused_size(os.path.join(home, "sandboxes", name, "paused"))
                 rd, rw = timed(home, "sandbox", "resume", name)
                 for lst, v in zip(res[where], (pd, pw, rd, rw)):
                     lst.append(v)
@@ -69,7 +74,7 @@ def main():
             pd, pw, rd, rw = (statistics.median(x) for x in res[where])
             print("  pause to %-6s: pause %4d ms (CLI %4d), resume %4d ms (CLI %4d)"
                   % (where, pd, pw, rd, rw))
-        print("  state file %d MiB" % (size >> 20))
+        print("  paused/ takes %d MiB on disk" % (size >> 20))
         print("  host RSS running: %d MiB (%s)"
               % (tot0, ", ".join("%s %d" % kv for kv in sorted(per0.items()))))
         for where in ("disk", "memory"):

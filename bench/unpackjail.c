@@ -8,6 +8,7 @@
  *
  *   unpackjail OCI-LAYOUT          (bench/run.sh passes scripts/test-image.sh's) */
 #include "image/image_int.h"
+#include "common/worker.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -122,6 +123,7 @@ int main(int argc, char **argv)
 	double in[ROUNDS], jl[ROUNDS], inc[ROUNDS], jlc[ROUNDS], disk;
 	char *path = NULL;
 
+	worker_main(argc, argv);        /* the workers are this binary */
 	if (argc != 2 || geteuid() != 0) {
 		fprintf(stderr, "usage (as root): %s OCI-LAYOUT\n", argv[0]);
 		return 2;

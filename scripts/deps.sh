@@ -3,7 +3,7 @@
 # Runs apt-get only when something is missing. Needs root (or sudo).
 set -eu
 pkgs="gcc make pkg-config clang qemu-system-x86 qemu-utils linux-source-6.1 bc bison flex
-libelf-dev libssl-dev libcurl4-openssl-dev libjansson-dev libarchive-dev libmicrohttpd-dev
+libelf-dev libssl-dev libcurl4-openssl-dev libjansson-dev libarchive-dev libmicrohttpd-dev libzstd-dev
 libslirp-dev libseccomp-dev erofs-utils e2fsprogs cpio xz-utils zstd debootstrap skopeo
 umoci docker-registry apache2-utils python3 python3-pytest busybox-static iproute2
 python3-numpy openssl curl ca-certificates nodejs python3-docker

@@ -14,6 +14,7 @@
  *             folders' mounts in the VM and in each container
  *   net.c     eth0 (address, routes), /etc/resolv.conf, containers' resolv.conf/hosts
  *   sec.c     the containers' seccomp filter (Docker's default profile's intent)
+ *   stats.c   a container's usage and process table for the host (Docker's stats, top)
  *
  * Errors: functions return 0 (or a count) or a negative errno; those that answer a
  * request take a struct k8_err * for the message sent back to the host.
@@ -491,6 +492,16 @@ int fs_ctr_attach(const struct agent *a, const struct launch *l, int fds[FS_MAX_
 		  size_t msglen);
 /* run's `binds` field into l (main thread). */
 int fs_binds_parse(const struct agent *a, json_t *list, struct launch *l, struct k8_err *err);
+
+/* ---- stats.c ---- */
+/* A running container's usage: {"cpu": cpu.stat, "system_ns", "online_cpus", "memory":
+ * {"current","max","stat"}, "pids": {"current","max"}, "net": {dev: counters},
+ * "mem_total"}. */
+json_t *stats_ctr(struct agent *a, struct ctr *c);
+/* Its processes: {"procs": [{"pid","ppid","uid","state","tty","utime","stime","start",
+ * "vsz_kib","rss_kib","comm","cmd"}], "truncated", "hz", "uptime_s", "mem_total_kib"},
+ * within one control frame; names and command lines printable ASCII. */
+json_t *stats_top(struct agent *a, struct ctr *c);
 
 /* ---- cgroup.c ---- */
 void cg_boot(struct agent *a);

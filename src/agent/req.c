@@ -795,6 +795,35 @@ static int req_stat(struct agent *a, uint32_t id, json_t *req K8_UNUSED, struct 
 	return 0;
 }
 
+/* {"op":"ctr.stats","container"}: its cgroup's counters, its network devices, the VM's
+ * CPU time (stats.c; Docker's stats). {"op":"ctr.top","container"}: the processes of its
+ * cgroup (Docker's top). A container that is not running has neither. */
+static int req_ctr_stats(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	struct ctr *c;
+	int r;
+
+	if ((r = req_ctr(a, req, &c, err)) < 0)
+		return r;
+	if (!c->running)
+		return k8_err_set(err, -ESRCH, "container %s is not running", c->id);
+	chan_resp_ok(a, id, stats_ctr(a, c));
+	return 0;
+}
+
+static int req_ctr_top(struct agent *a, uint32_t id, json_t *req, struct k8_err *err)
+{
+	struct ctr *c;
+	int r;
+
+	if ((r = req_ctr(a, req, &c, err)) < 0)
+		return r;
+	if (!c->running)
+		return k8_err_set(err, -ESRCH, "container %s is not running", c->id);
+	chan_resp_ok(a, id, stats_top(a, c));
+	return 0;
+}
+
 /* sync(2) can take seconds with much dirty data: a child does it, so the loop keeps
  * serving (PING, output) meanwhile; the answer goes out when the child is reaped. */
 static int req_sync(struct agent *a, uint32_t id, json_t *req K8_UNUSED, struct k8_err *err)
@@ -886,6 +915,7 @@ static const struct {
 	{ "archive.layer", req_archive_layer },
 	{ "archive.put", req_archive_put },
 	{ "create", req_create }, { "image.unmount", req_image_unmount },
+	{ "ctr.stats", req_ctr_stats }, { "ctr.top", req_ctr_top },
 };
 
 /* Run one parsed request and answer it when it fails. */

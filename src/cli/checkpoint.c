@@ -10,6 +10,22 @@
 
 enum { OPT_LABEL = 1, OPT_TO, OPT_YES, OPT_FROM, OPT_NAME, OPT_IN_MEMORY };
 
+/* "pushed: 12.3 MB of data in 4.1 s (3.0 MB/s); 12 of 80 chunks sent (2.1 MB)" */
+static void print_transfer(const char *what, const json_t *r)
+{
+	bool push = !strcmp(what, "pushed");
+	char a[32], b[32];
+	long long ms = (long long)json_integer_value(json_object_get(r, "ms"));
+	long long chunks = (long long)json_integer_value(json_object_get(r, "chunks"));
+	long long sent_chunks = (long long)json_integer_value(json_object_get(r, "chunks_sent"));
+
+	out_bytes((uint64_t)json_integer_value(json_object_get(r, "data")), a, sizeof(a));
+	out_bytes((uint64_t)json_integer_value(json_object_get(r, "sent")), b, sizeof(b));
+	printf("%s: %s of data in %lld.%01lld s (%.1f MB/s); %lld of %lld chunks %s (%s)\n", what,
+	       a, ms / 1000, (ms % 1000) / 100, json_real_value(json_object_get(r, "mb_per_s")),
+	       sent_chunks, chunks, push ? "sent" : "fetched", b);
+}
+
 static char *sb_sub(const char *name, const char *sub)
 {
 	cleanup_free char *n = cli_urlenc(name);
@@ -125,6 +141,38 @@ static int cmd_rm(const struct cli_cmd *self, int argc, char **argv, const char 
 	return cli_end(&a, &cl, rc);
 }
 
+static int cmd_push(const struct cli_cmd *self, int argc, char **argv, const char *home)
+{
+	static const struct cli_opt opts[] = { { "to", 't', 1, OPT_TO },
+					       { "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 } };
+	struct cli_args a;
+	struct client cl;
+	json_t *body, *res = NULL;
+	cleanup_free char *path = NULL, *lab = NULL, *sub = NULL;
+	const char *to;
+	int rc, json;
+
+	if (!cli_begin(self, argc, argv, opts, 0, 2, 2, home, &a, &cl, &rc))
+		return rc;
+	json = cli_has_opt(&a, CLI_OPT_JSON);
+	to = cli_opt_last(&a, OPT_TO);
+	if (!to || !*to)
+		return cli_end(&a, &cl, cli_usage(self->name, "--to STORE is required (kosa8 store "
+						  "ls lists them)"));
+	lab = cli_urlenc(a.pos[1]);
+	sub = xasprintf("/checkpoints/%s/push", lab);
+	path = sb_sub(a.pos[0], sub);
+	body = json_pack("{s:s}", "to", to);
+	rc = cli_post_progress(&cl, path, body, json, &res);
+	if (rc == CLI_EXIT_OK && !json) {
+		printf("checkpoint %s of %s pushed to store %s\n", a.pos[1], a.pos[0], to);
+		print_transfer("pushed", res);
+	}
+	json_decref(body);
+	json_decref(res);
+	return cli_end(&a, &cl, rc);
+}
+
 const struct cli_cmd cli_checkpoint_cmds[] = {
 	{ "checkpoint create", cmd_create, "save the whole machine: memory, processes, disk",
 	  "Usage: kosa8 checkpoint NAME --label LABEL [--json]\n"
@@ -147,6 +195,24 @@ const struct cli_cmd cli_checkpoint_cmds[] = {
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 checkpoint ls interp\n" },
+	{ "checkpoint push", cmd_push, "copy a checkpoint to a snapshot store",
+	  "Usage: kosa8 checkpoint push NAME LABEL --to STORE [--json]\n"
+	  "\n"
+	  "Copy checkpoint LABEL of sandbox NAME (memory, devices, disk layers, the images it\n"
+	  "uses) to snapshot store STORE (kosa8 store add), where any host with that store\n"
+	  "can fork it: kosa8 sandbox fork --from STORE:NAME/LABEL --name NEW. Files are cut\n"
+	  "in chunks and only the chunks the store lacks are sent, compressed (and encrypted\n"
+	  "when the store is), so a second push of a sandbox that changed little sends\n"
+	  "little. A push cut short is taken up by the next one. The sandbox runs on\n"
+	  "meanwhile. config.json \"push_checkpoints\": \"STORE\" pushes every checkpoint.\n"
+	  "\n"
+	  "Options:\n"
+	  "  -t, --to STORE  the store\n"
+	  "  --json          progress lines, then {\"store\",\"manifest\",\"bytes\",\"data\",\n"
+	  "                  \"chunks\",\"chunks_sent\",\"sent\",\"ms\",\"mb_per_s\",...}\n"
+	  "\n"
+	  "Example:\n"
+	  "  kosa8 checkpoint push interp clean --to mine\n" },
 	{ "checkpoint rm", cmd_rm, "remove a checkpoint",
 	  "Usage: kosa8 checkpoint rm NAME LABEL\n"
 	  "\n"
@@ -224,30 +290,53 @@ static int pause_resume(const struct cli_cmd *self, int argc, char **argv, const
 			const char *what)
 {
 	static const struct cli_opt pause_opts[] = { { "in-memory", 0, 0, OPT_IN_MEMORY },
+						     { "to", 0, 1, OPT_TO },
 						     { "json", 0, 0, CLI_OPT_JSON },
 						     { NULL, 0, 0, 0 } };
+	static const struct cli_opt resume_opts[] = { { "from", 0, 1, OPT_FROM },
+						      { "json", 0, 0, CLI_OPT_JSON },
+						      { NULL, 0, 0, 0 } };
 	bool pause = what[1] == 'p';
 	struct cli_args a;
 	struct client cl;
 	cleanup_free char *path = NULL;
-	json_t *body = NULL, *res = NULL;
-	int rc;
+	json_t *body = json_object(), *res = NULL;
+	const char *store;
+	int rc, json;
 
-	if (!cli_begin(self, argc, argv, pause ? pause_opts : cli_json_only, 0, 1, 1, home, &a,
-		       &cl, &rc))
+	if (!cli_begin(self, argc, argv, pause ? pause_opts : resume_opts, 0, 1, 1, home, &a,
+		       &cl, &rc)) {
+		json_decref(body);
 		return rc;
+	}
+	json = cli_has_opt(&a, CLI_OPT_JSON);
 	path = sb_sub(a.pos[0], what);
-	if (pause && cli_has_opt(&a, OPT_IN_MEMORY))
-		body = json_pack("{s:b}", "in_memory", 1);
-	rc = post(&cl, path, body, &res);
-	if (rc == CLI_EXIT_OK) {
+	store = cli_opt_last(&a, pause ? OPT_TO : OPT_FROM);
+	if (pause && cli_has_opt(&a, OPT_IN_MEMORY)) {
+		if (store) {
+			json_decref(body);
+			return cli_end(&a, &cl, cli_usage(self->name, "--in-memory and --to STORE "
+							  "contradict each other"));
+		}
+		json_object_set_new(body, "in_memory", json_true());
+	}
+	if (store)
+		json_object_set_new(body, pause ? "to" : "from", json_string(store));
+	/* to or from a store this is a transfer with progress; a resume may pull too */
+	rc = cli_post_progress(&cl, path, body, json, &res);
+	if (rc == CLI_EXIT_OK && !json) {
 		const char *where = json_string_value(json_object_get(res, pause ? "to" : "from"));
-		if (cli_has_opt(&a, CLI_OPT_JSON))
-			out_json(res, 0);
-		else
+		const json_t *pulled = json_object_get(res, "pulled");
+		if (pause && store) {
+			printf("%s paused and pushed to store %s\n", a.pos[0], store);
+			print_transfer("pushed", res);
+		} else {
 			printf("%s %s%s%s in %lld ms\n", a.pos[0], pause ? "paused" : "resumed",
 			       where ? (pause ? " to " : " from ") : "", where ? where : "",
 			       (long long)json_integer_value(json_object_get(res, "ms")));
+			if (pulled)
+				print_transfer("pulled", pulled);
+		}
 	}
 	json_decref(body);
 	json_decref(res);
@@ -271,25 +360,51 @@ int cli_cmd_fork(const struct cli_cmd *self, int argc, char **argv, const char *
 	struct cli_args a;
 	struct client cl;
 	json_t *body, *res = NULL;
-	cleanup_free char *path = NULL;
-	const char *from, *name;
-	int rc;
+	cleanup_free char *path = NULL, *store = NULL;
+	const char *from, *name, *colon;
+	int rc, json;
 
-	if (!cli_begin(self, argc, argv, opts, 0, 1, 1, home, &a, &cl, &rc))
+	if (!cli_begin(self, argc, argv, opts, 0, 0, 1, home, &a, &cl, &rc))
 		return rc;
+	json = cli_has_opt(&a, CLI_OPT_JSON);
 	from = cli_opt_last(&a, OPT_FROM);
 	name = cli_opt_last(&a, OPT_NAME);
-	if (!from || !*from)
-		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--from LABEL is required; list the "
-						"labels with kosa8 checkpoint ls %s", a.pos[0]));
 	if (!name || !*name)
 		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--name NEW is required: the new "
 						"sandbox's name"));
+	/* --from STORE:SANDBOX/LABEL: a checkpoint in a snapshot store */
+	colon = from ? strchr(from, ':') : NULL;
+	if (colon && !a.npos) {
+		const char *slash = strchr(colon + 1, '/');
+		if (!slash || slash == colon + 1 || !slash[1] || colon == from)
+			return cli_end(&a, &cl, cli_usage(self->name, "--from STORE:SANDBOX/LABEL "
+							  "names a checkpoint in a store"));
+		store = xasprintf("%.*s", (int)(colon - from), from);
+		cleanup_free char *enc = cli_urlenc(store);
+		cleanup_free char *sbx = xasprintf("%.*s", (int)(slash - colon - 1), colon + 1);
+		body = json_pack("{s:s,s:s,s:s}", "sandbox", sbx, "label", slash + 1, "name", name);
+		path = xasprintf("/v1/stores/%s/fork", enc);
+		rc = cli_post_progress(&cl, path, body, json, &res);
+		if (rc == CLI_EXIT_OK && !json) {
+			printf("%s forked from %s in %lld ms\n", name, from,
+			       (long long)json_integer_value(json_object_get(res, "ms")));
+			print_transfer("pulled", json_object_get(res, "pulled"));
+		}
+		json_decref(body);
+		json_decref(res);
+		return cli_end(&a, &cl, rc);
+	}
+	if (a.npos != 1)
+		return cli_end(&a, &cl, cli_usage(self->name, "give SRC --from LABEL, or --from "
+						  "STORE:SANDBOX/LABEL"));
+	if (!from || !*from)
+		return cli_end(&a, &cl, cli_die(CLI_EXIT_USAGE, "--from LABEL is required; list the "
+						"labels with kosa8 checkpoint ls %s", a.pos[0]));
 	body = json_pack("{s:s,s:s}", "from", from, "name", name);
 	path = sb_sub(a.pos[0], "/fork");
 	rc = post(&cl, path, body, &res);
 	if (rc == CLI_EXIT_OK) {
-		if (cli_has_opt(&a, CLI_OPT_JSON))
+		if (json)
 			out_json(res, 0);
 		else
 			printf("%s forked from %s at checkpoint %s in %lld ms\n", name, a.pos[0], from,

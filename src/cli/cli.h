@@ -3,7 +3,7 @@
  * the daemon client, the exec stream pump, output helpers and the steps of a command.
  *
  * Errors inside the CLI follow the project convention (a negative errno plus a message in
- * a struct k8_err); main() turns the errno into the exit code of docs/cli.md with
+ * a struct k8_err); main() turns the errno into the exit code of docs/reference/cli.md with
  * cli_exit_code(). The errno values carry these meanings:
  *
  *   -EINVAL        usage error, or the daemon answered bad_request      exit 2
@@ -17,13 +17,14 @@
 #define K8_CLI_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "common/util.h"
 #include "common/version.h"
 
-/* Exit codes (docs/cli.md). */
+/* Exit codes (docs/reference/cli.md). */
 enum {
 	CLI_EXIT_OK = 0,
 	CLI_EXIT_ERROR = 1,
@@ -247,6 +248,7 @@ extern const struct cli_cmd cli_guest_cmds[];    /* guest.c */
 extern const struct cli_cmd cli_checkpoint_cmds[]; /* checkpoint.c */
 extern const struct cli_cmd cli_secret_cmds[];   /* secret.c */
 extern const struct cli_cmd cli_e2b_cmds[];      /* e2b.c */
+extern const struct cli_cmd cli_store_cmds[];    /* store.c */
 extern const struct cli_cmd cli_rewind_cmd;      /* checkpoint.c: a verb of its own */
 extern const struct cli_cmd cli_login_cmd;       /* image.c: likewise */
 extern const struct cli_cmd cli_mcp_cmd;         /* mcp.c: likewise */
@@ -321,6 +323,12 @@ int cli_view(const struct cli_cmd *self, int argc, char **argv, const char *home
  * json_decref()s it), else the failure is reported and its exit code returned. */
 int cli_post_progress(struct client *cl, const char *path, const json_t *body, int json,
 		      json_t **res);
+
+/* One line of stdin into buf (at most cap - 1 bytes and a NUL, without its newline or a
+ * CR before it), read a byte at a time so nothing after it is consumed; on a terminal
+ * after "PROMPT: " on stderr, typed without echo when `hidden`. Its length, or -E2BIG
+ * when it did not fit (the rest of the line is read and dropped). */
+ssize_t cli_read_line(const char *prompt, bool hidden, char *buf, size_t cap);
 
 /* Act on one item of a command that takes several (image rm REF..., sandbox rm
  * NAME...): 0, or a negative errno with the message in err (which starts zeroed). */

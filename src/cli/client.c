@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* client.c - the CLI's side of docs/api.md: HTTP/1.1 with JSON over the daemon's unix
+/* client.c - the CLI's side of docs/reference/api.md: HTTP/1.1 with JSON over the daemon's unix
  * socket.
  *
  * Ordinary requests and NDJSON progress streams go through libcurl

@@ -3,8 +3,10 @@
  * calls that report their own failures and hand back an exit code. */
 #include "cli.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <termios.h>
 
 const struct cli_opt cli_json_only[] = { { "json", 0, 0, CLI_OPT_JSON }, { NULL, 0, 0, 0 } };
 
@@ -133,4 +135,41 @@ int cli_each(struct client *cl, const char *const *items, int n, cli_item_fn fn,
 		}
 	}
 	return rc;
+}
+
+ssize_t cli_read_line(const char *prompt, bool hidden, char *buf, size_t cap)
+{
+	struct termios old, quiet;
+	int tty = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &old) == 0;
+	size_t len = 0;
+	bool over = false;
+
+	if (tty) {
+		fprintf(stderr, "%s: ", prompt);
+		if (hidden) {
+			quiet = old;
+			quiet.c_lflag &= ~(tcflag_t)ECHO;
+			tcsetattr(STDIN_FILENO, TCSANOW, &quiet);
+		}
+	}
+	for (;;) {
+		char c;
+		ssize_t r = read(STDIN_FILENO, &c, 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0 || c == '\n')
+			break;
+		if (len + 1 < cap)
+			buf[len++] = c;
+		else
+			over = true;
+	}
+	if (tty && hidden) {
+		tcsetattr(STDIN_FILENO, TCSANOW, &old);
+		fputc('\n', stderr);
+	}
+	if (len && buf[len - 1] == '\r')
+		len--;
+	buf[len] = '\0';
+	return over ? -E2BIG : (ssize_t)len;
 }

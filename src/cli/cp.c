@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cp.c - kosa8 sandbox cp: files between this machine and a container, as tar streams
- * through the daemon's archive endpoints (docs/cli.md, docs/api.md "Copying files").
+ * through the daemon's archive endpoints (docs/reference/cli.md, docs/reference/api.md
+ * "Copying files").
  *
  * Out: GET .../archive streams a tar, which libarchive extracts here, each name rebased
  * the way docker cp does (into DEST when it is a folder, else as DEST). The tar comes
@@ -267,18 +268,13 @@ out:
 	return r;
 }
 
-/* What the extraction's process is given. */
-struct cp_extract_arg {
-	int in;
-	const char *from, *to;
-};
-
-static int cp_extract_fn(void *ctx, uint64_t *value, struct k8_err *err)
+/* The extraction, in its worker: the tar on fd[0], str[0] its top name, str[1] the
+ * name it is given here (cp_extract). */
+static int cp_extract_fn(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	struct cp_extract_arg *x = ctx;
-
-	return cp_extract(x->in, x->from, x->to, err);
+	return cp_extract(in->fd[0], in->str[0], in->str[1], err);
 }
+WORKER_JOB(cp_extract, cp_extract_fn);
 
 static int cp_out(struct client *cl, const struct cp_remote *src, const char *dst,
 		  struct k8_err *err)
@@ -339,12 +335,12 @@ static int cp_out(struct client *cl, const struct cp_remote *src, const char *ds
 	}
 	/* the jail: files beneath the folder it extracts into (its working directory),
 	 * /usr read-only, no capability even as root (worker.h) */
-	struct cp_extract_arg x = { .in = pfd[0], .from = from, .to = to };
 	struct worker w = {
-		.name = "kosa8-cp", .userns = -1, .keep = { pfd[0] }, .nkeep = 1,
+		.name = "kosa8-cp", .job = &worker_job_cp_extract, .userns = -1,
+		.keep = { pfd[0] }, .nkeep = 1, .str = { from, to },
 		.dirs = { { .fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC) },
 			  { .fd = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = true } },
-		.ndirs = 2, .fn = cp_extract_fn, .ctx = &x,
+		.ndirs = 2,
 	};
 	if (w.dirs[0].fd < 0 || w.dirs[1].fd < 0)
 		pid = k8_err_set(err, -errno, "jailing the extraction: %s", strerror(errno));

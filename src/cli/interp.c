@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* interp.c - the interpreter's verbs: kosa8 sandbox context (list, new, restart, rm),
  * sandbox cell (one cell, for scripts) and sandbox repl (cells typed by a person);
- * docs/cli.md, docs/interpreter.md. */
+ * docs/reference/cli.md, docs/interpreter.md. */
 #include "cli/cli.h"
 
 #include <signal.h>

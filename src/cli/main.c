@@ -2,6 +2,7 @@
 /* main.c - kosa8, the command-line tool: global flags, dispatch to the verb groups,
  * help, and the one place that turns errors into messages and exit codes. */
 #include "cli.h"
+#include "common/worker.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -46,6 +47,13 @@ static const char top_help[] =
 	"  checkpoint ls      list a sandbox's checkpoints\n"
 	"  checkpoint rm      remove one\n"
 	"  rewind NAME --to L -y       put the whole machine back to a checkpoint\n"
+	"  checkpoint push NAME L --to STORE   copy one to a snapshot store\n"
+	"\n"
+	"Snapshot stores (S3 buckets of your own; fork and resume on any host):\n"
+	"  store add s3 NAME ...        keep a bucket's settings and keys (0600, never shown)\n"
+	"  store ls [NAME] | rm | gc    the stores; what one holds; unused chunks removed\n"
+	"  sandbox fork --from STORE:SANDBOX/LABEL --name NEW\n"
+	"  sandbox pause NAME --to STORE; sandbox resume NAME   (on this host or another)\n"
 	"\n"
 	"Images:\n"
 	"  image pull         fetch an image from a registry into the store\n"
@@ -230,6 +238,7 @@ static const struct group groups[] = {
 	{ "guest", cli_guest_cmds, "the guest image every sandbox boots, and its release digest" },
 	{ "secret", cli_secret_cmds, "API keys the egress broker adds on the host" },
 	{ "e2b", cli_e2b_cmds, "keys of the E2B-compatible API (E2B's SDKs on kosa8)" },
+	{ "store", cli_store_cmds, "snapshot stores: S3 buckets of your own for checkpoints" },
 };
 
 static const char *verb_of(const struct cli_cmd *c)
@@ -312,7 +321,7 @@ static int run_group(const struct group *g, int argc, char **argv, const char *h
 	}
 	/* `kosa8 checkpoint NAME --label L`: the group's first word is a sandbox name. */
 	if (g->cmds == cli_checkpoint_cmds && strcmp(argv[0], "ls") && strcmp(argv[0], "rm") &&
-	    strcmp(argv[0], "create"))
+	    strcmp(argv[0], "create") && strcmp(argv[0], "push"))
 		return g->cmds[0].fn(&g->cmds[0], argc, argv, home);
 	c = group_find(g, argv[0], "unknown");
 	return c ? c->fn(c, argc - 1, argv + 1, home) : CLI_EXIT_USAGE;
@@ -324,6 +333,9 @@ int main(int argc, char **argv)
 	const struct group *g;
 	int i = 1;
 
+	/* a worker (`sandbox cp`'s extraction: src/common/worker.h) runs its job here and
+	 * ends; the CLI goes on */
+	worker_main(argc, argv);
 	/* Broken pipes show up as EPIPE where we write, not as a silent death. */
 	signal(SIGPIPE, SIG_IGN);
 

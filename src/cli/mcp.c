@@ -32,6 +32,7 @@
 struct mcp_server {
 	const char *home;               /* the --home given, or NULL */
 	const char *sandbox, *image, *rewind_to;
+	const char *files_root;         /* --files DIR: a container path for the file tools */
 	bool keep, owned;
 	bool *tool_on;                  /* indexed like mcp_tools[] */
 	int timeout, timeout_max;
@@ -56,6 +57,7 @@ const char *mcp_server_image(struct mcp_server *s) { return s->image; }
 int mcp_server_timeout(struct mcp_server *s) { return s->timeout; }
 int mcp_server_timeout_max(struct mcp_server *s) { return s->timeout_max; }
 size_t mcp_server_max_output(struct mcp_server *s) { return s->max_output; }
+const char *mcp_server_files_root(struct mcp_server *s) { return s->files_root; }
 
 int mcp_server_ready(struct mcp_server *s, struct k8_err *err)
 {
@@ -410,8 +412,8 @@ static json_t *initialize(struct mcp_session *ss, json_t *id, json_t *params)
 					"Tools run code in a sealed kosa8 sandbox (a virtual machine with "
 					"no network unless its owner allowed it). run_code starts a fresh "
 					"process each call; run_cell keeps Python variables between calls. "
-					"Output is trimmed; files are reachable only in the sandbox's "
-					"shared folders."));
+					"Output is trimmed; files are reachable in the sandbox's shared "
+					"folders (and in the folder the operator named with --files)."));
 }
 
 void mcp_call_run(struct mcp_server *s, struct mcp_session *ss, struct mcp_msg *m,
@@ -605,7 +607,7 @@ static void on_signal(int sig)
 enum {
 	OPT_SANDBOX = 1, OPT_IMAGE, OPT_REWIND, OPT_KEEP, OPT_TOOLS, OPT_TIMEOUT, OPT_TIMEOUT_MAX,
 	OPT_MAX_OUTPUT, OPT_LISTEN, OPT_TOKEN_FILE, OPT_NO_TOKEN, OPT_CPUS, OPT_MEMORY, OPT_DISK,
-	OPT_MOUNT,
+	OPT_MOUNT, OPT_FILES,
 };
 
 /* --tools a,b,c: which tools are offered (unknown names are a usage error). */
@@ -693,7 +695,7 @@ int cli_cmd_mcp(const struct cli_cmd *self, int argc, char **argv, const char *h
 		{ "listen", 0, 1, OPT_LISTEN }, { "token-file", 0, 1, OPT_TOKEN_FILE },
 		{ "no-token", 0, 0, OPT_NO_TOKEN }, { "cpus", 0, 1, OPT_CPUS },
 		{ "memory", 0, 1, OPT_MEMORY }, { "disk", 0, 1, OPT_DISK },
-		{ "mount", 0, 1, OPT_MOUNT }, { NULL, 0, 0, 0 },
+		{ "mount", 0, 1, OPT_MOUNT }, { "files", 0, 1, OPT_FILES }, { NULL, 0, 0, 0 },
 	};
 	struct mcp_server s = { 0 };
 	struct sigaction sa = { .sa_handler = on_signal };
@@ -710,6 +712,7 @@ int cli_cmd_mcp(const struct cli_cmd *self, int argc, char **argv, const char *h
 	s.sandbox = cli_opt_last(&a, OPT_SANDBOX);
 	s.image = cli_opt_last(&a, OPT_IMAGE);
 	s.rewind_to = cli_opt_last(&a, OPT_REWIND);
+	s.files_root = cli_opt_last(&a, OPT_FILES);
 	s.keep = cli_has_opt(&a, OPT_KEEP);
 	s.timeout = 30;
 	s.timeout_max = 600;
@@ -777,6 +780,14 @@ int cli_cmd_mcp(const struct cli_cmd *self, int argc, char **argv, const char *h
 			break;
 		}
 	}
+	if (s.files_root) {
+		const char *rel;
+		if (mcp_path_under(s.files_root, "/", &rel) < 0) {
+			k8_err_set(&err, -EINVAL, "--files %s: an absolute path without '.', '..' or "
+				   "empty components", s.files_root);
+			goto usage;
+		}
+	}
 	if (s.timeout > s.timeout_max)
 		s.timeout_max = s.timeout;
 	if (pick_tools(&s, cli_opt_last(&a, OPT_TOOLS), &err) < 0)
@@ -825,18 +836,19 @@ const struct cli_cmd cli_mcp_cmd = {
 	"mcp", cli_cmd_mcp, "serve a sandbox's tools to an agent (Model Context Protocol)",
 	"Usage: kosa8 mcp --sandbox NAME [--image REF] [--rewind-to LABEL] [--keep]\n"
 	"                 [--tools LIST] [--timeout S] [--max-timeout S] [--max-output BYTES]\n"
+	"                 [--files DIR]\n"
 	"                 [--listen 127.0.0.1:PORT [--token-file FILE | --no-token]]\n"
 	"                 [--cpus N] [--memory MIB] [--disk GB] [--mount HOST:GUEST[:ro]]...\n"
 	"\n"
 	"A Model Context Protocol server (2025-06-18; 2025-03-26 spoken too) whose tools act\n"
 	"on sandbox NAME: run_code (python or shell, a fresh container each call), run_cell\n"
 	"(Python whose variables persist), read_file, write_file, list_files (the sandbox's\n"
-	"shared folders only), checkpoint, rewind, egress_status. The agent chooses tools and\n"
-	"their arguments, never the sandbox, its network, its folders or its limits. Over\n"
-	"stdio by default (for Claude Desktop, Cursor and other agents that start it), or\n"
-	"streamable HTTP on a loopback address with --listen. Long calls send progress;\n"
-	"a cancelled call kills its process (or interrupts its cell). Every call is audited\n"
-	"(mcp.tool).\n"
+	"shared folders, and --files DIR), checkpoint, rewind, egress_status. The agent\n"
+	"chooses tools and their arguments, never the sandbox, its network, its folders or\n"
+	"its limits. Over stdio by default (for Claude Desktop, Cursor and other agents that\n"
+	"start it), or streamable HTTP on a loopback address with --listen. Long calls send\n"
+	"progress; a cancelled call kills its process (or interrupts its cell). Every call\n"
+	"is audited (mcp.tool).\n"
 	"\n"
 	"A sandbox NAME that does not exist is made for the server (egress deny, the flags\n"
 	"below, --image pulled, --rewind-to's checkpoint taken) and removed when it ends,\n"
@@ -851,6 +863,8 @@ const struct cli_cmd cli_mcp_cmd = {
 	"  --timeout S        a call's time limit when the agent names none (default 30)\n"
 	"  --max-timeout S    the most an agent may ask for (default 600)\n"
 	"  --max-output N     output kept per call, the rest cut in the middle (default 10000)\n"
+	"  --files DIR        the file tools also reach DIR in the sandbox's interpreter\n"
+	"                     container (run_cell's; default: the shared folders only)\n"
 	"  --listen ADDR      serve streamable HTTP at http://ADDR/mcp (loopback only)\n"
 	"  --token-file FILE  the bearer token HTTP clients must send (made, 0600, when\n"
 	"                     missing); without it a random one is printed on stderr\n"

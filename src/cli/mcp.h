@@ -176,6 +176,8 @@ const char *mcp_server_image(struct mcp_server *s);      /* NULL: the sandbox's 
 int mcp_server_timeout(struct mcp_server *s);            /* run_code's default, seconds */
 int mcp_server_timeout_max(struct mcp_server *s);
 size_t mcp_server_max_output(struct mcp_server *s);
+/* --files DIR: the file tools' folder in the interpreter container (NULL: none). */
+const char *mcp_server_files_root(struct mcp_server *s);
 /* Wait until the sandbox is ready (created, pulled, checkpointed when the server owns
  * it): 0, or its failure. */
 int mcp_server_ready(struct mcp_server *s, struct k8_err *err);

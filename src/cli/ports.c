@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ports.c - kosa8 sandbox port NAME [-p SPEC]... [--rm [IP:]PORT]...: a sandbox's
- * published ports (docs/cli.md, docs/network.md "Published ports"). */
+ * published ports (docs/reference/cli.md, docs/network.md "Published ports"). */
 #include "cli/cli.h"
 
 #include <stdbool.h>

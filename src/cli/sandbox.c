@@ -1184,7 +1184,7 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "Example:\n"
 	  "  kosa8 sandbox rm interp\n" },
 	{ "sandbox pause", cli_cmd_pause, "save a sandbox's machine to disk and free its memory",
-	  "Usage: kosa8 sandbox pause NAME [--in-memory] [--json]\n"
+	  "Usage: kosa8 sandbox pause NAME [--in-memory | --to STORE] [--json]\n"
 	  "\n"
 	  "Stop sandbox NAME where it is: memory, processes and devices are saved to its\n"
 	  "directory and its VM ends, so it holds no host memory while paused. It is listed\n"
@@ -1195,20 +1195,35 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "  --in-memory  only stop its vCPUs: faster both ways, but its memory stays\n"
 	  "               taken; run and exec are refused until resume, and a daemon\n"
 	  "               restart lets it run on\n"
-	  "  --json       {\"to\":\"disk\"|\"memory\",\"ms\"} as one line\n"
+	  "  --to STORE   paused to disk, then pushed to snapshot store STORE: any host\n"
+	  "               with the store resumes it (kosa8 sandbox resume NAME there).\n"
+	  "               The store's copy is the one that counts: here it no longer\n"
+	  "               resumes by use, and `sandbox resume` takes it back from the store\n"
+	  "               first (refused once another host took it)\n"
+	  "  --json       {\"to\":\"disk\"|\"memory\",\"ms\"} as one line (with --to: progress\n"
+	  "               lines, then what was pushed)\n"
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox pause interp\n" },
 	{ "sandbox resume", cli_cmd_resume, "bring a paused sandbox back",
-	  "Usage: kosa8 sandbox resume NAME [--json]\n"
+	  "Usage: kosa8 sandbox resume NAME [--from STORE] [--json]\n"
 	  "\n"
 	  "Let a paused sandbox go on where it stopped (restored from disk, or its vCPUs\n"
-	  "started again); its clock is set to now.\n"
+	  "started again); its clock is set to now. A sandbox paused to a store (sandbox\n"
+	  "pause --to) is taken from it first: on the host that paused it, it resumes from\n"
+	  "its own copy once the store's is still the one it pushed; on another host it is\n"
+	  "pulled (every chunk checked) and becomes that host's sandbox. No sandbox NAME\n"
+	  "here: the stores are asked, or STORE.\n"
+	  "\n"
+	  "Options:\n"
+	  "  --from STORE  the store that holds it (when several could)\n"
+	  "  --json        the result as one line (progress lines first when it pulls)\n"
 	  "\n"
 	  "Example:\n"
 	  "  kosa8 sandbox resume interp\n" },
 	{ "sandbox fork", cli_cmd_fork, "a new sandbox from a checkpoint of another",
 	  "Usage: kosa8 sandbox fork SRC --from LABEL --name NEW [--json]\n"
+	  "       kosa8 sandbox fork --from STORE:SANDBOX/LABEL --name NEW [--json]\n"
 	  "\n"
 	  "Create sandbox NEW from checkpoint LABEL of sandbox SRC: the same memory, running\n"
 	  "processes, containers and disk as SRC had at that instant. The disk layers are\n"
@@ -1219,10 +1234,14 @@ const struct cli_cmd cli_sandbox_cmds[] = {
 	  "\n"
 	  "Options:\n"
 	  "  --from LABEL   the checkpoint of SRC (kosa8 checkpoint ls SRC)\n"
+	  "  --from STORE:SANDBOX/LABEL\n"
+	  "                 a checkpoint in a snapshot store (kosa8 store ls STORE), pushed\n"
+	  "                 from any host: pulled, every chunk checked before anything boots\n"
 	  "  --name NEW     the new sandbox's name\n"
 	  "  --json         the new sandbox as one line, with \"forked_from\" and \"ms\"\n"
 	  "\n"
 	  "Example:\n"
-	  "  kosa8 sandbox fork interp --from clean --name interp-2\n" },
+	  "  kosa8 sandbox fork interp --from clean --name interp-2\n"
+	  "  kosa8 sandbox fork --from mine:interp/clean --name interp-3\n" },
 	{ NULL, NULL, NULL, NULL },
 };

@@ -7,7 +7,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <termios.h>
 
 #include <openssl/crypto.h>
 
@@ -21,29 +20,17 @@ static int read_stdin_value(const char *name, char *buf, size_t cap, size_t *n,
 			    struct k8_err *err)
 {
 	size_t len = 0;
-	struct termios old, quiet;
-	int tty = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &old) == 0;
+	int tty = isatty(STDIN_FILENO);
 
 	if (tty) {
-		fprintf(stderr, "value of secret %s (not shown): ", name);
-		quiet = old;
-		quiet.c_lflag &= ~(tcflag_t)ECHO;
-		tcsetattr(STDIN_FILENO, TCSANOW, &quiet);
-		while (len < cap) {
-			ssize_t r = read(STDIN_FILENO, buf + len, 1);
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r <= 0 || buf[len] == '\n')
-				break;
-			len++;
-		}
-		tcsetattr(STDIN_FILENO, TCSANOW, &old);
-		fputc('\n', stderr);
-		if (len && buf[len - 1] == '\r')
-			len--;
-		*n = len;
-		return len < cap ? 0 : k8_err_set(err, -EINVAL, "the secret is longer than %d bytes",
-						  VALUE_MAX);
+		char prompt[128];
+		ssize_t l;
+		snprintf(prompt, sizeof(prompt), "value of secret %s (not shown)", name);
+		l = cli_read_line(prompt, true, buf, cap);
+		if (l < 0)
+			return k8_err_set(err, -EINVAL, "the secret is longer than %d bytes", VALUE_MAX);
+		*n = (size_t)l;
+		return 0;
 	}
 	for (;;) {
 		ssize_t r = read(STDIN_FILENO, buf + len, cap - len);

@@ -411,6 +411,22 @@ char *str_escape(const char *s)
 	return out;
 }
 
+char *k8_beside_self(const char *name)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char *slash;
+
+	if (n <= 0)
+		return xstrdup(name);
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return xstrdup(name);
+	*slash = '\0';
+	return xasprintf("%s/%s", exe, name);
+}
+
 void k8_hex(const void *p, size_t n, char *out)
 {
 	static const char hx[] = "0123456789abcdef";

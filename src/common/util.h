@@ -89,6 +89,10 @@ char *k8_time_now(char out[K8_TIME_LEN], int with_ms);
 /* n bytes as 2n lower-case hex digits and a NUL into out. */
 void k8_hex(const void *p, size_t n, char *out);
 
+/* The path of `name` installed beside the running binary (build/bin/kosa8-net beside
+ * build/bin/kosa8d); `name` itself when /proc/self/exe cannot be read. Allocated. */
+char *k8_beside_self(const char *name);
+
 /* A duration as people write it: "90" or "90s", "15m", "2h", "1d"; "0" and "off" are 0
  * (turned off). Stores seconds in *secs and returns 0, or -EINVAL for anything else or
  * more than `max` seconds. */

@@ -21,6 +21,7 @@
 #include "daemon/agentlink.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -36,6 +37,19 @@
 #define K8D_PROTO_MAX PROTO_VERSION_MAX
 #endif
 #define PROTO_REQ_TIMEOUT_MS 10000
+
+struct stream {
+	struct stream *next;
+	uint32_t id;
+	int efd;                        /* eventfd: readable when there is something to do */
+	/* output from the agent, queued for the consumer */
+	struct sframe *head, *tail;
+	size_t queued;                  /* output bytes queued, <= PROTO_WINDOW + slack */
+	uint32_t stdin_credit;          /* stdin bytes we may still send */
+	bool exited;
+	json_t *exit_info;
+	bool closed_by_agent;
+};
 
 struct pending {
 	struct pending *next;
@@ -605,6 +619,183 @@ void link_stream_consumed(struct agentlink *l, struct stream *s, size_t n)
 	c[2] = (unsigned char)(n >> 16);
 	c[3] = (unsigned char)(n >> 24);
 	link_send(l, PROTO_CREDIT, 0, s->id, c, 4);
+}
+
+uint32_t link_stream_id(const struct stream *s)
+{
+	return s->id;
+}
+
+size_t link_stream_queued(struct agentlink *l, struct stream *s)
+{
+	size_t n;
+
+	pthread_mutex_lock(&l->lock);
+	n = s->queued;
+	pthread_mutex_unlock(&l->lock);
+	return n;
+}
+
+int link_stream_eof(struct agentlink *l, struct stream *s)
+{
+	return link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
+}
+
+int link_stream_signal(struct agentlink *l, struct stream *s, int sig)
+{
+	unsigned char le[4] = { (unsigned char)sig, 0, 0, 0 };
+
+	return link_send(l, PROTO_SIGNAL, 0, s->id, le, 4);
+}
+
+/* The stream's state now: its exit (output drained), the link lost, or neither (0). */
+static enum link_next stream_state(struct agentlink *l, struct stream *s, json_t **exit_info)
+{
+	enum link_next r = LINK_NEXT_TIMEOUT;
+
+	pthread_mutex_lock(&l->lock);
+	if (s->exited && !s->head) {
+		*exit_info = json_incref(s->exit_info);
+		r = LINK_NEXT_EXIT;
+	} else if (l->broken && !s->exited) {
+		*exit_info = json_pack("{s:i,s:s}", "code", LINK_LOST_EXIT, "error", LINK_LOST_WHY);
+		r = LINK_NEXT_LOST;
+	}
+	pthread_mutex_unlock(&l->lock);
+	return r;
+}
+
+/* Take the stream's wake-up (its eventfd); whether there was one. */
+static bool stream_woken(struct stream *s)
+{
+	uint64_t v;
+
+	return read(s->efd, &v, sizeof(v)) == (ssize_t)sizeof(v);
+}
+
+enum link_next link_stream_next(struct agentlink *l, struct stream *s, int ms,
+				struct sframe **f, json_t **exit_info)
+{
+	struct pollfd pfd = { .fd = s->efd, .events = POLLIN };
+	enum link_next r;
+
+	*f = NULL;
+	*exit_info = NULL;
+	for (;;) {
+		if ((*f = link_stream_pop(l, s)))
+			return LINK_NEXT_FRAME;
+		if ((r = stream_state(l, s, exit_info)) != LINK_NEXT_TIMEOUT)
+			return r;
+		if (!ms)
+			return LINK_NEXT_TIMEOUT;
+		if (poll(&pfd, 1, ms) < 0 && errno != EINTR)
+			return LINK_NEXT_TIMEOUT;
+		if (!(pfd.revents & POLLIN) || !stream_woken(s))
+			return LINK_NEXT_TIMEOUT;
+		/* woken: a frame, the exit, or credit; the first two are seen above */
+		if ((*f = link_stream_pop(l, s)))
+			return LINK_NEXT_FRAME;
+		if ((r = stream_state(l, s, exit_info)) != LINK_NEXT_TIMEOUT)
+			return r;
+		return LINK_NEXT_WOKE;
+	}
+}
+
+/* link_stream_run's stdin: what input() gave and what of it went out. */
+struct stream_in {
+	unsigned char *buf;
+	size_t have, off;
+	bool eof, eof_sent;
+};
+
+/* Send what the window allows of the pending stdin, then EOF when it is all out. */
+static void stream_in_flush(struct agentlink *l, struct stream *s, struct stream_in *in)
+{
+	size_t take;
+
+	if (in->off < in->have && link_stdin_send(l, s, in->buf + in->off, in->have - in->off,
+						   &take) == 0)
+		in->off += take;
+	if (in->eof && in->off == in->have && !in->eof_sent) {
+		link_stream_eof(l, s);
+		in->eof_sent = true;
+	}
+}
+
+/* Give every queued output frame to the consumer: -1 when it is gone. */
+static int stream_out_drain(struct agentlink *l, struct stream *s, const struct stream_ops *ops,
+			    void *ctx)
+{
+	struct sframe *f;
+
+	while ((f = link_stream_pop(l, s))) {
+		size_t len = f->len;
+		int r = ops->output(ctx, f->type, f->flags, f->data, f->len);
+
+		free(f);
+		if (len)
+			link_stream_consumed(l, s, len);
+		if (r < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int link_stream_run(struct agentlink *l, struct stream *s, const struct stream_ops *ops,
+		    void *ctx, json_t **exit_info)
+{
+	struct stream_in in = { .buf = xmalloc(65536), .eof = !ops->input };
+	bool ask = ops->input != NULL;  /* input()'s first call: before any wait */
+	bool reading = ops->input != NULL;      /* input_fd is read (no STREAM_IN_SHUT yet) */
+	enum link_next st;
+	int r = -EPIPE;
+
+	*exit_info = NULL;
+	in.eof_sent = in.eof;           /* no stdin: the consumer says whether it ends */
+	for (;;) {
+		struct pollfd pfd[2] = { { .fd = s->efd, .events = POLLIN }, { .fd = -1 } };
+		bool listen;
+
+		stream_in_flush(l, s, &in);
+		/* stdin wanted, or (control) what else the client sends once stdin is over;
+		 * nothing more is read while stdin bytes wait for the agent's window */
+		listen = reading && in.off == in.have && (!in.eof || (ops->control && in.eof_sent));
+		if (listen && ask) {
+			unsigned flags = 0;
+			ssize_t got = ops->input(ctx, in.buf, 65536, &flags);
+			if (got < 0)
+				break;
+			if (!in.eof) {          /* after stdin's EOF, stdin bytes are dropped */
+				in.have = (size_t)got;
+				in.off = 0;
+				in.eof = flags & STREAM_IN_EOF;
+			}
+			if (flags & STREAM_IN_SHUT)
+				reading = false;
+			ask = flags & STREAM_IN_MORE;
+			continue;
+		}
+		if (stream_out_drain(l, s, ops, ctx) < 0)
+			break;
+		if ((st = stream_state(l, s, exit_info)) != LINK_NEXT_TIMEOUT) {
+			r = st == LINK_NEXT_EXIT ? 0 : -ECONNRESET;
+			break;
+		}
+		pfd[1].fd = listen ? ops->input_fd : ops->gone_fd;
+		pfd[1].events = listen ? POLLIN : 0;
+		if (poll(pfd, 2, 1000) < 0 && errno != EINTR)
+			break;
+		if (pfd[0].revents & POLLIN)
+			stream_woken(s);
+		if (listen && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)))
+			ask = true;
+		else if (!listen && pfd[1].fd >= 0 && (pfd[1].revents & (POLLHUP | POLLERR)))
+			break;          /* the client hung up after its stdin: gone */
+	}
+	if (r == -EPIPE)        /* nobody reads it any more: end the process */
+		link_stream_signal(l, s, SIGKILL);
+	free(in.buf);
+	return r;
 }
 
 /* A request on its way: link_req_send puts it on the pending list and sends it;

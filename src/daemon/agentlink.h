@@ -36,25 +36,23 @@ struct agentlink {
 	void *ctx;
 };
 
-struct stream {
-	struct stream *next;
-	uint32_t id;
-	int efd;                        /* eventfd: readable when there is something to do */
-	/* output from the agent, queued for the client connection */
-	struct sframe *head, *tail;
-	size_t queued;                  /* output bytes queued, <= PROTO_WINDOW + slack */
-	uint32_t stdin_credit;          /* stdin bytes we may still send */
-	bool exited;
-	json_t *exit_info;
-	bool closed_by_agent;
-};
+/* A process's stream (a run or exec with output; opaque: agentlink.c's). */
+struct stream;
 
+/* One output frame of a stream (STDOUT, STDERR; anything else an agent sends on a
+ * stream is dropped at the door). */
 struct sframe {
 	struct sframe *next;
 	uint16_t type, flags;
 	size_t len;
 	unsigned char data[];
 };
+
+/* The exit code of a process whose VM or agent went away before it exited: Docker's
+ * "the engine failed, not the command" (docs/errors.md), the same for every consumer
+ * (kosa8's run and exec, a Docker container, a Docker exec, a build's RUN). */
+#define LINK_LOST_EXIT 125
+#define LINK_LOST_WHY "the sandbox's VM or agent went away"
 
 int link_connect(struct agentlink *l, const char *path, void (*on_event)(void *, json_t *),
 		 void *ctx, struct k8_err *err);
@@ -95,5 +93,98 @@ int link_stdin_send(struct agentlink *l, struct stream *s, const void *p, size_t
 struct sframe *link_stream_pop(struct agentlink *l, struct stream *s);
 void link_stream_consumed(struct agentlink *l, struct stream *s, size_t n);
 void link_stream_close(struct agentlink *l, struct stream *s);
+/* The stream's id (its REQ's): what SIGNAL and resize name. */
+uint32_t link_stream_id(const struct stream *s);
+/* Output bytes queued and not consumed (at most a window and a chunk). */
+size_t link_stream_queued(struct agentlink *l, struct stream *s);
+/* The process's stdin ends (EOF), or gets a signal. */
+int link_stream_eof(struct agentlink *l, struct stream *s);
+int link_stream_signal(struct agentlink *l, struct stream *s, int sig);
+
+/* What happened on a stream (link_stream_next). */
+enum link_next {
+	LINK_NEXT_FRAME,        /* *f is the next output frame */
+	LINK_NEXT_EXIT,         /* the process exited, its output all taken: *exit_info */
+	LINK_NEXT_WOKE,         /* something changed (stdin credit came back) */
+	LINK_NEXT_TIMEOUT,      /* nothing within the time */
+	LINK_NEXT_LOST,         /* the link broke first: *exit_info is LINK_LOST_EXIT's */
+};
+
+/* Wait up to ms (0: not at all) for the next thing on stream s, for a consumer that pulls
+ * (an archive's reads and writes). A frame comes before the exit; *f is the caller's to
+ * free and credit (link_stream_consumed). *exit_info is a new reference:
+ * {"code","signal","oom","error"} as the agent sent them (checked), or
+ * {"code": LINK_LOST_EXIT, "error": LINK_LOST_WHY} when the link broke. */
+enum link_next link_stream_next(struct agentlink *l, struct stream *s, int ms,
+				struct sframe **f, json_t **exit_info);
+
+/* input()'s *flags: stdin ends after these bytes; it has more bytes to give at once; the
+ * client sends nothing more at all (its write side is shut: input_fd is not read again). */
+#define STREAM_IN_EOF 1u
+#define STREAM_IN_MORE 2u
+#define STREAM_IN_SHUT 4u
+
+/* A consumer of a stream for link_stream_run, called in the loop's thread. */
+struct stream_ops {
+	/* A frame of output (type PROTO_STDOUT or PROTO_STDERR, with its flags). 0 goes on;
+	 * < 0: the consumer is gone. Its credit goes back to the agent after the call, so a
+	 * consumer that takes its time (a slow client) holds back its own process only. */
+	int (*output)(void *ctx, uint16_t type, uint16_t flags, const unsigned char *p,
+		      size_t n);
+	/* Stdin: input() is called once before the loop waits for anything (to hand over
+	 * bytes already read, such as those past a request's head: it must not block then),
+	 * again whenever it said it has more (STREAM_IN_MORE), and whenever input_fd (-1:
+	 * none) is readable while the loop wants more. It fills buf (max bytes) and returns
+	 * >= 0 bytes for the process (0: nothing for it now, e.g. a signal was handled), with
+	 * STREAM_IN_EOF in *flags when stdin ends after them (the loop sends EOF once those
+	 * bytes are in), or < 0: the client is gone. The loop sends what input() gave within
+	 * the agent's stdin window before it asks again. */
+	int input_fd;
+	ssize_t (*input)(void *ctx, unsigned char *buf, size_t max, unsigned *flags);
+	/* control: input_fd carries more than stdin (kosa8's exec socket: SIGNAL frames too),
+	 * so it is read after stdin's EOF as well: input() is called whenever it is readable,
+	 * handles what it reads (a signal: link_stream_signal) and returns 0 (stdin bytes it
+	 * still returns are dropped), until it says STREAM_IN_SHUT. Without it, input_fd is
+	 * not read once stdin is over. */
+	bool control;
+	/* Once input_fd is not read any more (stdin over and no control, or STREAM_IN_SHUT;
+	 * or no input at all), gone_fd (-1: none) is watched: a hang-up or an error on it
+	 * means the client is gone. */
+	int gone_fd;
+};
+
+/* Pump stream s until the process exits, the link breaks or the consumer is gone: the
+ * one loop every stream consumer shares (kosa8's run and exec, a Docker container's pump
+ * and exec, a build's RUN; a new API's process streams go through it too). A consumer:
+ *
+ *     struct stream *s;
+ *     json_t *resp, *exit_info;
+ *     // the agent's run or exec request, with "stdin" true when input() gives stdin;
+ *     // above layer 5 through sandbox.h's sb_agent_request, which is this call
+ *     if (link_request(&sb->link, req, timeout_ms, &resp, &s, err))
+ *             return err->code;               // no stream was left open
+ *     json_decref(resp);                       // {"ok":true,...}: the process started
+ *     struct stream_ops ops = { .output = my_output, .input = my_input_or_NULL,
+ *                               .input_fd = client_fd_or_-1, .gone_fd = client_fd_or_-1 };
+ *     r = link_stream_run(&sb->link, s, &ops, my_ctx, &exit_info);
+ *     link_stream_close(&sb->link, s);
+ *     // r 0 or -ECONNRESET: report exit_info["code"] (125 for a lost link), decref it
+ *
+ * Threads: link_stream_run blocks the thread that calls it (one per stream; the link's
+ * reader thread queues frames and wakes it), and output() and input() run in that thread,
+ * never at once. From any other thread, while it runs: link_stream_signal (a client's
+ * signal, a timeout's SIGKILL), link_stream_eof, link_stream_id. The sandbox must stay
+ * held (sb_get's reference) until link_stream_close. Back-pressure: output() may block;
+ * the agent stops sending past one window (docs/protocol.md "Flow control"). Exit
+ * codes: the agent's EXIT as it was sent, but LINK_LOST_EXIT for a lost link, whoever the
+ * consumer (test_agentlink, tests/integration/test_89_docker_lost.py). Returns:
+ *   0             the process exited: *exit_info its EXIT (as link_stream_next's);
+ *   -ECONNRESET   the link broke first: *exit_info is {"code": LINK_LOST_EXIT, "error":
+ *                 LINK_LOST_WHY}, the one answer every consumer records;
+ *   -EPIPE        the consumer is gone: the process is sent SIGKILL (nobody would read
+ *                 it), *exit_info NULL.
+ * The stream stays open (the caller closes it). */
+int link_stream_run(struct agentlink *l, struct stream *s, const struct stream_ops *ops,
+		    void *ctx, json_t **exit_info);
 
 #endif

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* api.c - the daemon's HTTP/1.1 + JSON API on a unix socket (docs/api.md).
+/* api.c - the daemon's HTTP/1.1 + JSON API on a unix socket (docs/reference/api.md).
  *
  * libmicrohttpd runs one thread per connection, so handlers may block. Request bodies
  * are capped (1 MiB). A request is matched against the route table below (api_match,
@@ -14,6 +14,7 @@
 #include "daemon/containers.h"
 #include "daemon/images.h"
 #include "daemon/sandbox.h"
+#include "daemon/slots.h"
 #include "daemon/checkpoint.h"
 #include "daemon/broker.h"
 #include "daemon/egress.h"
@@ -25,7 +26,8 @@
 #include "daemon/bundle.h"
 #include "daemon/guestfetch.h"
 #include "daemon/audit.h"
-#include "daemon/secret.h"
+#include "daemon/secret_api.h"
+#include "daemon/store.h"
 #include "daemon/accel.h"
 #include "daemon/idle.h"
 #include "daemon/docker_api.h"
@@ -359,7 +361,9 @@ static void upgrade_cb(void *cls, struct MHD_Connection *c, void *con_cls, const
 	(void)cls;
 	(void)c;
 	if (rq->raw.fn) {
-		rq->raw.fn(rq->raw.ctx, sock, extra, extra_len);
+		struct api_conn conn = { .fd = sock, .duplex = true, .extra = extra,
+					 .extra_len = extra_len };
+		rq->raw.fn(rq->raw.ctx, &conn);
 		if (rq->raw.free)
 			rq->raw.free(rq->raw.ctx);
 		rq->raw.fn = NULL;
@@ -371,7 +375,9 @@ static void upgrade_cb(void *cls, struct MHD_Connection *c, void *con_cls, const
 	MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 }
 
-/* A hijacked connection (docker.sock's attach, exec start): 101, then raw bytes. */
+/* A hijacked connection the client asked to upgrade (docker.sock's attach, exec start):
+ * 101, then raw bytes both ways. libmicrohttpd writes `Connection: Upgrade` itself (one
+ * more from us made it "Upgrade, Upgrade"). */
 static enum MHD_Result reply_hijack(struct MHD_Connection *c, const struct api_dialect *dl,
 				    struct req *rq, const struct api_raw *raw)
 {
@@ -380,7 +386,6 @@ static enum MHD_Result reply_hijack(struct MHD_Connection *c, const struct api_d
 
 	rq->raw = *raw;
 	MHD_add_response_header(resp, "Upgrade", "tcp");
-	MHD_add_response_header(resp, "Connection", "Upgrade");
 	MHD_add_response_header(resp, "Content-Type", raw->type);
 	add_headers(resp, dl);
 	r = MHD_queue_response(c, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
@@ -404,8 +409,9 @@ static void raw_unref(struct raw_body *b)
 static void *raw_thread(void *arg)
 {
 	struct raw_body *b = arg;
+	struct api_conn conn = { .fd = b->wfd };
 
-	b->raw.fn(b->raw.ctx, b->wfd, NULL, 0);
+	b->raw.fn(b->raw.ctx, &conn);
 	close(b->wfd);
 	if (b->raw.free)
 		b->raw.free(b->raw.ctx);
@@ -473,6 +479,10 @@ static enum MHD_Result reply_raw_body(struct MHD_Connection *c, const struct api
 	/* A client may drop such a body half read (docker-py's logs(follow) in run): the
 	 * connection is not reused, so it never carries stale bytes or a late close. */
 	MHD_add_response_header(resp, "Connection", "close");
+	/* A hijacked stream the client did not ask to upgrade: moby's 200 and the bytes as
+	 * they are until the close, not chunks (HTTP/1.1 in the status line all the same) */
+	if (raw->kind == API_RAW_HIJACK)
+		MHD_set_response_options(resp, MHD_RF_HTTP_1_0_COMPATIBLE_STRICT, MHD_RO_END);
 	add_headers(resp, dl);
 	r = MHD_queue_response(c, 200, resp);
 	MHD_destroy_response(resp);
@@ -484,8 +494,7 @@ static enum MHD_Result reply_upgrade(struct MHD_Connection *c, struct req *rq)
 	struct MHD_Response *resp = MHD_create_response_for_upgrade(upgrade_cb, NULL);
 	enum MHD_Result r;
 
-	MHD_add_response_header(resp, "Upgrade", "kosa8-stream");
-	MHD_add_response_header(resp, "Connection", "Upgrade");
+	MHD_add_response_header(resp, "Upgrade", "kosa8-stream");     /* Connection: MHD's */
 	r = MHD_queue_response(c, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
 	MHD_destroy_response(resp);
 	return r;
@@ -741,7 +750,7 @@ static int api_audit_verify(struct api_call *call)
 	return audit_verify(call->d->home, &call->out, &call->err);
 }
 
-/* ---- the route table: every endpoint, in docs/api.md's order ---- */
+/* ---- the route table: every endpoint, in docs/reference/api.md's order ---- */
 
 static const struct api_route routes[] = {
 	{ "GET",    "/v1/status", api_status },
@@ -765,7 +774,7 @@ static const struct api_route routes[] = {
 	{ "POST",   "/v1/sandboxes", sb_api_create },
 	{ "GET",    "/v1/sandboxes/{name}", sb_api_get },
 	{ "DELETE", "/v1/sandboxes/{name}", sb_api_rm },
-	{ "POST",   "/v1/sandboxes/{name}/pull", sb_api_pull },
+	{ "POST",   "/v1/sandboxes/{name}/pull", slot_api_pull },
 	{ "POST",   "/v1/sandboxes/{name}/run", exec_api_run },
 	{ "GET",    "/v1/sandboxes/{name}/containers", ctr_api_list },
 	{ "POST",   "/v1/sandboxes/{name}/containers/{id}/exec", exec_api_exec },
@@ -785,14 +794,24 @@ static const struct api_route routes[] = {
 	{ "DELETE", "/v1/sandboxes/{name}/checkpoints/{label}", ckpt_api_rm },
 	{ "POST",   "/v1/sandboxes/{name}/rewind", ckpt_api_rewind },
 	{ "POST",   "/v1/sandboxes/{name}/fork", ckpt_api_fork },
-	{ "POST",   "/v1/sandboxes/{name}/pause", ckpt_api_pause },
-	{ "POST",   "/v1/sandboxes/{name}/resume", ckpt_api_resume },
+	{ "POST",   "/v1/sandboxes/{name}/checkpoints/{label}/push", store_api_push },
+	{ "POST",   "/v1/sandboxes/{name}/pause", store_api_pause },
+	{ "POST",   "/v1/sandboxes/{name}/resume", store_api_resume },
 	{ "GET",    "/v1/sandboxes/{name}/egress", egress_api_status },
 	{ "POST",   "/v1/sandboxes/{name}/egress", egress_api_update },
 	{ "GET",    "/v1/sandboxes/{name}/broker", broker_api_status },
 	{ "GET",    "/v1/sandboxes/{name}/ports", ports_api_list },
 	{ "POST",   "/v1/sandboxes/{name}/ports", ports_api_publish },
 	{ "DELETE", "/v1/sandboxes/{name}/ports/{port}", ports_api_unpublish },
+	{ "GET",    "/v1/stores", store_api_list },
+	{ "POST",   "/v1/stores", store_api_add },
+	{ "DELETE", "/v1/stores/{store}", store_api_rm },
+	{ "GET",    "/v1/stores/{store}/key", store_api_key },
+	{ "GET",    "/v1/stores/{store}/snapshots", store_api_snapshots },
+	{ "DELETE", "/v1/stores/{store}/snapshots/{sandbox}", store_api_snapshot_rm },
+	{ "DELETE", "/v1/stores/{store}/snapshots/{sandbox}/{label}", store_api_snapshot_rm },
+	{ "POST",   "/v1/stores/{store}/gc", store_api_gc },
+	{ "POST",   "/v1/stores/{store}/fork", store_api_fork },
 	{ "GET",    "/v1/secrets", secret_api_list },
 	{ "POST",   "/v1/secrets/{name}", secret_api_set },
 	{ "DELETE", "/v1/secrets/{name}", secret_api_rm },
@@ -871,11 +890,11 @@ static int route_match(struct api_listener *l, struct MHD_Connection *c, struct 
 		dl->unmatched(call);
 		*r = reply_err(c, dl, &call->err);
 	} else if (rc == -ENOENT) {
-		*r = reply_msg(c, dl, -ENOENT, "no such endpoint: %s %s; see docs/api.md", method,
+		*r = reply_msg(c, dl, -ENOENT, "no such endpoint: %s %s; see docs/reference/api.md", method,
 			       url);
 	} else if (rc == -EBADRQC) {
 		k8_err_set(&call->err, -EBADRQC, "%s is not allowed on %s; it takes %s (see "
-			   "docs/api.md)", method, url, allow);
+			   "docs/reference/api.md)", method, url, allow);
 		unsigned http;
 		json_t *v = dl->error(&call->err, &http);
 		*r = reply_status(c, dl, 405, v, "Allow", allow);
@@ -906,8 +925,12 @@ static enum MHD_Result answer(struct api_listener *l, struct MHD_Connection *c, 
 	} else if (call->reader.read) {
 		r = reply_reader(c, dl, call);
 	} else if (call->raw.fn) {
-		r = call->raw.hijack ? reply_hijack(c, dl, rq, &call->raw)
-				     : reply_raw_body(c, dl, &call->raw);
+		/* moby answers 101 only to a client that asked to upgrade: Node's client
+		 * (dockerode) takes an unasked-for 101 for an informational answer and waits
+		 * for the real one forever */
+		bool upgrade = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Upgrade") != NULL;
+		r = call->raw.kind == API_RAW_HIJACK && upgrade ? reply_hijack(c, dl, rq, &call->raw)
+							       : reply_raw_body(c, dl, &call->raw);
 	} else if (call->text) {
 		r = reply_text(c, dl, call->status ? call->status : 200, call->text,
 			       call->text_type ? call->text_type : "text/plain; charset=utf-8");

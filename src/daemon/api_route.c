@@ -6,6 +6,7 @@
  * directly with hostile paths, methods, bodies and query strings.
  */
 #include "daemon/api_route.h"
+#include "docker/query.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -305,14 +306,28 @@ int api_take_body(struct api_call *call, const struct api_sink *sink)
 	return 0;
 }
 
-int api_reply_raw(struct api_call *call, bool hijack, const char *type,
-		  void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len),
+int api_reply_raw(struct api_call *call, enum api_raw_kind kind, const char *type,
+		  void (*fn)(void *ctx, const struct api_conn *conn),
 		  void (*free_fn)(void *ctx), void *ctx)
 {
 	call->raw.fn = fn;
 	call->raw.free = free_fn;
 	call->raw.ctx = ctx;
 	call->raw.type = type;
-	call->raw.hijack = hijack;
+	call->raw.kind = kind;
 	return 0;
+}
+
+int api_path_split_docker(const char *url, struct api_path *p, struct k8_err *err)
+{
+	struct dq_path dp;
+	char msg[256];
+	int r;
+
+	if (dq_split_path(url, &dp, msg, sizeof(msg)))
+		return k8_err_set(err, -EINVAL, "%s", msg);
+	r = api_path_split(dp.rest, p, err);
+	if (!r && dq_image_segments(&p->seg[0][0], sizeof(p->seg[0]), &p->n, msg, sizeof(msg)))
+		r = k8_err_set(err, -EINVAL, "%s", msg);
+	return r;
 }

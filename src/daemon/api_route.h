@@ -9,7 +9,7 @@
  * and name the field in the 400 they produce, and answers by
  *   - returning 0 with call->out set (or left NULL for `{}`): a JSON result, 200;
  *   - returning a negative errno with call->err filled: the listener's error reply
- *     (docs/api.md, docs/errors.md); set call->exit_code for run/exec's `exit_code`;
+ *     (docs/reference/api.md, docs/errors.md); set call->exit_code for run/exec's `exit_code`;
  *   - api_reply_job(): a progress stream whose worker runs an api_job_fn;
  *   - api_reply_upgrade(): 101 and a framed exec stream (exec.c).
  * Route tables are arrays of struct api_route; the matcher is shared by every table.
@@ -68,6 +68,12 @@ struct api_match {
  * Returns 0, or -ENOENT (more than API_SEG_MAX segments) or -EINVAL (a segment longer
  * than API_SEG_LEN - 1 bytes, or one that decodes to a NUL byte) with err filled. */
 int api_path_split(const char *url, struct api_path *p, struct k8_err *err);
+/* docker.sock's paths (docker_api.c's dialect; here, pure, so fuzz_api reaches the one
+ * the daemon runs): strip an optional /v1.NN/ prefix (-EINVAL with moby's wording outside
+ * 1.24..1.47), split like api_path_split, and join an image name that spans segments
+ * (src/docker/query.c dq_image_segments: "/images/127.0.0.1:5000/py:1/json" -> images,
+ * "127.0.0.1:5000/py:1", json). Returns 0, or a negative errno with err filled. */
+int api_path_split_docker(const char *url, struct api_path *p, struct k8_err *err);
 
 /* Find the route for `method` and `p` in `table[0..n)`. Returns 0 with *m filled;
  * -ENOENT when no pattern matches the path; -EBADRQC when some pattern matches the path
@@ -94,6 +100,21 @@ struct api_sink {
 	int (*done)(struct api_call *call, void *ctx);  /* answers like a handler */
 	void (*free)(void *ctx);        /* last, in every case */
 	void *ctx;
+};
+
+/* A body a handler writes itself (api_reply_raw): how it is sent. */
+enum api_raw_kind {
+	API_RAW_BODY,           /* a 200 with a chunked body (logs, wait) */
+	API_RAW_HIJACK,         /* moby's hijacked stream (attach, exec start): see api_reply_raw */
+};
+
+/* Where a raw body goes, and where the client's bytes come from (api_reply_raw). */
+struct api_conn {
+	int fd;                 /* write the body here */
+	bool duplex;            /* fd is the client's socket: its bytes (stdin) are read from
+	                         * it too, and a half-close ends them; else fd is a pipe */
+	const char *extra;      /* duplex: bytes read past the request head, the stream's first */
+	size_t extra_len;
 };
 
 /* Look a query argument up by name: its raw value, or NULL when absent. */
@@ -127,11 +148,11 @@ struct api_call {
 	struct api_sink sink;           /* set by api_take_body */
 	api_query_fn header;            /* request headers by name (same contract as query) */
 	struct api_raw {
-		void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len);
+		void (*fn)(void *ctx, const struct api_conn *conn);
 		void (*free)(void *ctx);
 		void *ctx;
 		const char *type;
-		bool hijack;
+		enum api_raw_kind kind;
 	} raw;                          /* set by api_reply_raw */
 };
 
@@ -191,8 +212,8 @@ int api_query_bool(struct api_call *call, const char *key, bool *out);
 
 /* ---- replies other than a JSON result ---- */
 
-/* A progress stream (docs/api.md): the worker gets the daemon, the body and `arg` (at most
- * API_SEG_LEN - 1 bytes, e.g. the sandbox name), reports through api_job_progress and
+/* A progress stream (docs/reference/api.md): the worker gets the daemon, the body and `arg` (at
+ * most API_SEG_LEN - 1 bytes, e.g. the sandbox name), reports through api_job_progress and
  * ends with its result or its error. */
 struct api_job {
 	struct daemon *d;
@@ -219,15 +240,21 @@ int api_reply_reader(struct api_call *call, const struct api_reader *rd);
  * to sink->write (a failure is kept, the rest of the body is read and dropped, and that
  * error is the reply); at its end sink->done answers as a handler would. */
 int api_take_body(struct api_call *call, const struct api_sink *sink);
-/* A body the handler writes itself (docker.sock's attach, exec start, logs, wait).
- * hijack: answer 101 with `Upgrade: tcp` and Content-Type `type`, then fn(ctx) gets the
- * connection's socket (and the bytes already read past the request head) in the
- * connection's thread; the socket is closed when fn returns. Otherwise: a 200 whose
- * headers go out at once and whose body fn writes to `fd` (a pipe) from a thread of its
- * own; the body ends when fn returns (a write fails with EPIPE once the client left).
- * free(ctx) runs exactly once, after fn or when the reply never happened. */
-int api_reply_raw(struct api_call *call, bool hijack, const char *type,
-		  void (*fn)(void *ctx, int fd, const char *extra, size_t extra_len),
+/* A body the handler writes itself (docker.sock's attach, exec start, logs, wait), with
+ * Content-Type `type`, as moby answers (docs/docker.md "Streams"):
+ *   API_RAW_HIJACK, and the request asked for an upgrade (an `Upgrade` header): 101 with
+ *     `Upgrade: tcp` and one `Connection: Upgrade`; then fn gets the connection's socket
+ *     (conn->duplex, and the bytes already read past the request head) in the
+ *     connection's thread; the socket is closed when fn returns.
+ *   API_RAW_HIJACK without an `Upgrade` header: 200 and the raw stream until the
+ *     connection closes (no chunks, no length: moby writes it on the hijacked
+ *     connection), fn writing to a pipe (conn->duplex false: no stdin).
+ *   API_RAW_BODY: a 200 with a chunked body, fn writing to a pipe.
+ * A 200's headers go out at once; fn runs in a thread of its own and the body ends when
+ * it returns (a write fails with EPIPE once the client left). free(ctx) runs exactly
+ * once, after fn or when the reply never happened. */
+int api_reply_raw(struct api_call *call, enum api_raw_kind kind, const char *type,
+		  void (*fn)(void *ctx, const struct api_conn *conn),
 		  void (*free_fn)(void *ctx), void *ctx);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* archive.c - copying files in and out of a sandbox's containers: a tar stream between
- * an API connection and the agent's archive ops (docs/api.md "Copying files",
+ * an API connection and the agent's archive ops (docs/reference/api.md "Copying files",
  * docs/protocol.md).
  *
  * get: archive.get opens an agent stream whose STDOUT is the tar. archive_get_read()
@@ -247,34 +247,28 @@ static void archive_keep_err(struct archive_xfer *x, const struct sframe *f)
 	x->msg[x->msg_len] = '\0';
 }
 
-/* Wait for the stream to have something (or up to ms); -ETIMEDOUT on a stall, -ECONNRESET
- * when the VM went away. Returns 1 when the helper has exited and its output is drained. */
-static int archive_wait(struct archive_xfer *x, int ms, json_t **exit_info, struct k8_err *err)
+/* The VM or the agent went away under the transfer. */
+static int archive_lost(struct archive_xfer *x, struct k8_err *err)
 {
-	struct agentlink *l = &x->sb->link;
-	struct pollfd pfd = { .fd = x->s->efd, .events = POLLIN };
-	bool done, broken;
+	k8_err_set(err, -ECONNRESET, "%s during the copy", LINK_LOST_WHY);
+	return archive_end(x, -ECONNRESET, err);
+}
 
-	pthread_mutex_lock(&l->lock);
-	done = x->s->exited && !x->s->head;
-	broken = l->broken && !x->s->exited;
-	if (done)
-		*exit_info = json_incref(x->s->exit_info);
-	pthread_mutex_unlock(&l->lock);
-	if (done)
-		return 1;
-	if (broken) {
-		k8_err_set(err, -ECONNRESET, "the sandbox's VM or agent went away during the copy");
-		return archive_end(x, -ECONNRESET, err);
-	}
-	if (poll(&pfd, 1, ms) < 0 && errno != EINTR)
-		return archive_end(x, k8_err_set(err, -errno, "poll: %s", strerror(errno)), err);
-	if (pfd.revents & POLLIN) {
-		uint64_t v;
-		(void)!read(x->s->efd, &v, sizeof(v));
-		return 0;
-	}
-	return -ETIMEDOUT;
+/* A stall: nothing moved for ARCHIVE_STALL_MS. */
+static bool archive_stalled(uint64_t idle_since)
+{
+	return now_mono_ns() - idle_since > ARCHIVE_STALL_MS * 1000000ull;
+}
+
+/* A frame that is not the tar (get) or not expected at all (put): STDERR is kept for the
+ * message, the rest dropped; its credit goes back. */
+static void archive_skip(struct archive_xfer *x, struct sframe *f)
+{
+	if (f->type == PROTO_STDERR)
+		archive_keep_err(x, f);
+	if (f->len)
+		link_stream_consumed(&x->sb->link, x->s, f->len);
+	free(f);
 }
 
 ssize_t archive_get_read(struct archive_xfer *x, void *buf, size_t max, struct k8_err *err)
@@ -287,67 +281,83 @@ ssize_t archive_get_read(struct archive_xfer *x, void *buf, size_t max, struct k
 	for (;;) {
 		struct sframe *f = x->cur;
 		json_t *info = NULL;
-		int w;
+		enum link_next w = LINK_NEXT_FRAME;
+		int r;
 
 		if (!f) {
-			f = link_stream_pop(l, x->s);
+			w = link_stream_next(l, x->s, 1000, &f, &info);
 			x->cur_off = 0;
 		}
-		if (f) {
-			if (f->type == PROTO_STDOUT && f->len > x->cur_off) {
-				size_t n = f->len - x->cur_off;
-				if (n > max)
-					n = max;
-				memcpy(buf, f->data + x->cur_off, n);
-				x->cur_off += n;
-				x->bytes += n;
-				if (x->cur_off < f->len) {
-					x->cur = f;
-				} else {
-					x->cur = NULL;
-					link_stream_consumed(l, x->s, f->len);
-					free(f);
-				}
-				return (ssize_t)n;
+		switch (w) {
+		case LINK_NEXT_FRAME: {
+			size_t n = f->len > x->cur_off ? f->len - x->cur_off : 0;
+
+			if (f->type != PROTO_STDOUT || !n) {
+				x->cur = NULL;
+				archive_skip(x, f);
+				idle_since = now_mono_ns();
+				continue;
 			}
-			if (f->type == PROTO_STDERR)
-				archive_keep_err(x, f);
-			x->cur = NULL;
-			if (f->len)
+			if (n > max)
+				n = max;
+			memcpy(buf, f->data + x->cur_off, n);
+			x->cur_off += n;
+			x->bytes += n;
+			x->cur = x->cur_off < f->len ? f : NULL;
+			if (!x->cur) {
 				link_stream_consumed(l, x->s, f->len);
-			free(f);
-			idle_since = now_mono_ns();
-			continue;
+				free(f);
+			}
+			return (ssize_t)n;
 		}
-		w = archive_wait(x, 1000, &info, err);
-		if (w == 1) {
-			int r = archive_exit(x, info, err);
+		case LINK_NEXT_EXIT:
+			r = archive_exit(x, info, err);
 			json_decref(info);
 			return r < 0 ? r : 0;
-		}
-		if (w < 0 && w != -ETIMEDOUT)
-			return w;
-		if (w == 0)
+		case LINK_NEXT_LOST:
+			json_decref(info);
+			return archive_lost(x, err);
+		case LINK_NEXT_WOKE:
 			idle_since = now_mono_ns();
-		else if (now_mono_ns() - idle_since > ARCHIVE_STALL_MS * 1000000ull) {
-			k8_err_set(err, -ETIMEDOUT, "the guest sent nothing for %d s", ARCHIVE_STALL_MS / 1000);
-			return archive_end(x, -ETIMEDOUT, err);
+			continue;
+		case LINK_NEXT_TIMEOUT:
+			if (archive_stalled(idle_since)) {
+				k8_err_set(err, -ETIMEDOUT, "the guest sent nothing for %d s",
+					   ARCHIVE_STALL_MS / 1000);
+				return archive_end(x, -ETIMEDOUT, err);
+			}
+			continue;
 		}
 	}
 }
 
-/* put: take what the stream has (stderr for the message, nothing else is expected). */
-static void archive_drain(struct archive_xfer *x)
+/* put: wait up to ms for the helper: 0 when something moved (a frame taken, credit back),
+ * 1 when nothing did, else its end (archive_end's: its exit, a lost link). `ended` tells
+ * the caller the helper exited (*r is then archive_exit's). */
+static int archive_put_wait(struct archive_xfer *x, int ms, bool *ended, int *r,
+			    struct k8_err *err)
 {
-	struct agentlink *l = &x->sb->link;
 	struct sframe *f;
+	json_t *info = NULL;
 
-	while ((f = link_stream_pop(l, x->s))) {
-		if (f->type == PROTO_STDERR)
-			archive_keep_err(x, f);
-		if (f->len)
-			link_stream_consumed(l, x->s, f->len);
-		free(f);
+	*ended = false;
+	switch (link_stream_next(&x->sb->link, x->s, ms, &f, &info)) {
+	case LINK_NEXT_FRAME:
+		archive_skip(x, f);
+		return 0;
+	case LINK_NEXT_EXIT:
+		*ended = true;
+		*r = archive_exit(x, info, err);
+		json_decref(info);
+		return -1;
+	case LINK_NEXT_LOST:
+		json_decref(info);
+		*r = archive_lost(x, err);
+		return -1;
+	case LINK_NEXT_WOKE:
+		return 0;
+	default:
+		return 1;
 	}
 }
 
@@ -367,14 +377,11 @@ int archive_put_write(struct archive_xfer *x, const void *p, size_t n, struct k8
 	}
 	while (n) {
 		size_t take;
-		json_t *info = NULL;
-		int w;
+		bool ended;
+		int w, r = 0;
 
-		archive_drain(x);
-		if (link_stdin_send(l, x->s, p, n, &take) < 0) {
-			k8_err_set(err, -ECONNRESET, "the sandbox's agent went away during the copy");
-			return archive_end(x, -ECONNRESET, err);
-		}
+		if (link_stdin_send(l, x->s, p, n, &take) < 0)
+			return archive_lost(x, err);
 		if (take) {
 			p = (const char *)p + take;
 			n -= take;
@@ -382,22 +389,17 @@ int archive_put_write(struct archive_xfer *x, const void *p, size_t n, struct k8
 			idle_since = now_mono_ns();
 			continue;
 		}
-		w = archive_wait(x, 1000, &info, err);
-		if (w == 1) {
-			/* the helper ended before the archive did: its error */
-			int r = archive_exit(x, info, err);
-			json_decref(info);
-			if (r == 0) {
+		w = archive_put_wait(x, 1000, &ended, &r, err);
+		if (w < 0) {
+			if (ended && r == 0) {  /* the helper ended before the archive did */
 				k8_err_set(err, -EPIPE, "the extraction ended before the archive");
 				return archive_end(x, -EPIPE, err);
 			}
 			return r;
 		}
-		if (w < 0 && w != -ETIMEDOUT)
-			return w;
 		if (w == 0)
 			idle_since = now_mono_ns();
-		else if (now_mono_ns() - idle_since > ARCHIVE_STALL_MS * 1000000ull) {
+		else if (archive_stalled(idle_since)) {
 			k8_err_set(err, -ETIMEDOUT, "the guest took nothing for %d s", ARCHIVE_STALL_MS / 1000);
 			return archive_end(x, -ETIMEDOUT, err);
 		}
@@ -407,28 +409,20 @@ int archive_put_write(struct archive_xfer *x, const void *p, size_t n, struct k8
 
 int archive_put_finish(struct archive_xfer *x, struct k8_err *err)
 {
-	struct agentlink *l = &x->sb->link;
 	uint64_t idle_since = now_mono_ns();
 
 	if (x->done)
 		return archive_end(x, x->result, err);
-	link_send(l, PROTO_STDIN, PROTO_F_EOF, x->s->id, NULL, 0);
+	link_stream_eof(&x->sb->link, x->s);
 	for (;;) {
-		json_t *info = NULL;
-		int w;
+		bool ended;
+		int r = 0, w = archive_put_wait(x, 1000, &ended, &r, err);
 
-		archive_drain(x);
-		w = archive_wait(x, 1000, &info, err);
-		if (w == 1) {
-			int r = archive_exit(x, info, err);
-			json_decref(info);
+		if (w < 0)
 			return r;
-		}
-		if (w < 0 && w != -ETIMEDOUT)
-			return w;
 		if (w == 0)
 			idle_since = now_mono_ns();
-		else if (now_mono_ns() - idle_since > ARCHIVE_STALL_MS * 1000000ull) {
+		else if (archive_stalled(idle_since)) {
 			k8_err_set(err, -ETIMEDOUT, "the extraction did not end within %d s",
 				   ARCHIVE_STALL_MS / 1000);
 			return archive_end(x, -ETIMEDOUT, err);
@@ -445,8 +439,7 @@ void archive_close(struct archive_xfer *x)
 		return;
 	l = &x->sb->link;
 	if (!x->done) {
-		unsigned char sig[4] = { SIGKILL, 0, 0, 0 };
-		link_send(l, PROTO_SIGNAL, 0, x->s->id, sig, 4);
+		link_stream_signal(l, x->s, SIGKILL);
 		x->result = -ECONNABORTED;
 		snprintf(x->why, sizeof(x->why), "the client went away");
 	}

@@ -2,7 +2,7 @@
 /* archive.h - copying files in and out of a sandbox's containers (archive.c): a tar
  * stream to or from the agent's archive ops (docs/protocol.md), as a C interface the
  * Docker layer calls for GET/HEAD/PUT /containers/{id}/archive, and kosa8's own API
- * (docs/api.md, "Copying files").
+ * (docs/reference/api.md, "Copying files").
  *
  * The caller holds the sandbox (sb_get) for as long as a transfer is open and makes sure
  * it runs (sb_ensure_running). Every transfer is audited as sandbox.container.cp once it

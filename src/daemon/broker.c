@@ -510,7 +510,7 @@ static void broker_pid_save(struct sandbox *sb)
 int broker_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
 	char dir[4200], sock[4300], tls[4300], ctl[4200], user[32];
-	cleanup_free char *exe = sidecar_exe("kosa8-broker");
+	cleanup_free char *exe = k8_beside_self("kosa8-broker");
 	cleanup_free char *rules = xasprintf("%s/broker.json", sb->dir);
 	cleanup_free char *log = xasprintf("%s/broker.log", sb->dir);
 	json_t *cfg;

@@ -206,6 +206,55 @@ out:
 	return r;
 }
 
+/* The daemon's guest image (its manifest, kernel and initramfs) as parts, checked against
+ * the manifest it was found with. */
+static int export_guest(struct daemon *d, struct parts *ps, struct k8_err *err)
+{
+	int r;
+
+	if (!d->guest.dir[0])
+		return k8_err_set(err, -ENOENT, "this daemon has no guest image to bundle (--no-guest)");
+	cleanup_free char *gm = xasprintf("%s/manifest.json", d->guest.dir);
+	const char *kb = strrchr(d->guest.kernel, '/') + 1, *ib = strrchr(d->guest.initramfs, '/') + 1;
+	if ((r = add_part(ps, gm, "guest", err, "guest/manifest.json")) ||
+	    (r = add_part(ps, d->guest.kernel, "guest", err, "guest/%s", kb)) ||
+	    (r = add_part(ps, d->guest.initramfs, "guest", err, "guest/%s", ib)))
+		return r;
+	if (strcmp(ps->v[ps->n - 2].sha, d->guest.kernel_sha) ||
+	    strcmp(ps->v[ps->n - 1].sha, d->guest.initramfs_sha))
+		return k8_err_set(err, -EBADMSG, "the guest image in %s does not match its manifest",
+				  d->guest.dir);
+	return 0;
+}
+
+/* The model named `v` as a part (its file, checked against its SHA-256), its metadata
+ * into mmeta. */
+static int export_model(struct daemon *d, json_t *v, struct parts *ps, json_t *mmeta,
+			struct k8_err *err)
+{
+	json_t *all = model_list_json(d), *m, *found = NULL;
+	size_t k;
+	int r;
+
+	json_array_foreach(all, k, m)
+		if (json_is_string(v) && !strcmp(json_string_value(json_object_get(m, "name")),
+						 json_string_value(v)))
+			found = json_incref(m);
+	json_decref(all);
+	if (!found)
+		return k8_err_set(err, -ENOENT, "no model '%s'; see kosa8 model ls",
+				  json_is_string(v) ? json_string_value(v) : "?");
+	const char *sha = json_string_value(json_object_get(found, "sha256"));
+	cleanup_free char *src = xasprintf("%s/models/blobs/sha256-%s", d->home, sha);
+	json_array_append_new(mmeta, found);
+	if ((r = add_part(ps, src, "model", err, "models/sha256-%s", sha)))
+		return r;
+	if (strcmp(ps->v[ps->n - 1].sha, sha))
+		return k8_err_set(err, -EBADMSG, "model %s: its file does not match its SHA-256",
+				  json_string_value(v));
+	return 0;
+}
+
 int bundle_export(struct daemon *d, json_t *body, progress_fn progress, void *pctx, json_t **out,
 		  struct k8_err *err)
 {
@@ -221,23 +270,8 @@ int bundle_export(struct daemon *d, json_t *body, progress_fn progress, void *pc
 	char *index_text = NULL, *mtext = NULL;
 	cleanup_free char *tmp = xasprintf("%s.tmp", path);
 	int r = 0;
-	if (guest) {
-		if (!d->guest.dir[0]) {
-			r = k8_err_set(err, -ENOENT, "this daemon has no guest image to bundle (--no-guest)");
-			goto out;
-		}
-		cleanup_free char *gm = xasprintf("%s/manifest.json", d->guest.dir);
-		const char *kb = strrchr(d->guest.kernel, '/') + 1, *ib = strrchr(d->guest.initramfs, '/') + 1;
-		if ((r = add_part(&ps, gm, "guest", err, "guest/manifest.json")) ||
-		    (r = add_part(&ps, d->guest.kernel, "guest", err, "guest/%s", kb)) ||
-		    (r = add_part(&ps, d->guest.initramfs, "guest", err, "guest/%s", ib)))
-			goto out;
-		if (strcmp(ps.v[ps.n - 2].sha, d->guest.kernel_sha) || strcmp(ps.v[ps.n - 1].sha, d->guest.initramfs_sha)) {
-			r = k8_err_set(err, -EBADMSG, "the guest image in %s does not match its manifest",
-				       d->guest.dir);
-			goto out;
-		}
-	}
+	if (guest && (r = export_guest(d, &ps, err)))
+		goto out;
 	size_t i;
 	json_t *v;
 	json_array_foreach(images, i, v) {
@@ -245,30 +279,9 @@ int bundle_export(struct daemon *d, json_t *body, progress_fn progress, void *pc
 			goto out;
 		json_array_append(refs, v);
 	}
-	json_array_foreach(models, i, v) {
-		json_t *all = model_list_json(d), *m, *found = NULL;
-		size_t k;
-		json_array_foreach(all, k, m)
-			if (json_is_string(v) && !strcmp(json_string_value(json_object_get(m, "name")),
-							 json_string_value(v)))
-				found = json_incref(m);
-		json_decref(all);
-		if (!found) {
-			r = k8_err_set(err, -ENOENT, "no model '%s'; see kosa8 model ls",
-				       json_is_string(v) ? json_string_value(v) : "?");
+	json_array_foreach(models, i, v)
+		if ((r = export_model(d, v, &ps, mmeta, err)))
 			goto out;
-		}
-		const char *sha = json_string_value(json_object_get(found, "sha256"));
-		cleanup_free char *src = xasprintf("%s/models/blobs/sha256-%s", d->home, sha);
-		json_array_append_new(mmeta, found);
-		if ((r = add_part(&ps, src, "model", err, "models/sha256-%s", sha)))
-			goto out;
-		if (strcmp(ps.v[ps.n - 1].sha, sha)) {
-			r = k8_err_set(err, -EBADMSG, "model %s: its file does not match its SHA-256",
-				       json_string_value(v));
-			goto out;
-		}
-	}
 	index_text = json_dumps(index, JSON_COMPACT);
 	static const char layout[] = "{\"imageLayoutVersion\":\"1.0.0\"}";
 	json_t *plist = json_array();

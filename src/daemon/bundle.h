@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* bundle.h - kosa8 bundle export / import: the air-gap bundle (bundle.c, docs/bundle.md). */
+/* bundle.h - kosa8 bundle export / import: the air-gap bundle (bundle.c, docs/model.md
+ * "Bundles"). */
 #ifndef K8_BUNDLE_H
 #define K8_BUNDLE_H
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* containers.c - the containers of a sandbox, through its agent: list, stop, remove
- * (docs/api.md; run and exec are exec.c's). Issue 12's Docker API grows this file. */
+ * (docs/reference/api.md; run and exec are exec.c's). Issue 12's Docker API grows this file. */
 #include "daemon/containers.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"

@@ -37,6 +37,22 @@ void daemon_setting_list_free(char **list)
 	free(list);
 }
 
+void *daemon_state(struct daemon *d, void **slot, void *(*make)(struct daemon *d))
+{
+	void *v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+
+	if (v)
+		return v;
+	pthread_mutex_lock(&d->lock);
+	v = *slot;
+	if (!v) {
+		v = make(d);
+		__atomic_store_n(slot, v, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return v;
+}
+
 /* Read at each use so an edit needs no restart; a malformed file is logged, not fatal. */
 json_t *daemon_config(struct daemon *d)
 {
@@ -75,14 +91,36 @@ struct vm_machine daemon_vm_machine(struct daemon *d, json_t *cfg)
 {
 	json_t *own = cfg ? NULL : daemon_config(d);
 	json_t *v = json_object_get(cfg ? cfg : own, "free_page_reporting");
-	struct vm_machine m = { .balloon = true };
+	json_t *rtc = json_object_get(cfg ? cfg : own, "rtc");
+	struct vm_machine m = { .balloon = true, .rtc = true };
 
 	if (json_is_boolean(v))
 		m.balloon = json_is_true(v);
 	else if (v)
 		daemon_log("config.json \"free_page_reporting\" must be true or false; using true");
+	/* The RTC costs a boot nothing, its absence about a second (vm.h): "rtc": false
+	 * boots the machine of before (tests of older checkpoints use it). */
+	if (json_is_boolean(rtc))
+		m.rtc = json_is_true(rtc);
+	else if (rtc)
+		daemon_log("config.json \"rtc\" must be true or false; using true");
 	json_decref(own);
 	return m;
+}
+
+bool daemon_memfile(struct daemon *d, json_t *cfg)
+{
+	json_t *own = cfg ? NULL : daemon_config(d);
+	const char *v = json_string_value(json_object_get(cfg ? cfg : own, "checkpoint_memory"));
+	bool file = true;
+
+	if (v && !strcmp(v, "stream"))
+		file = false;
+	else if (json_object_get(cfg ? cfg : own, "checkpoint_memory") && (!v || strcmp(v, "file")))
+		daemon_log("config.json \"checkpoint_memory\" must be \"file\" or \"stream\"; "
+			   "using \"file\"");
+	json_decref(own);
+	return file;
 }
 
 /* Offline: the flag, the environment or config.json (daemon.h). */

@@ -70,8 +70,18 @@ struct daemon {
 	 * a negative errno with err when none runs. */
 	int (*model_addr)(struct daemon *d, const char *name, char *out, size_t n,
 			  struct k8_err *err);
+	/* Modules' own state in this daemon, made on first use (daemon_state): the Docker
+	 * API's records (docker_ctr.c), its engine (docker_engine.c), its builds' cache
+	 * (docker_build.c). Opaque here. */
+	struct docker *docker;
+	struct docker_engine *docker_engine;
+	struct docker_build *docker_build;
 	/* The E2B API's state (e2b_box.c's e2b_of), made on first use. Opaque here. */
 	struct e2b *e2b;
+	/* store.c's store_after_checkpoint, set by main.c: a checkpoint just made is pushed
+	 * to the store config.json's "push_checkpoints" names (checkpoint.c sits beside
+	 * store.c, which uses it); that store's name, or NULL. */
+	const char *(*after_checkpoint)(struct daemon *d, struct sandbox *sb, const char *label);
 };
 
 /* The longest idle pause a sandbox or config.json may ask for: 30 days. */
@@ -93,8 +103,20 @@ bool daemon_offline(struct daemon *d, json_t *cfg);
 #define K8_TCG_TB_MIB_DEFAULT 128
 int daemon_tcg_tb_mib(struct daemon *d, json_t *cfg);
 /* The machine a VM booted now gets: the free-page-reporting balloon unless config.json
- * "free_page_reporting" is false; read at each boot (cfg as above). */
+ * "free_page_reporting" is false, and the CMOS RTC unless "rtc" is false; read at each
+ * boot (cfg as above). */
 struct vm_machine daemon_vm_machine(struct daemon *d, json_t *cfg);
+
+/* daemon.c: a module's state in this daemon, made on first use. *slot (a field of d) is
+ * read once made; the first caller makes it with make(d) under d->lock, which make must
+ * not take. Returns *slot. Never freed (it lives as long as the daemon). */
+void *daemon_state(struct daemon *d, void **slot, void *(*make)(struct daemon *d));
+
+/* How a checkpoint or a pause to disk saves a VM's RAM: config.json "checkpoint_memory",
+ * "file" (true, the default: a memory file that restores map copy-on-write, docs/design.md
+ * "Memory as a file") or "stream" (false: QEMU's migration stream into one state file,
+ * as before); read at each save (cfg as above). A restore follows what was saved. */
+bool daemon_memfile(struct daemon *d, json_t *cfg);
 
 /* daemon.c: the audit helper; never fails the caller (an audit failure is logged) */
 void daemon_audit(struct daemon *d, const char *action, const char *sandbox, json_t *details);

@@ -19,15 +19,17 @@
 #include "daemon/agentlink.h"
 #include "daemon/archive.h"
 #include "daemon/docker_engine.h"
-#include "daemon/docker_route.h"
 #include "daemon/daemon.h"
 #include "daemon/sandbox.h"
+#include "daemon/slots.h"
 #include "common/proto.h"
 #include "common/sha.h"
 #include "common/uarchive.h"
 #include "common/worker.h"
+#include "docker/copy.h"
 #include "docker/dockerfile.h"
 #include "docker/dockerignore.h"
+#include "docker/names.h"
 #include "docker/query.h"
 #include "docker/runlayer.h"
 #include "image/image.h"
@@ -50,8 +52,6 @@
 
 #define DKB_CONTEXT_MAX  (1ull << 30)   /* bytes of the context as sent (maybe compressed) */
 #define DKB_UNPACK_MAX   (2ull << 30)   /* bytes of the context unpacked */
-#define DKB_FILES_MAX    100000u        /* entries one COPY/ADD takes */
-#define DKB_DEPTH_MAX    256u           /* directory depth one COPY/ADD walks */
 #define DKB_QUERY_JSON   (64u << 10)    /* buildargs / labels query values */
 #define DKB_LAYER_MAX    (4ull << 30)   /* bytes of the layer one RUN makes */
 #define DKB_LAYER_ENTRIES 1000000u      /* entries in it (the store's own cap) */
@@ -228,8 +228,7 @@ struct dkb {
 	char mdg[80];               /* the image so far: its manifest digest */
 	char sbname[32];            /* the build's own sandbox (RUN), "" until needed */
 	bool cmd_set;               /* CMD seen in this stage (ENTRYPOINT then keeps it) */
-	/* the image's symlinks (path -> target) after the layers listed (dkb_links) */
-	json_t *links, *links_layers, *links_below;
+	struct dcopy_links lk;      /* the image's symlinks after the layers listed (dkb_links) */
 };
 
 static void dkb_say(struct dkb *b, const char *fmt, ...) K8_PRINTF(2, 3);
@@ -493,425 +492,73 @@ static void dkb_apply_meta(struct dkb *b, const struct df_state *st, const struc
 	}
 }
 
-/* ---- COPY / ADD: a layer from the context ---- */
+/* ---- COPY / ADD: src/docker/copy.c makes the layer; the image's symlink maps of the
+ * images seen lately are kept here, so a build (a cached one too) does not read its base
+ * image's layers again: the longest cached prefix of an image's layer list is taken ---- */
 
-struct dkb_copy {
-	struct dkb *b;
-	struct archive *a;          /* the layer being written */
-	struct df_copy_file *files;
-	size_t n, cap;
-	bool chown;
-	uint32_t uid, gid;
-	bool add;                   /* ADD: a local tar archive is extracted */
-	struct k8_err *err;
+#define DKB_LCACHE 8
+#define DKB_LCACHE_LINKS 20000  /* a larger map is not kept */
+
+/* The builds' state in a daemon: the symlink maps of the images seen lately. */
+struct docker_build {
+	pthread_mutex_t lock;
+	struct dcopy_links e[DKB_LCACHE];
+	unsigned next;
 };
 
-static void dkb_copy_free(struct dkb_copy *c)
+static void *dkb_make(struct daemon *d)
 {
-	for (size_t i = 0; i < c->n; i++) {
-		free((char *)c->files[i].path);
-		free((char *)c->files[i].link_target);
-		free((char *)c->files[i].sha256);
-	}
-	free(c->files);
-	if (c->a)
-		archive_write_free(c->a);
+	struct docker_build *c = xcalloc(1, sizeof(*c));
+
+	(void)d;
+	pthread_mutex_init(&c->lock, NULL);
+	return c;
 }
 
-static int dkb_copy_note(struct dkb_copy *c, const char *path, const struct stat *s,
-			 const char *link, const char *sha)
+static struct docker_build *dkb_of(struct daemon *d)
 {
-	struct df_copy_file *f;
-
-	if (c->n >= DKB_FILES_MAX)
-		return k8_err_set(c->err, -E2BIG, "COPY takes more than %u files (kosa8's limit)",
-				  DKB_FILES_MAX);
-	if (c->n == c->cap) {
-		c->cap = c->cap ? c->cap * 2 : 64;
-		c->files = realloc(c->files, c->cap * sizeof(*c->files));
-		if (!c->files)
-			abort();
-	}
-	f = &c->files[c->n++];
-	memset(f, 0, sizeof(*f));
-	f->path = xstrdup(path);
-	f->mode = s->st_mode;
-	f->uid = c->chown ? c->uid : 0;
-	f->gid = c->chown ? c->gid : 0;
-	f->size = S_ISREG(s->st_mode) ? (uint64_t)s->st_size : 0;
-	f->link_target = link ? xstrdup(link) : NULL;
-	f->sha256 = sha ? xstrdup(sha) : NULL;
-	return 0;
+	return daemon_state(d, (void **)&d->docker_build, dkb_make);
 }
 
-static int dkb_ar_err(struct dkb_copy *c, const char *what)
+static void dkb_lcache_get(struct dkb *b, const json_t *layers)
 {
-	return k8_err_set(c->err, -EIO, "writing the layer (%s): %s", what,
-			  archive_error_string(c->a) ?: "error");
+	struct docker_build *dkb_lc = dkb_of(b->d);
+	int best = -1;
+
+	pthread_mutex_lock(&dkb_lc->lock);
+	for (int i = 0; i < DKB_LCACHE; i++)
+		if (dcopy_links_prefix(dkb_lc->e[i].layers, layers) &&
+		    (best < 0 || json_array_size(dkb_lc->e[i].layers) >
+				 json_array_size(dkb_lc->e[best].layers)))
+			best = i;
+	if (best >= 0) {
+		dcopy_links_clear(&b->lk);
+		b->lk.links = json_deep_copy(dkb_lc->e[best].links);
+		b->lk.layers = json_deep_copy(dkb_lc->e[best].layers);
+		b->lk.below = json_deep_copy(dkb_lc->e[best].below);
+	}
+	pthread_mutex_unlock(&dkb_lc->lock);
 }
 
-/* One entry of the layer: `dst` relative to / (no leading '/'), from an open fd (a
- * regular file, read whole and hashed) or a link target. */
-static int dkb_copy_entry(struct dkb_copy *c, const char *dst, const struct stat *s, int fd,
-			  const char *link)
+static void dkb_lcache_put(struct dkb *b)
 {
-	struct archive_entry *e = archive_entry_new();
-	char sha[65] = "", buf[65536];
-	sha256_ctx h = NULL;
-	uint64_t left = (uint64_t)s->st_size;
-	int r = 0;
+	struct docker_build *dkb_lc = dkb_of(b->d);
+	unsigned k;
 
-	archive_entry_set_pathname(e, dst);
-	archive_entry_set_mode(e, s->st_mode & (S_IFMT | 07777));
-	archive_entry_set_uid(e, c->chown ? c->uid : 0);
-	archive_entry_set_gid(e, c->chown ? c->gid : 0);
-	archive_entry_set_mtime(e, s->st_mtim.tv_sec, s->st_mtim.tv_nsec);
-	if (S_ISLNK(s->st_mode))
-		archive_entry_set_symlink(e, link);
-	archive_entry_set_size(e, S_ISREG(s->st_mode) ? s->st_size : 0);
-	if (archive_write_header(c->a, e) != ARCHIVE_OK) {
-		archive_entry_free(e);
-		return dkb_ar_err(c, dst);
-	}
-	archive_entry_free(e);
-	if (S_ISREG(s->st_mode)) {
-		h = sha256_begin();
-		while (left > 0) {
-			ssize_t n = read(fd, buf, left < sizeof(buf) ? left : sizeof(buf));
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {   /* it shrank under us: the tar entry must stay whole */
-				r = k8_err_set(c->err, -EIO, "reading %s from the context failed",
-					       dst);
-				break;
-			}
-			sha256_add(h, buf, (size_t)n);
-			if (archive_write_data(c->a, buf, (size_t)n) != n) {
-				r = dkb_ar_err(c, dst);
-				break;
-			}
-			left -= (uint64_t)n;
-		}
-		sha256_end(h, sha);
-		if (r)
-			return r;
-	}
-	return dkb_copy_note(c, dst, s, link, sha[0] ? sha : NULL);
-}
-
-/* Is the context path excluded by .dockerignore? */
-static bool dkb_ignored(struct dkb *b, const char *rel)
-{
-	return b->ig.n && dignore_excluded(&b->ig, rel);
-}
-
-/* Copy the directory dirfd (context path `rel`) into `dst`, never following a symlink. */
-static int dkb_copy_dir(struct dkb_copy *c, int dirfd, const char *rel, const char *dst,
-			unsigned depth)
-{
-	int fd2 = dup(dirfd), r = 0;
-	DIR *d;
-	struct dirent *de;
-
-	if (depth > DKB_DEPTH_MAX)
-		return k8_err_set(c->err, -E2BIG, "%s: directories nest deeper than %u", rel,
-				  DKB_DEPTH_MAX);
-	if (fd2 < 0 || !(d = fdopendir(fd2))) {
-		if (fd2 >= 0)
-			close(fd2);
-		return k8_err_set(c->err, -errno, "%s: %s", rel, strerror(errno));
-	}
-	rewinddir(d);
-	while (!r && (de = readdir(d))) {
-		struct stat s;
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		cleanup_free char *crel = !strcmp(rel, ".") ? xstrdup(de->d_name)
-							     : xasprintf("%s/%s", rel, de->d_name);
-		cleanup_free char *cdst = dst[0] ? xasprintf("%s/%s", dst, de->d_name)
-						 : xstrdup(de->d_name);
-		if (dkb_ignored(c->b, crel))
-			continue;
-		if (fstatat(dirfd, de->d_name, &s, AT_SYMLINK_NOFOLLOW) < 0) {
-			r = k8_err_set(c->err, -errno, "%s: %s", crel, strerror(errno));
-			break;
-		}
-		if (S_ISDIR(s.st_mode)) {
-			cleanup_close int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY |
-						       O_NOFOLLOW | O_CLOEXEC);
-			if (sub < 0) {
-				r = k8_err_set(c->err, -errno, "%s: %s", crel, strerror(errno));
-				break;
-			}
-			r = dkb_copy_entry(c, cdst, &s, -1, NULL);
-			if (!r)
-				r = dkb_copy_dir(c, sub, crel, cdst, depth + 1);
-		} else if (S_ISREG(s.st_mode)) {
-			cleanup_close int f = openat(dirfd, de->d_name, O_RDONLY | O_NOFOLLOW |
-						     O_CLOEXEC);
-			if (f < 0)
-				r = k8_err_set(c->err, -errno, "%s: %s", crel, strerror(errno));
-			else
-				r = dkb_copy_entry(c, cdst, &s, f, NULL);
-		} else if (S_ISLNK(s.st_mode)) {
-			char t[4097];
-			ssize_t n = readlinkat(dirfd, de->d_name, t, sizeof(t) - 1);
-			if (n < 0) {
-				r = k8_err_set(c->err, -errno, "%s: %s", crel, strerror(errno));
-				break;
-			}
-			t[n] = '\0';
-			r = dkb_copy_entry(c, cdst, &s, -1, t);
-		}       /* the unpacker never made anything else */
-	}
-	closedir(d);
-	return r;
-}
-
-static bool dkb_is_glob(const char *s)
-{
-	return strpbrk(s, "*?[") != NULL;
-}
-
-/* ADD of a local archive: its entries under `dst`, each path checked and cleaned. */
-static int dkb_add_archive(struct dkb_copy *c, int fd, const char *dst, bool *was)
-{
-	struct archive *in;
-	struct archive_entry *e;
-	int r = 0, ar;
-
-	*was = false;
-	/* what libarchive decodes by a program (lrzip, lzop...) is not an archive here: the
-	 * file is copied as it is, as Docker copies a compression it does not know */
-	if (!(in = uarchive_reader(UARCHIVE_COMPRESSED, c->err)))
-		return c->err->code;
-	if (archive_read_open_fd(in, fd, 65536) != ARCHIVE_OK) {
-		archive_read_free(in);
-		lseek(fd, 0, SEEK_SET);
-		return 0;       /* not an archive: copied as a file */
-	}
-	while ((ar = archive_read_next_header(in, &e)) == ARCHIVE_OK) {
-		const char *p = archive_entry_pathname(e);
-		mode_t t = archive_entry_filetype(e);
-		char clean[4200], buf[65536];
-		sha256_ctx h;
-		char sha[65];
-		struct archive_entry *o;
-		ssize_t n;
-
-		*was = true;
-		if (!p || strlen(p) >= 4096)
-			return archive_read_free(in), k8_err_set(c->err, -EINVAL, "ADD: an entry "
-								  "of the archive has no usable name");
-		snprintf(clean, sizeof(clean), "%s", p[0] == '/' ? p + 1 : p);
-		dignore_clean(clean);
-		if (!strncmp(clean, "../", 3) || !strcmp(clean, ".."))
-			return archive_read_free(in), k8_err_set(c->err, -EPERM, "ADD: the archive's "
-								  "entry '%.200s' leaves its directory", p);
-		if (t != AE_IFREG && t != AE_IFDIR && t != AE_IFLNK)
-			continue;       /* no devices, FIFOs, sockets; hard links not kept */
-		cleanup_free char *path = !strcmp(clean, ".") ? xstrdup(dst)
-				: dst[0] ? xasprintf("%s/%s", dst, clean) : xstrdup(clean);
-		o = archive_entry_clone(e);
-		archive_entry_set_pathname(o, path);
-		archive_entry_set_uid(o, c->chown ? c->uid : archive_entry_uid(e));
-		archive_entry_set_gid(o, c->chown ? c->gid : archive_entry_gid(e));
-		archive_entry_set_uname(o, NULL);
-		archive_entry_set_gname(o, NULL);
-		archive_entry_set_hardlink(o, NULL);
-		if (t != AE_IFREG)
-			archive_entry_set_size(o, 0);
-		if (archive_write_header(c->a, o) != ARCHIVE_OK) {
-			archive_entry_free(o);
-			archive_read_free(in);
-			return dkb_ar_err(c, path);
-		}
-		h = sha256_begin();
-		while (t == AE_IFREG && (n = archive_read_data(in, buf, sizeof(buf))) > 0) {
-			sha256_add(h, buf, (size_t)n);
-			if (archive_write_data(c->a, buf, (size_t)n) != n) {
-				sha256_end(h, NULL);
-				archive_entry_free(o);
-				archive_read_free(in);
-				return dkb_ar_err(c, path);
-			}
-		}
-		sha256_end(h, sha);
-		struct stat s = { .st_mode = archive_entry_mode(o),
-				  .st_size = archive_entry_size(o) };
-		r = dkb_copy_note(c, path, &s, t == AE_IFLNK ? archive_entry_symlink(e) : NULL,
-				  t == AE_IFREG ? sha : NULL);
-		archive_entry_free(o);
-		if (r)
-			break;
-	}
-	if (!r && ar != ARCHIVE_EOF && *was)
-		r = k8_err_set(c->err, -EINVAL, "ADD: the archive is damaged: %s",
-			       archive_error_string(in) ?: "error");
-	archive_read_free(in);
-	if (!*was)
-		lseek(fd, 0, SEEK_SET);
-	return r;
-}
-
-/* One source (context path, cleaned) to `dst` (a directory when dst_dir). */
-static int dkb_copy_src(struct dkb_copy *c, const char *src, const char *dst, bool dst_dir)
-{
-	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
-				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
-	cleanup_close int pfd = (int)syscall(SYS_openat2, c->b->ctxfd, src, &how, sizeof(how));
-	const char *base = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
-	struct stat s;
-
-	if (pfd < 0)
-		return k8_err_set(c->err, -ENOENT, "COPY failed: file not found in build context "
-				  "or excluded by .dockerignore: stat %s: %s", src, strerror(errno));
-	if (fstat(pfd, &s) < 0)
-		return k8_err_set(c->err, -errno, "%s: %s", src, strerror(errno));
-	if (S_ISDIR(s.st_mode)) {
-		how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-		cleanup_close int dfd = (int)syscall(SYS_openat2, c->b->ctxfd, src, &how,
-						     sizeof(how));
-		if (dfd < 0)
-			return k8_err_set(c->err, -errno, "%s: %s", src, strerror(errno));
-		if (dst[0]) {
-			struct stat ds = s;     /* the destination directory: root's, 0755 */
-			ds.st_mode = S_IFDIR | 0755;
-			int r = dkb_copy_entry(c, dst, &ds, -1, NULL);
-			if (r)
-				return r;
-		}
-		return dkb_copy_dir(c, dfd, src, dst, 0);
-	}
-	if (!S_ISREG(s.st_mode))
-		return k8_err_set(c->err, -EINVAL, "COPY failed: %s is not a file or a directory",
-				  src);
-	if (dkb_ignored(c->b, src))
-		return k8_err_set(c->err, -ENOENT, "COPY failed: file not found in build context "
-				  "or excluded by .dockerignore: stat %s: file does not exist", src);
-	how.flags = O_RDONLY | O_CLOEXEC;
-	cleanup_close int fd = (int)syscall(SYS_openat2, c->b->ctxfd, src, &how, sizeof(how));
-	if (fd < 0)
-		return k8_err_set(c->err, -errno, "%s: %s", src, strerror(errno));
-	if (c->add) {
-		bool was;
-		int r = dkb_add_archive(c, fd, dst, &was);
-		if (r || was)
-			return r;
-	}
-	cleanup_free char *to = !dst_dir ? xstrdup(dst) : dst[0] ? xasprintf("%s/%s", dst, base)
-								 : xstrdup(base);
-	return dkb_copy_entry(c, to, &s, fd, NULL);
-}
-
-/* Context paths matching a glob, at any depth, not below an earlier match. */
-static int dkb_glob(struct dkb_copy *c, int dirfd, const char *rel, const char *pat,
-		    struct df_strv *out, unsigned depth)
-{
-	int fd2 = dup(dirfd), r = 0;
-	DIR *d;
-	struct dirent *de;
-
-	if (depth > DKB_DEPTH_MAX || fd2 < 0 || !(d = fdopendir(fd2))) {
-		if (fd2 >= 0)
-			close(fd2);
-		return 0;
-	}
-	while (!r && (de = readdir(d))) {
-		struct stat s;
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		cleanup_free char *crel = rel[0] ? xasprintf("%s/%s", rel, de->d_name)
-						 : xstrdup(de->d_name);
-		if (dignore_glob(pat, crel) == 1) {
-			if (out->n >= DKB_FILES_MAX)
-				r = k8_err_set(c->err, -E2BIG, "%s matches too many files", pat);
-			else
-				out->v = realloc(out->v, (out->n + 1) * sizeof(char *)),
-				out->v[out->n++] = xstrdup(crel);
-			continue;
-		}
-		if (fstatat(dirfd, de->d_name, &s, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(s.st_mode)) {
-			cleanup_close int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY |
-						       O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0)
-				r = dkb_glob(c, sub, crel, pat, out, depth + 1);
-		}
-	}
-	closedir(d);
-	return r;
-}
-
-/* --chown=UID[:GID] (numbers, or root). */
-static int dkb_chown(const char *spec, uint32_t *uid, uint32_t *gid, struct k8_err *err)
-{
-	char u[64] = "", g[64] = "";
-	const char *colon = strchr(spec, ':');
-	char *end;
-	unsigned long v;
-
-	snprintf(u, sizeof(u), "%.*s", colon ? (int)(colon - spec) : (int)strlen(spec), spec);
-	snprintf(g, sizeof(g), "%s", colon ? colon + 1 : u);
-	for (int i = 0; i < 2; i++) {
-		const char *s = i ? g : u;
-		if (!strcmp(s, "root")) {
-			v = 0;
-		} else {
-			errno = 0;
-			v = strtoul(s, &end, 10);
-			if (!*s || *end || errno || v > 0xfffffffful)
-				return k8_err_set(err, -ENOTSUP, "--chown=%.64s: kosa8 takes numeric "
-						  "ids (or root) only; user and group names are "
-						  "not looked up in the image", spec);
-		}
-		*(i ? gid : uid) = (uint32_t)v;
-	}
-	return 0;
-}
-
-/* ---- COPY's destination, resolved in the image's root ----
- *
- * Docker follows the image's own symlinks in a COPY destination, inside the image's
- * root (`RUN ln -s /usr/lib /l` then `COPY f /l/` writes /usr/lib/f; a link to `/../..`
- * stays at /). The layer is made on the host, so the builder keeps the image's symlinks
- * as a map (path -> target) read from its layers' tar headers, and rewrites the
- * destination to the resolved path before any entry is written; the store's unpacker
- * still refuses any entry that goes through a symlink. */
-
-#define DKB_LINKS_MAX 200000    /* symlinks tracked in one image */
-#define DKB_LINK_HOPS 40        /* as the kernel's */
-#define DKB_PATH_BUF 16384
-
-/* Remove `p` (when `self`) and every link below it from the map. `below` names each
- * directory that ever had a link below it, so the scan runs only where one may be. */
-static void dkb_links_drop(json_t *links, json_t *below, const char *p, bool self)
-{
-	size_t n = strlen(p);
-	const char *k;
-	json_t *v;
-	void *tmp;
-
-	if (self)
-		json_object_del(links, p);
-	if (n && !json_object_get(below, p))
+	if (!json_array_size(b->lk.layers) || json_object_size(b->lk.links) > DKB_LCACHE_LINKS)
 		return;
-	json_object_foreach_safe(links, tmp, k, v)
-		if (!n || (!strncmp(k, p, n) && k[n] == '/'))
-			json_object_del(links, k);
-}
-
-/* Note every directory above the link `p` in `below`. */
-static void dkb_links_below(json_t *below, const char *p)
-{
-	char d[4200];
-
-	snprintf(d, sizeof(d), "%s", p);
-	for (char *sl = strrchr(d, '/'); sl; sl = strrchr(d, '/')) {
-		*sl = '\0';
-		if (json_object_get(below, d))
-			break;          /* and so are its parents */
-		json_object_set_new(below, d, json_true());
+	pthread_mutex_lock(&dkb_lc->lock);
+	for (k = 0; k < DKB_LCACHE; k++)
+		if (json_equal(dkb_lc->e[k].layers, b->lk.layers))
+			break;
+	if (k == DKB_LCACHE) {
+		k = dkb_lc->next++ % DKB_LCACHE;
+		dcopy_links_clear(&dkb_lc->e[k]);
+		dkb_lc->e[k].layers = json_deep_copy(b->lk.layers);
+		dkb_lc->e[k].links = json_deep_copy(b->lk.links);
+		dkb_lc->e[k].below = json_deep_copy(b->lk.below);
 	}
+	pthread_mutex_unlock(&dkb_lc->lock);
 }
 
 /* The layer's entries as the links worker sends them: a 5-byte head (type: 0 other, 1
@@ -919,24 +566,20 @@ static void dkb_links_below(json_t *below, const char *p)
  * little-endian), then the name and the target, without NULs. */
 #define DKB_LREC_NONE 0xffffu
 
-struct dkb_scan {
-	int in, out;
-	const char *digest;
-};
-
-/* In the worker: read the layer, send each entry's type, name and link target. */
-static int dkb_links_scan(void *ctx, uint64_t *value, struct k8_err *err)
+/* In the worker: read the layer (fd[0]), send each entry's type, name and link target
+ * on fd[1]; str[0] is the layer's digest. */
+static int dkb_links_scan(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	struct dkb_scan *sc = ctx;
+	const char *digest = in->str[0];
 	struct archive *a = uarchive_reader(UARCHIVE_COMPRESSED, err);
 	struct archive_entry *e;
 	int rr, r = 0;
 
 	if (!a)
 		return err->code;
-	if (archive_read_open_fd(a, sc->in, 65536) != ARCHIVE_OK) {
+	if (archive_read_open_fd(a, in->fd[0], 65536) != ARCHIVE_OK) {
 		r = k8_err_set(err, -EINVAL, "layer %s is not a tar archive (plain, gzip, zstd, xz "
-			       "or bzip2): %s", sc->digest, archive_error_string(a) ?: "?");
+			       "or bzip2): %s", digest, archive_error_string(a) ?: "?");
 		goto out;
 	}
 	while ((rr = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
@@ -953,19 +596,20 @@ static int dkb_links_scan(void *ctx, uint64_t *value, struct k8_err *err)
 		head[2] = (unsigned char)(nl >> 8);
 		head[3] = (unsigned char)tl;
 		head[4] = (unsigned char)(tl >> 8);
-		if (write_full(sc->out, head, sizeof(head)) || write_full(sc->out, name, nl) ||
-		    (tl != DKB_LREC_NONE && write_full(sc->out, tg, tl)))
+		if (write_full(in->fd[1], head, sizeof(head)) || write_full(in->fd[1], name, nl) ||
+		    (tl != DKB_LREC_NONE && write_full(in->fd[1], tg, tl)))
 			goto out;       /* the daemon stopped reading: it has its answer */
 		++*value;
 		archive_read_data_skip(a);
 	}
 	if (rr != ARCHIVE_EOF)
-		r = k8_err_set(err, -EINVAL, "layer %s: %s", sc->digest,
+		r = k8_err_set(err, -EINVAL, "layer %s: %s", digest,
 			       archive_error_string(a) ?: "?");
 out:
 	archive_read_free(a);
 	return r;
 }
+WORKER_JOB(links, dkb_links_scan);
 
 /* One record from the worker into p and tg (NUL-terminated): 1, 0 at the end, or a
  * negative errno for a record no worker of ours writes. */
@@ -996,17 +640,15 @@ static int dkb_lrec_read(int fd, int *type, char p[4200], char tg[4097], bool *h
 	return 1;
 }
 
-/* Apply one layer's entries: a symlink is set; any other entry at its path replaces it
- * (a non-directory also what was below it); a whiteout `.wh.NAME` removes NAME and
- * below; `.wh..wh..opq` empties its directory. The layer (a registry's, or a RUN's: the
- * guest's bytes) is read by a jailed worker (src/common/worker.h), which sends only
- * each entry's type, name and link target. */
-static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const char *digest,
+/* Apply one layer to the map (copy.h's dcopy_layer_read). The layer (a registry's, or a
+ * RUN's: the guest's bytes) is read by a jailed worker (src/common/worker.h), which sends
+ * only each entry's type, name and link target; copy.c's dcopy_links_entry applies them. */
+static int dkb_links_layer(void *ctx, struct dcopy_links *lk, const char *digest,
 			   struct k8_err *err)
 {
+	struct dkb *b = ctx;
 	cleanup_close int fd = image_blob_open(b->d->images, digest, err);
 	struct k8_err werr = { 0 };
-	struct dkb_scan sc = { .in = fd, .digest = digest };
 	int p[2], ns, report, rr = 0, r = 0, type = 0;
 	char name[4200], tg[4097];
 	bool has_tg = false;
@@ -1018,11 +660,11 @@ static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const ch
 		return err->code;
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return k8_err_set(err, -errno, "pipe: %s", strerror(errno));
-	sc.out = p[1];
 	struct worker w = {
-		.name = "kosa8d-links", .userns = ns, .keep = { fd, p[1] }, .nkeep = 2,
+		.name = "kosa8d-links", .job = &worker_job_links, .userns = ns,
+		.keep = { fd, p[1] }, .nkeep = 2, .str = { digest },
 		.dirs = { { .fd = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = true } },
-		.ndirs = 1, .fn = dkb_links_scan, .ctx = &sc,
+		.ndirs = 1,
 	};
 	if (w.dirs[0].fd < 0)
 		pid = k8_err_set(err, -errno, "/usr: %s", strerror(errno));
@@ -1034,39 +676,8 @@ static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const ch
 		close(p[0]);
 		return err->code;
 	}
-	while (!r && (rr = dkb_lrec_read(p[0], &type, name, tg, &has_tg)) > 0) {
-		const char *base;
-		char par[4200];
-
-		dignore_clean(name);
-		if (!strcmp(name, ".") || !strncmp(name, "../", 3) || !strcmp(name, ".."))
-			continue;       /* the unpacker refuses those anyway */
-		base = strrchr(name, '/');
-		snprintf(par, sizeof(par), "%.*s", base ? (int)(base - name) : 0, name);
-		base = base ? base + 1 : name;
-		if (!strcmp(base, ".wh..wh..opq")) {
-			dkb_links_drop(links, below, par, false);
-		} else if (!strncmp(base, ".wh.", 4)) {
-			char t[4200];
-			snprintf(t, sizeof(t), "%s%s%s", par, par[0] ? "/" : "", base + 4);
-			dkb_links_drop(links, below, t, true);
-		} else if (type == 2) {
-			if (json_object_size(links) >= DKB_LINKS_MAX) {
-				r = k8_err_set(err, -E2BIG, "the image has more than %d symlinks "
-					       "(kosa8's limit for COPY's resolution)", DKB_LINKS_MAX);
-				break;
-			}
-			dkb_links_drop(links, below, name, true);
-			/* a name that is not UTF-8 is not kept (the unpacker refuses going
-			 * through it) */
-			if (has_tg && !json_object_set_new(links, name, json_string(tg)))
-				dkb_links_below(below, name);
-		} else if (type == 1) {
-			json_object_del(links, name);   /* a directory keeps what is below it */
-		} else {
-			dkb_links_drop(links, below, name, true);
-		}
-	}
+	while (!r && (rr = dkb_lrec_read(p[0], &type, name, tg, &has_tg)) > 0)
+		r = dcopy_links_entry(lk, type, name, has_tg ? tg : NULL, err);
 	if (!r && rr < 0)
 		r = k8_err_set(err, -EBADMSG, "the worker reading layer %s sent a malformed "
 			       "entry", digest);
@@ -1078,255 +689,33 @@ static int dkb_links_layer(struct dkb *b, json_t *links, json_t *below, const ch
 	return r;
 }
 
-/* Maps of images seen lately, so a build (a cached one too) does not read its base
- * image's layers again: the longest cached prefix of an image's layer list is taken. */
-#define DKB_LCACHE 8
-#define DKB_LCACHE_LINKS 20000  /* a larger map is not kept */
-static struct {
-	pthread_mutex_t lock;
-	struct { json_t *layers, *links, *below; } e[DKB_LCACHE];
-	unsigned next;
-} dkb_lc = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static bool dkb_layers_prefix(json_t *pre, json_t *layers)
+/* The image so far's symlink map (copy.h's links callback): only the layers not applied
+ * yet are read; NULL when it has no layers. */
+static const json_t *dkb_links(void *ctx, struct k8_err *err)
 {
-	size_t i;
-	json_t *v;
+	struct dkb *b = ctx;
+	const json_t *layers = json_object_get(b->manifest, "layers");
+	bool added;
 
-	if (!pre || json_array_size(pre) > json_array_size(layers))
-		return false;
-	json_array_foreach(pre, i, v)
-		if (!json_equal(v, json_object_get(json_array_get(layers, i), "digest")))
-			return false;
-	return true;
-}
-
-static void dkb_lcache_get(struct dkb *b, json_t *layers)
-{
-	int best = -1;
-
-	pthread_mutex_lock(&dkb_lc.lock);
-	for (int i = 0; i < DKB_LCACHE; i++)
-		if (dkb_layers_prefix(dkb_lc.e[i].layers, layers) &&
-		    (best < 0 || json_array_size(dkb_lc.e[i].layers) >
-				 json_array_size(dkb_lc.e[best].layers)))
-			best = i;
-	if (best >= 0) {
-		json_decref(b->links);
-		json_decref(b->links_layers);
-		json_decref(b->links_below);
-		b->links = json_deep_copy(dkb_lc.e[best].links);
-		b->links_layers = json_deep_copy(dkb_lc.e[best].layers);
-		b->links_below = json_deep_copy(dkb_lc.e[best].below);
-	}
-	pthread_mutex_unlock(&dkb_lc.lock);
-}
-
-static void dkb_lcache_put(struct dkb *b)
-{
-	unsigned k;
-
-	if (!json_array_size(b->links_layers) || json_object_size(b->links) > DKB_LCACHE_LINKS)
-		return;
-	pthread_mutex_lock(&dkb_lc.lock);
-	for (k = 0; k < DKB_LCACHE; k++)
-		if (json_equal(dkb_lc.e[k].layers, b->links_layers))
-			break;
-	if (k == DKB_LCACHE) {
-		k = dkb_lc.next++ % DKB_LCACHE;
-		json_decref(dkb_lc.e[k].layers);
-		json_decref(dkb_lc.e[k].links);
-		json_decref(dkb_lc.e[k].below);
-		dkb_lc.e[k].layers = json_deep_copy(b->links_layers);
-		dkb_lc.e[k].links = json_deep_copy(b->links);
-		dkb_lc.e[k].below = json_deep_copy(b->links_below);
-	}
-	pthread_mutex_unlock(&dkb_lc.lock);
-}
-
-/* b->links for the image so far: only the layers not applied yet are read. */
-static int dkb_links(struct dkb *b, struct k8_err *err)
-{
-	json_t *layers = json_object_get(b->manifest, "layers"), *l;
-	size_t have, i;
-	bool added = false;
-	int r;
-
-	if (!b->links || !dkb_layers_prefix(b->links_layers, layers))
+	if (!json_array_size(layers))
+		return NULL;
+	if (!b->lk.links || !dcopy_links_prefix(b->lk.layers, layers))
 		dkb_lcache_get(b, layers);
-	have = json_array_size(b->links_layers);
-	for (i = 0; b->links && i < have; i++)
-		if (!json_equal(json_object_get(json_array_get(layers, i), "digest"),
-				json_array_get(b->links_layers, i)))
-			break;
-	if (!b->links || i < have || have > json_array_size(layers)) {
-		json_decref(b->links);
-		json_decref(b->links_layers);
-		json_decref(b->links_below);
-		b->links = json_object();
-		b->links_layers = json_array();
-		b->links_below = json_object();
-		have = 0;
-	}
-	json_array_foreach(layers, i, l) {
-		json_t *dg = json_object_get(l, "digest");
-		if (i < have)
-			continue;
-		if (!json_is_string(dg))
-			return k8_err_set(err, -EINVAL, "the image's layer %zu has no digest", i);
-		if ((r = dkb_links_layer(b, b->links, b->links_below, json_string_value(dg), err))) {
-			json_decref(b->links);
-			b->links = NULL;
-			return r;
-		}
-		json_array_append(b->links_layers, dg);
-		added = true;
-	}
+	if (dcopy_links_update(&b->lk, layers, dkb_links_layer, b, &added, err))
+		return NULL;
 	if (added)
 		dkb_lcache_put(b);
-	return 0;
-}
-
-/* `path` (relative to /, cleaned) with its directory components resolved through the
- * image's symlinks in the image's root (an absolute target starts again at the root,
- * `..` stops there), and its last component too when `last`. */
-static int dkb_resolve(json_t *links, const char *path, bool last, char *out, size_t n,
-		       struct k8_err *err)
-{
-	char *rest = xmalloc(DKB_PATH_BUF), *cur = xmalloc(DKB_PATH_BUF);
-	char *cand = xmalloc(DKB_PATH_BUF), *nrest = xmalloc(DKB_PATH_BUF);
-	int hops = 0, r = 0;
-
-	snprintf(rest, DKB_PATH_BUF, "%s", path);
-	cur[0] = '\0';
-	while (rest[0]) {
-		char *slash = strchr(rest, '/');
-		size_t cl = slash ? (size_t)(slash - rest) : strlen(rest);
-		const char *t = NULL;
-		bool is_last;
-		int m;
-
-		if (!cl || (cl == 1 && rest[0] == '.')) {
-			memmove(rest, rest + cl + (slash != NULL), strlen(rest + cl + (slash != NULL)) + 1);
-			continue;
-		}
-		if (cl == 2 && rest[0] == '.' && rest[1] == '.') {
-			char *up = strrchr(cur, '/');
-			if (up)
-				*up = '\0';
-			else
-				cur[0] = '\0';
-			memmove(rest, rest + 2 + (slash != NULL), strlen(rest + 2 + (slash != NULL)) + 1);
-			continue;
-		}
-		m = snprintf(cand, DKB_PATH_BUF, "%s%s%.*s", cur, cur[0] ? "/" : "", (int)cl, rest);
-		if (m < 0 || m >= DKB_PATH_BUF)
-			goto toolong;
-		is_last = !slash || !slash[1];
-		if (!is_last || last)
-			t = json_string_value(json_object_get(links, cand));
-		if (!t) {
-			memcpy(cur, cand, (size_t)m + 1);
-			memmove(rest, rest + cl + (slash != NULL), strlen(rest + cl + (slash != NULL)) + 1);
-			continue;
-		}
-		if (++hops > DKB_LINK_HOPS) {
-			r = k8_err_set(err, -ELOOP, "COPY: too many levels of symbolic links in the "
-				       "destination %s", path);
-			goto out;
-		}
-		m = snprintf(nrest, DKB_PATH_BUF, "%s%s%s", t, slash ? "/" : "", slash ? slash + 1 : "");
-		if (m < 0 || m >= DKB_PATH_BUF)
-			goto toolong;
-		if (t[0] == '/')
-			cur[0] = '\0';
-		memcpy(rest, nrest, (size_t)m + 1);
-	}
-	if (strlen(cur) >= n)
-		goto toolong;
-	memcpy(out, cur, strlen(cur) + 1);
-	goto out;
-toolong:
-	r = k8_err_set(err, -ENAMETOOLONG, "COPY: the destination %s is too long once its "
-		       "symlinks are resolved", path);
-out:
-	free(rest);
-	free(cur);
-	free(cand);
-	free(nrest);
-	return r;
+	return b->lk.links;
 }
 
 /* The layer of a COPY/ADD step into the open file `fd`; its content digest out. */
 static int dkb_copy(struct dkb *b, const struct df_state *st, const struct df_step *s, int fd,
 		    char digest[65], struct k8_err *err)
 {
-	struct dkb_copy c = { .b = b, .err = err, .add = s->kind == DF_ADD };
-	const char *dest = s->argv.v[s->argv.n - 1];
-	char dst[8192];
-	size_t nsrc = s->argv.n - 1;
-	bool dst_dir;
-	int r = 0;
+	struct dcopy_in in = { .ctxfd = b->ctxfd, .ig = &b->ig, .workdir = st->workdir,
+			       .links = dkb_links, .links_ctx = b };
 
-	if (s->chown && (r = dkb_chown(s->chown, &c.uid, &c.gid, err)))
-		return r;
-	c.chown = s->chown != NULL;
-	/* The destination: absolute, or below the WORKDIR; cleaned; without its '/'. */
-	if (dest[0] == '/')
-		snprintf(dst, sizeof(dst), "%s", dest + 1);
-	else
-		snprintf(dst, sizeof(dst), "%s/%s", st->workdir ? st->workdir + 1 : "", dest);
-	dst_dir = nsrc > 1 || dest[strlen(dest) - 1] == '/' || !strcmp(dest, ".");
-	dignore_clean(dst);
-	while (!strncmp(dst, "../", 3))         /* nothing climbs above / */
-		memmove(dst, dst + 3, strlen(dst + 3) + 1);
-	if (!strcmp(dst, ".") || !strcmp(dst, ".."))
-		dst[0] = '\0';
-	/* through the image's symlinks, inside its root; a file's own name is not followed
-	 * (COPY onto a link replaces it) */
-	if (dst[0] && json_array_size(json_object_get(b->manifest, "layers")) &&
-	    ((r = dkb_links(b, err)) ||
-	     (r = dkb_resolve(b->links, dst, dst_dir, dst, sizeof(dst), err))))
-		return r;
-	c.a = archive_write_new();
-	archive_write_set_format_pax_restricted(c.a);
-	if (archive_write_open_fd(c.a, fd) != ARCHIVE_OK) {
-		r = dkb_ar_err(&c, "open");
-		goto out;
-	}
-	for (size_t i = 0; i < nsrc && !r; i++) {
-		char src[4200];
-		snprintf(src, sizeof(src), "%s", s->argv.v[i][0] == '/' ? s->argv.v[i] + 1
-									  : s->argv.v[i]);
-		dignore_clean(src);
-		if (!strcmp(src, "..") || !strncmp(src, "../", 3)) {
-			r = k8_err_set(err, -EPERM, "COPY failed: forbidden path outside the build "
-				       "context: %s", s->argv.v[i]);
-			break;
-		}
-		if (dkb_is_glob(src)) {
-			struct df_strv m = { 0 };
-			r = dkb_glob(&c, b->ctxfd, "", src, &m, 0);
-			if (!r && !m.n)
-				r = k8_err_set(err, -ENOENT, "COPY failed: no source files were "
-					       "specified (%s matches nothing)", src);
-			for (size_t k = 0; k < m.n; k++) {
-				if (!r)
-					r = dkb_copy_src(&c, m.v[k], dst, dst_dir || m.n > 1);
-				free(m.v[k]);
-			}
-			free(m.v);
-		} else {
-			r = dkb_copy_src(&c, src, dst, dst_dir);
-		}
-	}
-	if (!r && archive_write_close(c.a) != ARCHIVE_OK)
-		r = dkb_ar_err(&c, "close");
-	if (!r && df_content_digest(c.files, c.n, digest))
-		r = k8_err_set(err, -EINVAL, "COPY: a path in the context is not text");
-out:
-	dkb_copy_free(&c);
-	return r;
+	return dcopy_layer(&in, s, fd, digest, err);
 }
 
 /* ---- RUN: a container in the build's own sandbox, its writable layer taken back ---- */
@@ -1364,11 +753,20 @@ static void dkb_rand_id(char out[13])
 
 /* The build's sandbox, running, with the current image attached (a fresh sandbox once
  * the one in use has no free image slot). A reference for the caller (sb_put). */
+/* slot_use's fn: the image's slot, copied out (the build's own sandbox evicts nothing,
+ * so it stays while the build runs). */
+static int dkb_slot(void *ctx, const struct vm_image *img, const json_t *icfg,
+		    struct k8_err *err)
+{
+	(void)icfg, (void)err;
+	*(struct vm_image *)ctx = *img;
+	return 0;
+}
+
 static struct sandbox *dkb_sandbox(struct dkb *b, struct vm_image *img, struct k8_err *err)
 {
 	for (int attempt = 0; attempt < 2; attempt++) {
 		struct sandbox *sb;
-		json_t *icfg = NULL;
 		int r;
 
 		if (!b->sbname[0]) {
@@ -1380,8 +778,7 @@ static struct sandbox *dkb_sandbox(struct dkb *b, struct vm_image *img, struct k
 		sb = dke_get(b->d, b->sbname, err);
 		if (!sb)
 			return NULL;
-		r = sb_image_for_run(b->d, sb, b->mdg, img, &icfg, err);
-		json_decref(icfg);
+		r = slot_use(b->d, sb, b->mdg, false, NULL, dkb_slot, img, err);
 		if (!r)
 			return sb;
 		sb_put(b->d, sb);
@@ -1395,11 +792,12 @@ static struct sandbox *dkb_sandbox(struct dkb *b, struct vm_image *img, struct k
 	return NULL;
 }
 
-/* The check of a RUN's layer, in a jailed worker: it reads the tar from a pipe. */
-static int dkb_check_fn(void *ctx, uint64_t *value, struct k8_err *err)
+/* The check of a RUN's layer, in a jailed worker: it reads the tar from a pipe, fd[0]. */
+static int dkb_check_fn(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	return drunlayer_check(*(int *)ctx, DKB_LAYER_MAX, DKB_LAYER_ENTRIES, err);
+	return drunlayer_check(in->fd[0], DKB_LAYER_MAX, DKB_LAYER_ENTRIES, err);
 }
+WORKER_JOB(runlayer, dkb_check_fn);
 
 /* Start the check's worker: a user namespace's root with no capability, no file but
  * /usr read-only. Its pid and report fd; *feed is the pipe to write the layer into. */
@@ -1415,9 +813,10 @@ static pid_t dkb_check_start(struct dkb *b, int *feed, int *report, struct k8_er
 		return -1;
 	}
 	struct worker w = {
-		.name = "kosa8d-runlayer", .userns = ns, .caps = 0, .keep = { p[0] }, .nkeep = 1,
+		.name = "kosa8d-runlayer", .job = &worker_job_runlayer, .userns = ns, .caps = 0,
+		.keep = { p[0] }, .nkeep = 1,
 		.dirs = { { .fd = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC), .ro = true } },
-		.ndirs = 1, .fn = dkb_check_fn, .ctx = &p[0],
+		.ndirs = 1,
 	};
 	if (w.dirs[0].fd < 0)
 		pid = k8_err_set(err, -errno, "/usr: %s", strerror(errno));
@@ -1479,9 +878,21 @@ static int dkb_take_layer(struct dkb *b, struct sandbox *sb, const char *ctr, in
 	return r;
 }
 
+/* The RUN's output, as the build's stream lines. */
+static int dkb_run_output(void *ctx, uint16_t type, uint16_t flags, const unsigned char *p,
+			  size_t n)
+{
+	(void)flags;
+	if (n && (type == PROTO_STDOUT || type == PROTO_STDERR))
+		dkb_output(ctx, p, n);
+	return 0;
+}
+
 /* Run the step's command in a container of the current image; its layer into fd. */
 static int dkb_run_cmd(struct dkb *b, const struct df_step *s, int fd, struct k8_err *err)
 {
+	struct stream_ops ops = { .output = dkb_run_output, .input_fd = -1, .gone_fd = -1 };
+	bool lost;
 	struct vm_image img;
 	struct sandbox *sb = dkb_sandbox(b, &img, err);
 	json_t *c, *argv, *env, *req, *resp = NULL, *exit_info = NULL, *v;
@@ -1517,37 +928,11 @@ static int dkb_run_cmd(struct dkb *b, const struct df_step *s, int fd, struct k8
 		return r;
 	}
 	l = &sb->link;
-	for (;;) {
-		struct sframe *f;
-		struct pollfd pfd;
-		bool done, broken;
-
-		while ((f = link_stream_pop(l, st))) {
-			size_t len = f->len;
-			if (len && (f->type == PROTO_STDOUT || f->type == PROTO_STDERR))
-				dkb_output(b, f->data, len);
-			free(f);
-			if (len)
-				link_stream_consumed(l, st, len);
-		}
-		pthread_mutex_lock(&l->lock);
-		done = st->exited && !st->head;
-		broken = l->broken && !st->exited;
-		if (done)
-			exit_info = json_incref(st->exit_info);
-		pthread_mutex_unlock(&l->lock);
-		if (done || broken)
-			break;
-		pfd = (struct pollfd){ .fd = st->efd, .events = POLLIN };
-		if (poll(&pfd, 1, 1000) > 0) {
-			uint64_t x;
-			(void)!read(st->efd, &x, sizeof(x));
-		}
-	}
+	lost = link_stream_run(l, st, &ops, b, &exit_info) == -ECONNRESET;
 	link_stream_close(l, st);
-	code = exit_info ? (int)json_integer_value(json_object_get(exit_info, "code")) : -1;
-	if (!exit_info) {
-		r = k8_err_set(err, -EIO, "the build sandbox's VM or agent went away during RUN");
+	code = (int)json_integer_value(json_object_get(exit_info, "code"));
+	if (lost) {
+		r = k8_err_set(err, -EIO, "RUN: %s (exit code %d)", LINK_LOST_WHY, code);
 	} else if (code != 0) {
 		cleanup_free char *cmd = NULL;
 		json_t *a = dkb_argv(s);
@@ -1616,6 +1001,31 @@ static int dkb_step(struct dkb *b, struct df_state *st, const struct df_step *s,
 	return dkb_commit(b, by, fd, key, err);
 }
 
+/* FROM: the stage's image, and its Env and WorkingDir as the state's. */
+static int dkb_from_step(struct dkb *b, struct df_state *st, const char *ref, struct k8_err *err)
+{
+	const char **env;
+	json_t *cfg, *ev, *v;
+	size_t ne = 0, x;
+	int r = dkb_from(b, ref, err);
+
+	if (r)
+		return r;
+	cfg = dkb_cfg(b);
+	ev = json_object_get(cfg, "Env");
+	env = xcalloc(json_array_size(ev) + 1, sizeof(*env));
+	json_array_foreach(ev, x, v)
+		if (json_is_string(v))
+			env[ne++] = json_string_value(v);
+	r = df_state_set_env(st, env, ne);
+	free((void *)env);
+	if (!r)
+		r = df_state_set_workdir(st, json_string_value(json_object_get(cfg, "WorkingDir")));
+	if (r)
+		k8_err_set(err, r, "the base image's Env");
+	return r;
+}
+
 static int dkb_run(struct dkb *b, json_t *body, json_t **result, struct k8_err *err)
 {
 	const char *dfname = json_string_value(json_object_get(body, "dockerfile")) ?: "Dockerfile";
@@ -1678,25 +1088,7 @@ static int dkb_run(struct dkb *b, json_t *body, json_t **result, struct k8_err *
 		if (r)
 			break;
 		if (s.kind == DF_FROM) {
-			const char **env;
-			json_t *ev;
-			size_t ne = 0, x;
-			r = dkb_from(b, s.argv.v[0], err);
-			if (!r) {
-				json_t *cfg = dkb_cfg(b);
-				ev = json_object_get(cfg, "Env");
-				env = xcalloc(json_array_size(ev) + 1, sizeof(*env));
-				json_array_foreach(ev, x, v)
-					if (json_is_string(v))
-						env[ne++] = json_string_value(v);
-				r = df_state_set_env(&st, env, ne);
-				free((void *)env);
-				if (!r)
-					r = df_state_set_workdir(&st, json_string_value(
-							json_object_get(cfg, "WorkingDir")));
-				if (r)
-					k8_err_set(err, r, "the base image's Env");
-			}
+			r = dkb_from_step(b, &st, s.argv.v[0], err);
 		} else if (s.kind != DF_ARG) {
 			r = dkb_step(b, &st, &s, err);
 		}
@@ -1737,7 +1129,7 @@ static int dkb_run(struct dkb *b, json_t *body, json_t **result, struct k8_err *
 		if (r)
 			return r;
 		image_ref_normalize(tag, norm, sizeof(norm), err);
-		docker_familiar(norm, fam, sizeof(fam));
+		dn_familiar(norm, fam, sizeof(fam));
 		dkb_say(b, "Successfully tagged %s\n", fam);
 	}
 	*result = json_pack("{s:s,s:s?}", "id", b->id, "tag", tag);
@@ -1774,9 +1166,7 @@ static int dkb_job(struct api_job *j, json_t **result, struct k8_err *err)
 	dignore_free(&b.ig);
 	json_decref(b.manifest);
 	json_decref(b.config);
-	json_decref(b.links);
-	json_decref(b.links_layers);
-	json_decref(b.links_below);
+	dcopy_links_clear(&b.lk);
 	rm_rf(b.dir);
 	free(b.dir);
 	return r;

@@ -1,146 +1,56 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* docker_ctr.c - Docker API containers and execs (docker_ctr.h, docs/docker.md).
+/* docker_ctr.c - the Docker API's container records: create, rm, list, inspect, archive,
+ * prune (docker_ctr.h; the shared parts: docker_int.h; docs/docker.md "Containers").
  *
- * Theory of operation. A Docker container is a record here (id, name, Docker's Config
- * and HostConfig, state) kept in $KOSA8_HOME/docker/containers/<id>/state.json, and,
- * while it runs, an agent container (the first 12 hex digits of its id) in the engine
- * sandbox (docker_engine.c). `start` asks the agent for a `run` with a stream, and a
- * pump thread owns that stream for the container's whole life: it appends every output
- * chunk to the container's log file (its own 16-byte record header: the 8-byte Docker
- * frame header plus a big-endian nanosecond timestamp), returns the credit at once (so
- * the process never waits for a client), forwards stdin from a pipe within the agent's
- * stdin window, and records the exit. Everything a client reads (attach, logs) is read
- * from that file, so output is kept from the moment the process starts: an attach made
- * before `start` or a `logs` after the exit misses nothing. The log is capped
- * (DKC_LOG_MAX); past the cap output is dropped and a note is written once.
- *
- * Followers (attach, logs -f) register an eventfd the pump writes to on new output and
- * on exit; `wait` sleeps on the condition variable. Clients never block the pump.
- * Attach's stdin is the write end of the container's stdin pipe: a client's half-close
- * closes it, the pump sees EOF and closes the process's stdin, and output keeps flowing
- * until the process exits.
- *
- * An exec is bridged directly (no log): its stream goes to the hijacked client, framed
- * without a TTY, and its exit code is recorded before the socket closes.
- *
- * Locking: one mutex for every record (dk.lock); never held across an agent request or
- * a client write. A record is reference counted: the list holds one, each user another.
+ * A Docker container is a record here (id, name, Docker's Config and HostConfig, state)
+ * kept in $KOSA8_HOME/docker/containers/<id>/state.json, and, while it runs, an agent
+ * container (the first 12 hex digits of its id) in the engine sandbox (docker_engine.c),
+ * which docker_run.c starts and whose stream its pump owns. What a create request means
+ * is src/docker/spec.c's; how a record is shown is src/docker/ps.c's.
  */
 #include "daemon/docker_ctr.h"
+#include "daemon/docker_int.h"
 #include "daemon/archive.h"
-#include "daemon/broker.h"
-#include "daemon/ports.h"
 #include "daemon/docker_engine.h"
-#include "daemon/docker_route.h"
-#include "daemon/daemon.h"
-#include "daemon/record.h"
-#include "daemon/sandbox.h"
-#include "common/guest.h"
-#include "common/proto.h"
-#include "docker/filters.h"
-#include "docker/names.h"
 #include "docker/query.h"
-#include "docker/stream.h"
 #include "image/image.h"
 
-#include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
-#include <linux/sockios.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#define DKC_LOG_MAX (16u << 20)
-#define DKC_REC_HDR 16
-#define DKC_WAITERS 32
-#define DKC_START_TIMEOUT_MS 60000
-#define DKC_MAX 4096                    /* containers the Docker API keeps */
-#define DKC_PORTS_MAX 32                /* published ports per container */
-#define DKX_MAX 1024                    /* execs remembered (oldest finished dropped) */
+static void *docker_make(struct daemon *d)
+{
+	struct docker *dk = xcalloc(1, sizeof(*dk));
 
-enum dkc_state { DKC_CREATED, DKC_RUNNING, DKC_EXITED, DKC_DEAD };
-static const char *const dkc_state_names[] = { "created", "running", "exited", "dead" };
+	dk->d = d;
+	pthread_mutex_init(&dk->lock, NULL);
+	pthread_cond_init(&dk->cond, NULL);
+	return dk;
+}
 
-struct dkc {
-	struct dkc *next;
-	int refs;
-	char id[DN_ID_LEN + 1], name[DN_NAME_MAX + 1], agent_id[13];
-	char image[512], image_id[80], sandbox[64];
-	json_t *config, *host;          /* Docker's Config and HostConfig, as inspect shows */
-	json_t *mounts;                 /* Docker's Mounts, as inspect shows */
-	json_t *binds;                  /* the agent's bind list: [{"src","dst","ro"}] */
-	json_t *published;              /* while it runs: [{"HostIp","HostPort","Port"}] */
-	char ip[16];                    /* while it runs with a network: its address ("own":
-	                                 * its netns, GUEST_CTR4_*; own sandbox: the VM's) */
-	enum dkc_state state;
-	bool removing, removed, pumping, own_sandbox;
-	bool prepared;                  /* its root made in the agent before a first start */
-	bool agent_rm;                  /* AutoRemove: the agent removes it as it exits */
-	int exit_code, pid;
-	char error[256];
-	int64_t created_ns, started_ns, finished_ns;
-	unsigned starts, exits;
-	uint32_t stream_id;             /* of the running init, for kill */
-	int stdin_r, stdin_w;           /* the stdin pipe while it may be used; -1 */
-	uint64_t log_size;
-	bool log_full;
-	int waiters[DKC_WAITERS];
-	char dir[4300];
-};
+struct docker *docker_of(struct daemon *d)
+{
+	return daemon_state(d, (void **)&d->docker, docker_make);
+}
 
-struct dkx {
-	struct dkx *next;
-	char id[DN_ID_LEN + 1], ctr[DN_ID_LEN + 1];
-	json_t *cmd, *env;
-	char cwd[4096], user[256];
-	bool tty, attach_stdin, attach_stdout, attach_stderr;
-	bool started, running;
-	int exit_code, pid;             /* exit_code -1: none yet */
-	unsigned rows, cols;            /* the tty's size: ConsoleSize, or a resize before start */
-	char sandbox[64];               /* while running: where, and its agent stream */
-	uint32_t stream_id;
-};
-
-/* One daemon per process: the Docker API's records live here (loaded on first use). */
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool loaded;
-	struct dkc *ctrs;
-	unsigned ip_next;               /* dkc_ip_pick's cursor */
-	struct dkx *execs;
-	int nexecs;
-	char dir[4200];
-} dk = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
-
-static int64_t dk_now_ns(void)
+int64_t dk_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static json_t *dk_time_json(int64_t ns)
-{
-	char buf[40];
-	if (!ns)
-		return json_string("0001-01-01T00:00:00Z");
-	ds_rfc3339(ns / 1000000000, (int32_t)(ns % 1000000000), buf);
-	return json_string(buf);
-}
-
 /* moby's booleans in a query ("1", "True", "false" ...); absent: def. */
-static bool dk_qbool(struct api_call *call, const char *key, bool def)
+bool dk_qbool(struct api_call *call, const char *key, bool def)
 {
 	const char *v = call->query ? call->query(call->query_ctx, key) : NULL;
 	return v ? dq_bool_default(v, def) : def;
@@ -164,56 +74,61 @@ static void dkc_unref_locked(struct dkc *c)
 	free(c);
 }
 
-static void dkc_unref(struct dkc *c)
+void dkc_unref(struct dkc *c)
 {
+	struct docker *dk = c ? c->dk : NULL;
+
 	if (!c)
 		return;
-	pthread_mutex_lock(&dk.lock);
+	pthread_mutex_lock(&dk->lock);
 	dkc_unref_locked(c);
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 }
 
-/* Tell followers something changed (caller holds dk.lock). */
-static void dkc_notify_locked(struct dkc *c)
+/* Tell followers something changed (caller holds dk->lock). */
+void dkc_notify_locked(struct dkc *c)
 {
+	struct docker *dk = c->dk;
 	uint64_t one = 1;
 	for (int i = 0; i < DKC_WAITERS; i++)
 		if (c->waiters[i] >= 0)
 			(void)!write(c->waiters[i], &one, sizeof(one));
-	pthread_cond_broadcast(&dk.cond);
+	pthread_cond_broadcast(&dk->cond);
 }
 
-static int dkc_waiter_add(struct dkc *c)
+int dkc_waiter_add(struct dkc *c)
 {
+	struct docker *dk = c->dk;
 	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
 	if (fd < 0)
 		return -1;
-	pthread_mutex_lock(&dk.lock);
+	pthread_mutex_lock(&dk->lock);
 	for (int i = 0; i < DKC_WAITERS; i++)
 		if (c->waiters[i] < 0) {
 			c->waiters[i] = fd;
-			pthread_mutex_unlock(&dk.lock);
+			pthread_mutex_unlock(&dk->lock);
 			return fd;
 		}
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	close(fd);
 	return -1;
 }
 
-static void dkc_waiter_del(struct dkc *c, int fd)
+void dkc_waiter_del(struct dkc *c, int fd)
 {
-	pthread_mutex_lock(&dk.lock);
+	struct docker *dk = c->dk;
+	pthread_mutex_lock(&dk->lock);
 	for (int i = 0; i < DKC_WAITERS; i++)
 		if (c->waiters[i] == fd)
 			c->waiters[i] = -1;
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	close(fd);
 }
 
 /* The stdin pipe of a container with OpenStdin, made before the first attach or start
- * so stdin sent before the process runs waits in it (64 KiB). Caller holds dk.lock. */
-static void dkc_stdin_pipe_locked(struct dkc *c)
+ * so stdin sent before the process runs waits in it (64 KiB). Caller holds dk->lock. */
+void dkc_stdin_pipe_locked(struct dkc *c)
 {
 	int p[2];
 
@@ -228,9 +143,11 @@ static void dkc_stdin_pipe_locked(struct dkc *c)
 	c->stdin_w = p[1];
 }
 
-static struct dkc *dkc_new(void)
+static struct dkc *dkc_new(struct docker *dk)
 {
 	struct dkc *c = xcalloc(1, sizeof(*c));
+
+	c->dk = dk;
 	c->refs = 1;
 	c->stdin_r = c->stdin_w = -1;
 	c->exit_code = 0;
@@ -240,14 +157,14 @@ static struct dkc *dkc_new(void)
 }
 
 /* state.json: everything but the live parts (pump, pipes, waiters). */
-static void dkc_save_locked(struct dkc *c)
+void dkc_save_locked(struct dkc *c)
 {
 	json_t *v = json_pack("{s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:O?,s:O?,s:s,s:i,s:i,s:s,s:I,s:I,"
 			      "s:I,s:i,s:b,s:b}",
 			      "Id", c->id, "Name", c->name, "Image", c->image, "ImageID",
 			      c->image_id, "Sandbox", c->sandbox, "Config", c->config,
 			      "HostConfig", c->host, "Mounts", c->mounts, "Binds", c->binds,
-			      "State", dkc_state_names[c->state], "ExitCode", c->exit_code,
+			      "State", dps_state_name(c->state), "ExitCode", c->exit_code,
 			      "Pid", c->pid, "Error", c->error, "Created", (json_int_t)c->created_ns,
 			      "Started", (json_int_t)c->started_ns, "Finished",
 			      (json_int_t)c->finished_ns, "Starts", (int)c->starts, "OwnSandbox",
@@ -274,7 +191,7 @@ static void dkc_copy(char *dst, size_t n, json_t *v)
 /* A record from state.json; NULL when the file is not one of ours. A container that ran
  * when the daemon went away lost its stream: it is `exited` (255), its agent container
  * is removed when it starts again (docs/docker.md). */
-static struct dkc *dkc_load_one(const char *dir)
+static struct dkc *dkc_load_one(struct docker *dk, const char *dir)
 {
 	char path[4400];
 	char *t = NULL;
@@ -292,7 +209,7 @@ static struct dkc *dkc_load_one(const char *dir)
 		json_decref(v);
 		return NULL;
 	}
-	c = dkc_new();
+	c = dkc_new(dk);
 	dkc_copy(c->id, sizeof(c->id), json_object_get(v, "Id"));
 	memcpy(c->agent_id, c->id, 12);
 	dkc_copy(c->name, sizeof(c->name), json_object_get(v, "Name"));
@@ -318,11 +235,11 @@ static struct dkc *dkc_load_one(const char *dir)
 	c->own_sandbox = json_is_true(json_object_get(v, "OwnSandbox"));
 	c->prepared = json_is_true(json_object_get(v, "Prepared"));
 	st = json_string_value(json_object_get(v, "State"));
-	c->state = DKC_EXITED;
+	c->state = DPS_EXITED;
 	if (st && !strcmp(st, "created"))
-		c->state = DKC_CREATED;
+		c->state = DPS_CREATED;
 	else if (st && !strcmp(st, "dead"))
-		c->state = DKC_DEAD;
+		c->state = DPS_DEAD;
 	if (st && !strcmp(st, "running")) {
 		c->exit_code = 255;
 		c->finished_ns = dk_now_ns();
@@ -341,18 +258,18 @@ static struct dkc *dkc_load_one(const char *dir)
 	return c;
 }
 
-/* Load the records once (caller holds dk.lock). */
-static void dk_load_locked(struct daemon *d)
+/* Load the records once (caller holds dk->lock). */
+static void dk_load_locked(struct docker *dk)
 {
 	DIR *dh;
 	struct dirent *e;
 
-	if (dk.loaded)
+	if (dk->loaded)
 		return;
-	dk.loaded = true;
-	snprintf(dk.dir, sizeof(dk.dir), "%s/docker/containers", d->home);
-	mkdir_p(dk.dir, 0700);
-	dh = opendir(dk.dir);
+	dk->loaded = true;
+	snprintf(dk->dir, sizeof(dk->dir), "%s/docker/containers", dk->d->home);
+	mkdir_p(dk->dir, 0700);
+	dh = opendir(dk->dir);
 	if (!dh)
 		return;
 	while ((e = readdir(dh))) {
@@ -360,46 +277,47 @@ static void dk_load_locked(struct daemon *d)
 		struct dkc *c;
 		if (!dn_is_full_id(e->d_name))
 			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", dk.dir, e->d_name);
-		c = dkc_load_one(sub);
+		snprintf(sub, sizeof(sub), "%s/%s", dk->dir, e->d_name);
+		c = dkc_load_one(dk, sub);
 		if (!c)
 			continue;
-		if (c->state == DKC_EXITED && c->error[0] && !c->finished_ns)
+		if (c->state == DPS_EXITED && c->error[0] && !c->finished_ns)
 			c->finished_ns = dk_now_ns();
 		dkc_save_locked(c);
-		c->next = dk.ctrs;
-		dk.ctrs = c;
+		c->next = dk->ctrs;
+		dk->ctrs = c;
 	}
 	closedir(dh);
 }
 
 /* Find a container by full id, name or unique id prefix (names.c's order). Returns it
  * with a reference, or NULL with Docker's 404 (or moby's 400 for an ambiguous prefix). */
-static struct dkc *dkc_find(struct daemon *d, const char *ref, struct k8_err *err)
+struct dkc *dkc_find(struct daemon *d, const char *ref, struct k8_err *err)
 {
+	struct docker *dk = docker_of(d);
 	const char **ids, **names;
 	struct dkc *c, *found = NULL;
 	size_t n = 0, i = 0;
 	long at;
 
-	pthread_mutex_lock(&dk.lock);
-	dk_load_locked(d);
-	for (c = dk.ctrs; c; c = c->next)
+	pthread_mutex_lock(&dk->lock);
+	dk_load_locked(dk);
+	for (c = dk->ctrs; c; c = c->next)
 		n++;
 	ids = xcalloc(n + 1, sizeof(*ids));
 	names = xcalloc(n + 1, sizeof(*names));
-	for (c = dk.ctrs; c; c = c->next, i++) {
+	for (c = dk->ctrs; c; c = c->next, i++) {
 		ids[i] = c->id;
 		names[i] = c->name;
 	}
 	at = dn_lookup(ids, names, n, ref);
 	if (at >= 0) {
-		for (c = dk.ctrs, i = 0; c && i < (size_t)at; c = c->next, i++)
+		for (c = dk->ctrs, i = 0; c && i < (size_t)at; c = c->next, i++)
 			;
 		found = c;
 		found->refs++;
 	}
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	free(ids);
 	free(names);
 	if (at == -EINVAL)
@@ -409,7 +327,7 @@ static struct dkc *dkc_find(struct daemon *d, const char *ref, struct k8_err *er
 	return found;
 }
 
-static int dkc_find_call(struct api_call *call, struct dkc **out)
+int dkc_find_call(struct api_call *call, struct dkc **out)
 {
 	*out = dkc_find(call->d, api_param(call, "id"), &call->err);
 	return *out ? 0 : call->err.code;
@@ -417,267 +335,67 @@ static int dkc_find_call(struct api_call *call, struct dkc **out)
 
 /* ---- create ---- */
 
-/* Linux's capability names by number (capability.h), as CapDrop spells them. */
-static const char *const dkc_cap_names[] = {
-	"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID",
-	"SETUID", "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST",
-	"NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO",
-	"SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
-	"SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE",
-	"AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM",
-	"BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
-};
+static int dkc_binds(struct daemon *d, struct dkc *c, const json_t *hc, struct k8_err *err);
 
-/* HostConfig.CapDrop ("ALL", "CAP_X" or "X", any case) as the agent's "cap_drop"
- * numbers (into *out when out is non-NULL); an unknown name is a 400, as in Docker. */
-static int dkc_cap_drop(json_t *v, json_t **out, struct k8_err *err)
+static int dkc_name_taken_locked(struct docker *dk, const char *name)
 {
-	json_t *e, *nums = json_array();
-	uint64_t mask = 0;
-	size_t i, j;
-
-	if (v && !json_is_null(v) && (!json_is_array(v) || json_array_size(v) > 64)) {
-		json_decref(nums);
-		return k8_err_set(err, -EINVAL, "HostConfig.CapDrop must be a list of capabilities");
-	}
-	json_array_foreach(v, i, e) {
-		const char *n = json_string_value(e);
-		bool known = n && !strcasecmp(n, "ALL");
-
-		if (known) {
-			mask = ~0ull >> (64 - ARRAY_SIZE(dkc_cap_names));
-			continue;
-		}
-		if (n && !strncasecmp(n, "CAP_", 4))
-			n += 4;
-		for (j = 0; n && j < ARRAY_SIZE(dkc_cap_names); j++) {
-			if (!strcasecmp(n, dkc_cap_names[j])) {
-				mask |= 1ull << j;
-				known = true;
-			}
-		}
-		if (!known) {
-			json_decref(nums);
-			return k8_err_set(err, -EINVAL, "unknown capability: \"%.60s\"",
-					  json_string_value(e) ?: "(not a string)");
-		}
-	}
-	for (j = 0; j < 64; j++)
-		if (mask & (1ull << j))
-			json_array_append_new(nums, json_integer((json_int_t)j));
-	if (out)
-		*out = nums;
-	else
-		json_decref(nums);
-	return 0;
-}
-
-/* HostConfig fields that would lift the isolation: a 400 naming the field. */
-static int dkc_refuse_host(json_t *hc, struct k8_err *err)
-{
-	static const char *const host_modes[] = { "PidMode", "IpcMode", "UsernsMode", "UTSMode",
-						  "CgroupnsMode" };
-	const char *nm = json_string_value(json_object_get(hc, "NetworkMode"));
-	json_t *v;
-	size_t i;
-
-	if (json_is_true(json_object_get(hc, "Privileged")))
-		return k8_err_set(err, -EINVAL, "HostConfig.Privileged is not supported by kosa8: "
-				  "it would lift the container's isolation");
-	if (json_array_size(json_object_get(hc, "CapAdd")))
-		return k8_err_set(err, -EINVAL, "HostConfig.CapAdd is not supported by kosa8: "
-				  "containers keep Docker's default capability set");
-	if (json_array_size(json_object_get(hc, "Devices")) ||
-	    json_array_size(json_object_get(hc, "DeviceRequests")))
-		return k8_err_set(err, -EINVAL, "HostConfig.Devices is not supported by kosa8");
-	if (json_array_size(json_object_get(hc, "DeviceCgroupRules")))
-		return k8_err_set(err, -EINVAL, "HostConfig.DeviceCgroupRules is not supported by "
-				  "kosa8: containers open no devices");
-	/* Asked-for changes kosa8 would not make: refused rather than silently ignored
-	 * (docs/docker.md). Unmasking /proc would lift the isolation; CapDrop and
-	 * ReadonlyRootfs would leave the container stronger than it is. */
-	if (json_is_array(json_object_get(hc, "MaskedPaths")))
-		return k8_err_set(err, -EINVAL, "HostConfig.MaskedPaths is not supported by kosa8: "
-				  "/proc is masked as in Docker's default");
-	if (json_is_array(json_object_get(hc, "ReadonlyPaths")))
-		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyPaths is not supported by kosa8:"
-				  " /proc is read-only as in Docker's default");
-	if (dkc_cap_drop(json_object_get(hc, "CapDrop"), NULL, err))
-		return err->code;
-	if (json_is_true(json_object_get(hc, "ReadonlyRootfs")))
-		return k8_err_set(err, -EINVAL, "HostConfig.ReadonlyRootfs is not supported by kosa8 "
-				  "yet: the root file system is writable");
-	for (i = 0; i < ARRAY_SIZE(host_modes); i++) {
-		const char *m = json_string_value(json_object_get(hc, host_modes[i]));
-		if (m && !strcmp(m, "host"))
-			return k8_err_set(err, -EINVAL, "HostConfig.%s \"host\" is not supported by "
-					  "kosa8: it would share the host's namespace", host_modes[i]);
-	}
-	if (nm && *nm && strcmp(nm, "default") && strcmp(nm, "bridge") && strcmp(nm, "none"))
-		return k8_err_set(err, -EINVAL, "HostConfig.NetworkMode \"%.60s\" is not supported "
-				  "by kosa8 (default, bridge or none)", nm);
-	json_array_foreach(json_object_get(hc, "SecurityOpt"), i, v) {
-		const char *s = json_string_value(v);
-		if (s && strstr(s, "unconfined"))
-			return k8_err_set(err, -EINVAL, "HostConfig.SecurityOpt \"%.60s\" is not "
-					  "supported by kosa8: seccomp and the capability set stay", s);
-	}
-	/* the container's own cgroup limits (dkc_start): Docker's bounds and words */
-	v = json_object_get(hc, "Memory");
-	if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0 ||
-				      json_integer_value(v) > (1ll << 50)))
-		return k8_err_set(err, -EINVAL, "HostConfig.Memory must be a number of bytes");
-	if (json_integer_value(v) > 0 && json_integer_value(v) < 6ll << 20)
-		return k8_err_set(err, -EINVAL, "Minimum memory limit allowed is 6MB");
-	v = json_object_get(hc, "NanoCpus");
-	if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0 ||
-				      json_integer_value(v) > 1000000000000ll))
-		return k8_err_set(err, -EINVAL, "HostConfig.NanoCpus must be a number of 10^-9 CPUs");
-	if (json_integer_value(v) > 0 && json_integer_value(v) < 10000000)
-		return k8_err_set(err, -EINVAL, "Range of CPUs is from 0.01 upwards");
-	return 0;
-}
-
-/* What a start sends the agent in one JSON request (at most PROTO_MAX_JSON): the
- * command and the environment must leave room for the rest. Refused at create, where a
- * client can be told, not at start. */
-#define DKC_ARGV_ENV_MAX (48u << 10)
-
-static size_t dkc_json_len(json_t *v)
-{
-	char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-	size_t n = t ? strlen(t) : 0;
-
-	free(t);
-	return n;
-}
-
-static int dkc_argv_env_fits(json_t *cmd, json_t *ep, json_t *env, struct k8_err *err)
-{
-	size_t n = dkc_json_len(cmd) + dkc_json_len(ep) + dkc_json_len(env);
-
-	if (n > DKC_ARGV_ENV_MAX)
-		return k8_err_set(err, -EINVAL, "Cmd, Entrypoint and Env together are %zu bytes: "
-				  "kosa8 takes at most %u KiB", n, DKC_ARGV_ENV_MAX >> 10);
-	return 0;
-}
-
-/* An array of strings (or null/absent: NULL) from a client's field; -EINVAL otherwise. */
-static int dkc_strings(json_t *v, const char *what, json_t **out, struct k8_err *err)
-{
-	size_t i;
-	json_t *s;
-
-	*out = NULL;
-	if (!v || json_is_null(v))
-		return 0;
-	if (json_is_string(v)) {        /* docker-py sends a string Cmd through shlex; others */
-		*out = json_pack("[O]", v);
-		return 0;
-	}
-	if (!json_is_array(v) || json_array_size(v) > 4096)
-		return k8_err_set(err, -EINVAL, "%s must be a list of strings", what);
-	json_array_foreach(v, i, s)
-		if (!json_is_string(s) || memchr(json_string_value(s), 0, json_string_length(s)))
-			return k8_err_set(err, -EINVAL, "%s must be a list of strings", what);
-	*out = json_incref(v);
-	return 0;
-}
-
-/* The image's environment, overridden key by key by the request's. */
-static json_t *dkc_merge_env(json_t *image_env, json_t *req_env)
-{
-	json_t *out = json_array(), *v, *w;
-	size_t i, j;
-
-	json_array_foreach(image_env, i, v) {
-		const char *s = json_string_value(v), *eq;
-		bool over = false;
-		if (!s || !(eq = strchr(s, '=')))
-			continue;
-		json_array_foreach(req_env, j, w) {
-			const char *t = json_string_value(w);
-			if (t && (!strncmp(t, s, (size_t)(eq - s + 1)) ||
-				  (!strncmp(t, s, (size_t)(eq - s)) && !t[eq - s])))
-				over = true;
-		}
-		if (!over)
-			json_array_append(out, v);
-	}
-	json_array_foreach(req_env, i, v)
-		if (strchr(json_string_value(v), '='))
-			json_array_append(out, v);
-	return out;
-}
-
-static int dkc_binds(struct daemon *d, struct dkc *c, json_t *hc, struct k8_err *err);
-
-static int dkc_name_taken_locked(const char *name)
-{
-	for (struct dkc *o = dk.ctrs; o; o = o->next)
+	for (struct dkc *o = dk->ctrs; o; o = o->next)
 		if (!strcmp(o->name, name))
 			return 1;
 	return 0;
 }
 
+/* container.create, and a container.mount for each bind. */
+static void dkc_audit_create(struct daemon *d, struct dkc *c)
+{
+	json_t *m;
+	size_t k;
+
+	daemon_audit(d, "container.create", c->sandbox,
+		     json_pack("{s:s,s:s,s:s,s:s,s:O,s:O}", "via", "docker", "id", c->id, "name",
+			       c->name, "image", c->image, "cmd", json_object_get(c->config, "Cmd"),
+			       "binds", c->binds));
+	json_array_foreach(c->mounts, k, m)
+		daemon_audit(d, "container.mount", c->sandbox,
+			     json_pack("{s:s,s:s,s:O,s:O,s:b}", "via", "docker", "id", c->id,
+				       "host", json_object_get(m, "Source"), "guest",
+				       json_object_get(m, "Destination"), "ro",
+				       !json_is_true(json_object_get(m, "RW"))));
+}
+
+/* POST /containers/create: the spec from the request (src/docker/spec.c: checked, then
+ * merged with the image's config), its binds against the daemon's roots, then the record
+ * (a name of its own, a directory, state.json). */
 int dkc_api_create(struct api_call *call)
 {
+	struct docker *dk = docker_of(call->d);
 	struct daemon *d = call->d;
-	json_t *body = call->body, *hc = json_object_get(body, "HostConfig");
-	json_t *cmd = NULL, *ep = NULL, *env = NULL, *cfg;
-	const char *image = json_string_value(json_object_get(body, "Image"));
-	const char *wd = json_string_value(json_object_get(body, "WorkingDir"));
-	const char *user = json_string_value(json_object_get(body, "User"));
+	json_t *body = call->body;
+	const char *image = NULL, *qname = NULL;
 	char nbuf[DN_NAME_MAX + 2], name[DN_NAME_MAX + 1] = "";
-	const char *qname = NULL;
 	struct image_info info = { 0 };
+	struct dspec_image di;
 	struct dkc *c;
 	int r, n;
 
-	if (!image || !*image)
-		return k8_err_set(&call->err, -EINVAL, "Config.Image is required");
-	if (hc && !json_is_object(hc) && !json_is_null(hc))
-		return k8_err_set(&call->err, -EINVAL, "HostConfig must be an object");
-	if (!json_is_object(hc))
-		hc = NULL;
-	if (hc && (r = dkc_refuse_host(hc, &call->err)))
+	if ((r = dspec_check(body, &image, &call->err)))
 		return r;
-	if (hc) {       /* malformed bindings fail here, not at start */
-		struct dn_port pt[DKC_PORTS_MAX];
-		if ((r = dn_port_bindings(json_object_get(hc, "PortBindings"), pt, DKC_PORTS_MAX,
-					  &call->err)) < 0)
-			return r;
-		for (int i = 0; i < r; i++)
-			if (pt[i].proto != DN_TCP)
-				return k8_err_set(&call->err, -EINVAL, "port %u/udp: kosa8 "
-						  "publishes TCP ports only", pt[i].ctr_port);
-	}
 	if ((r = api_query_str(call, "name", nbuf, sizeof(nbuf), &qname)))
 		return r;
 	if (qname && (r = dn_name_check(qname, name, &call->err)))
 		return r;
-	if ((r = dkc_strings(json_object_get(body, "Cmd"), "Cmd", &cmd, &call->err)) ||
-	    (r = dkc_strings(json_object_get(body, "Entrypoint"), "Entrypoint", &ep, &call->err)) ||
-	    (r = dkc_strings(json_object_get(body, "Env"), "Env", &env, &call->err)))
-		goto out;
-	if ((wd && (strlen(wd) > 4095 || (*wd && *wd != '/'))) || (user && strlen(user) > 255)) {
-		r = k8_err_set(&call->err, -EINVAL, "WorkingDir must be an absolute path and User "
-			       "at most 255 bytes");
-		goto out;
-	}
 	r = image_resolve(d->images, image, &info, &call->err);
 	if (r == -ENOENT) {
 		k8_err_clear(&call->err);       /* the wording docker run pulls on */
 		r = k8_err_set(&call->err, -ENOENT, "No such image: %.400s", image);
 	}
 	if (r)
-		goto out;
+		return r;
 
-	c = dkc_new();
+	c = dkc_new(dk);
 	if ((r = dn_new_id(c->id))) {
 		k8_err_set(&call->err, r, "cannot make a container id");
-		dkc_unref(c);
-		goto out;
+		goto fail;
 	}
 	memcpy(c->agent_id, c->id, 12);
 	snprintf(c->image, sizeof(c->image), "%s", image);
@@ -688,936 +406,106 @@ int dkc_api_create(struct api_call *call)
 		snprintf(c->sandbox, sizeof(c->sandbox), "dk-%s", c->agent_id);
 	else
 		snprintf(c->sandbox, sizeof(c->sandbox), "%s", DKE_NAME);
-
-	/* Docker's merge: an Entrypoint given drops the image's Cmd too. */
-	if (!ep || json_is_null(json_object_get(body, "Entrypoint"))) {
-		json_decref(ep);
-		ep = info.entrypoint ? json_incref(info.entrypoint) : NULL;
-		if (!json_array_size(cmd)) {
-			json_decref(cmd);
-			cmd = info.cmd ? json_incref(info.cmd) : NULL;
-		}
-	} else if (json_array_size(ep) == 1 && !json_string_length(json_array_get(ep, 0))) {
-		json_decref(ep);
-		ep = NULL;
-	}
-	cfg = json_deep_copy(body);
-	json_object_del(cfg, "HostConfig");
-	json_object_del(cfg, "NetworkingConfig");
-	json_object_set_new(cfg, "Hostname", json_string(c->agent_id));
-	json_object_set_new(cfg, "Image", json_string(image));
-	json_object_set_new(cfg, "Cmd", cmd ? json_incref(cmd) : json_null());
-	json_object_set_new(cfg, "Entrypoint", ep ? json_incref(ep) : json_null());
-	json_object_set_new(cfg, "Env", dkc_merge_env(info.env, env));
-	json_object_set_new(cfg, "WorkingDir", json_string(wd && *wd ? wd : info.workdir));
-	json_object_set_new(cfg, "User", json_string(user && *user ? user : info.user));
-	if (!json_is_object(json_object_get(cfg, "Labels")))
-		json_object_set_new(cfg, "Labels", json_object());
-	c->config = cfg;
-	c->host = hc ? json_deep_copy(hc) : json_object();
-	if (!json_object_get(c->host, "NetworkMode"))
-		json_object_set_new(c->host, "NetworkMode", json_string("default"));
-	json_object_set_new(c->host, "LogConfig", json_pack("{s:s,s:{}}", "Type", "json-file",
-							    "Config"));
-	if (json_is_true(json_object_get(body, "NetworkDisabled")))
-		json_object_set_new(c->host, "NetworkMode", json_string("none"));
+	di = (struct dspec_image){ .env = info.env, .cmd = info.cmd, .entrypoint = info.entrypoint,
+				   .workdir = info.workdir, .user = info.user };
+	if ((r = dspec_build(body, &di, c->agent_id, &c->config, &c->host, &call->err)))
+		goto fail;
 	c->mounts = json_array();
 	c->binds = json_array();
-	if ((r = dkc_binds(d, c, hc, &call->err))) {
-		dkc_unref(c);
-		goto out;
-	}
-	if (!json_array_size(json_object_get(cfg, "Cmd")) &&
-	    !json_array_size(json_object_get(cfg, "Entrypoint"))) {
-		r = k8_err_set(&call->err, -EINVAL, "no command specified");
-		dkc_unref(c);
-		goto out;
-	}
-	if ((r = dkc_argv_env_fits(json_object_get(cfg, "Cmd"), json_object_get(cfg, "Entrypoint"),
-				   json_object_get(cfg, "Env"), &call->err))) {
-		dkc_unref(c);
-		goto out;
-	}
+	if ((r = dkc_binds(d, c, json_object_get(body, "HostConfig"), &call->err)))
+		goto fail;
 
-	pthread_mutex_lock(&dk.lock);
-	dk_load_locked(d);
+	pthread_mutex_lock(&dk->lock);
+	dk_load_locked(dk);
 	n = 0;
-	for (struct dkc *o = dk.ctrs; o; o = o->next)
+	for (struct dkc *o = dk->ctrs; o; o = o->next)
 		n++;
 	if (!name[0])
 		snprintf(name, sizeof(name), "kosa8_%.10s", c->id + 12);
-	if (dkc_name_taken_locked(name)) {
-		struct dkc *o = dk.ctrs;
+	if (dkc_name_taken_locked(dk, name)) {
+		struct dkc *o = dk->ctrs;
 		while (o && strcmp(o->name, name))
 			o = o->next;
-		pthread_mutex_unlock(&dk.lock);
+		pthread_mutex_unlock(&dk->lock);
 		r = k8_err_set(&call->err, -EEXIST, "Conflict. The container name \"/%s\" is "
 			       "already in use by container \"%s\". You have to remove (or rename) "
 			       "that container to be able to reuse that name.", name, o ? o->id : "");
-		dkc_unref(c);
-		goto out;
+		goto fail;
 	}
 	if (n >= DKC_MAX) {
-		pthread_mutex_unlock(&dk.lock);
+		pthread_mutex_unlock(&dk->lock);
 		r = k8_err_set(&call->err, -ENOSPC, "too many containers (%d); remove some",
 			       DKC_MAX);
-		dkc_unref(c);
-		goto out;
+		goto fail;
 	}
 	snprintf(c->name, sizeof(c->name), "%s", name);
-	snprintf(c->dir, sizeof(c->dir), "%s/%s", dk.dir, c->id);
+	snprintf(c->dir, sizeof(c->dir), "%s/%s", dk->dir, c->id);
 	if ((r = mkdir_p(c->dir, 0700))) {
-		pthread_mutex_unlock(&dk.lock);
+		pthread_mutex_unlock(&dk->lock);
 		k8_err_set(&call->err, r, "mkdir %s: %s", c->dir, strerror(-r));
-		dkc_unref(c);
-		goto out;
+		goto fail;
 	}
 	dkc_save_locked(c);
-	if (json_is_true(json_object_get(cfg, "OpenStdin")) ||
-	    json_is_true(json_object_get(cfg, "Tty")))
+	if (json_is_true(json_object_get(c->config, "OpenStdin")) ||
+	    json_is_true(json_object_get(c->config, "Tty")))
 		dkc_stdin_pipe_locked(c);
-	c->next = dk.ctrs;
-	dk.ctrs = c;
-	pthread_mutex_unlock(&dk.lock);
-	daemon_audit(d, "container.create", c->sandbox,
-		     json_pack("{s:s,s:s,s:s,s:s,s:O,s:O}", "via", "docker", "id", c->id, "name",
-			       c->name, "image", c->image, "cmd", json_object_get(c->config, "Cmd"),
-			       "binds", c->binds));
-	{
-		json_t *m;
-		size_t k;
-		json_array_foreach(c->mounts, k, m)
-			daemon_audit(d, "container.mount", c->sandbox,
-				     json_pack("{s:s,s:s,s:O,s:O,s:b}", "via", "docker", "id", c->id,
-					       "host", json_object_get(m, "Source"), "guest",
-					       json_object_get(m, "Destination"), "ro",
-					       !json_is_true(json_object_get(m, "RW"))));
-	}
+	c->next = dk->ctrs;
+	dk->ctrs = c;
+	pthread_mutex_unlock(&dk->lock);
+	image_info_clear(&info);
+	dkc_audit_create(d, c);
 	call->status = 201;
 	call->out = json_pack("{s:s,s:[]}", "Id", c->id, "Warnings");
-	r = 0;
-out:
-	json_decref(cmd);
-	json_decref(ep);
-	json_decref(env);
+	return 0;
+fail:
+	dkc_unref(c);
 	image_info_clear(&info);
 	return r;
 }
 
-/* ---- the pump: one thread per running container, owner of its agent stream ---- */
-
-struct dkc_pump {
-	struct daemon *d;
-	struct dkc *c;
-	struct sandbox *sb;
-	struct stream *s;
-	int stdin_r;                    /* -1: no stdin (or it ended) */
-	int logfd;
-};
-
-/* Append one output chunk to the log (caller holds no lock; only the pump writes). */
-static void dkc_log_append(struct dkc_pump *p, uint16_t type, const void *data, size_t len)
+/* The agent's `rm` of container `agent_id` in sb, its outcome not looked at (it may be
+ * gone already). */
+void dkc_agent_rm(struct sandbox *sb, const char *agent_id)
 {
-	struct dkc *c = p->c;
-	unsigned char hdr[DKC_REC_HDR];
-	uint64_t ts = (uint64_t)dk_now_ns();
-	bool full;
+	json_t *rr = NULL;
+	struct k8_err e = { 0 };
 
-	pthread_mutex_lock(&dk.lock);
-	full = c->log_full;
-	if (!full && c->log_size + len + 2 * DKC_REC_HDR + 64 > DKC_LOG_MAX)
-		c->log_full = true;
-	pthread_mutex_unlock(&dk.lock);
-	if (full)
-		return;
-	if (c->log_full) {
-		static const char note[] = "kosa8: the container's log reached its cap; "
-					   "further output is dropped\n";
-		type = PROTO_STDERR;
-		data = note;
-		len = sizeof(note) - 1;
-	}
-	ds_header(hdr, type == PROTO_STDERR ? DS_STDERR : DS_STDOUT, (uint32_t)len);
-	for (int i = 0; i < 8; i++)
-		hdr[8 + i] = (unsigned char)(ts >> (56 - 8 * i));
-	if (write_full(p->logfd, hdr, sizeof(hdr)) < 0 || write_full(p->logfd, data, len) < 0)
-		return;
-	pthread_mutex_lock(&dk.lock);
-	c->log_size += sizeof(hdr) + len;
-	dkc_notify_locked(c);
-	pthread_mutex_unlock(&dk.lock);
-}
-
-static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json_t *exit_rec);
-static void dkc_ports_down(struct daemon *d, struct sandbox *sb, struct dkc *c);
-static bool dkc_tty(struct dkc *c);
-
-static void *dkc_pump_thread(void *arg)
-{
-	struct dkc_pump *p = arg;
-	struct dkc *c = p->c;
-	struct agentlink *l = &p->sb->link;
-	struct stream *s = p->s;
-	json_t *exit_info = NULL, *exit_rec;
-	unsigned char *buf = xmalloc(PROTO_DATA_CHUNK);
-	bool autorm;
-
-	for (;;) {
-		struct sframe *f;
-		struct pollfd pfd[2];
-		uint32_t credit;
-		bool done, broken;
-
-		while ((f = link_stream_pop(l, s))) {
-			size_t len = f->len;
-			if (len && (f->type == PROTO_STDOUT || f->type == PROTO_STDERR))
-				dkc_log_append(p, f->type, f->data, len);
-			free(f);
-			if (len)
-				link_stream_consumed(l, s, len);
-		}
-		pthread_mutex_lock(&l->lock);
-		done = s->exited && !s->head;
-		broken = l->broken && !s->exited;
-		credit = s->stdin_credit;
-		if (done)
-			exit_info = json_incref(s->exit_info);
-		pthread_mutex_unlock(&l->lock);
-		if (done || broken)
-			break;
-		pfd[0] = (struct pollfd){ .fd = s->efd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = p->stdin_r, .events = credit ? POLLIN : 0 };
-		if (poll(pfd, p->stdin_r >= 0 ? 2 : 1, 1000) < 0 && errno != EINTR)
-			break;
-		if (pfd[0].revents & POLLIN) {
-			uint64_t v;
-			(void)!read(s->efd, &v, sizeof(v));
-		}
-		if (p->stdin_r >= 0 && credit && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-			size_t want = credit < PROTO_DATA_CHUNK ? credit : PROTO_DATA_CHUNK;
-			ssize_t got = read(p->stdin_r, buf, want);
-			if (got > 0) {
-				pthread_mutex_lock(&l->lock);
-				s->stdin_credit -= (uint32_t)got;
-				pthread_mutex_unlock(&l->lock);
-				link_send(l, PROTO_STDIN, 0, s->id, buf, (size_t)got);
-			} else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-				link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
-				close(p->stdin_r);
-				p->stdin_r = -1;
-			}
-		}
-	}
-	free(buf);
-	if (p->stdin_r >= 0)
-		close(p->stdin_r);
-	close(p->logfd);
-	/* before the exit is told (stop, wait): once `docker stop` returns, its ports are shut */
-	dkc_ports_down(p->d, p->sb, c);
-
-	pthread_mutex_lock(&dk.lock);
-	c->ip[0] = '\0';               /* the address goes with the run */
-	if (exit_info) {
-		c->exit_code = (int)json_integer_value(json_object_get(exit_info, "code"));
-		if (json_is_true(json_object_get(exit_info, "oom")))
-			snprintf(c->error, sizeof(c->error), "OOMKilled");
-	} else {
-		c->exit_code = 255;
-		snprintf(c->error, sizeof(c->error), "the engine sandbox's VM or agent went away");
-	}
-	c->state = DKC_EXITED;
-	c->finished_ns = dk_now_ns();
-	c->pid = 0;
-	c->stream_id = 0;
-	c->exits++;
-	if (c->stdin_w >= 0) {
-		close(c->stdin_w);
-		c->stdin_w = -1;
-	}
-	autorm = json_is_true(json_object_get(c->host, "AutoRemove")) && !c->removing;
-	if (!autorm)    /* one removed next needs no durable exit: its files go */
-		dkc_save_locked(c);
-	dkc_notify_locked(c);
-	pthread_mutex_unlock(&dk.lock);
-	exit_rec = json_pack("{s:s,s:s,s:i,s:O?}", "via", "docker", "id", c->id, "code",
-			     c->exit_code, "oom", json_object_get(exit_info, "oom"));
-	json_decref(exit_info);
-	if (!autorm) {
-		daemon_audit(p->d, "container.exit", c->sandbox, exit_rec);
-		exit_rec = NULL;
-	}
-	link_stream_close(l, s);
-
-	pthread_mutex_lock(&dk.lock);
-	c->pumping = false;
-	dkc_notify_locked(c);
-	pthread_mutex_unlock(&dk.lock);
-	/* the reference goes first: removing a container's own sandbox waits for its users */
-	sb_put(p->d, p->sb);
-	if (autorm)     /* records the exit once the removal is told (docs/docker.md) */
-		dkc_rm_now(p->d, c, NULL, exit_rec);
-	dkc_unref(c);
-	free(p);
-	return NULL;
-}
-
-/* ---- start, stop, kill, restart ---- */
-
-/* ---- published ports (HostConfig.PortBindings through ports.c) ---- */
-
-
-/* Close what c published (its run ended or it failed to start). */
-static void dkc_ports_down(struct daemon *d, struct sandbox *sb, struct dkc *c)
-{
-	json_t *pub, *v;
-	size_t i;
-
-	pthread_mutex_lock(&dk.lock);
-	pub = c->published;
-	c->published = NULL;
-	pthread_mutex_unlock(&dk.lock);
-	json_array_foreach(pub, i, v) {
-		struct k8_err e = { 0 };
-		if (port_unpublish(d, sb, json_string_value(json_object_get(v, "HostIp")),
-				   (int)json_integer_value(json_object_get(v, "HostPort")), &e))
-			daemon_log("docker: %s: closing port %d: %s", c->id,
-				   (int)json_integer_value(json_object_get(v, "HostPort")), e.msg);
-	}
-	json_decref(pub);
-}
-
-/* Publish c's PortBindings on its sandbox, towards c's own address (an engine container's
- * netns) or the VM's (a sandbox of its own), on the container's port. A binding on all
- * interfaces (Docker's default for `-p 8000:8000`) binds loopback unless the daemon
- * allows public ports (docs/docker.md). */
-static int dkc_ports_up(struct daemon *d, struct sandbox *sb, struct dkc *c, struct k8_err *err)
-{
-	struct dn_port pt[DKC_PORTS_MAX];
-	json_t *pub = json_array();
-	int n, r = 0;
-
-	n = dn_port_bindings(json_object_get(c->host, "PortBindings"), pt, DKC_PORTS_MAX, err);
-	if (n < 0) {
-		json_decref(pub);
-		return n;
-	}
-	for (int i = 0; i < n && !r; i++) {
-		const char *ip = pt[i].host_any ? (d->allow_public_ports ? "0.0.0.0" : "127.0.0.1")
-						: pt[i].host_ip;
-		int bound = 0;
-		if (pt[i].proto != DN_TCP) {
-			r = k8_err_set(err, -ENOTSUP, "port %u/udp: kosa8 publishes TCP ports only",
-				       pt[i].ctr_port);
-			break;
-		}
-		r = port_publish_to(d, sb, ip, pt[i].host_port, c->own_sandbox ? NULL : c->ip,
-				    pt[i].ctr_port, &bound, err);
-		if (!r)
-			json_array_append_new(pub, json_pack("{s:s,s:i,s:i}", "HostIp", ip,
-							     "HostPort", bound, "Port",
-							     pt[i].ctr_port));
-	}
-	pthread_mutex_lock(&dk.lock);
-	json_decref(c->published);
-	c->published = pub;
-	pthread_mutex_unlock(&dk.lock);
-	if (r)
-		dkc_ports_down(d, sb, c);
-	return r;
-}
-
-/* The agent's "exec /x: No such file or directory" in the words of Docker's runtime:
- * the docker CLI picks `docker run`'s exit code (127, 126) from the lower-case errno text
- * ("no such file or directory", "permission denied") in the answer. */
-static void dkc_runtime_wording(struct k8_err *err)
-{
-	char msg[sizeof(err->msg)];
-	char *tail;
-	int code = err->code;
-
-	snprintf(msg, sizeof(msg), "%s", err->msg);
-	tail = strrchr(msg, ':');
-	for (tail = tail ? tail : msg; *tail; tail++)
-		*tail = (char)tolower((unsigned char)*tail);
-	k8_err_clear(err);
-	k8_err_set(err, code, "OCI runtime create failed: %s", msg);
-}
-
-/* A Tty run or exec asks the agent for a pty: "stdin":"tty" and the first size
- * (Docker's ConsoleSize [height, width], or a resize that came first). */
-static void dkc_tty_fields(json_t *req, unsigned rows, unsigned cols)
-{
-	json_object_set_new(req, "stdin", json_string("tty"));
-	if (rows || cols)
-		json_object_set_new(req, "tty_size", json_pack("[i,i]", (int)rows, (int)cols));
-}
-
-/* ConsoleSize [h, w] of a create body (API 1.42+), each 0..65535; else 0, 0. */
-static void dkc_console_size(json_t *o, unsigned *rows, unsigned *cols)
-{
-	json_t *h = json_array_get(o, 0), *w = json_array_get(o, 1);
-
-	*rows = *cols = 0;
-	if (json_array_size(o) != 2 || !json_is_integer(h) || !json_is_integer(w) ||
-	    json_integer_value(h) < 0 || json_integer_value(h) > 65535 ||
-	    json_integer_value(w) < 0 || json_integer_value(w) > 65535)
-		return;
-	*rows = (unsigned)json_integer_value(h);
-	*cols = (unsigned)json_integer_value(w);
-}
-
-/* An agent older than the pty refuses "stdin":"tty" (its stdin is a boolean): say what
- * to do instead of its words. */
-static void dkc_tty_refused(struct k8_err *err)
-{
-	if (err->code == -EINVAL && strstr(err->msg, "field 'stdin'")) {
-		k8_err_clear(err);
-		k8_err_set(err, -ENOSYS, "the sandbox's guest agent has no pty support (Tty): "
-			   "rebuild the guest image (make guest) and remove the sandbox");
-	}
-}
-
-/* An agent older than "netns":"own" refuses it: say what to do instead of its words. */
-static void dkc_netns_refused(struct k8_err *err)
-{
-	if (err->code == -EINVAL && strstr(err->msg, "field 'netns'")) {
-		k8_err_clear(err);
-		k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot give a container a "
-			   "network namespace of its own: rebuild the guest image (make guest) and "
-			   "remove the sandbox");
-	}
-}
-
-/* c's address for this run (docs/docker.md, "Networking"): none for NetworkMode none; the
- * VM's for a container with a sandbox of its own (it has the VM's network); else the
- * next address of GUEST_CTR4_FIRST..LAST that no other container of the same engine
- * holds, round robin, so a just-stopped container's address (its namespace goes away
- * asynchronously in the guest) is the last one handed out again. Caller holds dk.lock.
- * -EADDRNOTAVAIL when all are taken. */
-static int dkc_ip_pick_locked(struct dkc *c)
-{
-	const char *nm = json_string_value(json_object_get(c->host, "NetworkMode"));
-	unsigned n = GUEST_CTR4_LAST - GUEST_CTR4_FIRST + 1;
-	char old[16];
-
-	memcpy(old, c->ip, sizeof(old));  /* a restart's leftover (load): not this one again */
-	c->ip[0] = '\0';
-	if (nm && !strcmp(nm, "none"))
-		return 0;
-	if (c->own_sandbox) {
-		snprintf(c->ip, sizeof(c->ip), "%s", GUEST_IP4);
-		return 0;
-	}
-	for (unsigned k = 0; k < n; k++) {
-		char ip[16];
-		bool used = false;
-
-		snprintf(ip, sizeof(ip), "10.0.2.%u", GUEST_CTR4_FIRST + (dk.ip_next + k) % n);
-		used = !strcmp(old, ip);
-		for (struct dkc *o = dk.ctrs; o && !used; o = o->next)
-			used = o != c && !strcmp(o->ip, ip) && !strcmp(o->sandbox, c->sandbox);
-		if (!used) {
-			memcpy(c->ip, ip, sizeof(ip));
-			dk.ip_next = (dk.ip_next + k + 1) % n;
-			return 0;
-		}
-	}
-	return -EADDRNOTAVAIL;
-}
-
-/* c's image attached and mounted in sb (its slot), as `img`. Returns 0 holding the
- * engine's slot lock for reading (dke_slots_done once the agent answered); else not.
- * In the shared engine a full slot table gives up its least recently used image that
- * no running or created container uses. */
-static int dkc_image(struct daemon *d, struct sandbox *sb, struct dkc *c, struct vm_image *img,
-		     struct k8_err *err)
-{
-	json_t *icfg = NULL;
-	int r;
-
-	for (int tries = 0;; tries++) {
-		dke_slots_read();
-		r = sb_image_for_run(d, sb, c->image_id[0] ? c->image_id : c->image, img, &icfg,
-				     err);
-		if (r == -ENOENT) {
-			k8_err_clear(err);
-			r = sb_image_for_run(d, sb, c->image, img, &icfg, err);
-		}
-		json_decref(icfg);
-		icfg = NULL;
-		if (!r)
-			return 0;
-		dke_slots_done();
-		if (r != -ENOSPC || c->own_sandbox || tries == 3)
-			break;
-		k8_err_clear(err);
-		dke_slots_write();
-		r = sb_image_evict(d, sb, NULL, err);
-		dke_slots_done();
-		if (r)
-			break;
-	}
-	if (r == -ENOSPC && !c->own_sandbox) {
-		/* sandbox.c's advice (another sandbox) is not the Docker user's */
-		char held[sizeof(err->msg)];
-		const char *p = strstr(err->msg, "each in use: ");
-		snprintf(held, sizeof(held), "%s", p ? p + 13 : "");
-		k8_err_clear(err);
-		k8_err_set(err, -ENOSPC, "the docker engine sandbox '%s' holds %d images at most, "
-			   "each used by a running or created container%s%s: stop or remove one "
-			   "of them, or start the daemon with --require-sandbox (docs/docker.md)",
-			   c->sandbox, K8_MAX_SLOTS, held[0] ? ": " : "", held);
-	}
-	return r;
-}
-
-/* The agent's `run` (req, taken) of an engine container. An address still held in the
- * guest (the agent's EADDRINUSE: a stopped container's namespace goes away
- * asynchronously, or one the host does not know of) is not the container's failure: it
- * is retried with the next free address, its published ports following it, a few
- * times (docs/docker.md, "Networking"). */
-#define DKC_ADDR_TRIES 4
-static int dkc_run_request(struct daemon *d, struct sandbox *sb, struct dkc *c, json_t *req,
-			   json_t **resp, struct stream **s, struct k8_err *err)
-{
-	for (int tries = 1;; tries++) {
-		json_t *again = c->ip[0] && !c->own_sandbox && tries < DKC_ADDR_TRIES ?
-				json_deep_copy(req) : NULL;
-		char held[16];
-		int r;
-
-		r = sb_agent_request(sb, req, DKC_START_TIMEOUT_MS, resp, s, err);  /* takes req */
-		if (r != -EADDRINUSE || !again) {
-			json_decref(again);
-			return r;
-		}
-		req = again;
-		memcpy(held, c->ip, sizeof(held));
-		pthread_mutex_lock(&dk.lock);
-		r = dkc_ip_pick_locked(c);      /* never `held` again */
-		pthread_mutex_unlock(&dk.lock);
-		daemon_log("docker: %s: address %s is held in the guest; %s", c->id, held,
-			   r ? "no other is free" : c->ip);
-		if (r) {
-			json_decref(req);
-			return -EADDRINUSE;     /* err: the agent's */
-		}
-		json_object_set_new(req, "ip", json_string(c->ip));
-		k8_err_clear(err);
-		dkc_ports_down(d, sb, c);
-		if ((r = dkc_ports_up(d, sb, c, err))) {
-			json_decref(req);
-			return r;
-		}
-	}
-}
-
-/* The agent's `run` for c; on success the pump runs. Caller holds nothing. */
-static int dkc_start(struct daemon *d, struct dkc *c, struct k8_err *err)
-{
-	struct sandbox *sb;
-	struct vm_image img;
-	json_t *req, *resp = NULL, *argv, *cfg = c->config;
-	struct stream *s = NULL;
-	struct dkc_pump *p;
-	const char *wd, *user;
-	char path[4400];
-	bool open_stdin;
-	int pipefd[1] = { -1 }, logfd, r;
-	pthread_attr_t attr;
-	pthread_t t;
-	uint64_t t0 = now_mono_ns(), t_sb, t_img;      /* the phases, for a VM of its own */
-
-	pthread_mutex_lock(&dk.lock);
-	if (c->removing || c->removed) {
-		pthread_mutex_unlock(&dk.lock);
-		return k8_err_set(err, -ENOENT, "No such container: %s", c->id);
-	}
-	if (c->state == DKC_RUNNING || c->pumping) {
-		pthread_mutex_unlock(&dk.lock);
-		return 1;       /* already started: 304 */
-	}
-	c->pumping = true;      /* claims the start */
-	r = dkc_ip_pick_locked(c);
-	pthread_mutex_unlock(&dk.lock);
-	if (r) {
-		k8_err_set(err, r, "the docker engine sandbox '%s' has no container address free "
-			   "(%d containers with a network at most)", c->sandbox,
-			   GUEST_CTR4_LAST - GUEST_CTR4_FIRST + 1);
-		goto fail;
-	}
-
-	sb = dke_get(d, c->sandbox, err);
-	if (!sb) {
-		r = err->code ? err->code : -EIO;
-		goto fail;
-	}
-	t_sb = now_mono_ns();
-	if ((r = dkc_ports_up(d, sb, c, err)))
-		goto fail_sb;
-	if (c->starts) {
-		/* The agent still holds the last run's container (or, after a daemon restart,
-		 * a running one): a start is a fresh run (docs/docker.md). */
-		json_t *rm = json_pack("{s:s,s:s}", "op", "rm", "container", c->agent_id);
-		struct k8_err e2 = { 0 };
-		json_t *rr = NULL;
-		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);      /* takes rm */
-		json_decref(rr);
-	}
-	if ((r = dkc_image(d, sb, c, &img, err)))
-		goto fail_sb;
-	t_img = now_mono_ns();
-	argv = json_array();
-	if (json_is_array(json_object_get(cfg, "Entrypoint")))
-		json_array_extend(argv, json_object_get(cfg, "Entrypoint"));
-	if (json_is_array(json_object_get(cfg, "Cmd")))
-		json_array_extend(argv, json_object_get(cfg, "Cmd"));
-	wd = json_string_value(json_object_get(cfg, "WorkingDir"));
-	user = json_string_value(json_object_get(cfg, "User"));
-	open_stdin = json_is_true(json_object_get(cfg, "OpenStdin"));
-	/* AutoRemove: the agent removes the container as it exits, before it reports the
-	 * exit, which spares `docker run --rm` a round trip to the guest (dkc_rm_now). */
-	c->agent_rm = json_is_true(json_object_get(c->host, "AutoRemove"));
-	/* The sandbox's broker variables (docker_engine_broker) under the image's and the
-	 * request's Env; added here, so inspect's Config.Env stays as the client gave it. */
-	json_t *benv = broker_env(sb), *env = dkc_merge_env(benv, json_object_get(cfg, "Env"));
-	json_decref(benv);
-	req = json_pack("{s:s,s:s,s:s,s:o,s:o,s:s,s:s,s:b,s:b,s:b,s:s}", "op", "run",
-			"container", c->agent_id, "image", img.digest, "argv", argv, "env",
-			env, "cwd", wd && *wd ? wd : "/", "user",
-			user && *user ? user : "0", "stdin", open_stdin, "rm", c->agent_rm, "detach",
-			false, "netns", !c->ip[0] ? "none" : c->own_sandbox ? "vm" : "own");
-	/* an engine container: its own namespace and address (a VM of its own isolates one
-	 * with --require-sandbox already; it keeps the VM's) */
-	if (c->ip[0] && !c->own_sandbox)
-		json_object_set_new(req, "ip", json_string(c->ip));
-	/* always: a Docker container sees only its own binds, never the engine's roots */
-	json_object_set(req, "binds", c->binds ? c->binds : json_array());
-	/* HostConfig.Memory and NanoCpus: the container's own cgroup in the guest */
-	json_int_t mem = json_integer_value(json_object_get(c->host, "Memory"));
-	json_int_t ncpu = json_integer_value(json_object_get(c->host, "NanoCpus"));
-	if (mem > 0)
-		json_object_set_new(req, "memory_max", json_integer(mem));
-	if (ncpu > 0)
-		json_object_set_new(req, "nano_cpus", json_integer(ncpu));
-	/* CapDrop: taken out of the container's set (checked at create) */
-	json_t *drop = NULL;
-	dkc_cap_drop(json_object_get(c->host, "CapDrop"), &drop, err);
-	bool dropping = json_array_size(drop) > 0;
-	if (dropping)
-		json_object_set(req, "cap_drop", drop);
-	json_decref(drop);
-	k8_err_clear(err);
-	if (dkc_tty(c)) {
-		unsigned rows, cols;
-		dkc_console_size(json_object_get(c->host, "ConsoleSize"), &rows, &cols);
-		dkc_tty_fields(req, rows, cols);
-	}
-	if (open_stdin) {
-		pthread_mutex_lock(&dk.lock);
-		dkc_stdin_pipe_locked(c);
-		pipefd[0] = c->stdin_r;         /* the pump's from now on */
-		c->stdin_r = -1;
-		pthread_mutex_unlock(&dk.lock);
-	}
-	snprintf(path, sizeof(path), "%s/log", c->dir);
-	logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (logfd < 0) {
-		dke_slots_done();
-		json_decref(req);
-		r = k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
-		goto fail_pipe;
-	}
-	r = dkc_run_request(d, sb, c, req, &resp, &s, err);    /* takes req */
-	dke_slots_done();      /* dkc_image's: the agent has answered */
-	if (r) {
-		dkc_tty_refused(err);
-		dkc_netns_refused(err);
-		close(logfd);
-		if (r == -ENOENT || r == -EACCES || r == -ENOEXEC)
-			dkc_runtime_wording(err);
-		goto fail_pipe;
-	}
-	if (((mem > 0 || ncpu > 0) && !json_is_object(json_object_get(resp, "limits"))) ||
-	    (dropping && !json_is_integer(json_object_get(resp, "cap_drop")))) {
-		/* an agent older than these ran it without them: refuse, never ignore */
-		json_t *rm = json_pack("{s:s,s:s}", "op", "rm", "container", c->agent_id), *rr = NULL;
-		struct k8_err e2 = { 0 };
-		sb_agent_request(sb, rm, 30000, &rr, NULL, &e2);      /* takes rm */
-		json_decref(rr);
-		json_decref(resp);
-		link_stream_close(&sb->link, s);
-		close(logfd);
-		r = k8_err_set(err, -ENOSYS, "the sandbox's guest agent cannot apply Memory, "
-			       "NanoCpus or CapDrop: rebuild the guest image (make guest) and "
-			       "remove the sandbox");
-		goto fail_pipe;
-	}
-	if (pipefd[0] >= 0)
-		fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
-	p = xcalloc(1, sizeof(*p));
-	p->d = d;
-	p->c = c;
-	p->sb = sb;
-	p->s = s;
-	p->stdin_r = pipefd[0];
-	p->logfd = logfd;
-	pthread_mutex_lock(&dk.lock);
-	c->refs++;
-	c->state = DKC_RUNNING;
-	c->pid = (int)json_integer_value(json_object_get(resp, "pid"));
-	c->started_ns = dk_now_ns();
-	c->exit_code = 0;
-	c->error[0] = '\0';
-	c->starts++;
-	c->stream_id = s->id;
-	dkc_save_locked(c);
-	dkc_notify_locked(c);
-	pthread_mutex_unlock(&dk.lock);
-	json_decref(resp);
-	if (c->own_sandbox)     /* where a `docker run` with require_sandbox spends its time */
-		daemon_log("container %s: sandbox %s created and booted in %llu ms, image "
-			   "attached in %llu ms, started in the guest in %llu ms", c->agent_id,
-			   c->sandbox, (unsigned long long)(t_sb - t0) / 1000000,
-			   (unsigned long long)(t_img - t_sb) / 1000000,
-			   (unsigned long long)(now_mono_ns() - t_img) / 1000000);
-	daemon_audit(d, "container.start", c->sandbox,
-		     json_pack("{s:s,s:s,s:s,s:O}", "via", "docker", "id", c->id, "name", c->name,
-			       "argv", json_object_get(cfg, "Cmd")));
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, dkc_pump_thread, p) != 0)
-		abort();        /* the stream would have no reader: nothing sane to do */
-	pthread_attr_destroy(&attr);
-	return 0;
-
-fail_pipe:
-	if (pipefd[0] >= 0)
-		close(pipefd[0]);
-fail_sb:
-	dkc_ports_down(d, sb, c);
-	sb_put(d, sb);
-fail:
-	pthread_mutex_lock(&dk.lock);
-	c->pumping = false;
-	c->ip[0] = '\0';
-	pthread_mutex_unlock(&dk.lock);
-	return r;
-}
-
-/* A start that failed, as moby records it: the container stays created, with the exit
- * code a shell would give (127 not found, 126 not runnable, else 128) and the error in
- * its state; one made with AutoRemove goes (`docker run --rm` waits for that, and
- * waited forever when it did not). */
-static void dkc_start_failed(struct daemon *d, struct dkc *c, int r, const char *msg)
-{
-	bool autorm;
-
-	pthread_mutex_lock(&dk.lock);
-	if (c->state == DKC_RUNNING || c->removing || c->removed) {
-		pthread_mutex_unlock(&dk.lock);
-		return;
-	}
-	c->exit_code = r == -ENOENT ? 127 : (r == -EACCES || r == -ENOEXEC) ? 126 : 128;
-	snprintf(c->error, sizeof(c->error), "%s", msg);
-	autorm = json_is_true(json_object_get(c->host, "AutoRemove"));
-	dkc_save_locked(c);
-	dkc_notify_locked(c);
-	pthread_mutex_unlock(&dk.lock);
-	if (autorm)
-		dkc_rm_now(d, c, NULL, NULL);
-}
-
-int dkc_api_start(struct api_call *call)
-{
-	struct dkc *c;
-	int r;
-
-	if ((r = dkc_find_call(call, &c)))
-		return r;
-	r = dkc_start(call->d, c, &call->err);
-	if (r < 0)
-		dkc_start_failed(call->d, c, r, call->err.msg);
-	dkc_unref(c);
-	if (r < 0)
-		return r;
-	call->status = r ? 304 : 204;
-	return 0;
-}
-
-/* Ask the agent to stop c's init: `signal`, then SIGKILL after t_ms. Returns 1 when c
- * was not running. Waits for the pump to record the exit. */
-static int dkc_stop(struct daemon *d, struct dkc *c, int signal, int t_ms, struct k8_err *err)
-{
-	struct sandbox *sb;
-	json_t *req, *resp = NULL;
-	struct timespec dl;
-	int r;
-
-	pthread_mutex_lock(&dk.lock);
-	if (c->state != DKC_RUNNING) {
-		pthread_mutex_unlock(&dk.lock);
-		return 1;
-	}
-	pthread_mutex_unlock(&dk.lock);
-	sb = sb_get(d, c->sandbox, err);
-	if (!sb)
-		return -ENOENT;
-	req = json_pack("{s:s,s:s,s:i,s:i}", "op", "stop", "container", c->agent_id, "signal",
-			signal, "timeout_ms", t_ms);
-	r = sb_agent_request(sb, req, t_ms + 30000, &resp, NULL, err);  /* takes req */
-	json_decref(resp);
-	sb_put(d, sb);
-	if (r && r != -ENOENT)
-		return r;
-	k8_err_clear(err);
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += 10;
-	pthread_mutex_lock(&dk.lock);
-	while (c->state == DKC_RUNNING)
-		if (pthread_cond_timedwait(&dk.cond, &dk.lock, &dl) == ETIMEDOUT)
-			break;
-	pthread_mutex_unlock(&dk.lock);
-	return 0;
-}
-
-static int dkc_query_t(struct api_call *call, int *t_ms)
-{
-	uint64_t t = 10;
-	const char *v = call->query ? call->query(call->query_ctx, "t") : NULL;
-
-	if (v && !strcmp(v, "-1"))
-		t = 3600;
-	else if (api_query_u64(call, "t", 0, 3600, &t))
-		return call->err.code;
-	*t_ms = (int)t * 1000;
-	return 0;
-}
-
-int dkc_api_stop(struct api_call *call)
-{
-	struct dkc *c;
-	int t_ms, r;
-
-	if ((r = dkc_query_t(call, &t_ms)) || (r = dkc_find_call(call, &c)))
-		return r;
-	r = dkc_stop(call->d, c, SIGTERM, t_ms, &call->err);
-	dkc_unref(c);
-	if (r < 0)
-		return r;
-	call->status = r ? 304 : 204;
-	return 0;
-}
-
-int dkc_api_restart(struct api_call *call)
-{
-	struct dkc *c;
-	int t_ms, r;
-
-	if ((r = dkc_query_t(call, &t_ms)) || (r = dkc_find_call(call, &c)))
-		return r;
-	r = dkc_stop(call->d, c, SIGTERM, t_ms, &call->err);
-	if (r >= 0) {
-		/* the pump may still be closing its stream */
-		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += 10;
-		pthread_mutex_lock(&dk.lock);
-		while (c->pumping)
-			if (pthread_cond_timedwait(&dk.cond, &dk.lock, &dl) == ETIMEDOUT)
-				break;
-		pthread_mutex_unlock(&dk.lock);
-		r = dkc_start(call->d, c, &call->err);
-	}
-	dkc_unref(c);
-	if (r < 0)
-		return r;
-	call->status = 204;
-	return 0;
-}
-
-/* A signal by number or name ("KILL", "SIGKILL", "9"); 0 when unknown. */
-static int dkc_signal(const char *s)
-{
-	static const struct { const char *name; int sig; } sigs[] = {
-		{ "HUP", SIGHUP }, { "INT", SIGINT }, { "QUIT", SIGQUIT }, { "ILL", SIGILL },
-		{ "TRAP", SIGTRAP }, { "ABRT", SIGABRT }, { "BUS", SIGBUS }, { "FPE", SIGFPE },
-		{ "KILL", SIGKILL }, { "USR1", SIGUSR1 }, { "SEGV", SIGSEGV }, { "USR2", SIGUSR2 },
-		{ "PIPE", SIGPIPE }, { "ALRM", SIGALRM }, { "TERM", SIGTERM }, { "CHLD", SIGCHLD },
-		{ "CONT", SIGCONT }, { "STOP", SIGSTOP }, { "TSTP", SIGTSTP }, { "TTIN", SIGTTIN },
-		{ "TTOU", SIGTTOU }, { "URG", SIGURG }, { "XCPU", SIGXCPU }, { "XFSZ", SIGXFSZ },
-		{ "VTALRM", SIGVTALRM }, { "PROF", SIGPROF }, { "WINCH", SIGWINCH }, { "IO", SIGIO },
-		{ "PWR", SIGPWR }, { "SYS", SIGSYS },
-	};
-	char *end;
-	long n;
-
-	if (!s || !*s)
-		return SIGKILL;
-	n = strtol(s, &end, 10);
-	if (!*end)
-		return n >= 1 && n <= 64 ? (int)n : 0;
-	if (!strncasecmp(s, "SIG", 3))
-		s += 3;
-	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
-		if (!strcasecmp(s, sigs[i].name))
-			return sigs[i].sig;
-	return 0;
-}
-
-int dkc_api_kill(struct api_call *call)
-{
-	char buf[32];
-	const char *sname = NULL;
-	struct sandbox *sb;
-	struct dkc *c;
-	uint32_t sid;
-	int sig, r;
-
-	if ((r = api_query_str(call, "signal", buf, sizeof(buf), &sname)))
-		return r;
-	if (!(sig = dkc_signal(sname)))
-		return k8_err_set(&call->err, -EINVAL, "Invalid signal: %.30s", sname);
-	if ((r = dkc_find_call(call, &c)))
-		return r;
-	pthread_mutex_lock(&dk.lock);
-	sid = c->state == DKC_RUNNING ? c->stream_id : 0;
-	pthread_mutex_unlock(&dk.lock);
-	if (!sid) {
-		r = k8_err_set(&call->err, -EBUSY, "Container %s is not running", c->id);
-		dkc_unref(c);
-		return r;
-	}
-	sb = sb_get(call->d, c->sandbox, &call->err);
-	if (sb) {
-		unsigned char le[4] = { (unsigned char)sig, 0, 0, 0 };
-		link_send(&sb->link, PROTO_SIGNAL, 0, sid, le, 4);
-		sb_put(call->d, sb);
-	}
-	dkc_unref(c);
-	if (!sb)
-		return -ENOENT;
-	call->status = 204;
-	return 0;
+	sb_agent_request(sb, json_pack("{s:s,s:s}", "op", "rm", "container", agent_id), 30000,
+			 &rr, NULL, &e);        /* takes the request */
+	json_decref(rr);
 }
 
 /* ---- archive: HEAD/GET/PUT /containers/{id}/archive?path= (archive.c does the work) ---- */
+
+/* The agent's `create` of a container's root in its image (slot_use's fn). */
+struct dkc_root {
+	struct dkc *c;
+	struct sandbox *sb;
+};
+
+static int dkc_create_root(void *ctx, const struct vm_image *img, const json_t *icfg,
+			   struct k8_err *err)
+{
+	struct dkc_root *k = ctx;
+	json_t *resp = NULL;
+	int r;
+
+	(void)icfg;
+	r = sb_agent_request(k->sb, json_pack("{s:s,s:s,s:s}", "op", "create", "container",
+					      k->c->agent_id, "image", img->digest),
+			     30000, &resp, NULL, err);  /* takes the request */
+	json_decref(resp);
+	return r;
+}
 
 /* A container never started gets its root in the agent now (the agent's `create`), so
  * files can be copied in before its first start; the start's run uses that root. */
 static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, struct k8_err *err)
 {
-	struct vm_image img;
-	json_t *req, *resp = NULL;
-	int r;
+	struct docker *dk = c->dk;
+	struct dkc_root k = { c, sb };
+	int r = dkr_with_image(d, sb, c, dkc_create_root, &k, err);
 
-	if ((r = dkc_image(d, sb, c, &img, err)))
-		return r;
-	req = json_pack("{s:s,s:s,s:s}", "op", "create", "container", c->agent_id, "image",
-			img.digest);
-	r = sb_agent_request(sb, req, 30000, &resp, NULL, err);       /* takes req */
-	dke_slots_done();      /* dkc_image's */
-	json_decref(resp);
 	if (r == -EEXIST) {             /* made by an earlier copy, or started meanwhile */
 		k8_err_clear(err);
 		r = 0;
@@ -1628,12 +516,19 @@ static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, stru
 				  "and remove the sandbox");
 	}
 	if (!r) {
-		pthread_mutex_lock(&dk.lock);
+		pthread_mutex_lock(&dk->lock);
 		c->prepared = true;
 		dkc_save_locked(c);
-		pthread_mutex_unlock(&dk.lock);
+		pthread_mutex_unlock(&dk->lock);
 	}
 	return r;
+}
+
+static int dkc_image_only(void *ctx, const struct vm_image *img, const json_t *icfg,
+			  struct k8_err *err)
+{
+	(void)ctx, (void)img, (void)icfg, (void)err;
+	return 0;
 }
 
 /* A stopped container's files are read through its image (the lower layer of the
@@ -1643,12 +538,7 @@ static int dkc_prepare(struct daemon *d, struct dkc *c, struct sandbox *sb, stru
 static int dkc_image_again(struct daemon *d, struct dkc *c, struct sandbox *sb,
 			   struct k8_err *err)
 {
-	struct vm_image img;
-	int r = dkc_image(d, sb, c, &img, err);
-
-	if (!r)
-		dke_slots_done();       /* dkc_image's */
-	return r;
+	return dkr_with_image(d, sb, c, dkc_image_only, NULL, err);
 }
 
 /* The container's sandbox, running, with a user reference, and its id in the agent; NULL
@@ -1656,17 +546,18 @@ static int dkc_image_again(struct daemon *d, struct dkc *c, struct sandbox *sb,
  * stopped one gets its image back if the engine gave it up (dkc_image_again). */
 static struct sandbox *dkc_archive_target(struct api_call *call, char agent_id[13])
 {
+	struct docker *dk = docker_of(call->d);
 	struct sandbox *sb = NULL;
 	struct dkc *c;
 	bool fresh, stopped;
 
 	if (dkc_find_call(call, &c))
 		return NULL;
-	pthread_mutex_lock(&dk.lock);
+	pthread_mutex_lock(&dk->lock);
 	snprintf(agent_id, 13, "%s", c->agent_id);
 	fresh = !c->starts && !c->pumping;
-	stopped = c->state != DKC_RUNNING && !c->pumping;
-	pthread_mutex_unlock(&dk.lock);
+	stopped = c->state != DPS_RUNNING && !c->pumping;
+	pthread_mutex_unlock(&dk->lock);
 	sb = fresh ? dke_get(call->d, c->sandbox, &call->err) : sb_get(call->d, c->sandbox, &call->err);
 	if (sb && ((!fresh && sb_ensure_running(call->d, sb, &call->err)) ||
 		   (!fresh && stopped && dkc_image_again(call->d, c, sb, &call->err)) ||
@@ -1708,24 +599,25 @@ int dkc_api_archive_put(struct api_call *call)
  * reference; sb may be NULL (looked up). exit_rec (taken): the details of an AutoRemove
  * container's container.exit, recorded once the removal is told, so `docker run --rm`'s
  * answer waits for one audit record fewer; the order in the log stays exit, rm. */
-static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json_t *exit_rec)
+void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json_t *exit_rec)
 {
+	struct docker *dk = c->dk;
 	struct k8_err err = { 0 };
 	struct sandbox *own = NULL;
 	struct dkc **pp;
 	bool ran;
 
-	pthread_mutex_lock(&dk.lock);
+	pthread_mutex_lock(&dk->lock);
 	if (c->removed) {
-		pthread_mutex_unlock(&dk.lock);
+		pthread_mutex_unlock(&dk->lock);
 		if (exit_rec)
 			daemon_audit(d, "container.exit", c->sandbox, exit_rec);
 		return;
 	}
 	c->removing = true;
 	/* the agent has it, unless it ran AutoRemove and exited (agent_rm: gone already) */
-	ran = (c->starts > 0 || c->prepared) && !(c->agent_rm && c->state == DKC_EXITED);
-	pthread_mutex_unlock(&dk.lock);
+	ran = (c->starts > 0 || c->prepared) && !(c->agent_rm && c->state == DPS_EXITED);
+	pthread_mutex_unlock(&dk->lock);
 	if (ran && !sb)
 		sb = own = sb_get(d, c->sandbox, &err);
 	if (ran && sb && !c->own_sandbox) {
@@ -1735,14 +627,14 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json
 	}
 	if (own)
 		sb_put(d, own);
-	pthread_mutex_lock(&dk.lock);
-	for (pp = &dk.ctrs; *pp; pp = &(*pp)->next)
+	pthread_mutex_lock(&dk->lock);
+	for (pp = &dk->ctrs; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
 			c->refs--;      /* the list's */
 			break;
 		}
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	/* A sandbox of its own goes before the removal is told (wait "removed", so `docker
 	 * run --rm`'s answer): once the client has it, neither `docker ps -a` nor `kosa8
 	 * sandbox ls` shows the container or its VM (docs/docker.md, "require_sandbox"). */
@@ -1753,10 +645,10 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json
 		daemon_log("container %s: sandbox %s removed in %llu ms", c->agent_id, c->sandbox,
 			   (unsigned long long)(now_mono_ns() - t0) / 1000000);
 	}
-	pthread_mutex_lock(&dk.lock);
+	pthread_mutex_lock(&dk->lock);
 	c->removed = true;
 	dkc_notify_locked(c);
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	if (exit_rec)
 		daemon_audit(d, "container.exit", c->sandbox, exit_rec);
 	rm_rf(c->dir);
@@ -1766,6 +658,7 @@ static void dkc_rm_now(struct daemon *d, struct dkc *c, struct sandbox *sb, json
 
 int dkc_api_rm(struct api_call *call)
 {
+	struct docker *dk = docker_of(call->d);
 	bool force = dk_qbool(call, "force", false);
 	struct timespec dl;
 	struct dkc *c;
@@ -1773,9 +666,9 @@ int dkc_api_rm(struct api_call *call)
 
 	if ((r = dkc_find_call(call, &c)))
 		return r;
-	pthread_mutex_lock(&dk.lock);
-	if (c->state == DKC_RUNNING && !force) {
-		pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_lock(&dk->lock);
+	if (c->state == DPS_RUNNING && !force) {
+		pthread_mutex_unlock(&dk->lock);
 		r = k8_err_set(&call->err, -EBUSY, "You cannot remove a running container %s. "
 			       "Stop the container before attempting removal or force remove",
 			       c->id);
@@ -1783,710 +676,67 @@ int dkc_api_rm(struct api_call *call)
 		return r;
 	}
 	if (c->removing) {
-		pthread_mutex_unlock(&dk.lock);
+		pthread_mutex_unlock(&dk->lock);
 		r = k8_err_set(&call->err, -EBUSY, "removal of container %s is already in "
 			       "progress", c->id);
 		dkc_unref(c);
 		return r;
 	}
 	c->removing = true;
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	if (force)
-		dkc_stop(call->d, c, SIGKILL, 0, &call->err);
+		dkr_stop(call->d, c, SIGKILL, 0, &call->err);
 	k8_err_clear(&call->err);
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += 15;
-	pthread_mutex_lock(&dk.lock);
+	pthread_mutex_lock(&dk->lock);
 	while (c->pumping)
-		if (pthread_cond_timedwait(&dk.cond, &dk.lock, &dl) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&dk->cond, &dk->lock, &dl) == ETIMEDOUT)
 			break;
 	c->removing = false;    /* dkc_rm_now claims it again */
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	dkc_rm_now(call->d, c, NULL, NULL);
 	dkc_unref(c);
 	call->status = 204;
 	return 0;
 }
 
-/* ---- wait ---- */
-
-struct dkc_wait {
-	struct dkc *c;
-	enum { W_NOT_RUNNING, W_NEXT_EXIT, W_REMOVED } cond;
-	unsigned exits0;
-};
-
-static void dkc_wait_free(void *ctx)
-{
-	struct dkc_wait *w = ctx;
-	dkc_unref(w->c);
-	free(w);
-}
-
-/* The body {"StatusCode":N,"Error":null} once the condition holds; the headers went out
- * before (the CLI waits for them before it starts the container). */
-static void dkc_wait_body(void *ctx, int fd, const char *extra, size_t n)
-{
-	struct dkc_wait *w = ctx;
-	struct dkc *c = w->c;
-	char out[128];
-	int code;
-
-	(void)extra;
-	(void)n;
-	for (;;) {
-		bool ok;
-		struct timespec dl;
-		struct pollfd pfd = { .fd = fd, .events = 0 };
-
-		/* a client that left: the pipe's reader is gone */
-		if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLERR))
-			return;
-		/* the check and the wait under one hold of the lock: a change told between
-		 * them would otherwise wait out the second (docker run --rm answered 1 s late) */
-		pthread_mutex_lock(&dk.lock);
-		if (w->cond == W_REMOVED)
-			ok = c->removed;
-		else if (w->cond == W_NEXT_EXIT)
-			ok = c->exits > w->exits0 || c->removed;
-		else
-			ok = c->state != DKC_RUNNING && !c->pumping;
-		if (ok)
-			break;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += 1;
-		pthread_cond_timedwait(&dk.cond, &dk.lock, &dl);
-		pthread_mutex_unlock(&dk.lock);
-	}
-	code = c->exit_code;
-	pthread_mutex_unlock(&dk.lock);
-	snprintf(out, sizeof(out), "{\"StatusCode\":%d,\"Error\":null}\n", code);
-	(void)!write_full(fd, out, strlen(out));
-}
-
-int dkc_api_wait(struct api_call *call)
-{
-	char buf[32];
-	const char *cond = NULL;
-	struct dkc_wait *w;
-	struct dkc *c;
-	int r;
-
-	if ((r = api_query_str(call, "condition", buf, sizeof(buf), &cond)))
-		return r;
-	if (cond && strcmp(cond, "not-running") && strcmp(cond, "next-exit") &&
-	    strcmp(cond, "removed"))
-		return k8_err_set(&call->err, -EINVAL, "invalid condition: \"%.30s\"", cond);
-	if ((r = dkc_find_call(call, &c)))
-		return r;
-	w = xcalloc(1, sizeof(*w));
-	w->c = c;
-	w->cond = !cond || !strcmp(cond, "not-running") ? W_NOT_RUNNING :
-		  !strcmp(cond, "next-exit") ? W_NEXT_EXIT : W_REMOVED;
-	pthread_mutex_lock(&dk.lock);
-	w->exits0 = c->exits;
-	pthread_mutex_unlock(&dk.lock);
-	return api_reply_raw(call, false, "application/json", dkc_wait_body, dkc_wait_free, w);
-}
-
-/* ---- reading the log: logs and attach ---- */
-
-struct dkc_reader {
-	unsigned mask;                  /* 1 << DS_STDOUT | 1 << DS_STDERR */
-	bool tty;                       /* raw bytes, no frame headers */
-	bool timestamps;
-	bool lines;                     /* split into lines (timestamps, tail) */
-	int64_t since_ns, until_ns;     /* 0: no bound */
-	uint64_t skip_lines;            /* tail: lines to leave out first */
-	uint64_t line_no;
-	bool at_start[3];               /* per stream: the next byte starts a line */
-	bool counting;                  /* first pass of tail: count only */
-};
-
-/* Write one piece to the client: framed unless TTY, with the timestamp before a line's
- * first byte when asked. -1 when the client is gone. */
-static int dkc_emit(struct dkc_reader *rd, int out, enum ds_type type, int64_t ts,
-		    const unsigned char *p, size_t n, bool line_start)
-{
-	char tsb[48] = "";
-	size_t tl = 0;
-	uint8_t hdr[DS_HDR_LEN];
-
-	if (rd->timestamps && line_start) {
-		ds_rfc3339(ts / 1000000000, (int32_t)(ts % 1000000000), tsb);
-		tl = strlen(tsb);
-		tsb[tl++] = ' ';
-	}
-	if (!rd->tty) {
-		ds_header(hdr, type, (uint32_t)(n + tl));
-		if (write_full(out, hdr, sizeof(hdr)) < 0)
-			return -1;
-	}
-	if ((tl && write_full(out, tsb, tl) < 0) || write_full(out, p, n) < 0)
-		return -1;
-	return 0;
-}
-
-/* One record's payload through the reader's rules. */
-static int dkc_record(struct dkc_reader *rd, int out, enum ds_type type, int64_t ts,
-		      const unsigned char *p, size_t n)
-{
-	if (!(rd->mask & (1u << type)))
-		return 0;
-	if ((rd->since_ns && ts < rd->since_ns) || (rd->until_ns && ts > rd->until_ns))
-		return 0;
-	if (!rd->lines)
-		return rd->counting ? 0 : dkc_emit(rd, out, type, ts, p, n, false);
-	while (n) {
-		const unsigned char *nl = memchr(p, '\n', n);
-		size_t k = nl ? (size_t)(nl - p) + 1 : n;
-		bool start = rd->at_start[type];
-
-		if (start)
-			rd->line_no++;
-		rd->at_start[type] = nl != NULL;
-		if (!rd->counting && rd->line_no > rd->skip_lines &&
-		    dkc_emit(rd, out, type, ts, p, k, start) < 0)
-			return -1;
-		p += k;
-		n -= k;
-	}
-	return 0;
-}
-
-/* Send the log's records from *off up to end; *off moves past what was read. -1 when
- * the client is gone. A torn record at the end waits for the next round. */
-static int dkc_send_log(struct dkc_reader *rd, int logfd, uint64_t *off, uint64_t end, int out)
-{
-	unsigned char hdr[DKC_REC_HDR];
-	unsigned char *buf = NULL;
-	size_t cap = 0;
-	int r = 0;
-
-	while (*off + DKC_REC_HDR <= end) {
-		uint32_t len;
-		int64_t ts = 0;
-		if (pread(logfd, hdr, sizeof(hdr), (off_t)*off) != (ssize_t)sizeof(hdr))
-			break;
-		len = (uint32_t)hdr[4] << 24 | (uint32_t)hdr[5] << 16 | (uint32_t)hdr[6] << 8 | hdr[7];
-		if (len > DKC_LOG_MAX || (hdr[0] != DS_STDOUT && hdr[0] != DS_STDERR)) {
-			*off = end;     /* not ours: stop reading this log */
-			break;
-		}
-		if (*off + DKC_REC_HDR + len > end)
-			break;
-		for (int i = 0; i < 8; i++)
-			ts = (int64_t)((uint64_t)ts << 8 | hdr[8 + i]);
-		if (len > cap) {
-			free(buf);
-			cap = len;
-			buf = xmalloc(cap);
-		}
-		if (len && pread(logfd, buf, len, (off_t)(*off + DKC_REC_HDR)) != (ssize_t)len)
-			break;
-		*off += DKC_REC_HDR + len;
-		if (dkc_record(rd, out, (enum ds_type)hdr[0], ts, buf, len) < 0) {
-			r = -1;
-			break;
-		}
-	}
-	free(buf);
-	return r;
-}
-
-static int dkc_open_log(struct dkc *c)
-{
-	char path[4400];
-	snprintf(path, sizeof(path), "%s/log", c->dir);
-	return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-}
-
-/* After a 101: wait (up to 2 s) until the client has read the response head. docker-py
- * reads the head through a buffered reader and then the stream from the raw socket:
- * stream bytes that arrive with the head are swallowed by that buffer and lost. On a
- * unix socket SIOCOUTQ counts the bytes the peer has not read yet. */
-static void dk_wait_head_read(int sock)
-{
-	for (int i = 0; i < 2000; i++) {
-		int n = 0;
-		if (ioctl(sock, SIOCOUTQ, &n) < 0 || n <= 0)
-			return;
-		usleep(1000);
-	}
-}
-
-struct dkc_follow {
-	struct dkc *c;
-	struct dkc_reader rd;
-	bool logs, stream, in;          /* attach: replay the log, follow it, take stdin */
-	bool follow;                    /* logs: follow */
-	bool is_attach;
-	unsigned exits0;
-	bool done_at_start;             /* attach to a container that is not going to run */
-	uint64_t start_off;
-};
-
-static void dkc_follow_free(void *ctx)
-{
-	struct dkc_follow *f = ctx;
-	dkc_unref(f->c);
-	free(f);
-}
-
-/* Client bytes for the container's stdin (attach). */
-static void dkc_stdin_write(struct dkc *c, const void *p, size_t n)
-{
-	int fd;
-
-	pthread_mutex_lock(&dk.lock);
-	fd = c->stdin_w >= 0 ? dup(c->stdin_w) : -1;
-	pthread_mutex_unlock(&dk.lock);
-	if (fd < 0)
-		return;
-	(void)!write_full(fd, p, n);    /* EPIPE: the process is gone; the bytes too */
-	close(fd);
-}
-
-static void dkc_stdin_close(struct dkc *c)
-{
-	pthread_mutex_lock(&dk.lock);
-	if (c->stdin_w >= 0)
-		close(c->stdin_w);
-	c->stdin_w = -1;
-	pthread_mutex_unlock(&dk.lock);
-}
-
-/* The body of logs (out: a pipe) and of attach (out: the hijacked socket). */
-static void dkc_follow_body(void *ctx, int out, const char *extra, size_t extra_len)
-{
-	struct dkc_follow *f = ctx;
-	struct dkc *c = f->c;
-	int logfd = dkc_open_log(c), wfd = -1;
-	uint64_t off = 0, end;
-	bool client_eof = !f->in, gone = false;
-	unsigned char *ibuf = NULL;
-
-	if (f->is_attach) {
-		int fl = fcntl(out, F_GETFL);
-		if (fl >= 0)
-			fcntl(out, F_SETFL, fl & ~O_NONBLOCK);
-		if (f->in && extra_len)
-			dkc_stdin_write(c, extra, extra_len);
-		ibuf = xmalloc(65536);
-		dk_wait_head_read(out);
-	}
-	if (f->stream || f->follow)
-		wfd = dkc_waiter_add(c);
-	pthread_mutex_lock(&dk.lock);
-	end = c->log_size;
-	pthread_mutex_unlock(&dk.lock);
-	if (f->rd.skip_lines && logfd >= 0) {
-		/* tail: count the lines first, then leave out all but the last N */
-		uint64_t o2 = 0, want = f->rd.skip_lines;
-		f->rd.counting = true;
-		dkc_send_log(&f->rd, logfd, &o2, end, out);
-		f->rd.counting = false;
-		f->rd.skip_lines = f->rd.line_no > want ? f->rd.line_no - want : 0;
-		f->rd.line_no = 0;
-		memset(f->rd.at_start, 1, sizeof(f->rd.at_start));
-	}
-	if (!f->logs)
-		off = f->start_off;
-	if (logfd >= 0 && dkc_send_log(&f->rd, logfd, &off, end, out) < 0)
-		gone = true;
-	while (!gone && (f->stream || f->follow) && wfd >= 0) {
-		struct pollfd pfd[2];
-		bool fin;
-
-		pthread_mutex_lock(&dk.lock);
-		end = c->log_size;
-		if (f->is_attach)
-			fin = f->done_at_start || c->exits > f->exits0 || c->removed;
-		else
-			fin = (c->state != DKC_RUNNING && !c->pumping) || c->removed;
-		pthread_mutex_unlock(&dk.lock);
-		if (logfd < 0)
-			logfd = dkc_open_log(c);
-		if (logfd >= 0 && dkc_send_log(&f->rd, logfd, &off, end, out) < 0)
-			break;
-		if (fin && off >= end)
-			break;
-		pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = out, .events = client_eof ? 0 : POLLIN };
-		if (poll(pfd, f->is_attach ? 2 : 1, 1000) < 0 && errno != EINTR)
-			break;
-		if (pfd[0].revents & POLLIN) {
-			uint64_t v;
-			(void)!read(wfd, &v, sizeof(v));
-		}
-		if (!f->is_attach) {
-			/* logs: a client that left shows as an error on the pipe */
-			struct pollfd q = { .fd = out, .events = 0 };
-			if (poll(&q, 1, 0) > 0 && (q.revents & POLLERR))
-				break;
-			continue;
-		}
-		if (!client_eof && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-			ssize_t got = read(out, ibuf, 65536);
-			if (got < 0 && (errno == EINTR || errno == EAGAIN))
-				continue;
-			if (got < 0) {
-				gone = true;
-				break;
-			}
-			if (got == 0) {
-				/* half-close: stdin ends, output goes on */
-				client_eof = true;
-				if (f->in)
-					dkc_stdin_close(c);
-				continue;
-			}
-			if (f->in)
-				dkc_stdin_write(c, ibuf, (size_t)got);
-		} else if (client_eof && (pfd[1].revents & (POLLHUP | POLLERR))) {
-			break;          /* both directions closed: the client is gone */
-		}
-	}
-	if (f->is_attach && f->in && json_is_true(json_object_get(c->config, "StdinOnce")))
-		dkc_stdin_close(c);
-	if (wfd >= 0)
-		dkc_waiter_del(c, wfd);
-	if (logfd >= 0)
-		close(logfd);
-	if (f->is_attach)
-		shutdown(out, SHUT_WR);
-	free(ibuf);
-}
-
-static bool dkc_tty(struct dkc *c)
+bool dkc_tty(struct dkc *c)
 {
 	return json_is_true(json_object_get(c->config, "Tty"));
 }
 
-int dkc_api_logs(struct api_call *call)
-{
-	char tbuf[32], sbuf[48], ubuf[48];
-	const char *tail = NULL, *since = NULL, *until = NULL;
-	struct dkc_follow *f;
-	struct dkc *c;
-	int64_t sec;
-	int32_t nsec;
-	int r;
+/* ---- list and inspect (src/docker/ps.c shows them) ---- */
 
-	if ((r = api_query_str(call, "tail", tbuf, sizeof(tbuf), &tail)) ||
-	    (r = api_query_str(call, "since", sbuf, sizeof(sbuf), &since)) ||
-	    (r = api_query_str(call, "until", ubuf, sizeof(ubuf), &until)))
-		return r;
-	if ((r = dkc_find_call(call, &c)))
-		return r;
-	f = xcalloc(1, sizeof(*f));
-	f->c = c;
-	f->logs = true;
-	f->follow = dk_qbool(call, "follow", false);
-	f->rd.tty = dkc_tty(c);
-	f->rd.timestamps = dk_qbool(call, "timestamps", false);
-	if (dk_qbool(call, "stdout", false))
-		f->rd.mask |= 1u << DS_STDOUT;
-	if (dk_qbool(call, "stderr", false))
-		f->rd.mask |= 1u << DS_STDERR;
-	memset(f->rd.at_start, 1, sizeof(f->rd.at_start));
-	if (tail && strcmp(tail, "all")) {
-		char *e;
-		unsigned long long n = strtoull(tail, &e, 10);
-		if (*e || *tail == '-' || n > 1000000000ull) {
-			dkc_follow_free(f);
-			return k8_err_set(&call->err, -EINVAL, "tail must be a number or all");
-		}
-		f->rd.skip_lines = n ? n : 0;
-		if (!n)
-			f->rd.mask = 0;         /* tail=0: nothing from the past */
-		f->rd.lines = true;
-	}
-	if (f->rd.timestamps)
-		f->rd.lines = true;
-	/* since/until: seconds, with an optional fraction (moby's form) or RFC 3339 */
-	if (since && strcmp(since, "0")) {
-		if (ds_parse_rfc3339(since, &sec, &nsec) == 0)
-			f->rd.since_ns = sec * 1000000000 + nsec;
-		else
-			f->rd.since_ns = (int64_t)(strtod(since, NULL) * 1e9);
-	}
-	if (until && strcmp(until, "0")) {
-		if (ds_parse_rfc3339(until, &sec, &nsec) == 0)
-			f->rd.until_ns = sec * 1000000000 + nsec;
-		else
-			f->rd.until_ns = (int64_t)(strtod(until, NULL) * 1e9);
-	}
-	if (f->rd.mask == 0 && tail && !strcmp(tail, "0")) {
-		/* tail=0 with follow: only what comes from now on */
-		f->rd.mask = 0;
-		if (dk_qbool(call, "stdout", false))
-			f->rd.mask |= 1u << DS_STDOUT;
-		if (dk_qbool(call, "stderr", false))
-			f->rd.mask |= 1u << DS_STDERR;
-		f->logs = false;
-		f->rd.lines = f->rd.timestamps;
-		pthread_mutex_lock(&dk.lock);
-		f->start_off = c->log_size;
-		pthread_mutex_unlock(&dk.lock);
-	}
-	return api_reply_raw(call, false, f->rd.tty ? "application/vnd.docker.raw-stream" :
-			     "application/vnd.docker.multiplexed-stream", dkc_follow_body,
-			     dkc_follow_free, f);
+/* c as ps.c sees it; valid while dk->lock is held. */
+static void dkc_view_locked(const struct dkc *c, struct dps_ctr *v)
+{
+	*v = (struct dps_ctr){ .id = c->id, .name = c->name, .image = c->image,
+			       .image_id = c->image_id, .sandbox = c->sandbox, .error = c->error,
+			       .ip = c->ip, .config = c->config, .host = c->host,
+			       .mounts = c->mounts, .published = c->published, .state = c->state,
+			       .exit_code = c->exit_code, .pid = c->pid, .removing = c->removing,
+			       .created_ns = c->created_ns, .started_ns = c->started_ns,
+			       .finished_ns = c->finished_ns };
 }
 
-int dkc_api_attach(struct api_call *call)
+static bool dkc_match_locked(const struct dkc *c, const struct dfilters *f)
 {
-	struct dkc_follow *f;
-	struct dkc *c;
-	int r;
+	struct dps_ctr v;
 
-	if ((r = dkc_find_call(call, &c)))
-		return r;
-	f = xcalloc(1, sizeof(*f));
-	f->c = c;
-	f->is_attach = true;
-	f->logs = dk_qbool(call, "logs", false);
-	f->stream = dk_qbool(call, "stream", false);
-	f->in = dk_qbool(call, "stdin", false) && json_is_true(json_object_get(c->config, "OpenStdin"));
-	f->rd.tty = dkc_tty(c);
-	if (dk_qbool(call, "stdout", false))
-		f->rd.mask |= 1u << DS_STDOUT;
-	if (dk_qbool(call, "stderr", false))
-		f->rd.mask |= 1u << DS_STDERR;
-	memset(f->rd.at_start, 1, sizeof(f->rd.at_start));
-	pthread_mutex_lock(&dk.lock);
-	f->exits0 = c->exits;
-	f->start_off = c->log_size;
-	pthread_mutex_unlock(&dk.lock);
-	return api_reply_raw(call, true, f->rd.tty ? "application/vnd.docker.raw-stream" :
-			     "application/vnd.docker.multiplexed-stream", dkc_follow_body,
-			     dkc_follow_free, f);
-}
-
-/* The query's h and w (0..65535; moby takes both, absent 0). */
-static int dkc_query_hw(struct api_call *call, unsigned *rows, unsigned *cols)
-{
-	uint64_t h = 0, w = 0;
-
-	if (api_query_u64(call, "h", 0, 65535, &h) || api_query_u64(call, "w", 0, 65535, &w))
-		return call->err.code;
-	*rows = (unsigned)h;
-	*cols = (unsigned)w;
-	return 0;
-}
-
-/* Ask the agent to set the size of a pty: the init of agent container `ctr`
- * (stream 0) or the process on `stream`. */
-static int dkc_resize_agent(struct daemon *d, const char *sandbox, const char *ctr,
-			    uint32_t stream, unsigned rows, unsigned cols, struct k8_err *err)
-{
-	struct sandbox *sb = sb_get(d, sandbox, err);
-	json_t *req, *resp = NULL;
-	int r;
-
-	if (!sb)
-		return -ENOENT;
-	req = json_pack("{s:s,s:s,s:i,s:i}", "op", "resize", "container", ctr, "rows", (int)rows,
-			"cols", (int)cols);
-	if (stream)
-		json_object_set_new(req, "stream", json_integer(stream));
-	r = sb_agent_request(sb, req, 10000, &resp, NULL, err);     /* takes req */
-	json_decref(resp);
-	sb_put(d, sb);
-	return r;
-}
-
-/* A Tty container's window size (TIOCSWINSZ on its pty in the guest; the process gets
- * SIGWINCH). Without a Tty, or not running, it is accepted and does nothing, as the
- * docker CLI resizes whatever it attached to. */
-int dkc_api_resize(struct api_call *call)
-{
-	char sandbox[64], agent_id[13];
-	unsigned rows, cols;
-	struct dkc *c;
-	bool live;
-	int r;
-
-	if ((r = dkc_query_hw(call, &rows, &cols)) || (r = dkc_find_call(call, &c)))
-		return r;
-	pthread_mutex_lock(&dk.lock);
-	live = dkc_tty(c) && c->state == DKC_RUNNING;
-	snprintf(sandbox, sizeof(sandbox), "%s", c->sandbox);
-	snprintf(agent_id, sizeof(agent_id), "%s", c->agent_id);
-	pthread_mutex_unlock(&dk.lock);
-	dkc_unref(c);
-	if (!live)
-		return 0;
-	r = dkc_resize_agent(call->d, sandbox, agent_id, 0, rows, cols, &call->err);
-	if (r == -ESRCH || r == -ENOENT) {      /* it exited meanwhile */
-		k8_err_clear(&call->err);
-		return 0;
-	}
-	return r;
-}
-
-/* ---- list and inspect ---- */
-
-static json_t *dkc_command(struct dkc *c)
-{
-	json_t *parts = json_array(), *v;
-	size_t i;
-	char *out;
-	size_t n = 0;
-
-	json_array_extend(parts, json_object_get(c->config, "Entrypoint"));
-	json_array_extend(parts, json_object_get(c->config, "Cmd"));
-	json_array_foreach(parts, i, v)
-		n += json_string_length(v) + 1;
-	out = xcalloc(n + 1, 1);
-	json_array_foreach(parts, i, v) {
-		if (i)
-			strcat(out, " ");
-		strcat(out, json_string_value(v));
-	}
-	json_decref(parts);
-	v = json_string(out);
-	free(out);
-	return v ? v : json_string("");
-}
-
-static void dkc_ago(int64_t ns, char *buf, size_t n)
-{
-	int64_t s = (dk_now_ns() - ns) / 1000000000;
-
-	if (s < 1)
-		snprintf(buf, n, "Less than a second");
-	else if (s < 60)
-		snprintf(buf, n, "%lld second%s", (long long)s, s == 1 ? "" : "s");
-	else if (s < 3600)
-		snprintf(buf, n, "%lld minute%s", (long long)(s / 60), s / 60 == 1 ? "" : "s");
-	else if (s < 86400)
-		snprintf(buf, n, "%lld hour%s", (long long)(s / 3600), s / 3600 == 1 ? "" : "s");
-	else
-		snprintf(buf, n, "%lld days", (long long)(s / 86400));
-}
-
-static json_t *dkc_status_text(struct dkc *c)
-{
-	char ago[64];
-
-	switch (c->state) {
-	case DKC_RUNNING:
-		dkc_ago(c->started_ns, ago, sizeof(ago));
-		return json_sprintf("Up %s", ago);
-	case DKC_EXITED:
-		dkc_ago(c->finished_ns, ago, sizeof(ago));
-		return json_sprintf("Exited (%d) %s ago", c->exit_code, ago);
-	case DKC_DEAD:
-		return json_string("Dead");
-	default:
-		return json_string("Created");
-	}
-}
-
-/* NetworkSettings.Ports: the ExposedPorts (null: not published) and, while it runs, what
- * is published: {"8000/tcp": [{"HostIp","HostPort" (a string, as Docker)}]}. Caller holds
- * dk.lock. */
-static json_t *dkc_ports_map(struct dkc *c)
-{
-	json_t *out = json_object(), *v;
-	const char *k;
-	size_t i;
-
-	json_object_foreach(json_object_get(c->config, "ExposedPorts"), k, v)
-		json_object_set_new(out, k, json_null());
-	json_array_foreach(c->published, i, v) {
-		char key[32], hp[16];
-		snprintf(key, sizeof(key), "%d/tcp", (int)json_integer_value(json_object_get(v, "Port")));
-		snprintf(hp, sizeof(hp), "%d", (int)json_integer_value(json_object_get(v, "HostPort")));
-		json_t *list = json_object_get(out, key);
-		if (!json_is_array(list)) {
-			list = json_array();
-			json_object_set_new(out, key, list);
-		}
-		json_array_append_new(list, json_pack("{s:O,s:s}", "HostIp",
-						      json_object_get(v, "HostIp"), "HostPort", hp));
-	}
-	return out;
-}
-
-/* Caller holds dk.lock. */
-/* `docker ps`'s Ports: [{"IP","PrivatePort","PublicPort","Type"}]. Caller holds dk.lock. */
-static json_t *dkc_ps_ports(struct dkc *c)
-{
-	json_t *out = json_array(), *v;
-	size_t i;
-
-	json_array_foreach(c->published, i, v)
-		json_array_append_new(out, json_pack("{s:O,s:O,s:O,s:s}", "IP",
-						     json_object_get(v, "HostIp"), "PrivatePort",
-						     json_object_get(v, "Port"), "PublicPort",
-						     json_object_get(v, "HostPort"), "Type", "tcp"));
-	return out;
-}
-
-static json_t *dkc_list_json(struct dkc *c)
-{
-	const char *nm = json_string_value(json_object_get(c->host, "NetworkMode"));
-
-	return json_pack("{s:s,s:[s+],s:s,s:s,s:o,s:I,s:o,s:O,s:s,s:o,s:{s:s},s:{s:{}},s:O}",
-			 "Id", c->id, "Names", "/", c->name, "Image", c->image, "ImageID",
-			 c->image_id, "Command", dkc_command(c), "Created",
-			 (json_int_t)(c->created_ns / 1000000000), "Ports", dkc_ps_ports(c), "Labels",
-			 json_object_get(c->config, "Labels"), "State", dkc_state_names[c->state],
-			 "Status", dkc_status_text(c), "HostConfig", "NetworkMode", nm ? nm : "default",
-			 "NetworkSettings", "Networks", "Mounts", c->mounts);
-}
-
-static bool dkc_match(struct dkc *c, const struct dfilters *f)
-{
-	const char **keys, **vals;
-	const char *k;
-	json_t *v, *labels = json_object_get(c->config, "Labels");
-	size_t n = json_object_size(labels), i = 0;
-	char slash[DN_NAME_MAX + 2];
-	bool ok;
-
-	if (dfilters_has(f, "id") && !dfilters_match_regex(f, "id", c->id))
-		return false;
-	snprintf(slash, sizeof(slash), "/%s", c->name);
-	if (dfilters_has(f, "name") && !dfilters_match_regex(f, "name", slash))
-		return false;
-	if (dfilters_has(f, "status") &&
-	    !dfilters_match_exact(f, "status", dkc_state_names[c->state]))
-		return false;
-	if (dfilters_has(f, "ancestor") && !dfilters_match_ancestor(f, c->image, c->image_id))
-		return false;
-	if (dfilters_has(f, "exited")) {
-		char code[16];
-		snprintf(code, sizeof(code), "%d", c->exit_code);
-		if (c->state != DKC_EXITED || !dfilters_match_exact(f, "exited", code))
-			return false;
-	}
-	if (!dfilters_has(f, "label"))
-		return true;
-	keys = xcalloc(n + 1, sizeof(*keys));
-	vals = xcalloc(n + 1, sizeof(*vals));
-	json_object_foreach(labels, k, v) {
-		keys[i] = k;
-		vals[i++] = json_is_string(v) ? json_string_value(v) : "";
-	}
-	ok = dfilters_match_labels(f, keys, vals, i);
-	free(keys);
-	free(vals);
-	return ok;
+	dkc_view_locked(c, &v);
+	return dps_match(&v, f);
 }
 
 int dkc_api_list(struct api_call *call)
 {
-	static const char *const allowed[] = { "id", "name", "label", "status", "ancestor",
-					       "exited", NULL };
+	struct docker *dk = docker_of(call->d);
 	char fbuf[DF_FILTER_JSON_MAX + 1];
 	const char *fj = NULL;
-	struct dfilters f = { 0 };
+	struct dfilters f;
 	bool all = dk_qbool(call, "all", false);
 	uint64_t limit = 0;
+	int64_t now = dk_now_ns();
 	json_t *out;
 	int r;
 
@@ -2498,579 +748,64 @@ int dkc_api_list(struct api_call *call)
 			return call->err.code;
 		k8_err_clear(&call->err);
 	}
-	if (fj && (r = dfilters_parse(fj, allowed, &f, &call->err)))
+	if ((r = dps_filters(fj, &f, &all, &call->err)))
 		return r;
-	if (fj && (r = dfilters_check_status(&f, &call->err))) {
-		dfilters_free(&f);
-		return r;
-	}
-	if (dfilters_has(&f, "status") || dfilters_has(&f, "exited"))
-		all = true;
 	out = json_array();
-	pthread_mutex_lock(&dk.lock);
-	dk_load_locked(call->d);
-	for (struct dkc *c = dk.ctrs; c; c = c->next) {
-		if (!all && c->state != DKC_RUNNING)
-			continue;
-		if (!dkc_match(c, &f))
-			continue;
-		json_array_append_new(out, dkc_list_json(c));
+	pthread_mutex_lock(&dk->lock);
+	dk_load_locked(dk);
+	/* newest first, like moby (the list is kept newest first), at most `limit` */
+	for (struct dkc *c = dk->ctrs; c && (!limit || json_array_size(out) < limit); c = c->next) {
+		struct dps_ctr v;
+
+		dkc_view_locked(c, &v);
+		if ((all || c->state == DPS_RUNNING) && dps_match(&v, &f))
+			json_array_append_new(out, dps_list_entry(&v, now));
 	}
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	dfilters_free(&f);
-	/* newest first, like moby (the list is kept newest first) */
-	if (limit && json_array_size(out) > limit) {
-		json_t *cut = json_array();
-		for (size_t i = 0; i < limit; i++)
-			json_array_append(cut, json_array_get(out, i));
-		json_decref(out);
-		out = cut;
-	}
 	call->out = out;
 	return 0;
 }
 
 int dkc_api_inspect(struct api_call *call)
 {
+	struct docker *dk = docker_of(call->d);
+	struct dps_ctr v;
 	struct dkc *c;
-	json_t *state, *ns;
-	char name[DN_NAME_MAX + 2];
 	int r;
 
 	if ((r = dkc_find_call(call, &c)))
 		return r;
-	pthread_mutex_lock(&dk.lock);
-	const char *ip = c->state == DKC_RUNNING ? c->ip : "";
-	snprintf(name, sizeof(name), "/%s", c->name);
-	state = json_pack("{s:s,s:b,s:b,s:b,s:b,s:b,s:b,s:i,s:i,s:s,s:o,s:o}",
-			  "Status", dkc_state_names[c->state], "Running", c->state == DKC_RUNNING,
-			  "Paused", false, "Restarting", false, "OOMKilled",
-			  !strcmp(c->error, "OOMKilled"), "Dead", c->state == DKC_DEAD,
-			  "Removing", c->removing, "Pid", c->pid, "ExitCode", c->exit_code,
-			  "Error", strcmp(c->error, "OOMKilled") ? c->error : "",
-			  "StartedAt", dk_time_json(c->started_ns),
-			  "FinishedAt", dk_time_json(c->state == DKC_RUNNING ? 0 : c->finished_ns));
-	ns = json_pack("{s:s,s:s,s:o,s:s,s:s,s:i,s:s,s:{}}", "Bridge", "", "SandboxID",
-		       c->sandbox, "Ports", dkc_ports_map(c), "IPAddress", ip, "Gateway",
-		       ip[0] ? GUEST_GW4 : "", "IPPrefixLen", ip[0] ? 32 : 0, "MacAddress", "",
-		       "Networks");
-	if (ip[0])      /* a running container with a network: Docker's "bridge" entry */
-		json_object_set_new(json_object_get(ns, "Networks"), "bridge",
-				    json_pack("{s:s,s:s,s:s,s:i,s:s}", "NetworkID", "bridge",
-					      "IPAddress", ip, "Gateway", GUEST_GW4,
-					      "IPPrefixLen", 32, "MacAddress", ""));
-	call->out = json_pack("{s:s,s:o,s:s,s:O?,s:O?,s:o,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:O,s:O,"
-			      "s:O,s:o,s:{s:s,s:{}}}",
-			      "Id", c->id, "Created", dk_time_json(c->created_ns), "Path",
-			      json_string_value(json_array_get(json_array_size(json_object_get(
-				      c->config, "Entrypoint")) ? json_object_get(c->config,
-				      "Entrypoint") : json_object_get(c->config, "Cmd"), 0)) ?: "",
-			      "Args", json_object_get(c->config, "Cmd"),
-			      "Entrypoint", json_object_get(c->config, "Entrypoint"),
-			      "State", state, "Image", c->image_id, "Name", name,
-			      "Driver", "kosa8", "Platform", "linux", "ResolvConfPath", "",
-			      "RestartCount", 0, "MountLabel", "", "Config", c->config,
-			      "HostConfig", c->host, "Mounts", c->mounts, "NetworkSettings", ns,
-			      "GraphDriver", "Name", "kosa8", "Data");
-	json_object_set_new(call->out, "Sandbox", json_string(c->sandbox));
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_lock(&dk->lock);
+	dkc_view_locked(c, &v);
+	call->out = dps_inspect(&v);
+	if (!call->out)
+		k8_err_set(&call->err, -EIO, "container %s: its record is damaged", c->id);
+	pthread_mutex_unlock(&dk->lock);
 	dkc_unref(c);
-	return 0;
+	return call->out ? 0 : call->err.code;
 }
 
 int dkc_count(struct daemon *d, int *running, int *stopped)
 {
+	struct docker *dk = docker_of(d);
 	int n = 0;
 
 	*running = *stopped = 0;
-	pthread_mutex_lock(&dk.lock);
-	dk_load_locked(d);
-	for (struct dkc *c = dk.ctrs; c; c = c->next) {
+	pthread_mutex_lock(&dk->lock);
+	dk_load_locked(dk);
+	for (struct dkc *c = dk->ctrs; c; c = c->next) {
 		n++;
-		if (c->state == DKC_RUNNING)
+		if (c->state == DPS_RUNNING)
 			(*running)++;
 		else
 			(*stopped)++;
 	}
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	return n;
 }
 
-/* ---- exec ---- */
-
-static void dkx_free(struct dkx *x)
-{
-	json_decref(x->cmd);
-	json_decref(x->env);
-	free(x);
-}
-
-/* Find an exec by id (full, or a unique prefix); copies it out under the lock. */
-static struct dkx *dkx_find_locked(const char *id)
-{
-	struct dkx *x, *hit = NULL;
-	size_t n = strlen(id);
-
-	if (!n)
-		return NULL;
-	for (x = dk.execs; x; x = x->next) {
-		if (!strcmp(x->id, id))
-			return x;
-		if (!strncmp(x->id, id, n)) {
-			if (hit)
-				return NULL;
-			hit = x;
-		}
-	}
-	return hit;
-}
-
-int dkc_api_exec_create(struct api_call *call)
-{
-	json_t *body = call->body, *cmd = NULL, *env = NULL;
-	const char *wd = json_string_value(json_object_get(body, "WorkingDir"));
-	const char *user = json_string_value(json_object_get(body, "User"));
-	struct dkx *x, **pp;
-	struct dkc *c;
-	int r;
-
-	if (json_is_true(json_object_get(body, "Privileged")))
-		return k8_err_set(&call->err, -EINVAL, "Privileged is not supported by kosa8");
-	if ((r = dkc_strings(json_object_get(body, "Cmd"), "Cmd", &cmd, &call->err)) ||
-	    (r = dkc_strings(json_object_get(body, "Env"), "Env", &env, &call->err)))
-		goto out;
-	if (!json_array_size(cmd)) {
-		r = k8_err_set(&call->err, -EINVAL, "No exec command specified");
-		goto out;
-	}
-
-	if ((wd && (strlen(wd) > 4095 || (*wd && *wd != '/'))) || (user && strlen(user) > 255)) {
-		r = k8_err_set(&call->err, -EINVAL, "WorkingDir must be an absolute path and User "
-			       "at most 255 bytes");
-		goto out;
-	}
-	if ((r = dkc_find_call(call, &c)))
-		goto out;
-	x = xcalloc(1, sizeof(*x));
-	if ((r = dn_new_id(x->id))) {
-		free(x);
-		dkc_unref(c);
-		k8_err_set(&call->err, r, "cannot make an exec id");
-		goto out;
-	}
-	snprintf(x->ctr, sizeof(x->ctr), "%s", c->id);
-	x->cmd = json_incref(cmd);
-	x->env = dkc_merge_env(json_object_get(c->config, "Env"), env);
-	if ((r = dkc_argv_env_fits(x->cmd, NULL, x->env, &call->err))) {
-		dkx_free(x);
-		dkc_unref(c);
-		goto out;
-	}
-	snprintf(x->cwd, sizeof(x->cwd), "%s", wd && *wd ? wd :
-		 json_string_value(json_object_get(c->config, "WorkingDir")) ?: "");
-	snprintf(x->user, sizeof(x->user), "%s", user && *user ? user :
-		 json_string_value(json_object_get(c->config, "User")) ?: "");
-	x->tty = json_is_true(json_object_get(body, "Tty"));
-	dkc_console_size(json_object_get(body, "ConsoleSize"), &x->rows, &x->cols);
-	x->attach_stdin = json_is_true(json_object_get(body, "AttachStdin"));
-	x->attach_stdout = json_is_true(json_object_get(body, "AttachStdout"));
-	x->attach_stderr = json_is_true(json_object_get(body, "AttachStderr"));
-	x->exit_code = -1;
-	pthread_mutex_lock(&dk.lock);
-	if (c->state != DKC_RUNNING) {
-		pthread_mutex_unlock(&dk.lock);
-		r = k8_err_set(&call->err, -EBUSY, "Container %s is not running", c->id);
-		dkx_free(x);
-		dkc_unref(c);
-		goto out;
-	}
-	x->next = dk.execs;
-	dk.execs = x;
-	if (++dk.nexecs > DKX_MAX) {
-		/* forget the oldest finished exec */
-		struct dkx **last = NULL;
-		for (pp = &dk.execs; *pp; pp = &(*pp)->next)
-			if (!(*pp)->running && *pp != x)
-				last = pp;
-		if (last) {
-			struct dkx *old = *last;
-			*last = old->next;
-			dkx_free(old);
-			dk.nexecs--;
-		}
-	}
-	pthread_mutex_unlock(&dk.lock);
-	dkc_unref(c);
-	call->status = 201;
-	call->out = json_pack("{s:s}", "Id", x->id);
-	r = 0;
-out:
-	json_decref(cmd);
-	json_decref(env);
-	return r;
-}
-
-struct dkx_run {
-	struct daemon *d;
-	struct sandbox *sb;
-	struct stream *s;
-	char id[DN_ID_LEN + 1];
-	bool tty, in, out_stdout, out_stderr, hijack;
-};
-
-static void dkx_run_free(void *ctx)
-{
-	struct dkx_run *xr = ctx;
-
-	if (xr->s)
-		link_stream_close(&xr->sb->link, xr->s);
-	if (xr->sb)
-		sb_put(xr->d, xr->sb);
-	free(xr);
-}
-
-static void dkx_finish(const char *id, int code)
-{
-	struct dkx *x;
-
-	pthread_mutex_lock(&dk.lock);
-	x = dkx_find_locked(id);
-	if (x) {
-		x->running = false;
-		x->exit_code = code;
-	}
-	pthread_cond_broadcast(&dk.cond);
-	pthread_mutex_unlock(&dk.lock);
-}
-
-/* The exec's stream to the client: output framed (raw with a TTY), the client's bytes to
- * its stdin within the agent's window, a half-close ends stdin. The exit code is recorded
- * before the socket closes (clients inspect right after EOF). A client that vanishes
- * gets its process killed: nobody would read its output. out is the hijacked socket, or
- * the pipe of a plain 200 (no stdin then). */
-static void dkx_bridge(void *ctx, int out, const char *extra, size_t extra_len)
-{
-	struct dkx_run *xr = ctx;
-	struct agentlink *l = &xr->sb->link;
-	struct stream *s = xr->s;
-	unsigned char *ibuf = xmalloc(65536);
-	size_t ib_have = 0, ib_off = 0;
-	bool client_eof = !xr->in || !xr->hijack, gone = false, stdin_sent_eof = false;
-	json_t *exit_info = NULL;
-	struct dkc_reader rd = { .tty = xr->tty };
-	int code;
-
-	if (xr->hijack) {
-		int fl = fcntl(out, F_GETFL);
-		if (fl >= 0)
-			fcntl(out, F_SETFL, fl & ~O_NONBLOCK);
-		dk_wait_head_read(out);
-	}
-	if (xr->in && extra_len) {
-		size_t n = extra_len < 65536 ? extra_len : 65536;
-		memcpy(ibuf, extra, n);
-		ib_have = n;
-	}
-	/* Without stdin the process's stdin ends at once; a terminal stays open instead
-	 * (the agent would type ^D on it), as in Docker. */
-	if (!xr->in) {
-		if (!xr->tty)
-			link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
-		stdin_sent_eof = true;
-	}
-	for (;;) {
-		struct sframe *f;
-		struct pollfd pfd[2];
-		bool done, broken;
-
-		/* stdin within the window */
-		if (ib_off < ib_have) {
-			size_t take;
-			link_stdin_send(l, s, ibuf + ib_off, ib_have - ib_off, &take);
-			ib_off += take;
-		}
-		if (client_eof && ib_off == ib_have && !stdin_sent_eof) {
-			link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
-			stdin_sent_eof = true;
-		}
-		while (!gone && (f = link_stream_pop(l, s))) {
-			size_t len = f->len;
-			enum ds_type t = f->type == PROTO_STDERR ? DS_STDERR : DS_STDOUT;
-			bool want = (f->type == PROTO_STDOUT && xr->out_stdout) ||
-				    (f->type == PROTO_STDERR && xr->out_stderr);
-			if (len && want && (f->type == PROTO_STDOUT || f->type == PROTO_STDERR) &&
-			    dkc_emit(&rd, out, t, 0, f->data, len, false) < 0)
-				gone = true;
-			free(f);
-			if (len)
-				link_stream_consumed(l, s, len);
-		}
-		if (gone)
-			break;
-		pthread_mutex_lock(&l->lock);
-		done = s->exited && !s->head;
-		broken = l->broken && !s->exited;
-		if (done)
-			exit_info = json_incref(s->exit_info);
-		pthread_mutex_unlock(&l->lock);
-		if (done || broken)
-			break;
-		bool want_read = !client_eof && ib_off == ib_have;
-		pfd[0] = (struct pollfd){ .fd = s->efd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = out, .events = want_read ? POLLIN : 0 };
-		if (poll(pfd, xr->hijack ? 2 : 1, ib_off < ib_have ? 20 : 1000) < 0 && errno != EINTR)
-			break;
-		if (pfd[0].revents & POLLIN) {
-			uint64_t v;
-			(void)!read(s->efd, &v, sizeof(v));
-		}
-		if (!xr->hijack) {
-			struct pollfd q = { .fd = out, .events = 0 };
-			if (poll(&q, 1, 0) > 0 && (q.revents & POLLERR)) {
-				gone = true;
-				break;
-			}
-			continue;
-		}
-		if (want_read && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-			ssize_t got = read(out, ibuf, 65536);
-			if (got < 0 && (errno == EINTR || errno == EAGAIN))
-				continue;
-			if (got < 0) {
-				gone = true;
-				break;
-			}
-			if (got == 0) {
-				client_eof = true;      /* half-close: stdin ends */
-				continue;
-			}
-			ib_have = (size_t)got;
-			ib_off = 0;
-		} else if (client_eof && (pfd[1].revents & (POLLHUP | POLLERR))) {
-			gone = true;
-			break;
-		}
-	}
-	if (gone && !exit_info) {
-		unsigned char sig[4] = { SIGKILL, 0, 0, 0 };
-		link_send(l, PROTO_SIGNAL, 0, s->id, sig, 4);
-	}
-	code = exit_info ? (int)json_integer_value(json_object_get(exit_info, "code")) : 137;
-	dkx_finish(xr->id, code);
-	json_decref(exit_info);
-	if (xr->hijack)
-		shutdown(out, SHUT_WR);
-	free(ibuf);
-}
-
-/* A detached exec: its output is read and dropped; its exit code recorded. */
-static void *dkx_detached_thread(void *arg)
-{
-	struct dkx_run *xr = arg;
-	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-
-	xr->hijack = false;
-	xr->in = false;
-	dkx_bridge(xr, devnull, NULL, 0);
-	if (devnull >= 0)
-		close(devnull);
-	dkx_run_free(xr);
-	return NULL;
-}
-
-int dkc_api_exec_start(struct api_call *call)
-{
-	const char *id = api_param(call, "id");
-	const char *up = call->header ? call->header(call->query_ctx, "Upgrade") : NULL;
-	bool detach = json_is_true(json_object_get(call->body, "Detach"));
-	struct dkx_run *xr;
-	struct dkx *x;
-	struct dkc *c;
-	json_t *req, *resp = NULL;
-	char ctr[DN_ID_LEN + 1];
-	int r;
-
-	pthread_mutex_lock(&dk.lock);
-	x = dkx_find_locked(id);
-	if (!x) {
-		pthread_mutex_unlock(&dk.lock);
-		return k8_err_set(&call->err, -ENOENT, "No such exec instance: %.100s", id);
-	}
-	if (x->started) {
-		pthread_mutex_unlock(&dk.lock);
-		return k8_err_set(&call->err, -EBUSY, "Error: Exec command %s is already running",
-				  x->id);
-	}
-	x->started = true;
-	x->running = true;
-	snprintf(ctr, sizeof(ctr), "%s", x->ctr);
-	xr = xcalloc(1, sizeof(*xr));
-	xr->d = call->d;
-	snprintf(xr->id, sizeof(xr->id), "%s", x->id);
-	xr->tty = x->tty || json_is_true(json_object_get(call->body, "Tty"));
-	xr->in = x->attach_stdin;
-	xr->out_stdout = x->attach_stdout || !x->attach_stderr;
-	xr->out_stderr = x->attach_stderr || !x->attach_stdout;
-	req = json_pack("{s:s,s:s,s:O,s:O,s:s,s:s,s:b}", "op", "exec", "container", "",
-			"argv", x->cmd, "env", x->env, "cwd", x->cwd[0] ? x->cwd : "/", "user",
-			x->user[0] ? x->user : "0", "stdin", x->attach_stdin && !detach);
-	if (xr->tty)
-		dkc_tty_fields(req, x->rows, x->cols);
-	pthread_mutex_unlock(&dk.lock);
-
-	c = dkc_find(call->d, ctr, &call->err);
-	if (!c) {
-		r = call->err.code;
-		goto fail;
-	}
-	json_object_set_new(req, "container", json_string(c->agent_id));
-	xr->sb = sb_get(call->d, c->sandbox, &call->err);
-	if (!xr->sb) {
-		r = -ENOENT;
-		dkc_unref(c);
-		goto fail;
-	}
-	/* as for the container's run: the broker's variables under the exec's Env */
-	json_t *benv = broker_env(xr->sb);
-	json_object_set_new(req, "env", dkc_merge_env(benv, json_object_get(req, "env")));
-	json_decref(benv);
-	/* the request is taken by the call: keep ours for the audit record below */
-	r = sb_agent_request(xr->sb, json_incref(req), DKC_START_TIMEOUT_MS, &resp, &xr->s,
-			     &call->err);
-	if (r) {
-		dkc_tty_refused(&call->err);
-		if (call->err.code == -ENOSYS) {
-			dkc_unref(c);
-			dkx_finish(xr->id, 126);
-			json_decref(req);
-			dkx_run_free(xr);
-			return call->err.code;
-		}
-		int code = r == -ENOENT ? 127 : (r == -EACCES || r == -ENOEXEC) ? 126 : 125;
-		dkc_unref(c);
-		dkx_finish(xr->id, code);
-		/* moby's wording for a command that does not start */
-		char msg[sizeof(call->err.msg)];
-		snprintf(msg, sizeof(msg), "%s", call->err.msg);
-		k8_err_clear(&call->err);
-		k8_err_set(&call->err, r == -ENOENT ? -ENOENT : -EINVAL, "OCI runtime exec failed: "
-			   "%s", msg);
-		json_decref(req);
-		dkx_run_free(xr);
-		return call->err.code;
-	}
-	pthread_mutex_lock(&dk.lock);
-	if ((x = dkx_find_locked(xr->id))) {
-		x->pid = (int)json_integer_value(json_object_get(resp, "pid"));
-		x->stream_id = xr->s->id;
-		snprintf(x->sandbox, sizeof(x->sandbox), "%s", c->sandbox);
-	}
-	pthread_mutex_unlock(&dk.lock);
-	daemon_audit(call->d, "container.exec", c->sandbox,
-		     json_pack("{s:s,s:s,s:s,s:O}", "via", "docker", "id", c->id, "exec", xr->id,
-			       "argv", json_object_get(req, "argv")));
-	dkc_unref(c);
-	json_decref(req);
-	json_decref(resp);
-	if (detach) {
-		pthread_attr_t attr;
-		pthread_t t;
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&t, &attr, dkx_detached_thread, xr) != 0)
-			dkx_run_free(xr);
-		pthread_attr_destroy(&attr);
-		return 0;
-	}
-	xr->hijack = up != NULL;
-	return api_reply_raw(call, xr->hijack, xr->tty ? "application/vnd.docker.raw-stream" :
-			     "application/vnd.docker.multiplexed-stream", dkx_bridge,
-			     dkx_run_free, xr);
-fail:
-	json_decref(req);
-	dkx_finish(xr->id, 126);
-	dkx_run_free(xr);
-	return r;
-}
-
-int dkc_api_exec_inspect(struct api_call *call)
-{
-	struct dkx *x;
-	json_t *args;
-
-	pthread_mutex_lock(&dk.lock);
-	x = dkx_find_locked(api_param(call, "id"));
-	if (!x) {
-		pthread_mutex_unlock(&dk.lock);
-		return k8_err_set(&call->err, -ENOENT, "No such exec instance: %.100s",
-				  api_param(call, "id"));
-	}
-	args = json_array();
-	for (size_t i = 1; i < json_array_size(x->cmd); i++)
-		json_array_append(args, json_array_get(x->cmd, i));
-	call->out = json_pack("{s:s,s:b,s:o,s:b,s:b,s:b,s:s,s:s,s:i,s:b,s:{s:s,s:o,s:b,s:s,s:b}}",
-			      "ID", x->id, "Running", x->running, "ExitCode",
-			      x->exit_code >= 0 ? json_integer(x->exit_code) : json_null(),
-			      "OpenStdin", x->attach_stdin, "OpenStdout", x->attach_stdout,
-			      "OpenStderr", x->attach_stderr, "ContainerID", x->ctr, "DetachKeys", "",
-			      "Pid", x->pid, "CanRemove", false, "ProcessConfig", "entrypoint",
-			      json_string_value(json_array_get(x->cmd, 0)) ?: "", "arguments", args,
-			      "tty", x->tty, "user", x->user, "privileged", false);
-	pthread_mutex_unlock(&dk.lock);
-	return 0;
-}
-
-/* An exec's tty size: kept for its start when it has not started (the docker CLI may
- * resize first), else set on its pty in the guest. */
-int dkc_api_exec_resize(struct api_call *call)
-{
-	char sandbox[64], agent_id[13] = "";
-	unsigned rows, cols;
-	uint32_t stream = 0;
-	struct dkx *x;
-	struct dkc *c;
-	int r;
-
-	if ((r = dkc_query_hw(call, &rows, &cols)))
-		return r;
-	pthread_mutex_lock(&dk.lock);
-	x = dkx_find_locked(api_param(call, "id"));
-	if (!x) {
-		pthread_mutex_unlock(&dk.lock);
-		return k8_err_set(&call->err, -ENOENT, "No such exec instance: %.100s",
-				  api_param(call, "id"));
-	}
-	if (!x->started) {
-		x->rows = rows;
-		x->cols = cols;
-	} else if (x->tty && x->running && x->stream_id) {
-		stream = x->stream_id;
-		snprintf(sandbox, sizeof(sandbox), "%s", x->sandbox);
-		for (c = dk.ctrs; c; c = c->next)
-			if (!strcmp(c->id, x->ctr))
-				snprintf(agent_id, sizeof(agent_id), "%s", c->agent_id);
-	}
-	pthread_mutex_unlock(&dk.lock);
-	if (!stream || !agent_id[0])
-		return 0;
-	r = dkc_resize_agent(call->d, sandbox, agent_id, stream, rows, cols, &call->err);
-	if (r == -ESRCH || r == -ENOENT) {      /* it exited meanwhile */
-		k8_err_clear(&call->err);
-		return 0;
-	}
-	return r;
-}
-
-/* ---- bind mounts ---- */
-
-/* Is `p` `root` or below it (both absolute, no trailing '/')? */
-static bool dkc_below(const char *p, const char *root)
-{
-	size_t n = strlen(root);
-	if (n == 1)
-		return true;
-	return !strncmp(p, root, n) && (p[n] == '\0' || p[n] == '/');
-}
+/* ---- bind mounts: the client's (src/docker/spec.c), checked against the roots ---- */
 
 /* The roots, for messages: "/a, /b". */
 static void dkc_roots(struct daemon *d, char *out, size_t n)
@@ -3081,133 +816,67 @@ static void dkc_roots(struct daemon *d, char *out, size_t n)
 		o += (size_t)snprintf(out + o, n - o, "%s%s", i ? ", " : "", d->allow_mounts[i]);
 }
 
-/* A container path: absolute, no '.', '..' or empty components, not "/". */
-static bool dkc_dst_ok(const char *p)
+/* One bind on the host: its path resolved (a symlink out of a root is refused), below an
+ * --allow-mount root; into c's binds (the agent's: the root's shared folder and the
+ * sub-path) and Mounts (inspect's). */
+static int dkc_bind_host(struct daemon *d, struct dkc *c, const struct dspec_bind *b,
+			 struct k8_err *err)
 {
-	const char *s;
-
-	if (!p || p[0] != '/' || !p[1] || strlen(p) > 1000)
-		return false;
-	for (s = p; *s; ) {
-		const char *e;
-		size_t cl;
-		s++;
-		e = strchrnul(s, '/');
-		cl = (size_t)(e - s);
-		if ((cl == 0 && *e) || (cl == 1 && s[0] == '.') || (cl == 2 && s[0] == '.' && s[1] == '.'))
-			return false;
-		s = e;
-	}
-	return true;
-}
-
-/* One bind: host path `src` (below an --allow-mount root), at `dst`, ro or not. */
-static int dkc_bind_one(struct daemon *d, struct dkc *c, const char *src, const char *dst,
-			bool ro, struct k8_err *err)
-{
-	char real[PATH_MAX], roots[1024], folder[64], dclean[1024];
-	size_t dl;
+	char real[PATH_MAX], roots[1024], folder[64];
+	const char *sub;
 	int root = -1;
 
-	if (!src || src[0] != '/')
-		return k8_err_set(err, -EINVAL, "invalid mount source \"%.200s\": only bind mounts "
-				  "of host paths are supported by kosa8 (no named volumes)",
-				  src ? src : "");
-	snprintf(dclean, sizeof(dclean), "%s", dst ? dst : "");
-	dl = strlen(dclean);
-	while (dl > 1 && dclean[dl - 1] == '/')
-		dclean[--dl] = '\0';
-	if (!dkc_dst_ok(dclean))
-		return k8_err_set(err, -EINVAL, "invalid mount destination \"%.200s\": an absolute "
-				  "path other than /", dst ? dst : "");
 	if (!d->nallow_mounts)
 		return k8_err_set(err, -EPERM, "bind mount %.200s: this daemon allows no bind "
-				  "mounts; start it with --allow-mount DIR", src);
-	if (!realpath(src, real))
-		return k8_err_set(err, -EINVAL, "bind source path does not exist: %.200s", src);
+				  "mounts; start it with --allow-mount DIR", b->src);
+	if (!realpath(b->src, real))
+		return k8_err_set(err, -EINVAL, "bind source path does not exist: %.200s", b->src);
 	for (int i = 0; i < d->nallow_mounts && i < K8_MAX_MOUNTS; i++)
-		if (dkc_below(real, d->allow_mounts[i]))
+		if (dspec_below(real, d->allow_mounts[i]))
 			root = i;
 	if (root < 0) {
 		dkc_roots(d, roots, sizeof(roots));
 		return k8_err_set(err, -EPERM, "bind mount %.200s is not below the folders this "
 				  "daemon allows to mount (%s); restart the daemon with "
-				  "--allow-mount", src, roots);
+				  "--allow-mount", b->src, roots);
 	}
-	if (json_array_size(c->binds) >= 16)
-		return k8_err_set(err, -EINVAL, "at most 16 bind mounts per container");
 	snprintf(folder, sizeof(folder), "/kosa8/bind/%d", root);
-	const char *sub = real + strlen(d->allow_mounts[root]);
+	sub = real + strlen(d->allow_mounts[root]);
 	while (*sub == '/')
 		sub++;
 	json_array_append_new(c->binds, json_pack("{s:s,s:s,s:s,s:b}", "folder", folder, "sub",
-						  sub, "dst", dclean, "ro", ro));
+						  sub, "dst", b->dst, "ro", b->ro));
 	json_array_append_new(c->mounts, json_pack("{s:s,s:s,s:s,s:s,s:b,s:s}", "Type", "bind",
-						   "Source", real, "Destination", dclean, "Mode",
-						   ro ? "ro" : "", "RW", !ro, "Propagation",
+						   "Source", real, "Destination", b->dst, "Mode",
+						   b->ro ? "ro" : "", "RW", !b->ro, "Propagation",
 						   "rprivate"));
 	return 0;
 }
 
-static int dkc_binds(struct daemon *d, struct dkc *c, json_t *hc, struct k8_err *err)
+static int dkc_binds(struct daemon *d, struct dkc *c, const json_t *hc, struct k8_err *err)
 {
-	json_t *v;
-	size_t i;
-	int r;
+	struct dspec_bind *b = xcalloc(DSPEC_BINDS_MAX, sizeof(*b));
+	size_t n = 0;
+	int r = dspec_binds(hc, b, &n, err);
 
-	json_array_foreach(json_object_get(hc, "Binds"), i, v) {
-		char spec[2048], *dst, *opts;
-		bool ro = false;
-		if (!json_is_string(v) || json_string_length(v) >= sizeof(spec))
-			return k8_err_set(err, -EINVAL, "HostConfig.Binds must be strings "
-					  "HOST:CONTAINER[:ro]");
-		snprintf(spec, sizeof(spec), "%s", json_string_value(v));
-		dst = strchr(spec, ':');
-		if (!dst)
-			return k8_err_set(err, -EINVAL, "invalid volume specification: '%.200s' "
-					  "(anonymous volumes are not supported by kosa8)", spec);
-		*dst++ = '\0';
-		opts = strchr(dst, ':');
-		if (opts) {
-			char *save = NULL;
-			*opts++ = '\0';
-			for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-				if (!strcmp(o, "ro"))
-					ro = true;
-				else if (strcmp(o, "rw") && strcmp(o, "z") && strcmp(o, "Z") &&
-					 strcmp(o, "rprivate") && strcmp(o, "private") &&
-					 strcmp(o, "delegated") && strcmp(o, "cached") &&
-					 strcmp(o, "consistent"))
-					return k8_err_set(err, -EINVAL, "invalid mode: %.40s", o);
-			}
-		}
-		if ((r = dkc_bind_one(d, c, spec, dst, ro, err)))
-			return r;
-	}
-	json_array_foreach(json_object_get(hc, "Mounts"), i, v) {
-		const char *type = json_string_value(json_object_get(v, "Type"));
-		if (!type || strcmp(type, "bind"))
-			return k8_err_set(err, -EINVAL, "HostConfig.Mounts of type \"%.20s\" are not "
-					  "supported by kosa8 (bind only)", type ? type : "");
-		if ((r = dkc_bind_one(d, c, json_string_value(json_object_get(v, "Source")),
-				      json_string_value(json_object_get(v, "Target")),
-				      json_is_true(json_object_get(v, "ReadOnly")), err)))
-			return r;
-	}
-	return 0;
+	for (size_t i = 0; !r && i < n; i++)
+		r = dkc_bind_host(d, c, &b[i], err);
+	free(b);
+	return r;
 }
 
 /* ---- prune ---- */
 
 bool dkc_image_used(struct daemon *d, const char *config_digest)
 {
+	struct docker *dk = docker_of(d);
 	bool used = false;
 
-	pthread_mutex_lock(&dk.lock);
-	dk_load_locked(d);
-	for (struct dkc *c = dk.ctrs; c && !used; c = c->next)
+	pthread_mutex_lock(&dk->lock);
+	dk_load_locked(dk);
+	for (struct dkc *c = dk->ctrs; c && !used; c = c->next)
 		used = !c->removed && !strcmp(c->image_id, config_digest);
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	return used;
 }
 
@@ -3218,9 +887,7 @@ int dkc_image_release(struct daemon *d, const char *digest, struct k8_err *err)
 
 	if (!sb)
 		return err->code;
-	dke_slots_write();
-	r = sb_image_evict(d, sb, digest, err);
-	dke_slots_done();
+	r = slot_evict(d, sb, digest, NULL, err);
 	sb_put(d, sb);
 	return r;
 }
@@ -3230,6 +897,7 @@ int dkc_image_release(struct daemon *d, const char *digest, struct k8_err *err)
  * removal is audited as container.rm. */
 int dkc_api_prune(struct api_call *call)
 {
+	struct docker *dk = docker_of(call->d);
 	static const char *const allowed[] = { "label", "until", NULL };
 	char fbuf[DF_FILTER_JSON_MAX + 1];
 	const char *fj = NULL;
@@ -3247,30 +915,30 @@ int dkc_api_prune(struct api_call *call)
 		json_decref(ids);
 		return r;
 	}
-	pthread_mutex_lock(&dk.lock);
-	dk_load_locked(call->d);
-	for (struct dkc *c = dk.ctrs; c && n < DKC_MAX; c = c->next) {
-		if (c->state == DKC_RUNNING || c->pumping || c->removing || !dkc_match(c, &f) ||
+	pthread_mutex_lock(&dk->lock);
+	dk_load_locked(dk);
+	for (struct dkc *c = dk->ctrs; c && n < DKC_MAX; c = c->next) {
+		if (c->state == DPS_RUNNING || c->pumping || c->removing || !dkc_match_locked(c, &f) ||
 		    c->created_ns > until)
 			continue;
 		c->refs++;
 		c->removing = true;     /* a start from now on finds it going */
 		picked[n++] = c;
 	}
-	pthread_mutex_unlock(&dk.lock);
+	pthread_mutex_unlock(&dk->lock);
 	dfilters_free(&f);
 	for (int i = 0; i < n; i++) {
 		struct dkc *c = picked[i];
 		bool gone;
 
-		pthread_mutex_lock(&dk.lock);
+		pthread_mutex_lock(&dk->lock);
 		space += c->log_size;   /* what the host keeps of it; the guest's layer is not counted */
 		c->removing = false;    /* dkc_rm_now claims it again */
-		pthread_mutex_unlock(&dk.lock);
+		pthread_mutex_unlock(&dk->lock);
 		dkc_rm_now(call->d, c, NULL, NULL);
-		pthread_mutex_lock(&dk.lock);
+		pthread_mutex_lock(&dk->lock);
 		gone = c->removed;
-		pthread_mutex_unlock(&dk.lock);
+		pthread_mutex_unlock(&dk->lock);
 		if (gone)
 			json_array_append_new(ids, json_string(c->id));
 		dkc_unref(c);

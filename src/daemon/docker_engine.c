@@ -19,22 +19,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pthread_mutex_t dke_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_rwlock_t dke_slots = PTHREAD_RWLOCK_INITIALIZER;
+/* The engine's state in a daemon: two first containers at once make one engine. */
+struct docker_engine {
+	pthread_mutex_t lock;           /* held while an engine sandbox is looked up or made */
+};
 
-void dke_slots_read(void)
+static void *dke_make(struct daemon *d)
 {
-	pthread_rwlock_rdlock(&dke_slots);
+	struct docker_engine *e = xcalloc(1, sizeof(*e));
+
+	(void)d;
+	pthread_mutex_init(&e->lock, NULL);
+	return e;
 }
 
-void dke_slots_write(void)
+static struct docker_engine *dke_of(struct daemon *d)
 {
-	pthread_rwlock_wrlock(&dke_slots);
-}
-
-void dke_slots_done(void)
-{
-	pthread_rwlock_unlock(&dke_slots);
+	return daemon_state(d, (void **)&d->docker_engine, dke_make);
 }
 
 bool dke_require_sandbox(struct daemon *d)
@@ -93,7 +94,9 @@ struct sandbox *dke_get(struct daemon *d, const char *name, struct k8_err *err)
 	json_t *body, *out = NULL;
 	int r;
 
-	pthread_mutex_lock(&dke_lock);
+	struct docker_engine *e = dke_of(d);
+
+	pthread_mutex_lock(&e->lock);
 	sb = sb_get(d, name, &e2);
 	if (!sb) {
 		body = dke_body(d, name);
@@ -102,7 +105,7 @@ struct sandbox *dke_get(struct daemon *d, const char *name, struct k8_err *err)
 		json_decref(out);
 		if (r) {
 			char msg[sizeof(err->msg)];
-			pthread_mutex_unlock(&dke_lock);
+			pthread_mutex_unlock(&e->lock);
 			snprintf(msg, sizeof(msg), "%s", err->msg);
 			k8_err_clear(err);
 			k8_err_set(err, r, "cannot create the Docker engine sandbox '%s': %s",
@@ -112,7 +115,7 @@ struct sandbox *dke_get(struct daemon *d, const char *name, struct k8_err *err)
 		daemon_audit(d, "docker.engine.create", name, json_pack("{s:s}", "via", "docker"));
 		sb = sb_get(d, name, err);
 	}
-	pthread_mutex_unlock(&dke_lock);
+	pthread_mutex_unlock(&e->lock);
 	if (!sb)
 		return NULL;
 	if (sb_ensure_running(d, sb, err)) {

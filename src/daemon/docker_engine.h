@@ -19,15 +19,6 @@ bool dke_require_sandbox(struct daemon *d);
  * containers at once make one engine. */
 struct sandbox *dke_get(struct daemon *d, const char *name, struct k8_err *err);
 
-/* The engine's slot lock (docs/docker.md, "Limit"): every run or create in DKE_NAME
- * that resolved an image (sb_image_for_run) holds it for reading until the agent has
- * answered, a Docker container's and `kosa8 sandbox run docker-engine`'s alike; an
- * eviction (sb_image_evict) holds it for writing, so no slot is taken from under a run
- * between its image's resolution and its start. */
-void dke_slots_read(void);
-void dke_slots_write(void);
-void dke_slots_done(void);
-
 /* config.json "docker_engine_boot": true: create and boot the engine now, in the
  * background (daemon start). */
 void dke_boot_at_start(struct daemon *d);

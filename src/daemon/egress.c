@@ -213,7 +213,7 @@ static int net_connect(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 int net_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
 	char frames[4200], ctl[4200];
-	cleanup_free char *exe = sidecar_exe("kosa8-net");
+	cleanup_free char *exe = k8_beside_self("kosa8-net");
 	cleanup_free char *policy = xasprintf("%s/egress.json", sb->dir);
 	cleanup_free char *log = xasprintf("%s/net.log", sb->dir);
 	json_t *cfg;

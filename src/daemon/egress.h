@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* egress.h - the network policy of a sandbox and its kosa8-net (egress.c, docs/egress.md). */
+/* egress.h - the network policy of a sandbox and its kosa8-net (egress.c, docs/network.md). */
 #ifndef K8_EGRESS_H
 #define K8_EGRESS_H
 

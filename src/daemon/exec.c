@@ -12,9 +12,9 @@
  */
 #include "common/proto.h"
 #include "daemon/broker.h"
-#include "daemon/docker_engine.h"
 #include "daemon/exec.h"
 #include "daemon/sandbox.h"
+#include "daemon/slots.h"
 #include "daemon/api_route.h"
 
 #include <fcntl.h>
@@ -197,15 +197,42 @@ static int build_req(struct exec_ctx *x, json_t *body, json_t *cfg, bool detach,
 	return 0;
 }
 
+/* The agent's run or exec, sent; a run's with its image held in its slot (slot_use). */
+struct exec_send {
+	struct exec_ctx *x;
+	json_t *body;
+	bool detach;
+};
+
+static int exec_send(void *ctx, const struct vm_image *img, const json_t *config,
+		     struct k8_err *err)
+{
+	struct exec_send *es = ctx;
+	struct exec_ctx *x = es->x;
+	json_t *cfg = NULL, *req = NULL, *resp = NULL;
+	int r;
+
+	if (img) {
+		cfg = json_deep_copy(config);
+		json_object_set_new(cfg, "digest", json_string(img->digest));
+	}
+	r = build_req(x, es->body, cfg, es->detach, &req, err);
+	json_decref(cfg);
+	if (r)
+		return r;
+	r = sb_agent_request(x->sb, req, START_TIMEOUT_MS, &resp, es->detach ? NULL : &x->stream,
+			     err);
+	json_decref(resp);
+	return r;
+}
+
 static int exec_start(struct daemon *d, const char *sbname, const char *container,
 		      json_t *body, bool is_run, bool detach, struct exec_ctx **out,
 		      int *exit_code, struct k8_err *err)
 {
 	struct exec_ctx *x = xcalloc(1, sizeof(*x));
-	json_t *cfg = NULL, *req = NULL, *resp = NULL;
-	struct vm_image img;
+	struct exec_send es = { .x = x, .body = body, .detach = detach };
 	const char *image = json_string_value(json_object_get(body, "image"));
-	bool slots = false;
 	int r;
 
 	x->d = d;
@@ -242,26 +269,10 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 			       "resume %s`", sbname, sbname);
 		goto fail;
 	}
-	if (is_run) {
-		/* in the Docker engine, an eviction waits for this run's start, as for a
-		 * Docker container's (docs/docker.md, "Limit") */
-		slots = !strcmp(x->sb->name, DKE_NAME);
-		if (slots)
-			dke_slots_read();
-		r = sb_image_for_run(d, x->sb, image, &img, &cfg, err);
-		if (r)
-			goto fail;
-		json_object_set_new(cfg, "digest", json_string(img.digest));
-	}
-	r = build_req(x, body, cfg, detach, &req, err);
-	json_decref(cfg);
-	if (r)
-		goto fail;
-	r = sb_agent_request(x->sb, req, START_TIMEOUT_MS, &resp, detach ? NULL : &x->stream, err);
-	if (slots)
-		dke_slots_done();
-	slots = false;
-	json_decref(resp);
+	/* a run holds its image's slot until the agent answered: in the Docker engine an
+	 * eviction waits for it, as for a Docker container's (docs/docker.md, "Limit") */
+	r = is_run ? slot_use(d, x->sb, image, false, NULL, exec_send, &es, err)
+		   : exec_send(&es, NULL, NULL, err);
 	if (r) {
 		/* The agent says which step failed: starting the command itself maps to
 		 * the shell's 127/126, like `docker run`. */
@@ -281,8 +292,6 @@ static int exec_start(struct daemon *d, const char *sbname, const char *containe
 	*out = x;
 	return 0;
 fail:
-	if (slots)
-		dke_slots_done();
 	exec_free(x);
 	return r;
 }
@@ -332,157 +341,125 @@ static void send_exit(int sock, json_t *info)
 	free(t);
 }
 
-/* Feed buffered client bytes into the reader until one STDIN frame is pending or the
- * buffer is used up. SIGNAL frames are forwarded at once. Returns -1 on a bad frame. */
-static int client_frames(struct exec_ctx *x, struct proto_reader *rd, const unsigned char *buf,
-			 size_t *off, size_t have, unsigned char **pend, size_t *pend_len,
-			 bool *pend_eof)
+/* The bridge's client: the upgraded socket, speaking the agent protocol's framing. */
+struct bridge {
+	struct exec_ctx *x;
+	int sock;
+	struct proto_reader rd;
+	unsigned char *raw;             /* client bytes read, not yet framed */
+	size_t raw_have, raw_off;
+	unsigned char *pend;            /* a STDIN frame's payload, not yet handed on */
+	size_t pend_len, pend_off;
+	bool pend_eof;
+	bool got_eof;                   /* the client's STDIN EOF frame came */
+};
+
+static int bridge_output(void *ctx, uint16_t type, uint16_t flags, const unsigned char *p,
+			 size_t n)
 {
-	struct agentlink *l = &x->sb->link;
+	struct bridge *b = ctx;
 
-	while (*off < have && !*pend) {
-		long used = proto_reader_feed(rd, buf + *off, have - *off);
-		struct proto_hdr h;
-		const unsigned char *p;
-
-		if (used < 0)
-			return -1;
-		*off += (size_t)used;
-		if (!proto_reader_frame(rd, &h, &p))
-			continue;
-		if (h.type == PROTO_STDIN) {
-			*pend = xmalloc(h.len ? h.len : 1);
-			memcpy(*pend, p, h.len);
-			*pend_len = h.len;
-			*pend_eof = h.flags & PROTO_F_EOF;
-		} else if (h.type == PROTO_SIGNAL) {
-			link_send(l, PROTO_SIGNAL, 0, x->stream->id, p, 4);
-		}
-	}
-	return 0;
+	return send_client(b->sock, type, flags, p, n) < 0 ? -1 : 0;
 }
 
+/* Client frames to stdin: STDIN payloads (one frame at a time, what does not fit kept
+ * for the next call), SIGNAL forwarded at once, before and after stdin's EOF (the
+ * loop's `control`: the containerd shim's kill is a SIGNAL frame on a stream whose stdin
+ * ended at once); bytes already read first. A close before the client's stdin EOF frame
+ * means it is gone, after it only that the client sends no more; a bad frame: gone. */
+static ssize_t bridge_input(void *ctx, unsigned char *buf, size_t max, unsigned *flags)
+{
+	struct bridge *b = ctx;
+	bool did_read = false;
+
+	while (!b->pend) {
+		struct proto_hdr h;
+		const unsigned char *p;
+		long used;
+
+		if (b->raw_off == b->raw_have) {
+			/* one read a call: the loop polls for the next (a SIGNAL alone must not
+			 * leave it blocked in read while the process's output waits) */
+			if (did_read)
+				return 0;
+			did_read = true;
+			ssize_t got = b->raw ? read(b->sock, b->raw, 65536) : 0;
+			if (!b->raw) {          /* the first call: only what came with the request */
+				b->raw = xmalloc(65536);
+				return 0;
+			}
+			if (got < 0 && (errno == EINTR || errno == EAGAIN))
+				return 0;
+			if (got <= 0) {
+				if (got < 0 || !b->got_eof)
+					return -1;
+				*flags |= STREAM_IN_SHUT;       /* a half-close after stdin's EOF */
+				return 0;
+			}
+			b->raw_have = (size_t)got;
+			b->raw_off = 0;
+		}
+		used = proto_reader_feed(&b->rd, b->raw + b->raw_off, b->raw_have - b->raw_off);
+		if (used < 0)
+			return -1;
+		b->raw_off += (size_t)used;
+		if (!proto_reader_frame(&b->rd, &h, &p))
+			continue;
+		if (h.type == PROTO_STDIN) {
+			b->pend = xmalloc(h.len ? h.len : 1);
+			memcpy(b->pend, p, h.len);
+			b->pend_len = h.len;
+			b->pend_off = 0;
+			b->pend_eof = h.flags & PROTO_F_EOF;
+		} else if (h.type == PROTO_SIGNAL && h.len == 4) {
+			link_stream_signal(&b->x->sb->link, b->x->stream, p[0]);
+		}
+	}
+	size_t n = b->pend_len - b->pend_off < max ? b->pend_len - b->pend_off : max;
+	memcpy(buf, b->pend + b->pend_off, n);
+	b->pend_off += n;
+	if (b->pend_off == b->pend_len) {
+		if (b->pend_eof) {
+			*flags |= STREAM_IN_EOF;
+			b->got_eof = true;
+		}
+		free(b->pend);
+		b->pend = NULL;
+	}
+	if (b->pend || b->raw_off < b->raw_have)
+		*flags |= STREAM_IN_MORE;
+	return (ssize_t)n;
+}
+
+/* The client's frames and the process's stream through link_stream_run; the EXIT frame
+ * (or the lost link's) goes to the client last. A client that vanishes gets its process
+ * killed (link_stream_run): nobody would read its output. */
 void exec_bridge(struct exec_ctx *x, int sock, const char *extra, size_t extra_len)
 {
-	struct agentlink *l = &x->sb->link;
-	struct stream *s = x->stream;
-	struct proto_reader rd;
-	unsigned char *ibuf = xmalloc(65536);   /* client bytes read, not yet framed */
-	size_t ib_have = 0, ib_off = 0;
-	unsigned char *pend = NULL;             /* one stdin frame waiting for credit */
-	size_t pend_len = 0, pend_off = 0;
-	bool pend_eof = false, stdin_done = false, client_gone = false, client_eof = false;
+	struct bridge b = { .x = x, .sock = sock };
+	struct stream_ops ops = { .output = bridge_output, .input = bridge_input,
+				  .input_fd = sock, .control = true, .gone_fd = sock };
 	json_t *exit_info = NULL;
 	char started[96];
-	int fl;
+	int fl, r = -EPIPE;
 
-	proto_reader_init(&rd);
+	proto_reader_init(&b.rd);
 	fl = fcntl(sock, F_GETFL);
 	if (fl >= 0)
 		fcntl(sock, F_SETFL, fl & ~O_NONBLOCK);
-	snprintf(started, sizeof(started), "{\"event\":\"started\",\"id\":\"%s\",\"stream\":%u}",
-		 x->container, (unsigned)s->id);
-	if (send_client(sock, PROTO_EVENT, 0, started, strlen(started)) < 0)
-		client_gone = true;
 	if (extra_len) {
 		/* Bytes the HTTP layer had already read past the request head. */
-		size_t n = extra_len < 65536 ? extra_len : 65536;
-		memcpy(ibuf, extra, n);
-		ib_have = n;
+		b.raw = xmalloc(65536);
+		b.raw_have = extra_len < 65536 ? extra_len : 65536;
+		memcpy(b.raw, extra, b.raw_have);
 	}
-
-	while (!client_gone) {
-		struct pollfd pfd[2];
-
-		if (!pend && client_frames(x, &rd, ibuf, &ib_off, ib_have, &pend, &pend_len,
-					   &pend_eof) < 0) {
-			client_gone = true;
-			break;
-		}
-		/* forward pending stdin as the agent's credit allows */
-		if (pend) {
-			size_t take;
-			link_stdin_send(l, s, pend + pend_off, pend_len - pend_off, &take);
-			pend_off += take;
-			if (pend_off == pend_len) {
-				if (pend_eof) {
-					link_send(l, PROTO_STDIN, PROTO_F_EOF, s->id, NULL, 0);
-					stdin_done = true;
-				}
-				free(pend);
-				pend = NULL;
-				pend_len = pend_off = 0;
-				pend_eof = false;
-				continue; /* maybe more frames are buffered */
-			}
-		}
-
-		/* drain output to the client */
-		struct sframe *f;
-		while ((f = link_stream_pop(l, s))) {
-			int r = send_client(sock, f->type, f->flags, f->data, f->len);
-			size_t len = f->len;
-			free(f);
-			if (r < 0) {
-				client_gone = true;
-				break;
-			}
-			if (len)
-				link_stream_consumed(l, s, len);
-		}
-		if (client_gone)
-			break;
-		pthread_mutex_lock(&l->lock);
-		bool done = s->exited && !s->head;
-		bool broken = l->broken && !s->exited;
-		if (done)
-			exit_info = json_incref(s->exit_info);
-		pthread_mutex_unlock(&l->lock);
-		if (done)
-			break;
-		if (broken) {
-			exit_info = json_pack("{s:i,s:s}", "code", 125, "error",
-					      "the sandbox's VM or agent went away during the run");
-			break;
-		}
-
-		bool want_read = !pend && ib_off == ib_have && !client_eof;
-		pfd[0] = (struct pollfd){ .fd = s->efd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = sock, .events = want_read ? POLLIN : 0 };
-		if (poll(pfd, 2, pend ? 20 : 1000) < 0 && errno != EINTR)
-			break;
-		if (pfd[0].revents & POLLIN) {
-			uint64_t v;
-			(void)!read(s->efd, &v, sizeof(v));
-		}
-		if (want_read && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-			ssize_t got = read(sock, ibuf, 65536);
-			if (got < 0 && (errno == EINTR || errno == EAGAIN))
-				continue;
-			if (got <= 0) {
-				/* The client closed its side. Before stdin EOF that means it is
-				 * gone; after, it may just have shut down its write side. */
-				client_eof = true;
-				if (!stdin_done || got < 0) {
-					client_gone = true;
-					break;
-				}
-				continue;
-			}
-			ib_have = (size_t)got;
-			ib_off = 0;
-		} else if (!want_read && (pfd[1].revents & (POLLHUP | POLLERR))) {
-			client_gone = true;
-			break;
-		}
-	}
-
-	if (client_gone && !exit_info) {
-		/* Nobody is listening any more: end the process rather than let it block. */
-		unsigned char sig[4] = { SIGKILL, 0, 0, 0 };
-		link_send(l, PROTO_SIGNAL, 0, s->id, sig, 4);
-	}
-	if (exit_info) {
+	snprintf(started, sizeof(started), "{\"event\":\"started\",\"id\":\"%s\",\"stream\":%u}",
+		 x->container, (unsigned)link_stream_id(x->stream));
+	if (send_client(sock, PROTO_EVENT, 0, started, strlen(started)) == 0)
+		r = link_stream_run(&x->sb->link, x->stream, &ops, &b, &exit_info);
+	else
+		link_stream_signal(&x->sb->link, x->stream, SIGKILL);
+	if (r != -EPIPE) {      /* exited, or the link's loss: 125 with its error */
 		send_exit(sock, exit_info);
 		daemon_audit(x->d, "sandbox.exit", x->sb->name,
 			     json_pack("{s:s,s:O?,s:O?}", "container", x->container, "code",
@@ -495,9 +472,9 @@ void exec_bridge(struct exec_ctx *x, int sock, const char *extra, size_t extra_l
 				       "client disconnected; process killed"));
 	}
 	shutdown(sock, SHUT_WR);
-	free(pend);
-	free(ibuf);
-	proto_reader_free(&rd);
+	free(b.pend);
+	free(b.raw);
+	proto_reader_free(&b.rd);
 }
 
 /* ---- API: POST /v1/sandboxes/{name}/run and .../containers/{id}/exec (api.h; the table

@@ -211,11 +211,13 @@ json_t *idle_status_json(struct daemon *d)
 	       : !strcmp(run, "1") ? "on: identical pages of sandboxes are merged"
 				   : "off: sandboxes of one image share no memory; the host's "
 				     "administrator may turn it on (docs/design.md, Idle sandboxes)";
-	return json_pack("{s:i,s:i,s:b,s:{s:s,s:I,s:s}}", "idle_pause_s",
+	return json_pack("{s:i,s:i,s:b,s:s,s:{s:s,s:I,s:s}}", "idle_pause_s",
 			 __atomic_load_n(&d->idle_pause_s, __ATOMIC_RELAXED), "tcg_tb_mib",
 			 daemon_tcg_tb_mib(d, NULL), "free_page_reporting",
-			 daemon_vm_machine(d, NULL).balloon, "ksm", "run", run[0] ? run : "n/a",
-			 "pages_sharing", (json_int_t)strtoll(sharing, NULL, 10), "note", note);
+			 daemon_vm_machine(d, NULL).balloon, "checkpoint_memory",
+			 daemon_memfile(d, NULL) ? "file" : "stream", "ksm", "run",
+			 run[0] ? run : "n/a", "pages_sharing",
+			 (json_int_t)strtoll(sharing, NULL, 10), "note", note);
 }
 
 int idle_start(struct daemon *d, struct k8_err *err)

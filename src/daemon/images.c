@@ -44,7 +44,7 @@ static int images_load_job(struct api_job *j, json_t **result, struct k8_err *er
 	return 0;
 }
 
-/* The job checks its body: a bad one is the stream's last line (docs/api.md). */
+/* The job checks its body: a bad one is the stream's last line (docs/reference/api.md). */
 int images_api_load(struct api_call *call)
 {
 	return api_reply_job(call, images_load_job, NULL);

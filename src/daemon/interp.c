@@ -112,9 +112,7 @@ static int helper_start(struct sandbox *sb, const char *ctr, json_t *argv, json_
 
 static void helper_kill(struct helper *h)
 {
-	unsigned char sig[4] = { SIGKILL, 0, 0, 0 };
-
-	link_send(&h->sb->link, PROTO_SIGNAL, 0, h->s->id, sig, 4);
+	link_stream_signal(&h->sb->link, h->s, SIGKILL);
 }
 
 static void helper_end(struct helper *h)
@@ -149,14 +147,17 @@ static const char *helper_why(struct helper *h)
 /* Pump h: its stdin out as the window allows, its stdout into h->line, its stderr into
  * h->err, until it exits (0), `stop(sctx)` is true after a frame (1), the deadline (ns of
  * CLOCK_MONOTONIC; 0: none) passes (-ETIMEDOUT), the VM or agent went away
- * (-ECONNRESET), or h->line failed (its return). */
+ * (-ECONNRESET), or h->line failed (its return). A puller of the link's one stream
+ * machinery (link_stream_next), as an archive's reads are: it stops between frames,
+ * which link_stream_run's consumers do not. */
 static int helper_pump(struct helper *h, uint64_t deadline, bool (*stop)(void *), void *sctx)
 {
 	struct agentlink *l = &h->sb->link;
 
 	for (;;) {
-		struct sframe *f;
-		bool done, broken;
+		struct sframe *f = NULL;
+		json_t *exit_info = NULL;
+		int wait = 1000;
 
 		while (h->in && !h->in_eof && h->in_off < h->in_len) {
 			size_t take = 0;
@@ -166,10 +167,18 @@ static int helper_pump(struct helper *h, uint64_t deadline, bool (*stop)(void *)
 			h->in_off += take;
 		}
 		if (h->in && !h->in_eof && h->in_off == h->in_len) {
-			link_send(l, PROTO_STDIN, PROTO_F_EOF, h->s->id, NULL, 0);
+			link_stream_eof(l, h->s);
 			h->in_eof = true;
 		}
-		while ((f = link_stream_pop(l, h->s))) {
+		if (deadline) {
+			uint64_t now = now_mono_ns();
+			if (now >= deadline)
+				return -ETIMEDOUT;
+			if (deadline - now < 1000000000ull)
+				wait = (int)((deadline - now) / 1000000) + 1;
+		}
+		switch (link_stream_next(l, h->s, wait, &f, &exit_info)) {
+		case LINK_NEXT_FRAME: {
 			size_t len = f->len;
 			int r = 0;
 
@@ -187,29 +196,19 @@ static int helper_pump(struct helper *h, uint64_t deadline, bool (*stop)(void *)
 				return r;
 			if (stop && stop(sctx))
 				return 1;
+			break;
 		}
-		pthread_mutex_lock(&l->lock);
-		done = h->s->exited && !h->s->head;
-		broken = l->broken && !h->s->exited;
-		if (done && !h->exit_info)
-			h->exit_info = json_incref(h->s->exit_info);
-		pthread_mutex_unlock(&l->lock);
-		if (done)
+		case LINK_NEXT_EXIT:
+			if (!h->exit_info)
+				h->exit_info = exit_info;
+			else
+				json_decref(exit_info);
 			return 0;
-		if (broken)
+		case LINK_NEXT_LOST:
+			json_decref(exit_info);
 			return -ECONNRESET;
-		uint64_t now = now_mono_ns();
-		int wait = 1000;
-		if (deadline) {
-			if (now >= deadline)
-				return -ETIMEDOUT;
-			if (deadline - now < 1000000000ull)
-				wait = (int)((deadline - now) / 1000000) + 1;
-		}
-		struct pollfd pfd = { .fd = h->s->efd, .events = POLLIN };
-		if (poll(&pfd, 1, wait) > 0) {
-			uint64_t x;
-			(void)!read(h->s->efd, &x, sizeof(x));
+		default:
+			break;
 		}
 	}
 }
@@ -926,10 +925,10 @@ static int ndjson_sink(void *ctx, json_t *ev)
 	return r < 0 ? r : 0;
 }
 
-static void run_reply(void *ctx, int fd, const char *extra, size_t extra_len)
+static void run_reply(void *ctx, const struct api_conn *conn)
 {
-	(void)extra;
-	(void)extra_len;
+	int fd = conn->fd;
+
 	interp_run_pump(ctx, ndjson_sink, &fd);
 }
 
@@ -945,5 +944,5 @@ int interp_api_run(struct api_call *call)
 	if (interp_run_start(call->d, api_param(call, "name"), api_param(call, "id"), call->body,
 			     &r, &call->err))
 		return call->err.code ? call->err.code : -EIO;
-	return api_reply_raw(call, false, "application/x-ndjson", run_reply, run_reply_free, r);
+	return api_reply_raw(call, API_RAW_BODY, "application/x-ndjson", run_reply, run_reply_free, r);
 }

@@ -319,6 +319,22 @@ const char *jail_qemu_enter(const struct jail_spec *j)
 	if (j->ldcache && (mkdir(JAIL_ROOT "/etc", 0755) < 0 ||
 			   bind_ro("/etc/ld.so.cache", JAIL_ROOT "/etc/ld.so.cache", false, true) < 0))
 		return "binding /etc/ld.so.cache";
+	if (j->preload) {
+		static const char line[] = JAIL_PRELOAD "\n";
+		int fd;
+
+		if (bind_ro(j->preload, JAIL_ROOT JAIL_PRELOAD, false, true) < 0)
+			return "binding the preloaded library";
+		if ((mkdir(JAIL_ROOT "/etc", 0755) < 0 && errno != EEXIST) ||
+		    (fd = open(JAIL_ROOT "/etc/ld.so.preload", O_WRONLY | O_CREAT | O_EXCL |
+			       O_CLOEXEC, 0644)) < 0)
+			return "writing /etc/ld.so.preload";
+		if (write(fd, line, sizeof(line) - 1) != (ssize_t)sizeof(line) - 1) {
+			close(fd);
+			return "writing /etc/ld.so.preload";
+		}
+		close(fd);
+	}
 	/* /dev: a tmpfs of its own that allows device nodes; the four harmless ones are
 	 * bound from the host, /dev/kvm (KVM only) is a node of its own owned by QEMU's
 	 * uid, as Firecracker's jailer does: the host's is often 0600 root or 0660 kvm. */

@@ -53,7 +53,8 @@ static inline uid_t jail_uid(const struct jail_range *r, int index, enum jail_ro
  * namespace whose root is an empty read-only tmpfs holding
  * only /usr (and the /lib, /bin symlinks or read-only binds of the host), the dynamic
  * linker's cache, /dev/{null,zero,random,urandom}, /dev/kvm under KVM and a procfs that
- * shows only its own process; then the sandbox's QEMU uid and gid (real gid
+ * shows only its own process (and, for a QEMU that maps a memory file, the library it
+ * preloads: j->preload); then the sandbox's QEMU uid and gid (real gid
  * JAIL_REAL_GID, so it is not dumpable after exec; no core file) with no
  * supplementary groups, every capability set empty, no_new_privs, and our seccomp
  * filter under the one QEMU's `-sandbox on` adds. Every file it uses (disks, sockets,
@@ -75,7 +76,12 @@ struct jail_spec {
 	bool dir[4];                    /* a real directory: bind it read-only */
 	bool ldcache;                   /* /etc/ld.so.cache exists */
 	dev_t kvm_dev;                  /* /dev/kvm's device number (KVM only) */
+	/* A library the jail's /etc/ld.so.preload names (bound read-only at JAIL_PRELOAD):
+	 * the host path of kosa8-qemu-ram.so for a QEMU whose RAM maps a memory file; NULL:
+	 * none. The loader reads that file even in QEMU's secure-execution mode. */
+	const char *preload;
 };
+#define JAIL_PRELOAD "/kosa8-qemu-ram.so"
 
 /* Install the jail's seccomp filter on the calling thread (needs no_new_privs or
  * CAP_SYS_ADMIN). 0 or a negative errno. Async-signal-safe. */

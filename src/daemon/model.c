@@ -851,78 +851,59 @@ static void srv_kill(struct msrv *s)
 	waitpid(s->pid, NULL, 0);
 }
 
-int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, struct k8_err *err)
+/* model_serve's request: port (7434), threads, ctx, host (127.0.0.1, an IPv4 or IPv6
+ * address) and its family. */
+struct serve_args {
+	json_int_t port, threads, ctx;
+	const char *host;
+	int family;
+};
+
+static int serve_args(json_t *body, struct serve_args *a, struct k8_err *err)
 {
-	json_t *meta = meta_read(d, name);
-	if (!meta)
-		return k8_err_set(err, -ENOENT, "no model '%s'; see kosa8 model ls", name);
-	json_int_t port = json_integer_value(json_object_get(body, "port"));
-	json_int_t threads = json_integer_value(json_object_get(body, "threads"));
-	json_int_t ctx = json_integer_value(json_object_get(body, "ctx"));
-	const char *host = json_string_value(json_object_get(body, "host"));
 	unsigned char ab[16];
-	int family = 0;
-	if (!port)
-		port = 7434;
-	if (!host)
-		host = "127.0.0.1";
-	if (inet_pton(AF_INET, host, ab) == 1)
-		family = AF_INET;
-	else if (inet_pton(AF_INET6, host, ab) == 1)
-		family = AF_INET6;
-	if (port < 1 || port > 65535 || threads < 0 || threads > 256 || ctx < 0 || ctx > (1 << 20) ||
-	    strlen(host) >= 64 || !family) {
-		json_decref(meta);
+
+	a->port = json_integer_value(json_object_get(body, "port"));
+	a->threads = json_integer_value(json_object_get(body, "threads"));
+	a->ctx = json_integer_value(json_object_get(body, "ctx"));
+	a->host = json_string_value(json_object_get(body, "host"));
+	a->family = 0;
+	if (!a->port)
+		a->port = 7434;
+	if (!a->host)
+		a->host = "127.0.0.1";
+	if (inet_pton(AF_INET, a->host, ab) == 1)
+		a->family = AF_INET;
+	else if (inet_pton(AF_INET6, a->host, ab) == 1)
+		a->family = AF_INET6;
+	if (a->port < 1 || a->port > 65535 || a->threads < 0 || a->threads > 256 || a->ctx < 0 ||
+	    a->ctx > (1 << 20) || strlen(a->host) >= 64 || !a->family)
 		return k8_err_set(err, -EINVAL, "port, threads, ctx or host out of range (host: an "
 				  "IPv4 or IPv6 address)");
-	}
-	cleanup_free char *blob = mpath(d, "blobs/sha256-%s", json_string_value(json_object_get(meta, "sha256")));
-	json_decref(meta);
-	srv_retire(d);          /* ports of servers that ended are let go first */
-	pthread_mutex_lock(&srv_lock);
-	srv_reap();
-	struct msrv *old = srv_find(name);
-	for (struct msrv *s = servers; s && !old; s = s->next)
-		if (s->port == port)
-			old = s;
-	if (old) {
-		int e = k8_err_set(err, -EBUSY, "'%s' is already served on port %d (kosa8 model stop %s)",
-				   old->name, old->port, old->name);
-		pthread_mutex_unlock(&srv_lock);
-		return e;
-	}
-	/* The daemon binds: a port someone else holds is an error naming them, never a
-	 * server that failed to bind while a squatter answers in its place. */
-	int bound = 0, lfd = ports_bind(host, family, (int)port, &bound, err);
-	if (lfd < 0) {
-		pthread_mutex_unlock(&srv_lock);
-		if (lfd != -EEXIST)
-			return k8_err_wrap(err, "cannot serve '%s'", name);
-		char why[sizeof(err->msg)];
-		snprintf(why, sizeof(why), "%s", err->msg);
-		k8_err_clear(err);
-		return k8_err_set(err, lfd, "cannot serve '%s': %s; kosa8 serves a model only on a "
-				  "port it holds itself: stop that process or choose another port "
-				  "(--port)", name, why);
-	}
-	srv_watch_start(d);
-	cleanup_free char *exe = sidecar_exe("kosa8-model");
-	cleanup_free char *logdir = xasprintf("%s/logs", d->home);
-	cleanup_free char *log = xasprintf("%s/model-%s.log", logdir, name);
+	return 0;
+}
+
+/* kosa8-model serve of `blob` on the socket lfd (handed over at MODEL_LISTEN_FD), its
+ * output to `log`, in a session of its own: its pid, or -1 with err. kosa8-model jails
+ * itself (src/model/jail.h) as MODEL_JAIL_UID, or config.json's "model_uid"; "jail":
+ * false turns that off as it does QEMU's. */
+static pid_t serve_spawn(struct daemon *d, const char *name, const char *blob,
+			 const struct serve_args *a, int lfd, const char *log, struct k8_err *err)
+{
+	cleanup_free char *exe = k8_beside_self("kosa8-model");
 	char sport[16], sth[16], sctx[16], uid[32] = "", slfd[8];
-	/* kosa8-model jails itself (src/model/jail.h) as MODEL_JAIL_UID, or config.json's
-	 * "model_uid"; "jail": false turns that off as it does QEMU's. */
 	json_t *cfg = daemon_config(d);
 	json_int_t muid = json_integer_value(json_object_get(cfg, "model_uid"));
+	pid_t pid;
+
 	json_decref(cfg);
 	if (muid > 0 && muid < 0xffffffffLL)
 		snprintf(uid, sizeof(uid), "%lld:%lld", (long long)muid, (long long)muid);
-	snprintf(sport, sizeof(sport), "%d", (int)port);
-	snprintf(sth, sizeof(sth), "%d", threads ? (int)threads : 2);
-	snprintf(sctx, sizeof(sctx), "%d", ctx ? (int)ctx : 4096);
+	snprintf(sport, sizeof(sport), "%d", (int)a->port);
+	snprintf(sth, sizeof(sth), "%d", a->threads ? (int)a->threads : 2);
+	snprintf(sctx, sizeof(sctx), "%d", a->ctx ? (int)a->ctx : 4096);
 	snprintf(slfd, sizeof(slfd), "%d", MODEL_LISTEN_FD);
-	mkdir_p(logdir, 0700);
-	pid_t pid = fork();
+	pid = fork();
 	if (pid == 0) {
 		/* the socket first, at its fixed number (dup2 clears close-on-exec) */
 		if (lfd == MODEL_LISTEN_FD ? fcntl(lfd, F_SETFD, 0) < 0 :
@@ -938,46 +919,57 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 			dup2(nul, 0);
 		setsid();
 		execl(exe, "kosa8-model", "serve", blob, "--listen-fd", slfd, "--port", sport,
-		      "--host", host, "--name", name, "--threads", sth, "--ctx", sctx,
+		      "--host", a->host, "--name", name, "--threads", sth, "--ctx", sctx,
 		      d->jail_off ? "--no-jail" : uid[0] ? "--user" : (char *)NULL, uid, (char *)NULL);
 		_exit(127);
 	}
-	if (pid < 0) {
-		int e = k8_err_set(err, -errno, "fork: %s", strerror(errno));
-		close(lfd);
-		pthread_mutex_unlock(&srv_lock);
-		return e;
-	}
+	if (pid < 0)
+		k8_err_set(err, -errno, "fork: %s", strerror(errno));
+	return pid;
+}
+
+/* The server's record (caller holds srv_lock), and its pid file: a daemon killed (kill
+ * -9) leaves its servers running, and the next one stops them (model_reap_orphans), as a
+ * stopping daemon does. */
+static struct msrv *serve_record(struct daemon *d, const char *name, const char *host, pid_t pid,
+				 int lfd, int port)
+{
 	struct msrv *s = xcalloc(1, sizeof(*s));
+	cleanup_free char *rundir = xasprintf("%s/run", d->home);
+	char t[64];
+	int tn;
+
 	snprintf(s->name, sizeof(s->name), "%s", name);
 	snprintf(s->host, sizeof(s->host), "%s", host);
 	s->pid = pid;
 	s->starting = true;
 	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	s->lfd = lfd;
-	s->port = (int)port;
+	s->port = port;
 	s->next = servers;
 	servers = s;
-	/* A daemon killed (kill -9) leaves its servers running: the next one stops them
-	 * (model_reap_orphans), as a stopping daemon does. */
-	{
-		char t[64];
-		int tn = snprintf(t, sizeof(t), "%d %llu\n", (int)pid, vm_proc_start(pid));
-		cleanup_free char *rundir = xasprintf("%s/run", d->home);
-		mkdir_p(rundir, 0700);
-		s->pidfile = xasprintf("%s/model-%s.pid", rundir, name);
-		write_file_atomic(s->pidfile, t, (size_t)tn, 0600);
-	}
-	pthread_mutex_unlock(&srv_lock);
-	/* Ready once /health answers (loading maps the file; big models take a moment).
-	 * The port is ours: nothing else can answer on it. */
+	tn = snprintf(t, sizeof(t), "%d %llu\n", (int)pid, vm_proc_start(pid));
+	mkdir_p(rundir, 0700);
+	s->pidfile = xasprintf("%s/model-%s.pid", rundir, name);
+	write_file_atomic(s->pidfile, t, (size_t)tn, 0600);
+	return s;
+}
+
+/* Ready once /health answers (loading maps the file; big models take a moment): the
+ * port is ours, nothing else can answer on it. A server that exits or stays silent for
+ * 120 s is reaped, with its log's last line or the log's path in err. */
+static int serve_ready(struct daemon *d, struct msrv *s, const char *name, const char *host,
+		       int port, const char *log, struct k8_err *err)
+{
+	pid_t pid = s->pid;
+
 	for (int i = 0; i < 1200; i++) {
-		if (health_ok(host, (int)port)) {
+		if (health_ok(host, port)) {
 			pthread_mutex_lock(&srv_lock);
 			s->starting = false;    /* the watcher's now */
 			pthread_mutex_unlock(&srv_lock);
 			srv_watch_poke();
-			break;
+			return 0;
 		}
 		if (waitpid(pid, NULL, WNOHANG) == pid) {
 			pthread_mutex_lock(&srv_lock);
@@ -995,22 +987,79 @@ int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, 
 			return k8_err_set(err, -EIO, "kosa8-model serve %s exited: %s", name, last);
 		}
 		usleep(100000);
-		if (i == 1199) {
-			pthread_mutex_lock(&srv_lock);
-			srv_kill(s);
-			s->pid = -1;
-			srv_reap();
-			pthread_mutex_unlock(&srv_lock);
-			srv_retire(d);
-			return k8_err_set(err, -ETIMEDOUT, "kosa8-model serve %s did not answer on %s:%d "
-					  "within 120 s; see %s", name, host, (int)port, log);
-		}
 	}
-	daemon_audit(d, "model.serve", NULL, json_pack("{s:s,s:s,s:i}", "name", name, "host", host,
-							 "port", (int)port));
+	pthread_mutex_lock(&srv_lock);
+	srv_kill(s);
+	s->pid = -1;
+	srv_reap();
+	pthread_mutex_unlock(&srv_lock);
+	srv_retire(d);
+	return k8_err_set(err, -ETIMEDOUT, "kosa8-model serve %s did not answer on %s:%d within "
+			  "120 s; see %s", name, host, port, log);
+}
+
+int model_serve(struct daemon *d, const char *name, json_t *body, json_t **out, struct k8_err *err)
+{
+	json_t *meta = meta_read(d, name);
+	struct serve_args a;
+	struct msrv *s;
+	pid_t pid;
+	int r;
+
+	if (!meta)
+		return k8_err_set(err, -ENOENT, "no model '%s'; see kosa8 model ls", name);
+	if ((r = serve_args(body, &a, err))) {
+		json_decref(meta);
+		return r;
+	}
+	cleanup_free char *blob = mpath(d, "blobs/sha256-%s", json_string_value(json_object_get(meta, "sha256")));
+	json_decref(meta);
+	srv_retire(d);          /* ports of servers that ended are let go first */
+	pthread_mutex_lock(&srv_lock);
+	srv_reap();
+	struct msrv *old = srv_find(name);
+	for (struct msrv *o = servers; o && !old; o = o->next)
+		if (o->port == a.port)
+			old = o;
+	if (old) {
+		int e = k8_err_set(err, -EBUSY, "'%s' is already served on port %d (kosa8 model stop %s)",
+				   old->name, old->port, old->name);
+		pthread_mutex_unlock(&srv_lock);
+		return e;
+	}
+	/* The daemon binds: a port someone else holds is an error naming them, never a
+	 * server that failed to bind while a squatter answers in its place. */
+	int bound = 0, lfd = ports_bind(a.host, a.family, (int)a.port, &bound, err);
+	if (lfd < 0) {
+		pthread_mutex_unlock(&srv_lock);
+		if (lfd != -EEXIST)
+			return k8_err_wrap(err, "cannot serve '%s'", name);
+		char why[sizeof(err->msg)];
+		snprintf(why, sizeof(why), "%s", err->msg);
+		k8_err_clear(err);
+		return k8_err_set(err, lfd, "cannot serve '%s': %s; kosa8 serves a model only on a "
+				  "port it holds itself: stop that process or choose another port "
+				  "(--port)", name, why);
+	}
+	srv_watch_start(d);
+	cleanup_free char *logdir = xasprintf("%s/logs", d->home);
+	cleanup_free char *log = xasprintf("%s/model-%s.log", logdir, name);
+	mkdir_p(logdir, 0700);
+	pid = serve_spawn(d, name, blob, &a, lfd, log, err);
+	if (pid < 0) {
+		close(lfd);
+		pthread_mutex_unlock(&srv_lock);
+		return err->code;
+	}
+	s = serve_record(d, name, a.host, pid, lfd, (int)a.port);
+	pthread_mutex_unlock(&srv_lock);
+	if ((r = serve_ready(d, s, name, a.host, (int)a.port, log, err)))
+		return r;
+	daemon_audit(d, "model.serve", NULL, json_pack("{s:s,s:s,s:i}", "name", name, "host",
+							 a.host, "port", (int)a.port));
 	broker_model_changed(d);        /* sandboxes' local-model rules follow it */
-	*out = json_pack("{s:s,s:i,s:s,s:i,s:s}", "name", name, "pid", (int)pid, "host", host, "port",
-			 (int)port, "log", log);
+	*out = json_pack("{s:s,s:i,s:s,s:i,s:s}", "name", name, "pid", (int)pid, "host", a.host,
+			 "port", (int)a.port, "log", log);
 	return 0;
 }
 

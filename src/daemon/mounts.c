@@ -478,7 +478,7 @@ int fs_attach_port(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 int fs_up(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 {
 	char ctl[4200], uid[16], cgv[2][512];
-	cleanup_free char *exe = sidecar_exe("kosa8-fs");
+	cleanup_free char *exe = k8_beside_self("kosa8-fs");
 	cleanup_free char *log = xasprintf("%s/fs.log", sb->dir);
 	const char *argv[16 + 2 * K8_MAX_MOUNTS + 1];
 	char specs[K8_MAX_MOUNTS][32];

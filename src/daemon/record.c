@@ -95,7 +95,11 @@ static json_t *sb_record(struct sandbox *sb)
 		json_object_set_new(rec, "rewind_spare", json_string(sb->rewind_spare));
 	if (sb->owner)
 		json_object_set(rec, "owner", sb->owner);
-	if (sb->connecting)     /* its VM has not had its init yet: never adopted */
+	if (sb->mem_ino)        /* its VM's RAM maps this file (sandbox.c, sb_adopt) */
+		json_object_set_new(rec, "memory_file",
+				    json_pack("{s:I,s:I}", "dev", (json_int_t)sb->mem_dev, "ino",
+					      (json_int_t)sb->mem_ino));
+	if (sb->connecting || sb->restoring)    /* no init yet: never adopted */
 		json_object_set_new(rec, "init_pending", json_true());
 	json_object_set_new(rec, "sidecars",
 			    json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "net", "pid",

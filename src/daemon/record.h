@@ -61,6 +61,10 @@ struct sandbox {
 	 * mounts still run on a thread of their own, which holds the busy token
 	 * (checkpoint.c): sb_wait_connected waits; sandbox.json says "init_pending" */
 	bool connecting;
+	/* a restored VM (cold rewind, fork, resume) is spawned and has not had its init yet:
+	 * sandbox.json says "init_pending" too, with its pid, so a daemon that dies meanwhile
+	 * leaves a VM the next one ends rather than one nobody knows (sandbox.c) */
+	bool restoring;
 	int users;                      /* API requests using it (rm waits) */
 	char name[K8_NAME_MAX + 1];
 	char id[17];                    /* short hex id: socket names */
@@ -78,6 +82,8 @@ struct sandbox {
 	char limits_desc[256];
 	struct vm_image images[K8_MAX_SLOTS];
 	int nimages;
+	pthread_rwlock_t slots_lock;    /* a run's image resolution and start (read), an
+	                                 * eviction (write): slots.c */
 	struct qmp qmp;
 	struct agentlink link;
 	uint64_t boot_ms;
@@ -85,6 +91,12 @@ struct sandbox {
 	bool paused;                    /* vCPUs stopped by `sandbox pause` */
 	bool forked;                    /* made by `sandbox fork`: explicit backing chain */
 	struct vm_machine machine;      /* of its VM now (and of paused/): vm.h */
+	/* The memory file its VM's RAM maps private (a restore of one: docs/design.md
+	 * "Memory as a file"): the daemon's read-only descriptor, -1 when its RAM is QEMU's
+	 * own memory or the file is not open again yet after a restart; and the file's
+	 * identity (0, 0: none), which sandbox.json keeps for a daemon that adopts the VM. */
+	int mem_fd;
+	unsigned long long mem_dev, mem_ino;
 	/* network (egress.c) */
 	char egress_mode[16];           /* "deny", "allow-list", "allow-all" */
 	json_t *egress_rules;           /* array of rule strings, as normalised */
@@ -115,12 +127,15 @@ struct sandbox {
 	 * "pod"?} from containerd-shim-kosa8-v2 (docs/containerd.md); NULL otherwise. Set
 	 * under the daemon's table lock at create, never changed after. */
 	json_t *owner;
+	/* Ends the spare with the VM: spare_drop, set by sandbox.c when it makes the record,
+	 * so that sb_kill_vm (boot.c, below spare.c) ends it as it always did. */
+	void (*spare_drop)(struct daemon *d, struct sandbox *sb);
 	/* `sandbox ls`'s last entry for it, guarded by the daemon's table lock: what ls shows
 	 * of a sandbox whose lock stays held past its wait (sb_list_json) */
 	json_t *listing;
 };
 
-/* A sandbox's owner as an API client gave it (docs/api.md, POST /v1/sandboxes): 0, or
+/* A sandbox's owner as an API client gave it (docs/reference/api.md, POST /v1/sandboxes): 0, or
  * -EINVAL with a message. Pure. */
 int sb_owner_check(const json_t *owner, struct k8_err *err);
 

@@ -9,8 +9,6 @@
  * same rule as kosa8-broker's broker_secret_name_ok). Values: 1 to 4096 bytes of visible
  * ASCII, because the broker puts them in a header line. */
 #include "daemon/daemon.h"
-#include "daemon/api_route.h"
-#include "daemon/broker.h"
 #include "daemon/secret.h"
 
 #include <ctype.h>
@@ -99,11 +97,21 @@ int secret_remove(const char *home, const char *name, struct k8_err *err)
 		return err->code;
 	secret_dir(home, dir, sizeof(dir), false, err);
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	int r = secret_wipe_file(path);
+	if (r == -ENOENT)
+		return k8_err_set(err, -ENOENT, "no secret '%s'; list them with `kosa8 secret ls`",
+				  name);
+	if (r < 0)
+		return k8_err_set(err, r, "removing secret '%s': %s", name, strerror(-r));
+	return 0;
+}
+
+int secret_wipe_file(const char *path)
+{
 	/* Overwrite before unlinking: the file system may keep the blocks, not the bytes. */
 	int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT)
-		return k8_err_set(err, -ENOENT, "no secret '%s'; list them with `kosa8 secret ls`",
-				  name);
+		return -ENOENT;
 	if (fd >= 0) {
 		struct stat st;
 		char zero[512] = { 0 };
@@ -114,9 +122,7 @@ int secret_remove(const char *home, const char *name, struct k8_err *err)
 		fdatasync(fd);
 		close(fd);
 	}
-	if (unlink(path) < 0)
-		return k8_err_set(err, -errno, "removing secret '%s': %s", name, strerror(errno));
-	return 0;
+	return unlink(path) < 0 ? -errno : 0;
 }
 
 int secret_read(const char *home, const char *name, char **value, size_t *n,
@@ -176,55 +182,5 @@ int secret_list(const char *home, json_t **out, struct k8_err *err)
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(arr, items[i]);
 	*out = json_pack("{s:o}", "secrets", arr);
-	return 0;
-}
-
-/* ---- API: GET /v1/secrets, POST and DELETE /v1/secrets/{name} (api.h; the table is
- * in api.c). Set and rm are audited, with the name only. ---- */
-
-int secret_api_list(struct api_call *call)
-{
-	return secret_list(call->d->home, &call->out, &call->err);
-}
-
-/* The value in the request body is wiped from the parsed JSON once stored; secret_set
- * checks its size and bytes. */
-int secret_api_set(struct api_call *call)
-{
-	const char *name = api_param(call, "name");
-	json_t *v = json_object_get(call->body, "value");
-	bool replaced = false;
-	int rc;
-
-	if (!json_is_string(v))
-		return k8_err_set(&call->err, -EINVAL, "expected {\"value\": \"...\"}");
-	rc = secret_set(call->d->home, name, json_string_value(v), json_string_length(v),
-			&replaced, &call->err);
-	/* Rotation: every running broker using it takes the new value at once. */
-	int brokers = rc < 0 ? 0 : broker_secret_changed(call->d, name, json_string_value(v),
-							 json_string_length(v));
-	OPENSSL_cleanse((char *)json_string_value(v), json_string_length(v));
-	if (rc < 0)
-		return rc;
-	daemon_audit(call->d, "secret.set", NULL, json_pack("{s:s,s:b,s:i}", "name", name,
-							     "replaced", replaced, "brokers", brokers));
-	call->out = json_pack("{s:s,s:b,s:i}", "name", name, "replaced", replaced, "brokers",
-			      brokers);
-	return 0;
-}
-
-int secret_api_rm(struct api_call *call)
-{
-	const char *name = api_param(call, "name");
-	int rc = secret_remove(call->d->home, name, &call->err);
-
-	if (rc < 0)
-		return rc;
-	/* Running brokers forget it at once: their rules using it answer 503 no_secret
-	 * until `secret set` hands them a value again. */
-	int brokers = broker_secret_changed(call->d, name, NULL, 0);
-	daemon_audit(call->d, "secret.rm", NULL, json_pack("{s:s,s:i}", "name", name,
-							    "brokers", brokers));
-	call->out = json_pack("{s:s,s:i}", "name", name, "brokers", brokers);
 	return 0;
 }

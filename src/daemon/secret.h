@@ -22,16 +22,14 @@ int secret_set(const char *home, const char *name, const char *value, size_t n,
 	       bool *replaced, struct k8_err *err);
 /* Overwrite and unlink; -ENOENT when there is none. */
 int secret_remove(const char *home, const char *name, struct k8_err *err);
+/* Overwrite a file of secrets with zeros, then unlink it (the store's keys use it too).
+ * 0, -ENOENT, or -errno of the unlink. */
+int secret_wipe_file(const char *path);
 /* The value (NUL-terminated, malloc'd): release it with secret_wipe(). */
 int secret_read(const char *home, const char *name, char **value, size_t *n,
 		struct k8_err *err);
 void secret_wipe(char *value, size_t n);
 /* {"secrets": [{"name", "updated"}]}: names and dates, never values. */
 int secret_list(const char *home, json_t **out, struct k8_err *err);
-/* API handlers (api_route.h; the table is in api.c) */
-struct api_call;
-int secret_api_list(struct api_call *call);
-int secret_api_set(struct api_call *call);
-int secret_api_rm(struct api_call *call);
 
 #endif

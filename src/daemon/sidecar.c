@@ -34,22 +34,6 @@ void sidecar_init(struct sidecar *s, const char *kind)
 	pthread_cond_init(&s->cond, NULL);
 }
 
-char *sidecar_exe(const char *name)
-{
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	char *slash;
-
-	if (n <= 0)
-		return xstrdup(name);
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return xstrdup(name);
-	*slash = '\0';
-	return xasprintf("%s/%s", exe, name);
-}
-
 bool sidecar_alive(struct sidecar *s)
 {
 	if (s->pid <= 0)

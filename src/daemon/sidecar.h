@@ -66,7 +66,5 @@ bool sidecar_alive(struct sidecar *s);
 void sidecar_disconnect(struct sidecar *s);
 /* Disconnect and end the process: SIGTERM, then SIGKILL after a second. */
 void sidecar_stop(struct sidecar *s);
-/* Path of a program installed next to kosa8d (build/bin/kosa8-net). */
-char *sidecar_exe(const char *name);
 
 #endif

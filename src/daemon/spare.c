@@ -43,7 +43,7 @@
 #include "daemon/egress.h"
 #include "daemon/layers.h"
 #include "daemon/mounts.h"
-#include "daemon/sandbox.h"
+#include "daemon/boot.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -60,6 +60,7 @@ struct spare_vm {
 	pid_t pid;
 	unsigned long long start;
 	int net_fd;                     /* the daemon's end of its NIC's socket pair */
+	int mem_fd;                     /* the memory file its RAM maps (sb_mem_set), or -1 */
 	/* the checkpoint's machine, which the sandbox has once the spare is swapped in */
 	struct vm_image images[K8_MAX_SLOTS];
 	int nimages, memory_mib, cpus;
@@ -168,6 +169,8 @@ static void spare_vm_destroy(struct daemon *d, struct sandbox *sb, struct spare_
 	spare_end_pid(v->pid, v->start, true);
 	if (v->net_fd >= 0)
 		close(v->net_fd);
+	if (v->mem_fd >= 0)
+		close(v->mem_fd);
 	if (v->layer[0]) {
 		cleanup_free char *p = xasprintf("%s/%s", sb->dir, v->layer);
 		unlink(p);
@@ -190,7 +193,7 @@ static void spare_vm_destroy(struct daemon *d, struct sandbox *sb, struct spare_
 /* What a checkpoint's meta.json says the spare needs; 0 or -errno. */
 static int spare_meta(struct sandbox *sb, const char *label, char *frozen, size_t n,
 		      struct vm_image imgs[K8_MAX_SLOTS], int *nimgs, int *mem, int *cpus,
-		      struct vm_machine *machine)
+		      struct vm_machine *machine, bool *memfile)
 {
 	cleanup_free char *p = xasprintf("%s/checkpoints/%s/meta.json", sb->dir, label);
 	cleanup_free char *t = NULL;
@@ -206,6 +209,8 @@ static int spare_meta(struct sandbox *sb, const char *label, char *frozen, size_
 	*nimgs = sb_images_from_json(json_object_get(m, "images"), imgs);
 	*mem = (int)json_integer_value(json_object_get(m, "memory_mib"));
 	*cpus = (int)json_integer_value(json_object_get(m, "cpus"));
+	/* as checkpoint.c's meta_memfile: a memory file, or one migration stream */
+	*memfile = !strcmp(json_string_value(json_object_get(m, "memory")) ?: "", "file");
 	return vm_machine_from_json(json_object_get(m, "machine"), machine);
 }
 
@@ -243,6 +248,30 @@ out:
 	return r;
 }
 
+/* spare.json: the spare's QEMU, so that a daemon started later ends it. */
+static void spare_record(struct sandbox *sb, const struct spare_vm *v)
+{
+	cleanup_free char *rec = xasprintf("%s/spare.json", sb->dir);
+	cleanup_free char *t = NULL;
+	json_auto_t *j = json_pack("{s:s,s:s,s:i,s:I}", "label", v->label, "layer", v->layer,
+				   "pid", (int)v->pid, "pid_start", (json_int_t)v->start);
+
+	t = json_dumps(j, 0);
+	if (t)
+		write_file_atomic(rec, t, strlen(t), 0600);
+}
+
+/* QEMU's own words into err, after the command line that opens its log. */
+static void spare_qemu_said(const char *log, struct k8_err *err)
+{
+	cleanup_free char *said = NULL;
+	char *msg;
+
+	usleep(100000);
+	if (!read_file(log, 16384, &said, NULL) && (msg = strchr(said, '\n')) && msg[1])
+		k8_err_wrap(err, "QEMU: %.400s", msg + 1);
+}
+
 /* Start a QEMU restoring checkpoint `label` of sb, stopped once loaded. NULL on failure
  * (err says why; nothing is left). */
 static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const char *label,
@@ -251,21 +280,22 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 	struct spare_vm *v = xcalloc(1, sizeof(*v));
 	struct vm_image *imgs = v->images;
 	char frozen[256], qmp[4200], agent[4200], fs[4200];
-	cleanup_free char *bp = NULL, *top = NULL, *size = NULL, *state = NULL, *cg = NULL;
+	cleanup_free char *bp = NULL, *top = NULL, *size = NULL, *cdir = NULL, *cg = NULL;
 	cleanup_free char *log = xasprintf("%s/qemu-spare.log", sb->dir);
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
 	char **chain = NULL;
 	const char **full;
 	int nbelow;
 	int nimgs = 0, mem = 0, cpus = 0, sv[2] = { -1, -1 }, r;
-	bool forked;
+	bool forked, memfile = false;
 	int disk_gb;
 	uid_t jail = 0;
 
 	v->net_fd = -1;
+	v->mem_fd = -1;
 	snprintf(v->label, sizeof(v->label), "%s", label);
 	if ((r = spare_meta(sb, label, frozen, sizeof(frozen), imgs, &nimgs, &mem, &cpus,
-			    &v->machine))) {
+			    &v->machine, &memfile))) {
 		k8_err_set(err, r, "checkpoint '%s' cannot be read", label);
 		goto fail;
 	}
@@ -284,11 +314,9 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 	}
 	if ((r = guest_verify_open(&d->guest, &kfd, &ifd, err)))
 		goto fail;
-	state = xasprintf("%s/checkpoints/%s/state", sb->dir, label);
-	if ((sfd = open(state, O_RDONLY | O_CLOEXEC)) < 0) {
-		k8_err_set(err, -errno, "open %s: %s", state, strerror(errno));
+	cdir = xasprintf("%s/checkpoints/%s", sb->dir, label);
+	if (sb_saved_open(cdir, memfile, mem, &sfd, &v->mem_fd, err))
 		goto fail;
-	}
 	/* Its own new top layer over the frozen one (named as rewinds name theirs). */
 	snprintf(v->layer, sizeof(v->layer), "layer-%llx.qcow2", (unsigned long long)now_real_ns());
 	top = xasprintf("%s/%s", sb->dir, v->layer);
@@ -320,6 +348,7 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 				.fs_path = fs, .net_fd = sv[1], .kernel_fd = kfd,
 				.initramfs_fd = ifd, .images = imgs, .nimages = nimgs,
 				.scratch = top, .incoming_fd = sfd, .jail_uid = jail,
+				.ram_fd = v->mem_fd > 0 ? v->mem_fd : 0,
 				.cg = &d->cg, .cg_name = cg, .log = log, .machine = v->machine,
 				/* as every QEMU of the daemon (config.json "tcg_tb_mib") */
 				.tb_mib = daemon_tcg_tb_mib(d, NULL) };
@@ -344,22 +373,9 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 	v->nimages = nimgs;
 	v->memory_mib = mem;
 	v->cpus = cpus;
-	{
-		cleanup_free char *rec = xasprintf("%s/spare.json", sb->dir);
-		cleanup_free char *t = NULL;
-		json_auto_t *j = json_pack("{s:s,s:s,s:i,s:I}", "label", label, "layer", v->layer,
-					   "pid", (int)v->pid, "pid_start", (json_int_t)v->start);
-		t = json_dumps(j, 0);
-		if (t)
-			write_file_atomic(rec, t, strlen(t), 0600);
-	}
+	spare_record(sb, v);
 	if ((r = spare_wait_loaded(qmp, err))) {
-		cleanup_free char *said = NULL;
-		char *msg;
-		/* QEMU's own words, after the command line that opens its log */
-		usleep(100000);
-		if (!read_file(log, 16384, &said, NULL) && (msg = strchr(said, '\n')) && msg[1])
-			k8_err_wrap(err, "QEMU: %.400s", msg + 1);
+		spare_qemu_said(log, err);
 		goto fail;
 	}
 	spare_loading(sb, 0, 0, gen);
@@ -538,6 +554,8 @@ int spare_take(struct daemon *d, struct sandbox *sb, const char *label, char *la
 	sb->memory_mib = v->memory_mib;
 	sb->cpus = v->cpus;
 	sb->machine = v->machine;
+	sb_mem_set(sb, v->mem_fd);      /* the memory file it maps, if any */
+	v->mem_fd = -1;
 	pthread_mutex_unlock(&sb->lock);
 	t_kill = now_mono_ns();
 	/* The spare's sockets and log take the VM's names. */
@@ -646,6 +664,7 @@ void spare_reap(struct daemon *d, struct sandbox *sb)
 	j = json_loads(t, 0, NULL);
 	v = xcalloc(1, sizeof(*v));
 	v->net_fd = -1;
+	v->mem_fd = -1;
 	v->pid = (pid_t)json_integer_value(json_object_get(j, "pid"));
 	v->start = (unsigned long long)json_integer_value(json_object_get(j, "pid_start"));
 	layer = json_string_value(json_object_get(j, "layer"));

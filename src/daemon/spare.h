@@ -11,7 +11,7 @@
 #include "common/util.h"
 #include "daemon/daemon.h"
 #include "daemon/record.h"
-#include "daemon/sandbox.h"
+#include "daemon/boot.h"
 
 /* Which checkpoint a sandbox keeps a spare of (sandbox.json "rewind_spare"). */
 #define SPARE_LATEST "latest"   /* the label rewound to most recently (the default) */

@@ -41,19 +41,21 @@
 
 json_t *vm_machine_json(const struct vm_machine *m)
 {
-	return json_pack("{s:b}", "balloon", m->balloon);
+	return json_pack("{s:b,s:b}", "balloon", m->balloon, "rtc", m->rtc);
 }
 
 int vm_machine_from_json(const json_t *j, struct vm_machine *m)
 {
-	json_t *b = json_object_get(j, "balloon");
+	json_t *b = json_object_get(j, "balloon"), *rtc = json_object_get(j, "rtc");
 
 	*m = VM_MACHINE_V1;
 	if (!j)
 		return 0;
-	if (!json_is_object(j) || !json_is_boolean(b))
+	/* "rtc" absent: a machine recorded before it was (without one) */
+	if (!json_is_object(j) || !json_is_boolean(b) || (rtc && !json_is_boolean(rtc)))
 		return -EINVAL;
 	m->balloon = json_is_true(b);
+	m->rtc = json_is_true(rtc);
 	return 0;
 }
 
@@ -275,7 +277,8 @@ static void av_free(struct argv_b *a)
 	free(a->v);
 }
 
-#define ADD(...) av_add(&a, xasprintf(__VA_ARGS__))
+/* One argument of QEMU's command line, into the builder `a` (a pointer) in scope. */
+#define ADD(...) av_add(a, xasprintf(__VA_ARGS__))
 
 /* The descriptors QEMU is given: source fd in the daemon, and its number in QEMU
  * (3, 4, ... in order of addition). */
@@ -316,15 +319,15 @@ static int disk_fd(struct argv_b *a, struct fdmap *m, const char *path, bool rw,
 	if (fd < 0)
 		return k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 	set = fdm_add(m, fd, true);
-	av_add(a, xstrdup("-add-fd"));
-	av_add(a, xasprintf("fd=%d,set=%d", set, set));
+	ADD("-add-fd");
+	ADD("fd=%d,set=%d", set, set);
 	if (rw) {
 		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0)
 			return k8_err_set(err, -errno, "open %s: %s", path, strerror(errno));
 		ro = fdm_add(m, fd, true);
-		av_add(a, xstrdup("-add-fd"));
-		av_add(a, xasprintf("fd=%d,set=%d", ro, set));
+		ADD("-add-fd");
+		ADD("fd=%d,set=%d", ro, set);
 	}
 	return set;
 }
@@ -386,7 +389,49 @@ static int qemu_path(char *out, size_t n, struct k8_err *err)
 	return k8_err_set(err, -ENOENT, "qemu-system-x86_64 is not installed; run scripts/deps.sh");
 }
 
-static void child_fail(const char *what)
+/* A QEMU that maps a memory file preloads kosa8-qemu-ram.so (found next to kosa8d): named
+ * by the jail's /etc/ld.so.preload, or, unjailed, by LD_PRELOAD in an environment made
+ * here (the child may not allocate). */
+static int vm_ram_preload(const struct vm_spec *s, char **lib, struct jail_spec *jail,
+		       char ***envp, struct k8_err *err)
+{
+	extern char **environ;
+	size_t n = 0, k = 0;
+
+	*lib = k8_beside_self("kosa8-qemu-ram.so");
+	if (access(*lib, R_OK) < 0)
+		return k8_err_set(err, -ENOENT, "%s is missing: kosa8d needs it to restore a "
+				  "memory file; rebuild kosa8 (make)", *lib);
+	if (s->jail_uid) {
+		jail->preload = *lib;
+		return 0;
+	}
+	while (environ[n])
+		n++;
+	*envp = xcalloc(n + 2, sizeof(char *));
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11))
+			(*envp)[k++] = xstrdup(environ[i]);
+	(*envp)[k] = xasprintf("LD_PRELOAD=%s", *lib);
+	return 0;
+}
+
+/* Whether the migration stream in the file `fd` has a configuration section (QEMU's
+ * QEMU_VM_CONFIGURATION, the byte after the magic and the version). A QEMU started to load
+ * a devices' state runs with migration.send-configuration=off, which holds for the streams
+ * it saves itself, and so for those of a QEMU that loads one of them: the one that loads
+ * a stream must expect what was written. Not a stream, or unreadable: true (QEMU says
+ * what is wrong with it). */
+static bool vm_stream_configured(int fd)
+{
+	unsigned char h[9];
+
+	if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h, "QEVM", 4))
+		return true;
+	return h[8] == 0x07;
+}
+
+static __attribute__((noreturn)) void child_fail(const char *what)
 {
 	static const char pre[] = "kosa8d: cannot start QEMU: ";
 	const char *e = strerrordesc_np(errno); /* a static string: no locale, no malloc */
@@ -399,31 +444,34 @@ static void child_fail(const char *what)
 	_exit(126);
 }
 
-int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
+/* vm_spawn's first step: the machine, its clock and RAM (a memory file QEMU has at fd
+ * `ram`, VM_RAM_FD; -1: QEMU's own memory), its accelerator and size, the verified kernel
+ * and initramfs (fds 3 and 4), the kernel's command line and the console. */
+static void vm_args_machine(struct argv_b *a, const struct vm_spec *s, int ram)
 {
-	struct argv_b a = { 0 };
-	cleanup_free char *log = s->log ? xstrdup(s->log) : xasprintf("%s/qemu.log", s->dir);
-	cleanup_free char *scratch = s->scratch ? NULL : xasprintf("%s/scratch.qcow2", s->dir);
-	struct fdmap *m = xcalloc(1, sizeof(*m));
-	struct jail_spec jail = { .uid = s->jail_uid, .kvm = !strcmp(s->accel, "kvm") };
-	char exe[4096], desc[256];
-	int logfd = -1, r = 0, fd, floor_fd = 0;
-	pid_t pid;
-
-	if ((r = qemu_path(exe, sizeof(exe), err)))
-		goto out;
-	if (s->jail_uid && (r = jail_prepare(&jail, err)))
-		goto out;
-	/* 3 and 4: the verified kernel and initramfs; 5: a migration stream */
-	fdm_add(m, s->kernel_fd, false);
-	fdm_add(m, s->initramfs_fd, false);
-	int incoming = s->incoming_fd >= 0 ? fdm_add(m, s->incoming_fd, false) : -1;
-
 	ADD("qemu-system-x86_64");
 	ADD("-name");
 	ADD("kosa8,process=kosa8-vm");
 	ADD("-M");
-	ADD("microvm,acpi=off,pit=on,pic=on,rtc=off");
+	/* A memory file: the RAM backend named as the default one is (so its block in a
+	 * saved state is "microvm.ram" either way); no JSON description after a devices'
+	 * state, which has none. */
+	if (ram == VM_RAM_FD)
+		ADD("microvm,acpi=off,pit=on,pic=on,rtc=%s,memory-backend=microvm.ram,"
+		    "suppress-vmdesc=on", s->machine.rtc ? "on" : "off");
+	else
+		ADD("microvm,acpi=off,pit=on,pic=on,rtc=%s", s->machine.rtc ? "on" : "off");
+	/* The RTC keeps the VM's time, not the host's: it stops with the vCPUs, so the state
+	 * of a stopped VM's devices stays the same bytes (checkpoint.c compares two saves). */
+	if (s->machine.rtc) {
+		ADD("-rtc");
+		ADD("base=utc,clock=vm");
+	}
+	if (ram == VM_RAM_FD) {
+		ADD("-object");
+		ADD("memory-backend-file,id=microvm.ram,size=%dM,mem-path=/proc/self/fd/%d,"
+		    "share=off,x-use-canonical-path-for-ramblock-id=off", s->memory_mib, ram);
+	}
 	ADD("-accel");
 	/* TCG's translation cache defaults to 1 GiB; 128 MiB (config "tcg_tb_mib") keeps
 	 * QEMU's own footprint small and inside the host cgroup's allowance. */
@@ -448,46 +496,60 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 	ADD("-initrd");
 	ADD("/proc/self/fd/4");
 	ADD("-append");
+	/* random.trust_cpu: the guest's first seed from RDRAND (under TCG QEMU's, from the
+	 * host's getrandom). A machine with the balloon has no virtio-rng, and without a
+	 * seed the first getrandom() at boot spins on jitter entropy: a second of CPU under
+	 * TCG before the agent says HELLO. The host's seed follows in every init. */
 	if (strcmp(s->accel, "kvm") && vm_tsc_khz())
-		ADD("console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=%u", vm_tsc_khz());
+		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on tsc_early_khz=%u",
+		    vm_tsc_khz());
 	else
-		ADD("console=ttyS0 quiet panic=-1 reboot=t");
+		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on");
 	/* The console goes to a bounded ring buffer, read over QMP when a boot fails: a
 	 * guest that prints without end cannot fill the host's disk. */
 	ADD("-chardev");
 	ADD("ringbuf,id=console,size=65536");
 	ADD("-serial");
 	ADD("chardev:console");
-	/* Sockets QEMU serves are bound by the daemon and passed listening: the daemon
-	 * (and a daemon that adopts this VM) connects by path, QEMU never sees one. */
-	if ((fd = vm_listen(s->qmp_path, err)) < 0) {
-		r = fd;
-		goto out;
-	}
+}
+
+/* A socket QEMU serves at `path` as chardev `id` (the daemon binds it and passes it
+ * listening: the daemon, and a daemon that adopts this VM, connects by path; QEMU never
+ * sees one). */
+static int vm_args_socket(struct argv_b *a, struct fdmap *m, const char *path, const char *id,
+			  struct k8_err *err)
+{
+	int fd = vm_listen(path, err);
+
+	if (fd < 0)
+		return fd;
 	ADD("-chardev");
-	ADD("socket,id=qmp,fd=%d,server=on,wait=off", fdm_add(m, fd, true));
+	ADD("socket,id=%s,fd=%d,server=on,wait=off", id, fdm_add(m, fd, true));
+	return 0;
+}
+
+/* vm_spawn's second step: QMP, the agent's port, the shared folders' port and the NIC. */
+static int vm_args_channels(struct argv_b *a, struct fdmap *m, const struct vm_spec *s,
+			    struct k8_err *err)
+{
+	int fd = -1, r;
+
+	if ((r = vm_args_socket(a, m, s->qmp_path, "qmp", err)))
+		return r;
 	ADD("-mon");
 	ADD("chardev=qmp,mode=control");
 	ADD("-device");
 	ADD("virtio-serial-device,max_ports=3");
-	if ((fd = vm_listen(s->agent_path, err)) < 0) {
-		r = fd;
-		goto out;
-	}
-	ADD("-chardev");
-	ADD("socket,id=agent,fd=%d,server=on,wait=off", fdm_add(m, fd, true));
+	if ((r = vm_args_socket(a, m, s->agent_path, "agent", err)))
+		return r;
 	ADD("-device");
 	ADD("virtserialport,chardev=agent,name=kosa8.agent");
 	/* Shared folders: FUSE messages between the guest agent and kosa8-fs, which
 	 * connects here (and again after a rewind: a new QEMU listens at the same path).
 	 * Present in every VM, mounts or not, so every checkpoint has the same devices. */
 	if (s->fs_path) {
-		if ((fd = vm_listen(s->fs_path, err)) < 0) {
-			r = fd;
-			goto out;
-		}
-		ADD("-chardev");
-		ADD("socket,id=fs,fd=%d,server=on,wait=off", fdm_add(m, fd, true));
+		if ((r = vm_args_socket(a, m, s->fs_path, "fs", err)))
+			return r;
 		ADD("-device");
 		ADD("virtserialport,chardev=fs,name=kosa8.fs");
 	}
@@ -498,28 +560,31 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			fd = k8_err_set(err, -errno, "dup: %s", strerror(errno));
 		else if (s->net_fd <= 0)
 			fd = vm_connect(s->net_path, err);
-		if (fd < 0) {
-			r = fd;
-			goto out;
-		}
+		if (fd < 0)
+			return fd;
 		ADD("-netdev");
 		ADD("stream,id=net0,server=off,addr.type=fd,addr.str=%d", fdm_add(m, fd, true));
 		ADD("-device");
 		ADD("virtio-net-device,netdev=net0,mac=" GUEST_MAC);
 	}
-	/* Disks: each file is an fd set; the backing chain is always explicit (QEMU
-	 * would otherwise open the paths in the qcow2 headers), root first. */
-	if ((fd = disk_fd(&a, m, s->scratch ? s->scratch : scratch, true, err)) < 0) {
-		r = fd;
-		goto out;
-	}
+	return 0;
+}
+
+/* vm_spawn's third step: the scratch disk over its layer chain, root first, and the image
+ * slots. Each file is an fd set; the backing chain is always explicit (QEMU would
+ * otherwise open the paths in the qcow2 headers). */
+static int vm_args_disks(struct argv_b *a, struct fdmap *m, const struct vm_spec *s,
+			 const char *scratch, struct k8_err *err)
+{
+	int fd;
+
+	if ((fd = disk_fd(a, m, scratch, true, err)) < 0)
+		return fd;
 	ADD("-blockdev");
 	ADD("driver=file,node-name=scratch-file,filename=/dev/fdset/%d,discard=unmap", fd);
 	for (int i = s->nchain - 1; i >= 0; i--) {
-		if ((fd = disk_fd(&a, m, s->chain[i], false, err)) < 0) {
-			r = fd;
-			goto out;
-		}
+		if ((fd = disk_fd(a, m, s->chain[i], false, err)) < 0)
+			return fd;
 		ADD("-blockdev");
 		ADD("driver=file,node-name=l%d-file,filename=/dev/fdset/%d,read-only=on", i, fd);
 		ADD("-blockdev");
@@ -543,18 +608,14 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			if (s->images[j].slot == i)
 				img = &s->images[j];
 		if (img) {
-			if ((fd = disk_fd(&a, m, img->disk, false, err)) < 0) {
-				r = fd;
-				goto out;
-			}
+			if ((fd = disk_fd(a, m, img->disk, false, err)) < 0)
+				return fd;
 			ADD("-blockdev");
 			ADD("driver=raw,node-name=i%dg0,read-only=on,file.driver=file,"
 			    "file.filename=/dev/fdset/%d,file.read-only=on", i, fd);
 		}
-		if ((fd = disk_fd(&a, m, slot, false, err)) < 0) {
-			r = fd;
-			goto out;
-		}
+		if ((fd = disk_fd(a, m, slot, false, err)) < 0)
+			return fd;
 		ADD("-blockdev");
 		ADD("driver=file,node-name=slot%d-file,filename=/dev/fdset/%d,read-only=on", i, fd);
 		ADD("-blockdev");
@@ -566,35 +627,144 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 		ADD("-device");
 		ADD("virtio-blk-device,drive=slot%d,serial=slot%d", i, i);
 	}
+	return 0;
+}
+
+/* vm_spawn's last step: the state a restore loads, from QEMU's fd `incoming` (-1: a
+ * boot), with its RAM in a memory file at `ram` (-1: in the stream). */
+static void vm_args_incoming(struct argv_b *a, const struct vm_spec *s, int incoming, int ram)
+{
+	if (incoming < 0)
+		return;
+	/* A devices' state has no configuration section (and says the VM ran): stopped once
+	 * loaded, as a checkpoint's stream leaves it. A stream saved by a QEMU started so has
+	 * none either. */
+	if (ram == VM_RAM_FD)
+		ADD("-S");
+	if (ram == VM_RAM_FD || !vm_stream_configured(s->incoming_fd)) {
+		ADD("-global");
+		ADD("migration.send-configuration=off");
+	}
+	ADD("-incoming");
+	ADD("fd:%d", incoming);
+}
+
+/* vm_spawn's log: qemu.log, opened with the command line (what ran is the first thing
+ * one needs; one line: vm_qemu_said skips it) and whether it is jailed. The fd, or a
+ * negative errno. */
+static int vm_log_open(const char *log, const struct argv_b *a, const struct vm_spec *s,
+		       bool preload, struct k8_err *err)
+{
+	int logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	if (logfd < 0)
+		return k8_err_set(err, -errno, "create %s: %s", log, strerror(errno));
+	for (int i = 0; i < a->n; i++)
+		dprintf(logfd, "%s%s", i ? " " : "", a->v[i]);
+	if (s->jail_uid)
+		dprintf(logfd, "  # jailed: uid/gid %u, no capabilities, no_new_privs, seccomp, "
+			"root: a tmpfs%s\n", (unsigned)s->jail_uid,
+			preload ? ", preloads " JAIL_PRELOAD : "");
+	else
+		dprintf(logfd, "  # NOT jailed%s\n", preload ? ", LD_PRELOAD kosa8-qemu-ram.so" : "");
+	return logfd;
+}
+
+/* The child between fork and exec: its session, the log for output, the jail, the go
+ * from the daemon (`go`, when s->spawned), the descriptors moved to 3, 4, ... (through
+ * `floor_fd`, above every source and target), and QEMU (with `envp`, when not NULL). Only
+ * async-signal-safe calls: the daemon is multi-threaded. */
+static __attribute__((noreturn)) void vm_child(const struct vm_spec *s, struct jail_spec *jail,
+					       struct fdmap *m, int logfd, int floor_fd,
+					       const char *exe, char **argv, char **envp,
+					       const int go[2])
+{
+	sigset_t none;
+	int nul = open("/dev/null", O_RDONLY);
+	const char *fail;
+
+	setsid();
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (dup2(nul, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
+		_exit(126);
+	if (s->no_thp)  /* a speed hint: a kernel that refuses it costs only time */
+		(void)prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
+	if ((fail = jail_qemu_enter(jail)))
+		child_fail(fail);
+	/* The daemon records this pid first (s->spawned); EOF: it died meanwhile. */
+	if (go[0] >= 0) {
+		char c;
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(0);
+	}
+	for (int i = 0; i < m->n; i++) {
+		m->src[i] = fcntl(m->src[i], F_DUPFD, floor_fd + i);
+		if (m->src[i] < 0)
+			child_fail("moving descriptors");
+	}
+	for (int i = 0; i < m->n; i++)
+		if (dup2(m->src[i], 3 + i) < 0)
+			child_fail("placing descriptors");
+	if (syscall(SYS_close_range, 3 + m->n, ~0U, 0) < 0)
+		child_fail("closing descriptors");
+	if (envp)
+		execve(exe, argv, envp);
+	else
+		execv(exe, argv);
+	child_fail(exe);
+}
+
+int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
+{
+	struct argv_b av = { 0 }, *a = &av;
+	cleanup_free char *log = s->log ? xstrdup(s->log) : xasprintf("%s/qemu.log", s->dir);
+	cleanup_free char *scratch = s->scratch ? NULL : xasprintf("%s/scratch.qcow2", s->dir);
+	struct fdmap *m = xcalloc(1, sizeof(*m));
+	struct jail_spec jail = { .uid = s->jail_uid, .kvm = !strcmp(s->accel, "kvm") };
+	cleanup_free char *preload = NULL;
+	char **envp = NULL;
+	char exe[4096], desc[256];
+	int logfd = -1, r = 0, floor_fd = 0, go[2] = { -1, -1 };
+	pid_t pid;
+
+	if ((r = qemu_path(exe, sizeof(exe), err)))
+		goto out;
+	if (s->ram_fd > 0 && (r = vm_ram_preload(s, &preload, &jail, &envp, err)))
+		goto out;
+	if (s->jail_uid && (r = jail_prepare(&jail, err)))
+		goto out;
+	/* 3 and 4: the verified kernel and initramfs; 5: a migration stream; 6: a memory
+	 * file (VM_RAM_FD) */
+	fdm_add(m, s->kernel_fd, false);
+	fdm_add(m, s->initramfs_fd, false);
+	int incoming = s->incoming_fd >= 0 ? fdm_add(m, s->incoming_fd, false) : -1;
+	int ram = s->ram_fd > 0 && incoming >= 0 ? fdm_add(m, s->ram_fd, false) : -1;
+	if (s->ram_fd > 0 && ram != VM_RAM_FD) {
+		r = k8_err_set(err, -EINVAL, "a memory file without its devices' state");
+		goto out;
+	}
+
+	vm_args_machine(a, s, ram);
+	if ((r = vm_args_channels(a, m, s, err)) ||
+	    (r = vm_args_disks(a, m, s, s->scratch ? s->scratch : scratch, err)))
+		goto out;
 	/* Last, so the transports of the devices above keep their places. The balloon only
 	 * takes what the guest reports free (its pageblocks, 4 MiB here); the host never
 	 * inflates it. */
 	ADD("-device");
 	ADD("%s", s->machine.balloon ? "virtio-balloon-device,free-page-reporting=on"
 				     : "virtio-rng-device");
-	if (incoming >= 0) {
-		ADD("-incoming");
-		ADD("fd:%d", incoming);
-	}
+	vm_args_incoming(a, s, incoming, ram);
 	if (s->cg && s->cg_name &&
 	    cgroup_prepare(s->cg, s->cg_name, s->cpus, (uint64_t)s->memory_mib << 20, jail.cg_fds,
 			   &jail.ncg, desc, sizeof(desc)) < 0 && s->cg->version)
 		daemon_log("%s: could not prepare cgroup limits", s->cg_name);
-
-	logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (logfd < 0) {
-		r = k8_err_set(err, -errno, "create %s: %s", log, strerror(errno));
+	if ((logfd = vm_log_open(log, a, s, preload != NULL, err)) < 0) {
+		r = logfd;
 		goto out;
 	}
-	/* The command line opens the log: what ran is the first thing one needs. It stays
-	 * one line (vm_qemu_said skips it). */
-	for (int i = 0; i < a.n; i++)
-		dprintf(logfd, "%s%s", i ? " " : "", a.v[i]);
-	if (s->jail_uid)
-		dprintf(logfd, "  # jailed: uid/gid %u, no capabilities, no_new_privs, seccomp, "
-			"root: a tmpfs\n", (unsigned)s->jail_uid);
-	else
-		dprintf(logfd, "  # NOT jailed\n");
 	/* Above every source and every target: the child moves sources here first. */
 	floor_fd = 3 + m->n;
 	for (int i = 0; i < m->n; i++)
@@ -602,48 +772,87 @@ int vm_spawn(const struct vm_spec *s, pid_t *pidp, struct k8_err *err)
 			floor_fd = m->src[i] + 1;
 	if (logfd >= floor_fd)
 		floor_fd = logfd + 1;
+	if (s->spawned && pipe2(go, O_CLOEXEC) < 0) {
+		r = k8_err_set(err, -errno, "pipe: %s", strerror(errno));
+		goto out;
+	}
 	pid = fork();
 	if (pid < 0) {
 		r = k8_err_set(err, -errno, "fork: %s", strerror(errno));
 		goto out;
 	}
-	if (pid == 0) {
-		/* Only async-signal-safe calls from here: the daemon is multi-threaded. */
-		sigset_t none;
-		int nul = open("/dev/null", O_RDONLY);
-		const char *fail;
-
-		setsid();
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		if (dup2(nul, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
-			_exit(126);
-		if (s->no_thp)  /* a speed hint: a kernel that refuses it costs only time */
-			(void)prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
-		if ((fail = jail_qemu_enter(&jail)))
-			child_fail(fail);
-		for (int i = 0; i < m->n; i++) {
-			m->src[i] = fcntl(m->src[i], F_DUPFD, floor_fd + i);
-			if (m->src[i] < 0)
-				child_fail("moving descriptors");
-		}
-		for (int i = 0; i < m->n; i++)
-			if (dup2(m->src[i], 3 + i) < 0)
-				child_fail("placing descriptors");
-		if (syscall(SYS_close_range, 3 + m->n, ~0U, 0) < 0)
-			child_fail("closing descriptors");
-		execv(exe, a.v);
-		child_fail(exe);
-	}
+	if (pid == 0)
+		vm_child(s, &jail, m, logfd, floor_fd, exe, a->v, envp, go);
 	*pidp = pid;
+	if (go[0] >= 0) {
+		close(go[0]);
+		go[0] = -1;
+		s->spawned(s->spawned_ctx, pid);
+		if (write(go[1], "g", 1) != 1)
+			r = k8_err_set(err, -errno, "starting QEMU: %s", strerror(errno));
+	}
 out:
+	if (go[0] >= 0)
+		close(go[0]);
+	if (go[1] >= 0)
+		close(go[1]);
 	if (logfd >= 0)
 		close(logfd);
 	for (int i = 0; i < jail.ncg; i++)
 		close(jail.cg_fds[i]);
 	fdm_close(m);
 	free(m);
-	av_free(&a);
+	av_free(a);
+	for (size_t i = 0; envp && envp[i]; i++)
+		free(envp[i]);
+	free(envp);
+	return r;
+}
+
+int vm_save_devices(struct qmp *q, int fd, bool release_disks, struct k8_err *err)
+{
+	json_t *added = NULL;
+	json_int_t set;
+	char path[40];
+	cleanup_close int wfd = -1;
+	int r;
+
+	/* QEMU takes an fd set's member only if it is open as it asks: write-only. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	if ((wfd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+		return k8_err_set(err, -errno, "reopening the devices' file: %s", strerror(errno));
+	if ((r = qmp_exec_fd(q, "add-fd", NULL, wfd, &added, 10000, err)))
+		return r;
+	set = json_integer_value(json_object_get(added, "fdset-id"));
+	json_decref(added);
+	snprintf(path, sizeof(path), "/dev/fdset/%lld", (long long)set);
+	/* "live" (of a stopped VM) inactivates the disks, as for another QEMU to take them */
+	r = qmp_exec(q, "xen-save-devices-state",
+		     json_pack("{s:s,s:b}", "filename", path, "live", release_disks), NULL, 30000,
+		     err);
+	qmp_exec(q, "remove-fd", json_pack("{s:I}", "fdset-id", set), NULL, 10000, NULL);
+	return r ? k8_err_wrap(err, "saving the devices' state") : 0;
+}
+
+int vm_ram_hva(struct qmp *q, uint64_t *hva, struct k8_err *err)
+{
+	json_t *ret = NULL;
+	const char *said, *at;
+	char *end;
+	int r;
+
+	r = qmp_exec(q, "human-monitor-command", json_pack("{s:s}", "command-line", "gpa2hva 0"),
+		     &ret, 10000, err);
+	if (r)
+		return r;
+	/* "Host virtual address for 0x0 (microvm.ram) is 0x7f...": QEMU's words, checked */
+	said = json_string_value(ret);
+	at = said ? strstr(said, "(microvm.ram) is 0x") : NULL;
+	errno = 0;
+	*hva = at ? strtoull(at + 19, &end, 16) : 0;
+	if (!at || errno || end == at + 19 || !*hva || *hva % 4096)
+		r = k8_err_set(err, -EIO, "QEMU did not say where the guest's RAM is");
+	json_decref(ret);
 	return r;
 }
 

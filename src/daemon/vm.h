@@ -23,10 +23,14 @@ struct vm_machine {
 	/* The 8th virtio-mmio transport: a virtio-balloon with free page reporting (the
 	 * guest's RNG is then seeded by the host alone, at every init), else virtio-rng. */
 	bool balloon;
+	/* microvm's CMOS RTC. Without one the guest kernel polls the absent chip for the
+	 * whole second mc146818_get_time allows at boot (timed right since the guest knows
+	 * its TSC rate: docs/design.md "Guest image"). */
+	bool rtc;
 };
 /* The set of every VM before it was recorded (and of a record that does not say). */
-#define VM_MACHINE_V1 ((struct vm_machine){ .balloon = false })
-/* {"balloon":bool}, new reference. */
+#define VM_MACHINE_V1 ((struct vm_machine){ .balloon = false, .rtc = false })
+/* {"balloon":bool,"rtc":bool}, new reference. */
 json_t *vm_machine_json(const struct vm_machine *m);
 /* Read what vm_machine_json wrote; NULL: VM_MACHINE_V1. -EINVAL when it is not one. */
 int vm_machine_from_json(const json_t *j, struct vm_machine *m);
@@ -69,7 +73,21 @@ struct vm_spec {
 	 * (> 0: one end of a socket pair, duplicated for QEMU) instead of net_path. */
 	const char *log;
 	int net_fd;
+	/* A restore of a memory file (memfile.h, docs/design.md "Memory as a file"): > 0,
+	 * the read-only descriptor of the file the guest's RAM maps private (copy on write),
+	 * and incoming_fd then holds the devices' state alone (vm_save_devices). QEMU names
+	 * it /proc/self/fd/VM_RAM_FD and preloads kosa8-qemu-ram.so, which lets QEMU 7.2 map
+	 * it from a read-only descriptor (src/preload/qemu_ram.c). */
+	int ram_fd;
+	/* Optional: called in the daemon once QEMU's process exists, before that process may
+	 * exec QEMU (it waits, and exits if the daemon dies first): the caller records the
+	 * pid, so no QEMU runs that a later daemon cannot find. */
+	void (*spawned)(void *ctx, pid_t pid);
+	void *spawned_ctx;
 };
+/* The memory file's number in a restoring QEMU: after the kernel (3), the initramfs (4)
+ * and the incoming stream (5). A daemon that adopts the VM opens it again there. */
+#define VM_RAM_FD 6
 /* Spawn QEMU detached from the daemon (own session), returns its pid. Every file and
  * socket it uses is opened here and passed as a descriptor (the qmp, agent and fs
  * sockets are bound here, at their paths, and served by QEMU); with jail_uid it runs
@@ -79,6 +97,16 @@ int vm_spawn(const struct vm_spec *spec, pid_t *pid, struct k8_err *err);
 int vm_make_disks(const char *home, const char *dir, int disk_gb, struct k8_err *err);
 bool vm_alive(pid_t pid, unsigned long long start);
 unsigned long long vm_proc_start(pid_t pid);
+/* Save the state of a QEMU's devices, its RAM left out, to `fd` (open for writing), its
+ * vCPUs stopped: what a restore loads with ram_fd (QMP xen-save-devices-state, which
+ * saves the devices as a migration does, through an fd set: QEMU opens no path). With
+ * `release_disks` QEMU then lets go of its disks as the end of a migration does (their
+ * file locks too; `cont` takes them back): a checkpoint does that once before it freezes
+ * the disk layer, which QEMU then reopens read-only with no lock left behind for a fork
+ * to trip on. Twice without a `cont` between aborts QEMU 7.2. */
+int vm_save_devices(struct qmp *q, int fd, bool release_disks, struct k8_err *err);
+/* Where the guest's RAM starts in QEMU's address space (HMP gpa2hva of address 0). */
+int vm_ram_hva(struct qmp *q, uint64_t *hva, struct k8_err *err);
 /* Attach image disk `disk` as the backing of slot `slot` of a running VM. */
 int vm_attach_image(struct qmp *q, int slot, const char *disk, struct k8_err *err);
 /* What QEMU wrote to <dir>/qemu.log after the command line that opens it: the whole

@@ -34,6 +34,17 @@ int dn_name_check(const char *name, char out[DN_NAME_MAX + 1], struct k8_err *er
 	return 0;
 }
 
+void dn_familiar(const char *ref, char *out, size_t len)
+{
+	const char *s = ref;
+
+	if (!strncmp(s, "docker.io/library/", 18) && !strchr(s + 18, '/'))
+		s += 18;
+	else if (!strncmp(s, "docker.io/", 10))
+		s += 10;
+	snprintf(out, len, "%s", s);
+}
+
 bool dn_is_full_id(const char *s)
 {
 	size_t i;

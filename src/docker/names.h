@@ -30,6 +30,11 @@ int dn_new_id(char out[DN_ID_LEN + 1]);
 /* True for exactly 64 lowercase hex digits. */
 bool dn_is_full_id(const char *s);
 
+/* The Docker form of a kosa8 image name: "docker.io/library/python:3" -> "python:3",
+ * "docker.io/x/y:1" -> "x/y:1", others unchanged (moby's FamiliarString). Writes
+ * out[len]. */
+void dn_familiar(const char *ref, char *out, size_t len);
+
 /* Find what a client's reference (full id, name with or without '/', or id prefix) names
  * among n objects (ids[i], names[i]; names may be NULL or hold NULLs). moby's order: an
  * exact full id, then an exact name, then a unique id prefix. Returns the index, -ENOENT

@@ -108,3 +108,50 @@ int dq_uint(const char *v, unsigned long long max, unsigned long long *out)
 	*out = x;
 	return 0;
 }
+
+/* The last segment of an image route ("/images/NAME/json"); NAME may hold '/'. */
+static bool dq_image_action(const char *s)
+{
+	static const char *const actions[] = { "json", "tag", "push", "history", "get" };
+
+	for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
+		if (!strcmp(s, actions[i]))
+			return true;
+	return false;
+}
+
+int dq_image_segments(char *seg, size_t stride, int *n, char *msg, size_t msgsz)
+{
+	char name[4096];
+	int last = *n - 1, end;
+	size_t o = 0;
+
+	if (*n < 3 || strcmp(seg, "images"))
+		return 0;
+	end = dq_image_action(seg + (size_t)last * stride) ? last : *n;
+	if (end <= 2)
+		return 0;
+	for (int i = 1; i < end; i++) {
+		const char *s = seg + (size_t)i * stride;
+		size_t l = strlen(s);
+
+		if (o + l + (i > 1) >= stride || o + l + 1 >= sizeof(name)) {
+			snprintf(msg, msgsz, "image name longer than %zu bytes", stride - 1);
+			return -EINVAL;
+		}
+		if (i > 1)
+			name[o++] = '/';
+		memcpy(name + o, s, l);
+		o += l;
+	}
+	name[o] = '\0';
+	memcpy(seg + stride, name, o + 1);
+	if (end == last) {
+		memmove(seg + 2 * stride, seg + (size_t)last * stride,
+			strlen(seg + (size_t)last * stride) + 1);
+		*n = 3;
+	} else {
+		*n = 2;
+	}
+	return 0;
+}

@@ -24,6 +24,14 @@ struct dq_path {
  * one. A path that does not start with "/v<digit>" is bare ("/version" is). */
 int dq_split_path(const char *path, struct dq_path *out, char *msg, size_t msgsz);
 
+/* The image routes' name rule: the docker CLI sends "/images/127.0.0.1:5000/py:1/json"
+ * unescaped, so below `images` every segment up to a final json, tag, push, history or
+ * get (all of them when there is none: DELETE) is one name, joined with '/'. `seg` holds
+ * *n decoded segments, each `stride` bytes (with its NUL); the name goes into seg[1] and
+ * *n becomes 2 or 3. Paths of other routes are left as they are. Returns 0, or -EINVAL
+ * with a message in `msg` when the joined name does not fit one segment. */
+int dq_image_segments(char *seg, size_t stride, int *n, char *msg, size_t msgsz);
+
 /* moby's BoolValue: "", "0", "no", "false", "none" (any case, spaces trimmed) are false,
  * anything else is true. NULL (parameter absent) is false. */
 bool dq_bool(const char *v);

@@ -25,6 +25,7 @@
  * 429 and 5xx are retried three times with backoff; an interrupted blob resumes with a
  * Range request (the writer keeps its hash state), or restarts when the server ignores it.
  */
+#include "common/httpretry.h"
 #include "image/image_int.h"
 #include "common/sha.h"
 
@@ -678,27 +679,6 @@ static CURLcode reg_perform(struct reg *g, const char *url, const char *accept,
 	return cc;
 }
 
-static bool reg_transient(CURLcode cc, long code)
-{
-	if (cc == CURLE_OK)
-		return code == 429 || (code >= 500 && code <= 599);
-	switch (cc) {
-	case CURLE_COULDNT_CONNECT:
-	case CURLE_COULDNT_RESOLVE_HOST:
-	case CURLE_OPERATION_TIMEDOUT:
-	case CURLE_PARTIAL_FILE:
-	case CURLE_RECV_ERROR:
-	case CURLE_SEND_ERROR:
-	case CURLE_GOT_NOTHING:
-	case CURLE_SSL_CONNECT_ERROR:
-	case CURLE_HTTP2:
-	case CURLE_HTTP2_STREAM:
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* Answer a 401 challenge: sets g->authz. */
 static int reg_authenticate(struct reg *g, const char *challenge)
 {
@@ -756,7 +736,7 @@ static int reg_authenticate(struct reg *g, const char *challenge)
 			r = k8_err_set(g->err, t.fatal, "getting a token for %s: %s", g->host, t.ferr.msg);
 			goto out;
 		}
-		if (attempt + 1 < REG_TRIES && reg_transient(cc, code)) {
+		if (attempt + 1 < REG_TRIES && http_transient(cc, code)) {
 			usleep(500000u << attempt);
 			continue;
 		}
@@ -856,7 +836,7 @@ static int reg_get(struct reg *g, const char *path, const char *accept, struct r
 		}
 		if (cc == CURLE_OK && code >= 200 && code <= 299)
 			return 0;
-		if (++attempt < REG_TRIES && reg_transient(cc, code)) {
+		if (++attempt < REG_TRIES && http_transient(cc, code)) {
 			usleep(500000u << (attempt - 1));
 			continue;
 		}

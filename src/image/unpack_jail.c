@@ -76,27 +76,21 @@ int image_store_userns(struct image_store *st, int *ns, struct k8_err *err)
 	return r;
 }
 
-struct unpack_job {
-	int tree, fd;
-	const char *name;
-	unsigned flags;
-	uint64_t max;
-};
-
-static int unpack_job_fn(void *ctx, uint64_t *value, struct k8_err *err)
+/* In the worker: fd[0] the tree, fd[1] the layer; str[0] its name; arg[0] the flags,
+ * arg[1] the bytes it may still write. */
+static int unpack_job_fn(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	struct unpack_job *j = ctx;
-
-	*value = 0;
-	return unpack_layer_fd(j->tree, j->fd, j->name, j->flags, j->max, value, err);
+	return unpack_layer_fd(in->fd[0], in->fd[1], in->str[0], (unsigned)in->arg[0],
+			       in->arg[1], value, err);
 }
+WORKER_JOB(unpack, unpack_job_fn);
 
 int image_unpack_jailed(struct image_store *st, int rootfd, int fd, const char *name,
 			bool owners, uint64_t max_bytes, uint64_t *used, struct k8_err *err)
 {
-	struct unpack_job j = { .fd = fd, .name = name };
 	cleanup_close int tree = -1, usr = -1;
-	uint64_t got = 0;
+	uint64_t got = 0, max;
+	unsigned flags = 0;
 	int ns, r;
 
 	if ((r = image_store_userns(st, &ns, err)))
@@ -104,7 +98,7 @@ int image_unpack_jailed(struct image_store *st, int rootfd, int fd, const char *
 	if (*used > max_bytes)
 		return k8_err_set(err, -EFBIG, "the image passes %llu bytes",
 				  (unsigned long long)max_bytes);
-	j.max = max_bytes - *used;
+	max = max_bytes - *used;
 	/* in the namespace, the tree only through its idmapped clone: what the worker makes
 	 * as uid u is u on disk, and nothing of the host's is any id of its own */
 	tree = ns >= 0 ? jail_idmapped_clone(rootfd, ns, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
@@ -116,18 +110,17 @@ int image_unpack_jailed(struct image_store *st, int rootfd, int fd, const char *
 	usr = open("/usr", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (usr < 0)
 		return k8_err_set(err, -errno, "/usr: %s", strerror(errno));
-	j.tree = tree;
 	if (ns >= 0)
-		j.flags = owners ? UNPACK_OWNERS | UNPACK_MODES : UNPACK_MODES;
+		flags = owners ? UNPACK_OWNERS | UNPACK_MODES : UNPACK_MODES;
 	struct worker w = {
-		.name = "kosa8d-unpack", .userns = ns,
+		.name = "kosa8d-unpack", .job = &worker_job_unpack, .userns = ns,
 		.caps = ns < 0 ? 0 : owners ? UNPACK_CAPS : UNPACK_CAPS_NO_OWNERS,
 		.dirs = { { .fd = tree }, { .fd = usr, .ro = true } }, .ndirs = 2,
-		.keep = { tree, fd }, .nkeep = 2, .fn = unpack_job_fn, .ctx = &j,
+		.keep = { tree, fd }, .nkeep = 2, .arg = { flags, max }, .str = { name },
 	};
 	r = worker_run(&w, "the unpacker", &got, err);
 	if (r)
 		return r;
-	*used += got < j.max ? got : j.max;    /* the worker's count, bounded */
+	*used += got < max ? got : max;        /* the worker's count, bounded */
 	return 0;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* kclient.h - the shim's side of kosa8d's API (docs/api.md): HTTP/1.1 with JSON over the
+/* kclient.h - the shim's side of kosa8d's API (docs/reference/api.md): HTTP/1.1 with JSON over the
  * daemon's unix socket, the same socket and routes the CLI uses.
  *
  * One connection per request (Connection: close). Answers are read whole, at most
@@ -36,7 +36,7 @@ int kc_init(struct kc *k, const char *home, struct k8_err *err);
 int kc_call(const struct kc *k, const char *method, const char *path, json_t *body,
 	    json_t **out, struct k8_err *err);
 
-/* POST path with `body`, upgraded to an exec stream (docs/api.md "Exec streams"): 0 with
+/* POST path with `body`, upgraded to an exec stream (docs/reference/api.md "Exec streams"): 0 with
  * the socket in *fd and the frame bytes that came with the 101 in *extra (malloc'd,
  * *nextra bytes, possibly none). A refusal: its errno and message; *exit_hint gets the
  * error's exit_code (127 not found, 126 not executable, 125 otherwise; 0 when none). */

@@ -14,6 +14,7 @@
 #include "shim/log.h"
 #include "shim/ttrpc.h"
 #include "common/sha.h"
+#include "common/worker.h"
 #include "task.pb-c.h"
 
 #include <fcntl.h>
@@ -314,6 +315,8 @@ int main(int argc, char **argv)
 	struct opts o;
 	int r;
 
+	/* a worker (the rootfs's layer: src/common/worker.h) runs its job here and ends */
+	worker_main(argc, argv);
 	parse_opts(argc, argv, &o);
 	if (o.version) {
 		printf("%s:\n  Version:  %s\n", argv[0], SHIM_VERSION);

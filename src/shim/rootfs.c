@@ -222,13 +222,9 @@ int rootfs_key(const struct rootfs_mount *m, size_t n, char key[25])
 
 /* ---- the layer, in a jailed worker ---- */
 
-struct rootfs_tar {
-	int rootfd, outfd;
-};
-
-static int rootfs_tar_fn(void *ctx, uint64_t *value, struct k8_err *err)
+/* In the worker: the tree beneath fd[0] as a tar into fd[1]; its count of files. */
+static int rootfs_tar_fn(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
-	struct rootfs_tar *t = ctx;
 	struct archive *disk = archive_read_disk_new(), *w = archive_write_new();
 	struct archive_entry_linkresolver *lr = archive_entry_linkresolver_new();
 	struct archive_entry *e = NULL, *sparse = NULL;
@@ -238,7 +234,7 @@ static int rootfs_tar_fn(void *ctx, uint64_t *value, struct k8_err *err)
 
 	if (!disk || !w || !lr)
 		return k8_err_set(err, -ENOMEM, "libarchive: out of memory");
-	if (fchdir(t->rootfd) < 0)
+	if (fchdir(in->fd[0]) < 0)
 		return k8_err_set(err, -errno, "entering the rootfs: %s", strerror(errno));
 	archive_read_disk_set_symlink_physical(disk);
 	archive_read_disk_set_behavior(disk, ARCHIVE_READDISK_NO_XATTR | ARCHIVE_READDISK_NO_ACL |
@@ -248,7 +244,7 @@ static int rootfs_tar_fn(void *ctx, uint64_t *value, struct k8_err *err)
 	archive_write_set_bytes_in_last_block(w, 1);
 	archive_entry_linkresolver_set_strategy(lr, archive_format(w));
 	if (archive_read_disk_open(disk, ".") != ARCHIVE_OK ||
-	    archive_write_open_fd(w, t->outfd) != ARCHIVE_OK) {
+	    archive_write_open_fd(w, in->fd[1]) != ARCHIVE_OK) {
 		r = k8_err_set(err, -EIO, "libarchive: %s", archive_error_string(disk) ?
 			       archive_error_string(disk) : archive_error_string(w));
 		goto out;
@@ -320,6 +316,7 @@ out:
 	archive_write_free(w);
 	return r;
 }
+WORKER_JOB(rootfs, rootfs_tar_fn);
 
 /* Write `text` to work/blobs/sha256/<its digest>; its hex digest in hex. */
 static int rootfs_blob(int blobsfd, const char *text, char hex[65], struct k8_err *err)
@@ -357,17 +354,15 @@ static int rootfs_layout(const char *dir, const char *layout, const char *ref,
 	if (layerfd < 0)
 		return k8_err_set(err, -errno, "%s/layer.tmp: %s", blobs, strerror(errno));
 	{
-		struct rootfs_tar t = { .rootfd = rootfd, .outfd = layerfd };
 		struct worker w = {
 			.name = "k8shim-rootfs",
+			.job = &worker_job_rootfs,
 			.userns = -1,
 			.caps = 1ull << CAP_DAC_READ_SEARCH,
 			.dirs = { { .fd = rootfd, .ro = true } },
 			.ndirs = 1,
 			.keep = { rootfd, layerfd },
 			.nkeep = 2,
-			.fn = rootfs_tar_fn,
-			.ctx = &t,
 		};
 		if ((r = worker_run(&w, "the rootfs's layer", &files, err)))
 			return r;

@@ -20,7 +20,7 @@
 #define SPEC_MAX_ARGS 4096
 #define SPEC_MAX_MOUNTS 8               /* kosa8's shared folders per sandbox */
 
-/* A process: what kosa8d's run and exec bodies take (docs/api.md). */
+/* A process: what kosa8d's run and exec bodies take (docs/reference/api.md). */
 struct spec_proc {
 	json_t *argv;                   /* array of strings, at least one */
 	json_t *env;                    /* array of "K=V" */

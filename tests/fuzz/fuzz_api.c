@@ -11,7 +11,8 @@
  * outside the path, a getter that accepted a value outside its bounds or refused one
  * without naming the field. */
 #include "daemon/api_route.h"
-#include "daemon/docker_route.h"
+#include "docker/names.h"
+#include "docker/query.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -189,16 +190,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else if (call.err.code != -EINVAL && call.err.code != -ENOENT) {
 		abort();
 	}
-	/* docker.sock's path rules (docker_route.c): the same bounds, a name joined in one
-	 * segment, and familiar names that fit. */
+	/* docker.sock's path rules (src/docker/query.c, names.c): the same bounds, a name
+	 * joined in one segment, and familiar names that fit. */
 	memset(&call, 0, sizeof(call));
-	if (docker_api_split(parts[1], &call.path, &call.err) == 0) {
+	if (api_path_split_docker(parts[1], &call.path, &call.err) == 0) {
 		char fam[64];
 		check_path(&call.path);
 		if (call.path.n > 3 && !strcmp(call.path.seg[0], "images"))
 			abort();
 		for (int i = 0; i < call.path.n; i++) {
-			docker_familiar(call.path.seg[i], fam, sizeof(fam));
+			dn_familiar(call.path.seg[i], fam, sizeof(fam));
 			if (strlen(fam) >= sizeof(fam))
 				abort();
 		}

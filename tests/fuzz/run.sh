@@ -10,9 +10,9 @@
 #   FUZZ_LIBS="..."      extra link flags for the targets
 #   B=build              build directory (objects, binaries, corpora under $B/fuzz)
 #
-# Every target is linked against one archive of all of src/common, src/image, src/net, src/fs,
+# Every target is linked against one archive of all of src/common, src/image, src/store, src/net, src/fs,
 # src/model, src/broker, src/docker, src/e2b and src/shim (with the shim's generated protobuf-c code), the daemon's bundle reader and its API matcher
-# (src/daemon/api_route.c, pure), the interpreter's event lines (interp_event.c, pure), docker.sock's path rules (docker_route.c, pure) and the
+# (src/daemon/api_route.c, pure), the interpreter's event lines (interp_event.c, pure), the
 # agent's tar reader (src/agent/tar.c, pure) and kosa8 mcp's JSON-RPC reader (src/cli/mcp_rpc.c, pure)
 # (no main.c), so it pulls in only the objects it uses. Corpora live in
 # $B/fuzz/corpus-<name> and grow from run to run; tests/fuzz/seeds/<name>/, when present,
@@ -27,7 +27,7 @@ SECS=${FUZZ_SECONDS:-20}
 CC=${FUZZ_CC:-clang}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 CFLAGS="-std=gnu11 -D_GNU_SOURCE -Isrc -I$B/gen/shim -pthread -g -O1 $SAN"
-LIBS="-ljansson -larchive -lssl -lcrypto -lcurl -lprotobuf-c -lseccomp -lpthread -lm ${FUZZ_LIBS:-}"
+LIBS="-ljansson -larchive -lssl -lcrypto -lcurl -lzstd -lprotobuf-c -lseccomp -lpthread -lm ${FUZZ_LIBS:-}"
 
 command -v "$CC" >/dev/null 2>&1 || { echo "fuzz: $CC not found (libFuzzer needs clang)"; exit 1; }
 mkdir -p "$OUT/obj" || exit 1
@@ -70,8 +70,8 @@ make -s B="$B" "$B/gen/shim/.stamp" || exit 1
 # does not compile is skipped with a warning: a target that needs it then fails to link.
 srcs=""
 stale=""
-for src in src/common/*.c src/image/*.c src/net/*.c src/fs/*.c src/model/*.c src/broker/*.c src/docker/*.c src/e2b/*.c \
-	   src/daemon/bundle_read.c src/daemon/api_route.c src/daemon/docker_route.c src/daemon/interp_event.c src/agent/tar.c src/cli/mcp_rpc.c \
+for src in src/common/*.c src/image/*.c src/store/*.c src/net/*.c src/fs/*.c src/model/*.c src/broker/*.c src/docker/*.c src/e2b/*.c \
+	   src/daemon/bundle_read.c src/daemon/api_route.c src/daemon/interp_event.c src/agent/tar.c src/cli/mcp_rpc.c \
 	   src/shim/*.c "$B"/gen/shim/*.pb-c.c; do
 	[ -f "$src" ] || continue
 	case "$src" in */main.c) continue ;; esac

@@ -3,6 +3,7 @@
 # streaming, env and workdir, start/exec/ps/stop, ls/inspect.
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -50,6 +51,26 @@ def test_signal_exit_code(home, sandbox, loaded):
     p = home("sandbox", "run", sandbox, loaded, "python3", "-c",
              "import faulthandler; faulthandler.disable(); faulthandler._read_null()")
     assert p.returncode == 128 + 11, (p.returncode, p.stderr)
+
+
+def test_ctrl_c_after_stdin_ended(home, sandbox, loaded):
+    """Ctrl-C reaches the command after its stdin has ended (a file, /dev/null, or the
+    containerd shim's task): the daemon reads the client's SIGNAL frame after the STDIN
+    EOF as before it (link_stream_run's `control`; issue 26's one loop had stopped reading
+    the client once stdin was over, and the signal was lost)."""
+    env = dict(os.environ, KOSA8_HOME=home.path)
+    proc = subprocess.Popen([KOSA8, "sandbox", "run", sandbox, loaded, "sh", "-c",
+                             "trap 'exit 7' INT; echo ready; while :; do sleep 1; done"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 7       # the trap ran: the SIGINT arrived
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_output_streams_live(home, sandbox, loaded):

@@ -138,7 +138,7 @@ def _commands():
 
 
 def test_every_command_has_help():
-    """docs/cli.md: every command's --help prints its usage and an example, exit 0;
+    """docs/reference/cli.md: every command's --help prints its usage and an example, exit 0;
     a flag after the command never crashes the CLI (no option table is not an excuse)."""
     h, cmds = _commands()
     assert len(cmds) >= 35, cmds

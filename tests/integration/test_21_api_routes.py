@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# test_21_api_routes.py - the API's route table and field checks (issue 11, docs/api.md
+# test_21_api_routes.py - the API's route table and field checks (issue 11, docs/reference/api.md
 # "Paths, fields and the route table"): unknown paths are 404, a known path with another
 # method is 405 with Allow, a NUL in a path or garbage in a field is a 400 naming it, and
 # none of these reach a sandbox or stop the daemon.

@@ -143,6 +143,28 @@ def test_file_round_trip_and_no_way_out(folders, stdio):
     assert open("/etc/passwd").read().startswith("root:")
 
 
+def test_files_in_the_interpreters_container(home, msb):
+    c = Sdk()
+    try:
+        assert c.cmd(op="connect", transport="stdio",
+                     **stdio_args(home, "--sandbox", msb, "--files", "/work"))["ok"]
+        text(c.call("run_cell", args={"code": "import os; os.makedirs('/work', exist_ok=True)"}))
+        r = c.call("write_file", args={"path": "/work/notes.txt", "content": "from the agent\n"})
+        assert "wrote 15 bytes" in text(r), r
+        r = c.call("run_cell", args={"code": "open('/work/notes.txt').read()"})
+        assert text(r) == "'from the agent\\n'"
+        text(c.call("run_cell", args={"code": "open('/work/made.bin', 'wb').write(b'\\xff\\x00')\n"
+                                               "import os; os.symlink('/etc/hostname', '/work/out')"}))
+        assert "notes.txt  15 bytes" in text(c.call("list_files", args={"path": "/work"}))
+        assert "/wA=" in text(c.call("read_file", args={"path": "/work/made.bin"}))
+        r = c.call("read_file", args={"path": "/work/out"})
+        assert r["result"]["isError"] and "leads out" in text(r), r
+        r = c.call("read_file", args={"path": "/etc/hostname"})
+        assert r["result"]["isError"] and "/work" in text(r), r
+    finally:
+        c.close()
+
+
 def test_unknown_tools_and_bad_arguments(stdio):
     r = stdio.call("no_such_tool")
     assert r["ok"] is False and r["error"]["code"] == -32602 and "no_such_tool" in r["error"]["message"]

@@ -124,20 +124,25 @@ def test_pause_stops_and_resume_continues(home, cksb, loaded):
 def test_daemon_killed_during_checkpoint_leaves_a_consistent_list(home, cksb):
     env = dict(os.environ, KOSA8_HOME=home.path)
     pid = daemon_pid(home.path)
-    state = os.path.join(home.path, "sandboxes", cksb, "checkpoints", ".tmp-cut", "state")
+    tmp = os.path.join(home.path, "sandboxes", cksb, "checkpoints", ".tmp-cut")
     home("checkpoint", cksb, "--label", "pre-cut", check=True)
     proc = subprocess.Popen([KOSA8, "checkpoint", cksb, "--label", "cut"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # The kill must land during the checkpoint: once its state file exists and is being
-    # written (the VM stopped, migration running), and before it was renamed into place.
+    # The kill must land during the checkpoint: once its memory file (or, with
+    # "checkpoint_memory": "stream", its one state file) is being written (the VM
+    # stopped), and before the directory was renamed into place.
     def writing():
         try:
-            return os.path.getsize(state) > 0
+            return os.stat(os.path.join(tmp, "memory")).st_blocks > 0
+        except OSError:
+            pass
+        try:
+            return os.path.getsize(os.path.join(tmp, "state")) > 0
         except OSError:
             return False
-    assert wait_for(writing, 60, 0.005), "the checkpoint never started writing its state"
+    assert wait_for(writing, 60, 0.002), "the checkpoint never started writing its state"
     os.kill(pid, signal.SIGKILL)
-    landed_during = os.path.exists(state)
+    landed_during = os.path.exists(tmp)
     out, err = proc.communicate(timeout=30)
     assert landed_during, "the checkpoint finished before the kill"
     assert proc.returncode != 0, "the CLI said the checkpoint worked: %s%s" % (out, err)

@@ -61,7 +61,11 @@ def test_pause_to_disk_ends_qemu_and_resume_continues(home, psb, loaded):
     assert not os.path.exists("/proc/%d" % qpid), "QEMU still runs while paused to disk"
     s = me(home, psb)
     assert s["state"] == "paused" and s["paused_to"] == "disk" and s["pid"] == 0, s
-    assert os.path.getsize(os.path.join(home.path, "sandboxes", psb, "paused", "state")) > 0
+    # the guest's RAM as a memory file with its devices' state (docs/design.md "Memory as
+    # a file"): data in it, holes for the rest
+    paused = os.path.join(home.path, "sandboxes", psb, "paused")
+    assert os.path.getsize(os.path.join(paused, "devices")) > 0
+    assert os.stat(os.path.join(paused, "memory")).st_blocks > 0
     out = home.json("sandbox", "resume", psb)
     assert out["from"] == "disk", out
     s = me(home, psb)
@@ -170,5 +174,5 @@ def test_paused_sandbox_survives_daemon_stop_as_after_a_reboot(home, psb, loaded
         home("sandbox", "stop", psb, cid)
     finally:
         home.start()
-        for name in others:   # a pull boots a stopped sandbox (docs/cli.md)
+        for name in others:   # a pull boots a stopped sandbox (docs/reference/cli.md)
             home("sandbox", "pull", name, loaded, check=True, timeout=600)

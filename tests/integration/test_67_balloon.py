@@ -13,18 +13,21 @@ import time
 import pytest
 
 from conftest import make_sandbox, own_home, wait_for
+from memkit import rss_mib
 
 PY = "python:3.12-slim"
 
 
 @pytest.fixture(scope="module")
 def bh(python_layout):
-    yield from own_home("k8b-", python_layout, config={"free_page_reporting": False})
+    # the machine of before: no balloon, no RTC ("rtc": docs/design.md "Guest image")
+    yield from own_home("k8b-", python_layout, config={"free_page_reporting": False,
+                                                       "rtc": False})
 
 
 def set_reporting(h, on):
     with open(os.path.join(h.path, "config.json"), "w") as f:
-        json.dump({"free_page_reporting": on}, f)
+        json.dump({"free_page_reporting": on, "rtc": on}, f)
 
 
 def device(h, name):
@@ -34,6 +37,14 @@ def device(h, name):
     has_b, has_r = "virtio-balloon-device" in line, "virtio-rng-device" in line
     assert has_b != has_r, line
     return "balloon" if has_b else "rng"
+
+
+def has_rtc(h, name):
+    """Whether the machine on the command line that opens qemu.log has the CMOS RTC."""
+    with open(os.path.join(h.path, "sandboxes", name, "qemu.log")) as f:
+        line = f.readline()
+    assert ("rtc=on" in line) != ("rtc=off" in line), line
+    return "rtc=on" in line
 
 
 def meta_path(h, name, label):
@@ -71,14 +82,14 @@ def test_restores_keep_the_machine_they_were_saved_on(bh):
     sh(bh, old, cid, "echo one > /mark")
     bh("checkpoint", old, "--label", "c1", check=True, timeout=300)
     with open(meta_path(bh, old, "c1")) as f:
-        assert json.load(f)["machine"] == {"balloon": False}
+        assert json.load(f)["machine"] == {"balloon": False, "rtc": False}
     # As a kosa8 from before the balloon wrote it: no "machine" at all.
     edit_meta(bh, old, "c1", lambda m: m.pop("machine"))
     set_reporting(bh, True)
     sh(bh, old, cid, "echo two > /mark")
     p = bh("rewind", old, "--to", "c1", "-y", timeout=300)
     assert p.returncode == 0, p.stderr
-    assert device(bh, old) == "rng"
+    assert device(bh, old) == "rng" and not has_rtc(bh, old)
     assert sh(bh, old, cid, "cat /mark") == "one"
     # Paused to disk and back: still the machine it runs on, not the setting's.
     bh("sandbox", "pause", old, check=True, timeout=300)
@@ -92,16 +103,16 @@ def test_restores_keep_the_machine_they_were_saved_on(bh):
     bh("sandbox", "rm", "mfork", check=True, timeout=120)
     # A new boot takes the setting; its checkpoints say so and restore with it.
     new = make_sandbox(bh, "mnew", image=PY)
-    assert device(bh, new) == "balloon"
+    assert device(bh, new) == "balloon" and has_rtc(bh, new)
     ncid = started(bh, new)
     sh(bh, new, ncid, "echo new > /mark")
     bh("checkpoint", new, "--label", "c2", check=True, timeout=300)
     with open(meta_path(bh, new, "c2")) as f:
-        assert json.load(f)["machine"] == {"balloon": True}
+        assert json.load(f)["machine"] == {"balloon": True, "rtc": True}
     set_reporting(bh, False)
     sh(bh, new, ncid, "echo later > /mark")
     bh("rewind", new, "--to", "c2", "-y", check=True, timeout=300)
-    assert device(bh, new) == "balloon"
+    assert device(bh, new) == "balloon" and has_rtc(bh, new)
     assert sh(bh, new, ncid, "cat /mark") == "new"
     bh("sandbox", "rm", new, check=True, timeout=120)
 
@@ -117,14 +128,6 @@ def test_a_damaged_machine_record_is_refused_and_nothing_changes(bh):
     assert after["state"] == "running" and after["pid"] == before["pid"], after
     assert sh(bh, name, SEEN["cid"], "cat /mark") == "one"
     bh("sandbox", "rm", name, check=True, timeout=120)
-
-
-def rss_mib(pid):
-    with open("/proc/%d/smaps_rollup" % pid) as f:
-        for line in f:
-            if line.startswith("Rss:"):
-                return int(line.split()[1]) // 1024
-    return 0
 
 
 def test_memory_the_guest_frees_goes_back_to_the_host(bh):

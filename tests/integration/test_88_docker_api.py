@@ -114,6 +114,11 @@ def test_ping_version_errors_raw(dh):
         assert r.status == status, (path, r.status, data)
         assert r.getheader("Content-Type") == "application/json"
         assert msg in json.loads(data)["message"], (path, data)
+    # an exec nobody created: moby's 404 from each of its routes
+    for method, path in (("GET", "/v1.47/exec/nope/json"), ("POST", "/v1.47/exec/nope/start"),
+                         ("POST", "/v1.47/exec/nope/resize?h=10&w=20")):
+        r, data = call(dh, method, path, body=b"{}" if method == "POST" else None)
+        assert (r.status, json.loads(data)) == (404, {"message": "No such exec instance: nope"})
     try:    # a huge request line: refused or cut off, whichever the server chooses
         r, data = call(dh, "GET", "/images/json?" + "a" * 200000)
         assert r.status in (200, 400, 414), r.status

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import wait_or_fail
+from conftest import UnixHTTP, wait_or_fail
 from dockerkit import (IMG, docker_cli, docker_sock, dockerpy, engine_home,  # noqa: F401
                        needs_cli, needs_py, ok, raw_http)
 
@@ -195,6 +195,80 @@ def test_dockerpy(dk):
     assert buf == b"\x01\x00\x00\x00\x00\x00\x00\x07100000\n", buf
     assert ct3.wait()["StatusCode"] == 0
     ct3.remove()
+
+
+# A container that holds ~24 MiB and keeps a CPU busy part of the time.
+BUSY = ["python3", "-c", "import time\nx = bytearray(24 << 20)\n"
+        "while True: sum(range(20000)); time.sleep(0.05)"]
+
+
+def test_stats_and_top_cli(dk):
+    """`docker stats --no-stream` (named and all) and `docker top` (its -ef, and aux): the
+    numbers come from the container's cgroup in the guest (issue 26)."""
+    name = "k8stats"
+    ok(docker(dk, "run", "-d", "--name", name, "-m", "256m", IMG, *BUSY))
+    try:
+        time.sleep(2)
+        fmt = "{{.Name}} {{.CPUPerc}} {{.MemUsage}} {{.PIDs}}"
+        for args in (("--no-stream", "--format", fmt, name), ("--no-stream", "--format", fmt)):
+            out = ok(docker(dk, "stats", *args, timeout=120)).split()
+            assert out[0] == name, out
+            cpu = float(out[1].rstrip("%"))
+            assert 0 < cpu <= 100, out                   # busy part of the time, one vCPU
+            used = out[2]                                 # e.g. 26.1MiB
+            assert used.endswith("MiB") and 20 <= float(used[:-3]) <= 200, out
+            assert out[4] == "256MiB", out               # / 256MiB: -m is the limit
+            assert out[5] == "1", out
+        top = ok(docker(dk, "top", name)).splitlines()
+        assert top[0].split() == ["UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"], top
+        assert len(top) == 2 and top[1].split()[0] == "root", top
+        assert "python3 -c import time" in top[1], top
+        aux = ok(docker(dk, "top", name, "aux")).splitlines()
+        assert aux[0].split()[:4] == ["USER", "PID", "%CPU", "%MEM"], aux
+        assert int(aux[1].split()[5]) > 20000, aux       # RSS in KiB: the 24 MiB are touched
+        p = docker(dk, "top", name, "-o", "pid")
+        assert p.returncode != 0 and "not supported by kosa8" in p.stderr, p.stderr
+    finally:
+        ok(docker(dk, "rm", "-f", name))
+    # a container that does not run: top is moby's 409, stats one object of zeros
+    cid = ok(docker(dk, "create", IMG, "true")).strip()
+    p = docker(dk, "top", cid)
+    assert p.returncode != 0 and "is not running" in p.stderr, p.stderr
+    hc = UnixHTTP(sock(dk))
+    hc.request("GET", "/containers/%s/stats?stream=0" % cid)
+    r = hc.getresponse()
+    body = r.read()
+    hc.close()
+    v = json.loads(body)
+    assert r.status == 200 and v["read"] == "0001-01-01T00:00:00Z", (r.status, body)
+    assert v["memory_stats"]["usage"] == 0 and v["cpu_stats"]["cpu_usage"]["total_usage"] == 0
+    ok(docker(dk, "rm", cid))
+
+
+@needs_py
+def test_stats_dockerpy(dk):
+    """docker-py's stats(stream=False): one object whose precpu is a second older, and the
+    stream: objects a second apart, each carrying the one before as precpu."""
+    c = dockerpy.DockerClient(base_url="unix://" + sock(dk), version="auto")
+    ct = c.containers.run(IMG, BUSY, detach=True)
+    try:
+        time.sleep(1)
+        s = ct.stats(stream=False)
+        cur, pre = s["cpu_stats"], s["precpu_stats"]
+        assert cur["cpu_usage"]["total_usage"] > pre["cpu_usage"]["total_usage"] > 0, s
+        assert cur["system_cpu_usage"] > pre["system_cpu_usage"] > 0, s
+        assert cur["online_cpus"] == 1, s
+        assert s["memory_stats"]["usage"] > 20 << 20 and s["memory_stats"]["limit"] > 0, s
+        assert s["pids_stats"]["current"] == 1, s
+        assert list(s["networks"]) == ["eth0"], s["networks"]    # its own namespace's
+        it = ct.stats(decode=True)
+        a, b = next(it), next(it)
+        assert a["precpu_stats"]["cpu_usage"]["total_usage"] == 0, a
+        assert b["precpu_stats"] == a["cpu_stats"] and b["preread"] == a["read"], (a, b)
+        it.close()
+        assert ct.top()["Processes"][0][-1].startswith("python3 -c"), ct.top()
+    finally:
+        ct.remove(force=True)
 
 
 def test_cp_in_and_out(dk):

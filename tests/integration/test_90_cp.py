@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-# kosa8 sandbox cp and the archive endpoints (docs/cli.md "sandbox cp", docs/api.md
-# "Copying files"): files and folders out of and into a running container and a stopped
-# one, modes, times and symlinks kept, `-` for a tar on stdout/stdin, a missing path's
-# error, the Path-Stat header, and the size cap on what goes in.
+# kosa8 sandbox cp and the archive endpoints (docs/reference/cli.md "sandbox cp",
+# docs/reference/api.md "Copying files"): files and folders out of and into a running
+# container and a stopped one, modes, times and symlinks kept, `-` for a tar on
+# stdout/stdin, a missing path's error, the Path-Stat header, and the size cap on what goes
+# in.
 import base64
 import io
 import json

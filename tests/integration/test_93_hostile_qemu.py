@@ -22,6 +22,9 @@ pytestmark = pytest.mark.hostile
 
 JAIL_BASE = 720000      # the default jail_uids range starts here (docs/design.md)
 ROOT_ENTRIES = {"usr", "lib", "lib64", "bin", "sbin", "etc", "dev", "proc"}
+# A QEMU that maps a memory file (a restored VM) preloads one library more, read-only
+# (src/preload/qemu_ram.c; test_93_hostile_memfile.py)
+RESTORED_ENTRIES = ROOT_ENTRIES | {"kosa8-qemu-ram.so"}
 CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 TCG_WORDS = "TCG is not a security boundary"
 
@@ -142,10 +145,10 @@ def test_qemu_root_holds_only_what_it_needs(home, sandbox):
     assert os.readlink("/proc/%d/ns/pid" % pid) == os.readlink("/proc/self/ns/pid")
     root = "/proc/%d/root" % pid
     top = set(os.listdir(root))
-    assert top <= ROOT_ENTRIES, top
+    assert top <= RESTORED_ENTRIES, top
     assert not os.path.exists(root + "/etc/shadow")
     assert not os.path.exists(root + "/etc/passwd")
-    assert set(os.listdir(root + "/etc")) <= {"ld.so.cache"}
+    assert set(os.listdir(root + "/etc")) <= {"ld.so.cache", "ld.so.preload"}
     assert not os.path.exists(root + "/root")
     assert not os.path.exists(root + "/tmp")
     assert not os.path.exists(root + home.path)          # no $KOSA8_HOME at all
@@ -214,6 +217,7 @@ tryit("shadow", lambda: open("/etc/shadow").read())
 tryit("write_root", lambda: open("/evil", "w").write("x"))
 tryit("write_usr", lambda: open("/usr/bin/evil", "w").write("x"))
 tryit("write_ldcache", lambda: open("/etc/ld.so.cache", "a").write("x"))
+tryit("write_preload", lambda: open("/etc/ld.so.preload", "a").write("x"))
 for t in targets:
     tryit("kill_%d" % t, lambda t=t: os.kill(t, signal.SIGKILL))
 import socket
@@ -243,7 +247,7 @@ def test_escaped_qemu_reaches_nothing_on_the_host(home, sandbox, second, loaded)
     finally:
         srv.close()
     assert r["host_loopback"] in ("ENETUNREACH", "ECONNREFUSED"), r
-    assert set(r["root"]) <= ROOT_ENTRIES, r["root"]
+    assert set(r["root"]) <= RESTORED_ENTRIES, r["root"]
     assert not r["home"] and not r["sys"]
     pids = {p for p in r["proc"] if p.isdigit()}
     assert str(d) not in pids and str(other) not in pids, pids
@@ -251,6 +255,7 @@ def test_escaped_qemu_reaches_nothing_on_the_host(home, sandbox, second, loaded)
     assert r["write_root"] in ("EROFS", "EACCES")
     assert r["write_usr"] in ("EROFS", "EACCES")
     assert r["write_ldcache"] in ("EROFS", "EACCES")
+    assert r["write_preload"] in ("ENOENT", "EROFS", "EACCES")   # a restored VM has one
     for v in victims:
         assert r["kill_%d" % v] == "EPERM", r
     if home.json("daemon", "status")["accel"] == "tcg":

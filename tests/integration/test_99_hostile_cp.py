@@ -65,7 +65,7 @@ def ls_root(home, sandbox, cid):
     return p.stdout
 
 
-@pytest.mark.parametrize("what,body", [
+HOSTILE_TARS = [
     ("dotdot", tar_of([("../../evil", "file", b"x")])),
     ("absolute", tar_of([("/evil", "file", b"x")])),
     ("symlink then through it", tar_of([("l", "sym", "/"), ("l/evil", "file", b"x")])),
@@ -75,7 +75,10 @@ def ls_root(home, sandbox, cid):
     ("hard link out", tar_of([("h", "hard", "../etc/shadow")])),
     ("huge size field", huge_size_tar()),
     ("garbage", b"\x01" * 4096),
-])
+]
+
+
+@pytest.mark.parametrize("what,body", HOSTILE_TARS, ids=[t[0] for t in HOSTILE_TARS])
 def test_hostile_tar_refused(home, sandbox, ctr, what, body):
     pid = daemon_pid(home.path)
     before = ls_root(home, sandbox, ctr)

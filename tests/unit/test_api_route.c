@@ -5,7 +5,7 @@
 #include "daemon/api_route.h"
 #include "daemon/images.h"
 #include "daemon/docker_api.h"
-#include "daemon/docker_route.h"
+#include "docker/names.h"
 #include "t.h"
 
 #include <stdio.h>
@@ -302,26 +302,26 @@ static void test_docker_paths(void)
 	struct k8_err err = { 0 };
 	char allow[64], fam[64], big[2048];
 
-	CHECK_EQ_INT(docker_api_split("/v1.41/_ping", &p, &err), 0);
+	CHECK_EQ_INT(api_path_split_docker("/v1.41/_ping", &p, &err), 0);
 	CHECK(p.n == 1 && !strcmp(p.seg[0], "_ping"));
-	CHECK_EQ_INT(docker_api_split("/_ping", &p, &err), 0);
+	CHECK_EQ_INT(api_path_split_docker("/_ping", &p, &err), 0);
 	CHECK(p.n == 1 && !strcmp(p.seg[0], "_ping"));
 	k8_err_clear(&err);
-	CHECK_EQ_INT(docker_api_split("/v1.12/version", &p, &err), -EINVAL);
+	CHECK_EQ_INT(api_path_split_docker("/v1.12/version", &p, &err), -EINVAL);
 	CHECK(strstr(err.msg, "too old") != NULL);
 	k8_err_clear(&err);
-	CHECK_EQ_INT(docker_api_split("/v1.99/version", &p, &err), -EINVAL);
+	CHECK_EQ_INT(api_path_split_docker("/v1.99/version", &p, &err), -EINVAL);
 	k8_err_clear(&err);
-	CHECK_EQ_INT(docker_api_split("/v1.47/images/127.0.0.1:5000/a/py:1/json", &p, &err), 0);
+	CHECK_EQ_INT(api_path_split_docker("/v1.47/images/127.0.0.1:5000/a/py:1/json", &p, &err), 0);
 	CHECK(p.n == 3 && !strcmp(p.seg[1], "127.0.0.1:5000/a/py:1") && !strcmp(p.seg[2], "json"));
-	CHECK_EQ_INT(docker_api_split("/images/a/b:1", &p, &err), 0);          /* DELETE form */
+	CHECK_EQ_INT(api_path_split_docker("/images/a/b:1", &p, &err), 0);          /* DELETE form */
 	CHECK(p.n == 2 && !strcmp(p.seg[1], "a/b:1"));
-	CHECK_EQ_INT(docker_api_split("/images/a%2Fb/tag", &p, &err), 0);
+	CHECK_EQ_INT(api_path_split_docker("/images/a%2Fb/tag", &p, &err), 0);
 	CHECK(p.n == 3 && !strcmp(p.seg[1], "a/b") && !strcmp(p.seg[2], "tag"));
-	CHECK_EQ_INT(docker_api_split("/images/json", &p, &err), 0);
+	CHECK_EQ_INT(api_path_split_docker("/images/json", &p, &err), 0);
 	CHECK(p.n == 2 && !strcmp(p.seg[1], "json"));
 	CHECK_EQ_INT(api_match(dl->routes, dl->nroutes, "GET", &p, &m, allow, sizeof(allow)), 0);
-	CHECK_EQ_INT(docker_api_split("/images/x/json", &p, &err), 0);
+	CHECK_EQ_INT(api_path_split_docker("/images/x/json", &p, &err), 0);
 	CHECK_EQ_INT(api_match(dl->routes, dl->nroutes, "HEAD", &p, &m, allow, sizeof(allow)),
 		     -EBADRQC);
 	/* Joined names stay within one segment's bound. */
@@ -331,14 +331,14 @@ static void test_docker_paths(void)
 		big[i] = '/';
 	memcpy(big + sizeof(big) - 6, "/json", 6);
 	k8_err_clear(&err);
-	CHECK_EQ_INT(docker_api_split(big, &p, &err), -EINVAL);
-	docker_familiar("docker.io/library/python:3", fam, sizeof(fam));
+	CHECK_EQ_INT(api_path_split_docker(big, &p, &err), -EINVAL);
+	dn_familiar("docker.io/library/python:3", fam, sizeof(fam));
 	CHECK(!strcmp(fam, "python:3"));
-	docker_familiar("docker.io/x/y:1", fam, sizeof(fam));
+	dn_familiar("docker.io/x/y:1", fam, sizeof(fam));
 	CHECK(!strcmp(fam, "x/y:1"));
-	docker_familiar("docker.io/library/a/b:1", fam, sizeof(fam));
+	dn_familiar("docker.io/library/a/b:1", fam, sizeof(fam));
 	CHECK(!strcmp(fam, "library/a/b:1"));
-	docker_familiar("127.0.0.1:5000/library/py:1", fam, sizeof(fam));
+	dn_familiar("127.0.0.1:5000/library/py:1", fam, sizeof(fam));
 	CHECK(!strcmp(fam, "127.0.0.1:5000/library/py:1"));
 }
 

@@ -340,9 +340,48 @@ static void test_until(void)
 	dfilters_free(&f);
 }
 
+/* The image routes' name rule and familiar names (src/docker: no daemon needed). */
+static void test_image_paths(void)
+{
+	char seg[6][32], msg[128], fam[64];
+	int n;
+
+	memset(seg, 0, sizeof(seg));
+	n = 5;
+	strcpy(seg[0], "images"); strcpy(seg[1], "127.0.0.1:5000"); strcpy(seg[2], "a");
+	strcpy(seg[3], "py:1"); strcpy(seg[4], "json");
+	CHECK_EQ_INT(dq_image_segments(&seg[0][0], sizeof(seg[0]), &n, msg, sizeof(msg)), 0);
+	CHECK_EQ_INT(n, 3);
+	CHECK_STR(seg[1], "127.0.0.1:5000/a/py:1");
+	CHECK_STR(seg[2], "json");
+	n = 3;                          /* DELETE /images/a/b:1: every segment is the name */
+	strcpy(seg[0], "images"); strcpy(seg[1], "a"); strcpy(seg[2], "b:1");
+	CHECK_EQ_INT(dq_image_segments(&seg[0][0], sizeof(seg[0]), &n, msg, sizeof(msg)), 0);
+	CHECK_EQ_INT(n, 2);
+	CHECK_STR(seg[1], "a/b:1");
+	n = 3;                          /* not an image route: untouched */
+	strcpy(seg[0], "containers"); strcpy(seg[1], "x"); strcpy(seg[2], "json");
+	CHECK_EQ_INT(dq_image_segments(&seg[0][0], sizeof(seg[0]), &n, msg, sizeof(msg)), 0);
+	CHECK_EQ_INT(n, 3);
+	n = 6;                          /* a joined name longer than one segment */
+	strcpy(seg[0], "images");
+	for (int i = 1; i < 5; i++)
+		strcpy(seg[i], "0123456789");
+	strcpy(seg[5], "json");
+	CHECK_EQ_INT(dq_image_segments(&seg[0][0], sizeof(seg[0]), &n, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "longer than 31 bytes") != NULL);
+	dn_familiar("docker.io/library/python:3", fam, sizeof(fam));
+	CHECK_STR(fam, "python:3");
+	dn_familiar("docker.io/x/y:1", fam, sizeof(fam));
+	CHECK_STR(fam, "x/y:1");
+	dn_familiar("127.0.0.1:5000/library/py:1", fam, sizeof(fam));
+	CHECK_STR(fam, "127.0.0.1:5000/library/py:1");
+}
+
 int main(void)
 {
 	test_query();
+	test_image_paths();
 	test_filters();
 	test_until();
 	test_regex();

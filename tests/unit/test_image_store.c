@@ -4,6 +4,7 @@
  * list, resolve, the EROFS disk (concurrent callers build it once), remove and GC. */
 #include "image/image.h"
 #include "common/sha.h"
+#include "common/worker.h"
 #include "t.h"
 
 #include <archive.h>
@@ -410,7 +411,7 @@ static void test_jailed_unpack(struct image_store *st)
 	free(b2.p);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	char store[300], la[300], lb[300], lc[300], ld[300], le[300], ds[300], path[1200];
 	char blobs[400], tmpdir[400];
@@ -421,6 +422,7 @@ int main(void)
 	json_t *loaded = NULL, *list = NULL;
 	int r, nblobs;
 
+	worker_main(argc, argv);        /* the unpacker's workers are this binary */
 	snprintf(T, sizeof(T), "/tmp/k8-store-XXXXXX");
 	if (!mkdtemp(T))
 		return 1;

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""kosa8d's socket (docs/api.md, docs/api.yaml): HTTP/1.1 over a unix socket, JSON
+"""kosa8d's socket (docs/reference/api.md, docs/api.yaml): HTTP/1.1 over a unix socket, JSON
 answers, NDJSON progress and event streams, and the upgrade to an exec stream whose
 frames are docs/protocol.md's (little-endian: u32 length, u16 type, u16 flags, u32 id)."""
 import http.client

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""kosa8's errors: one class per answer kosa8d gives (docs/api.md "Errors"), each carrying
+"""kosa8's errors: one class per answer kosa8d gives (docs/reference/api.md "Errors"), each carrying
 the daemon's own message."""
 
 
