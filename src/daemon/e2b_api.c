@@ -16,6 +16,7 @@
 #include "daemon/api_route.h"
 #include "daemon/e2b_box.h"
 #include "daemon/e2b_ctl.h"
+#include "daemon/e2b_envd.h"
 #include "daemon/daemon.h"
 #include "daemon/ports.h"
 
@@ -109,6 +110,24 @@ static const struct api_route e2b_routes[] = {
 	{ "GET",    "/snapshots", e2b_api_snapshots },
 	{ "DELETE", "/templates/{id}", e2b_api_snapshot_rm },
 	{ "POST",   "/sandboxes/{id}/fork", e2b_api_fork },
+	/* envd's process service, /health and /envs (e2b_envd.c); Start and Connect read
+	 * their Connect envelope themselves (e2b_streamed below) */
+	{ "POST",   "/process.Process/Start", e2b_api_proc_start },
+	{ "POST",   "/process.Process/Connect", e2b_api_proc_connect },
+	{ "POST",   "/process.Process/List", e2b_api_proc_list },
+	{ "POST",   "/process.Process/SendInput", e2b_api_proc_input },
+	{ "POST",   "/process.Process/SendSignal", e2b_api_proc_signal },
+	{ "POST",   "/process.Process/CloseStdin", e2b_api_proc_close_stdin },
+	{ "POST",   "/process.Process/Update", e2b_api_proc_update },
+	{ "GET",    "/health", e2b_api_health },
+	{ "GET",    "/envs", e2b_api_envs },
+};
+
+/* Handlers that take their request body as a stream (api_take_body). */
+static const api_handler e2b_streamed[] = {
+	/* envd's streaming calls: one Connect envelope, not JSON (e2b_envd.c) */
+	e2b_api_proc_start, e2b_api_proc_connect,
+	NULL,
 };
 
 static const struct api_dialect e2b_dialect = {
@@ -120,6 +139,7 @@ static const struct api_dialect e2b_dialect = {
 	.failed = e2b_failed,
 	.stream_type = "application/json",
 	.unmatched = e2b_unmatched,
+	.streamed = e2b_streamed,
 };
 
 /* "HOST:PORT", "[V6]:PORT" or ":PORT" into its parts. */

@@ -180,6 +180,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		k8_err_clear(&err);
 		e2b_state_query(s, &mask, &err);
 		k8_err_clear(&err);
+		char user[E2B_USER_MAX + 1];
+		if (e2b_basic_user(s, user, &err) == 0 && (!user[0] || strlen(user) > E2B_USER_MAX ||
+							  strchr(user, ':') || user[0] == '-'))
+			abort();
+		k8_err_clear(&err);
 		if (e2b_path(s, "/root", out, sizeof(out), &err) == 0 &&
 		    (out[0] != '/' || strstr(out, "/../") || strstr(out, "//")))
 			abort();

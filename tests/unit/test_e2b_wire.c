@@ -242,11 +242,39 @@ static void test_events(void)
 	json_decref(x);
 }
 
+/* The user of a call, from its Authorization header as the SDKs write it. */
+static void test_basic_user(void)
+{
+	struct k8_err err = { 0 };
+	char u[E2B_USER_MAX + 1];
+	static const char *const bad[] = {
+		NULL, "", "Basic ", "Bearer dXNlcjo=", "Basic Og==",   /* ":" */
+		"Basic LXVzZXI6",                                       /* "-user:" */
+		"Basic dS91Og==",                                       /* "u/u:" */
+		"Basic dXNlcjo",                                        /* unpadded */
+		"Basic !!!!",
+		"Basic YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhOg==", /* 33 bytes */
+	};
+
+	CHECK_EQ_INT(e2b_basic_user("Basic dXNlcjo=", u, &err), 0);        /* "user:" */
+	CHECK_STR(u, "user");
+	CHECK_EQ_INT(e2b_basic_user("basic cm9vdDpwdw==", u, &err), 0);    /* "root:pw" */
+	CHECK_STR(u, "root");
+	CHECK_EQ_INT(e2b_basic_user("Basic cm9vdA==", u, &err), 0);        /* no colon */
+	CHECK_STR(u, "root");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		k8_err_clear(&err);
+		CHECK_EQ_INT(e2b_basic_user(bad[i], u, &err), -EINVAL);
+		CHECK(strstr(err.msg, "Authorization") != NULL);
+	}
+}
+
 int main(void)
 {
 	test_envelope();
 	test_start();
 	test_requests();
 	test_events();
+	test_basic_user();
 	return T_DONE();
 }
