@@ -7,6 +7,7 @@
 # Connect's {"code": "...", "message"}), and the daemon goes on serving.
 import json
 import os
+import socket
 import struct
 import subprocess
 import time
@@ -14,7 +15,7 @@ import time
 import pytest
 
 import e2bkit
-from conftest import Home, new_home
+from conftest import Home, new_home, wait_for
 from e2bkit import js
 
 pytestmark = pytest.mark.hostile
@@ -172,6 +173,67 @@ def test_bad_connect_frames(e, two):
         st, data, _ = e.http("POST", "/process.Process/SendSignal", body,
                              headers=envd(a, ta, extra={"Content-Type": "application/json"}))
         assert st in (400, 404) and ("code" in data), (body, st, data)
+    alive(e)
+
+
+def test_stalled_client_and_bad_process_calls(e, two):
+    """A client that starts a command printing without end and reads nothing holds back
+    that command only (other calls and commands go on); once it hangs up, the command is
+    still there, and a kill ends it. Calls on a process that is not there, or without
+    stdin, get Connect's errors (docs/e2b.md "One stream loop per process")."""
+    (a, ta, _), _ = two
+    hs = envd(a, ta, extra={"Content-Type": "application/connect+json"})
+    hu = envd(a, ta, extra={"Content-Type": "application/json"})
+
+    def pids(marker):
+        st, body, _ = e.http("POST", "/process.Process/List", {}, headers=hu)
+        assert st == 200, (st, body)
+        return [p["pid"] for p in body.get("processes", []) if marker in " ".join(p["config"].get("args", []))]
+
+    body = envelope({"process": {"cmd": "/bin/sh", "args": ["-c", "exec yes stalled-client"]},
+                     "stdin": False})
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", e.port))
+    head = "POST /process.Process/Start HTTP/1.1\r\nHost: k\r\nContent-Length: %d\r\n" % len(body)
+    head += "".join("%s: %s\r\n" % kv for kv in hs.items()) + "\r\n"
+    s.sendall(head.encode() + body)        # and never read the answer
+    try:
+        stalled = wait_for(lambda: pids("stalled-client"), timeout=60)
+        assert len(stalled) == 1, stalled
+        time.sleep(5)                       # its output fills every buffer on the way
+        t0 = time.time()
+        assert pids("stalled-client") == stalled
+        st, data, _ = e.http("POST", "/process.Process/Start", envelope(
+            {"process": {"cmd": "/bin/sh", "args": ["-c", "echo other"]}}), headers=hs)
+        msgs = [m for _, m in frames(data)]
+        assert st == 200 and {"event": {"data": {"stdout": "b3RoZXIK"}}} in msgs, msgs
+        assert msgs[-1] == {} and time.time() - t0 < 60, msgs
+        # no stdin, no such process, no such tag
+        st, r, _ = e.http("POST", "/process.Process/SendInput", {
+            "process": {"pid": stalled[0]}, "input": {"stdin": "eA=="}}, headers=hu)
+        assert st == 400 and r["code"] == "failed_precondition", (st, r)
+        for sel in ({"pid": 4000000000}, {"tag": "nope"}):
+            st, r, _ = e.http("POST", "/process.Process/SendInput", {
+                "process": sel, "input": {"stdin": "eA=="}}, headers=hu)
+            assert st == 404 and r["code"] == "not_found", (sel, st, r)
+            st, data, _ = e.http("POST", "/process.Process/Connect", envelope({"process": sel}),
+                                 headers=hs)
+            assert st == 200 and frames(data) == [(2, {"error": {
+                "code": "not_found", "message": frames(data)[0][1]["error"]["message"]}})]
+        # the client hangs up: the command goes on (envd's model) until it is killed
+        s.close()
+        time.sleep(2)
+        assert pids("stalled-client") == stalled
+        st, r, _ = e.http("POST", "/process.Process/SendSignal", {
+            "process": {"pid": stalled[0]}, "signal": "SIGNAL_SIGKILL"}, headers=hu)
+        assert st == 200, (st, r)
+        assert wait_for(lambda: not pids("stalled-client"), timeout=60, step=1)
+        st, data, _ = e.http("POST", "/process.Process/Start", envelope(
+            {"process": {"cmd": "/bin/echo", "args": ["after"]}}), headers=hs)
+        assert {"event": {"data": {"stdout": "YWZ0ZXIK"}}} in [m for _, m in frames(data)]
+    finally:
+        s.close()
     alive(e)
 
 
