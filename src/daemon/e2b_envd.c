@@ -535,19 +535,21 @@ static int envd_take(struct api_call *call,
 /* ---- Start ---- */
 
 /* The agent's exec for st in b's container, as `user`: the broker's variables and HOME
- * under the image's, envVars and the call's; in cwd, else the image's working directory,
- * else the user's home. Caller holds the table's lock (b's fields). */
+ * under the image's, envVars and the call's; in cwd, else the image's working directory
+ * when it sets one (not "/"), else the user's home, as envd does. Caller holds the table's
+ * lock (b's fields). */
 static json_t *proc_request(struct e2b_box *b, struct sandbox *sb, const struct e2b_start *st,
 			    const char *user)
 {
 	char home[128];
 	json_t *base = broker_env(sb), *req;
+	bool wd = b->workdir[0] && strcmp(b->workdir, "/");
 
 	e2b_home(user, home, sizeof(home));
 	json_array_append_new(base, json_sprintf("HOME=%s", home));
 	req = json_pack("{s:s,s:s,s:O,s:o,s:s,s:s}", "op", "exec", "container", b->container,
 			"argv", st->argv, "env", e2b_box_env(b, base, st->env), "cwd",
-			st->cwd[0] ? st->cwd : b->workdir[0] ? b->workdir : home, "user",
+			st->cwd[0] ? st->cwd : wd ? b->workdir : home, "user",
 			user[0] ? user : "0");
 	json_decref(base);
 	if (st->pty) {

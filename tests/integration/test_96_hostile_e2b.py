@@ -232,6 +232,10 @@ def test_stalled_client_and_bad_process_calls(e, two):
         st, data, _ = e.http("POST", "/process.Process/Start", envelope(
             {"process": {"cmd": "/bin/echo", "args": ["after"]}}), headers=hs)
         assert {"event": {"data": {"stdout": "YWZ0ZXIK"}}} in [m for _, m in frames(data)]
+        # no cwd: the user's home, as envd (the image sets no working directory)
+        st, data, _ = e.http("POST", "/process.Process/Start", envelope(
+            {"process": {"cmd": "/bin/pwd"}}), headers=hs)
+        assert {"event": {"data": {"stdout": "L3Jvb3QK"}}} in [m for _, m in frames(data)], data
     finally:
         s.close()
     alive(e)
