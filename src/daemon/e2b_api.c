@@ -16,6 +16,7 @@
 #include "daemon/api_route.h"
 #include "daemon/e2b_box.h"
 #include "daemon/e2b_ctl.h"
+#include "daemon/e2b_fs.h"
 #include "daemon/daemon.h"
 #include "daemon/ports.h"
 
@@ -109,6 +110,26 @@ static const struct api_route e2b_routes[] = {
 	{ "GET",    "/snapshots", e2b_api_snapshots },
 	{ "DELETE", "/templates/{id}", e2b_api_snapshot_rm },
 	{ "POST",   "/sandboxes/{id}/fork", e2b_api_fork },
+	/* envd's filesystem service and /files (e2b_fs.c) */
+	{ "POST",   "/filesystem.Filesystem/Stat", e2b_fs_api_stat },
+	{ "POST",   "/filesystem.Filesystem/ListDir", e2b_fs_api_list },
+	{ "POST",   "/filesystem.Filesystem/MakeDir", e2b_fs_api_mkdir },
+	{ "POST",   "/filesystem.Filesystem/Move", e2b_fs_api_move },
+	{ "POST",   "/filesystem.Filesystem/Remove", e2b_fs_api_remove },
+	{ "POST",   "/filesystem.Filesystem/WatchDir", e2b_fs_api_watch },
+	{ "POST",   "/filesystem.Filesystem/CreateWatcher", e2b_fs_api_watcher },
+	{ "POST",   "/filesystem.Filesystem/GetWatcherEvents", e2b_fs_api_watcher },
+	{ "POST",   "/filesystem.Filesystem/RemoveWatcher", e2b_fs_api_watcher },
+	{ "GET",    "/files", e2b_fs_api_read },
+	{ "POST",   "/files", e2b_fs_api_write },
+};
+
+/* Routes that take their request body as a stream (api_take_body): a Connect stream's
+ * envelope, an upload. */
+static const api_handler e2b_streamed[] = {
+	/* e2b_fs.c */
+	e2b_fs_api_write, e2b_fs_api_watch,
+	NULL
 };
 
 static const struct api_dialect e2b_dialect = {
@@ -120,6 +141,7 @@ static const struct api_dialect e2b_dialect = {
 	.failed = e2b_failed,
 	.stream_type = "application/json",
 	.unmatched = e2b_unmatched,
+	.streamed = e2b_streamed,
 };
 
 /* "HOST:PORT", "[V6]:PORT" or ":PORT" into its parts. */

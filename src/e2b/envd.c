@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 json_t *e2b_field(json_t *obj, const char *json_name, const char *proto_name)
 {
@@ -281,6 +282,40 @@ int e2b_update_parse(json_t *msg, unsigned *cols, unsigned *rows, struct k8_err 
 	if (!pty)
 		return -ENOENT;
 	return pty_size(pty, "pty", cols, rows, err);
+}
+
+int e2b_basic_user(const char *header, char out[E2B_USER_MAX + 1], struct k8_err *err)
+{
+	static const char basic[] = "Basic ";
+	uint8_t dec[3 * 64 / 4 + 1];
+	size_t n = header ? strlen(header) : 0, i;
+	ssize_t got;
+
+	if (n <= strlen(basic) || strncasecmp(header, basic, strlen(basic)))
+		goto bad;
+	header += strlen(basic);
+	n -= strlen(basic);
+	if (n > 64 || n % 4)
+		goto bad;
+	got = ds_b64_decode(header, n, dec);
+	if (got <= 0)
+		goto bad;
+	for (i = 0; i < (size_t)got && dec[i] != ':'; i++) {
+		bool ok = (dec[i] >= 'a' && dec[i] <= 'z') || (dec[i] >= 'A' && dec[i] <= 'Z') ||
+			  (dec[i] >= '0' && dec[i] <= '9') || dec[i] == '.' || dec[i] == '_' ||
+			  (dec[i] == '-' && i > 0);
+		if (!ok || i >= E2B_USER_MAX)
+			goto bad;
+		out[i] = (char)dec[i];
+	}
+	if (!i)
+		goto bad;
+	out[i] = '\0';
+	return 0;
+bad:
+	return k8_err_set(err, -EINVAL, "the Authorization header must be \"Basic \" and the "
+			  "base64 of USER: (a user name of 1..%d letters, digits, '.', '_' or '-')",
+			  E2B_USER_MAX);
 }
 
 /* ---- events ---- */

@@ -52,6 +52,12 @@ int e2b_signal_parse(json_t *msg, int *sig, struct k8_err *err);
 /* Update's "pty":{"size":{"cols","rows"}}: -ENOENT when there is no pty field. */
 int e2b_update_parse(json_t *msg, unsigned *cols, unsigned *rows, struct k8_err *err);
 
+/* The user an envd call runs as, from its Authorization header: "Basic " + base64 of
+ * "USER:" (the SDKs send no password). USER is 1..E2B_USER_MAX of [A-Za-z0-9._-], not
+ * starting with '-'. 0 with out filled, or -EINVAL naming what is wrong. */
+#define E2B_USER_MAX 32
+int e2b_basic_user(const char *header, char out[E2B_USER_MAX + 1], struct k8_err *err);
+
 /* A uint32 field of proto3 JSON (a number or a decimal string) into *out. Absent: -ENOENT
  * (nothing written); anything else out of range: -EINVAL. */
 int e2b_json_u32(json_t *v, uint32_t *out);
