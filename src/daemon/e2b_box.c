@@ -679,7 +679,8 @@ void e2b_keep_start(char *buf, size_t size, size_t *len, const void *p, size_t n
 {
 	size_t room = size - 1 - *len, take = n < room ? n : room;
 
-	memcpy(buf + *len, p, take);
+	if (take)
+		memcpy(buf + *len, p, take);
 	*len += take;
 	buf[*len] = '\0';
 }
@@ -691,6 +692,8 @@ static int run_output(void *ctx, uint16_t type, uint16_t flags, const unsigned c
 	struct e2b_run *res = ctx;
 
 	(void)flags;
+	if (!n)
+		return 0;       /* an end of stream */
 	if (type == PROTO_STDERR) {
 		e2b_keep_start(res->err, sizeof(res->err), &res->errlen, p, n);
 		return 0;

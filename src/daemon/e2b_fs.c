@@ -418,6 +418,8 @@ static int pump_output(void *ctx, uint16_t type, uint16_t flags, const unsigned 
 	struct fs_pump *f = ctx;
 
 	(void)flags;
+	if (!n)
+		return 0;       /* an end of stream */
 	if (type == PROTO_STDERR) {
 		e2b_keep_start(f->err, sizeof(f->err), &f->errlen, p, n);
 		return 0;
@@ -899,6 +901,8 @@ static int body_write(void *ctx, const void *p, size_t n, struct k8_err *err)
 {
 	struct fs_body *b = ctx;
 
+	if (!n)
+		return 0;
 	if (b->n + n > E2BC_REQ_MAX + E2BC_HDR)
 		return k8_err_set(err, -E2BIG, "the request is larger than %u bytes",
 				  E2BC_REQ_MAX + E2BC_HDR);
@@ -1035,6 +1039,8 @@ static int watch_output(void *ctx, uint16_t type, uint16_t flags, const unsigned
 	uint64_t now = now_mono_ns();
 
 	(void)flags;
+	if (!n)
+		return 0;       /* an end of stream */
 	if (type == PROTO_STDERR) {
 		e2b_keep_start(w->errtext, sizeof(w->errtext), &w->errlen, p, n);
 		return 0;
