@@ -17,6 +17,7 @@
 #include "daemon/e2b_box.h"
 #include "daemon/e2b_ctl.h"
 #include "daemon/e2b_envd.h"
+#include "daemon/e2b_fs.h"
 #include "daemon/daemon.h"
 #include "daemon/ports.h"
 
@@ -121,13 +122,26 @@ static const struct api_route e2b_routes[] = {
 	{ "POST",   "/process.Process/Update", e2b_api_proc_update },
 	{ "GET",    "/health", e2b_api_health },
 	{ "GET",    "/envs", e2b_api_envs },
+	/* envd's filesystem service and /files (e2b_fs.c) */
+	{ "POST",   "/filesystem.Filesystem/Stat", e2b_fs_api_stat },
+	{ "POST",   "/filesystem.Filesystem/ListDir", e2b_fs_api_list },
+	{ "POST",   "/filesystem.Filesystem/MakeDir", e2b_fs_api_mkdir },
+	{ "POST",   "/filesystem.Filesystem/Move", e2b_fs_api_move },
+	{ "POST",   "/filesystem.Filesystem/Remove", e2b_fs_api_remove },
+	{ "POST",   "/filesystem.Filesystem/WatchDir", e2b_fs_api_watch },
+	{ "POST",   "/filesystem.Filesystem/CreateWatcher", e2b_fs_api_watcher },
+	{ "POST",   "/filesystem.Filesystem/GetWatcherEvents", e2b_fs_api_watcher },
+	{ "POST",   "/filesystem.Filesystem/RemoveWatcher", e2b_fs_api_watcher },
+	{ "GET",    "/files", e2b_fs_api_read },
+	{ "POST",   "/files", e2b_fs_api_write },
 };
 
-/* Handlers that take their request body as a stream (api_take_body). */
+/* Routes that take their request body as a stream (api_take_body): a Connect stream's
+ * envelope, an upload. */
 static const api_handler e2b_streamed[] = {
-	/* envd's streaming calls: one Connect envelope, not JSON (e2b_envd.c) */
-	e2b_api_proc_start, e2b_api_proc_connect,
-	NULL,
+	/* envd's streaming calls (e2b_envd.c, e2b_fs.c) and uploads */
+	e2b_api_proc_start, e2b_api_proc_connect, e2b_fs_api_write, e2b_fs_api_watch,
+	NULL
 };
 
 static const struct api_dialect e2b_dialect = {

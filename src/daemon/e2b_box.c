@@ -17,10 +17,13 @@
 #include "daemon/broker.h"
 #include "daemon/sandbox.h"
 #include "daemon/secret.h"
+#include "common/proto.h"
 #include "docker/stream.h"
+#include "e2b/connect.h"
 #include "image/image.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -89,6 +92,15 @@ void e2b_sizes(struct daemon *d, int *cpus, int *memory_mib, int *disk_gb)
 	*memory_mib = cfg_int(e, "memory_mib", 512, 128, 65536);
 	*disk_gb = cfg_int(e, "disk_gb", 2, 1, 1024);
 	json_decref(cfg);
+}
+
+uint64_t e2b_upload_max(struct daemon *d)
+{
+	json_t *cfg = daemon_config(d);
+	int mib = cfg_int(json_object_get(cfg, "e2b"), "upload_max_mib", 1024, 1, 1 << 20);
+
+	json_decref(cfg);
+	return (uint64_t)mib << 20;
 }
 
 void e2b_home(const char *user, char *out, size_t n)
@@ -623,6 +635,167 @@ json_t *e2b_box_env(struct e2b_box *b, json_t *base, json_t *extra)
 		if (json_is_string(v))
 			env_put(env, json_string_value(v));
 	return env;
+}
+
+/* ---- commands of the daemon's own in the box's container ---- */
+
+int e2b_box_exec(struct daemon *d, struct e2b_box *b, const char *user, json_t *argv,
+		 bool in, struct sandbox **sbp, struct stream **sp, struct k8_err *err)
+{
+	struct e2b *e = e2b_of(d);
+	struct sandbox *sb = sb_get(d, b->sandbox, err);
+	char ctr[sizeof(b->container)], who[sizeof(b->user)];
+	json_t *req, *resp = NULL;
+	int r;
+
+	*sbp = NULL;
+	*sp = NULL;
+	if (!sb) {
+		json_decref(argv);
+		return err->code ? err->code : -EHOSTUNREACH;
+	}
+	pthread_mutex_lock(&e->lock);
+	snprintf(ctr, sizeof(ctr), "%s", b->container);
+	snprintf(who, sizeof(who), "%s", user && *user ? user : b->user);
+	pthread_mutex_unlock(&e->lock);
+	req = json_pack("{s:s,s:s,s:o,s:o,s:s,s:s,s:b}", "op", "exec", "container", ctr, "argv",
+			argv, "env", e2b_box_env(b, NULL, NULL), "cwd", "/", "user",
+			who[0] ? who : "0", "stdin", in);
+	r = sb_agent_request(sb, req, E2B_EXEC_START_MS, &resp, sp, err);
+	json_decref(resp);
+	if (r) {
+		sb_put(d, sb);
+		/* the agent's "no such process" or "no such file" are not the caller's path's
+		 * (a Stat would say "does not exist"): the container or the helper failed */
+		if (r == -ESRCH || r == -ENOENT)
+			err->code = r = r == -ESRCH ? -EHOSTUNREACH : -EIO;
+		return r;
+	}
+	*sbp = sb;
+	return 0;
+}
+
+void e2b_keep_start(char *buf, size_t size, size_t *len, const void *p, size_t n)
+{
+	size_t room = size - 1 - *len, take = n < room ? n : room;
+
+	if (take)
+		memcpy(buf + *len, p, take);
+	*len += take;
+	buf[*len] = '\0';
+}
+
+/* e2b_box_run's consumer: stdout kept up to its cap, the start of stderr. */
+static int run_output(void *ctx, uint16_t type, uint16_t flags, const unsigned char *p,
+		      size_t n)
+{
+	struct e2b_run *res = ctx;
+
+	(void)flags;
+	if (!n)
+		return 0;       /* an end of stream */
+	if (type == PROTO_STDERR) {
+		e2b_keep_start(res->err, sizeof(res->err), &res->errlen, p, n);
+		return 0;
+	}
+	if (res->len + n > res->max) {
+		res->over = true;
+		return -1;      /* link_stream_run kills it */
+	}
+	if (res->len + n > res->cap) {
+		res->cap = res->len + n > 2 * res->cap ? res->len + n : 2 * res->cap;
+		res->out = realloc(res->out, res->cap);
+		if (!res->out)
+			abort();
+	}
+	memcpy(res->out + res->len, p, n);
+	res->len += n;
+	return 0;
+}
+
+int e2b_box_run(struct daemon *d, struct e2b_box *b, const char *user, json_t *argv,
+		size_t max, struct e2b_run *res, struct k8_err *err)
+{
+	struct stream_ops ops = { .output = run_output, .input_fd = -1, .gone_fd = -1 };
+	struct sandbox *sb;
+	struct stream *s;
+	json_t *exit_info = NULL;
+	int r;
+
+	memset(res, 0, sizeof(*res));
+	res->max = max;
+	res->code = -1;
+	if ((r = e2b_box_exec(d, b, user, argv, false, &sb, &s, err)))
+		return r;
+	r = link_stream_run(&sb->link, s, &ops, res, &exit_info);
+	link_stream_close(&sb->link, s);
+	sb_put(d, sb);
+	if (r == 0 && json_is_integer(json_object_get(exit_info, "code")))
+		res->code = (int)json_integer_value(json_object_get(exit_info, "code"));
+	json_decref(exit_info);
+	if (res->over)
+		return k8_err_set(err, -E2BIG, "the sandbox printed more than %zu bytes", max);
+	if (r == -ECONNRESET)
+		return k8_err_set(err, -ECONNRESET, "%s", LINK_LOST_WHY);
+	return r < 0 ? k8_err_set(err, r, "the command in the sandbox failed") : 0;
+}
+
+void e2b_run_free(struct e2b_run *res)
+{
+	free(res->out);
+	res->out = NULL;
+	res->len = res->cap = 0;
+}
+
+/* ---- Connect's error replies (envd's services) ---- */
+
+int e2b_connect_fail(struct api_call *call, int rc)
+{
+	enum e2bc_code c = e2bc_code_of_errno(rc);
+
+	if (!call->err.code)
+		k8_err_set(&call->err, rc, "%s", strerror(-rc));
+	json_decref(call->out);
+	call->out = e2bc_error(c, call->err.msg);
+	if (!call->out)         /* a message that is not UTF-8 (it may echo a path) */
+		call->out = e2bc_error(c, "(the error message is not valid UTF-8)");
+	call->status = e2bc_code_http(c);
+	return 0;
+}
+
+struct connect_end {
+	uint8_t *frame;
+	size_t len;
+};
+
+static void connect_end_write(void *ctx, const struct api_conn *conn)
+{
+	struct connect_end *ce = ctx;
+
+	if (write_full(conn->fd, ce->frame, ce->len) < 0)
+		return;         /* the client left: nothing to tell */
+}
+
+static void connect_end_free(void *ctx)
+{
+	struct connect_end *ce = ctx;
+
+	free(ce->frame);
+	free(ce);
+}
+
+int e2b_connect_stream_fail(struct api_call *call, int rc)
+{
+	struct connect_end *ce = xcalloc(1, sizeof(*ce));
+
+	if (!call->err.code)
+		k8_err_set(&call->err, rc, "%s", strerror(-rc));
+	ce->frame = e2bc_end(e2bc_code_of_errno(rc), call->err.msg, &ce->len);
+	if (!ce->frame)
+		ce->frame = e2bc_end(e2bc_code_of_errno(rc), "(the error message is not valid "
+				     "UTF-8)", &ce->len);
+	return api_reply_raw(call, API_RAW_BODY, "application/connect+json", connect_end_write,
+			     connect_end_free, ce);
 }
 
 /* ---- getInfo and list ---- */

@@ -16,8 +16,11 @@
 #include "common/util.h"
 #include "e2b/control.h"
 
+struct api_call;
 struct daemon;
 struct e2b_proc;
+struct sandbox;
+struct stream;
 
 #define E2B_SB_PREFIX "e2b-"
 #define E2B_ENVD_VERSION "0.5.7"        /* the envd features served (docs/e2b.md) */
@@ -110,8 +113,48 @@ int e2b_box_ready(struct daemon *d, struct e2b_box *b, struct k8_err *err);
  * variables and HOME, as exec.c's run puts them under the rest), then the image's, then
  * envVars, then `extra` (may be NULL), each overriding the one before. */
 json_t *e2b_box_env(struct e2b_box *b, json_t *base, json_t *extra);
+/* config.json "e2b.upload_max_mib" in bytes (default 1024 MiB): the largest /files upload. */
+uint64_t e2b_upload_max(struct daemon *d);
 /* The home folder of `user` ("" or "root": /root, else /home/USER). */
 void e2b_home(const char *user, char *out, size_t n);
+
+/* ---- commands of the daemon's own in b's container (envd's helpers) ----
+ *
+ * e2b_box_exec starts argv (taken) in b's container as `user` ("" or NULL: the image's
+ * user), with cwd /, b's environment (e2b_box_env) and stdin a pipe when `in` (else
+ * /dev/null). 0 with *sbp (a reference: sb_put after link_stream_close) and *sp, the
+ * stream to pump with link_stream_run; or the agent's error (its message kept). */
+#define E2B_EXEC_START_MS 30000
+int e2b_box_exec(struct daemon *d, struct e2b_box *b, const char *user, json_t *argv,
+		 bool in, struct sandbox **sbp, struct stream **sp, struct k8_err *err);
+/* Keep the start of a stream (a helper's stderr, for its message): n bytes at p added to
+ * buf[size] (*len so far) as far as they fit, NUL-ended. */
+void e2b_keep_start(char *buf, size_t size, size_t *len, const void *p, size_t n);
+/* What e2b_box_run collected. */
+struct e2b_run {
+	uint8_t *out;                   /* stdout (malloc'd; e2b_run_free) */
+	size_t len, cap, max;
+	char err[512];                  /* the start of stderr, NUL-ended */
+	size_t errlen;
+	int code;                       /* the exit code; -1: a signal or none */
+	bool over;
+};
+/* Run argv (taken) in b's container with no stdin until it exits: its stdout, at most
+ * max bytes (beyond: the process is killed and -E2BIG), the start of its stderr and its
+ * exit code in *res, whatever the code (the caller judges it). -ECONNRESET when the VM or
+ * agent went away first; e2b_box_exec's errors. Free res with e2b_run_free in any case. */
+int e2b_box_run(struct daemon *d, struct e2b_box *b, const char *user, json_t *argv,
+		size_t max, struct e2b_run *res, struct k8_err *err);
+void e2b_run_free(struct e2b_run *res);
+
+/* ---- Connect's error replies (envd's process and filesystem services) ----
+ *
+ * A unary call's failure rc (call->err says why) answered in Connect's shape: Connect's
+ * HTTP status and {"code": "not_found", "message"}. Returns 0: the handler returns it. */
+int e2b_connect_fail(struct api_call *call, int rc);
+/* A server-streaming call's failure before its first message: 200 and one end-of-stream
+ * message carrying the error, as Connect answers. Returns 0 (api_reply_raw). */
+int e2b_connect_stream_fail(struct api_call *call, int rc);
 
 /* getInfo's and list's object. Caller holds the table's lock. */
 json_t *e2b_box_json(struct daemon *d, struct e2b_box *b, bool detail);

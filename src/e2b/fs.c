@@ -4,6 +4,7 @@
 #include "e2b/envd.h"
 #include "docker/stream.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,21 @@ int e2b_path(const char *in, const char *home, char *out, size_t n, struct k8_er
 		out[1] = '\0';
 	}
 	return 0;
+}
+
+int e2b_user_check(const char *name, struct k8_err *err)
+{
+	size_t len = strlen(name);
+
+	if (!len || len > E2B_USER_MAX || name[0] == '-')
+		goto bad;
+	for (size_t i = 0; i < len; i++)
+		if (!isalnum((unsigned char)name[i]) && !strchr("_.-", name[i]))
+			goto bad;
+	return 0;
+bad:
+	return k8_err_set(err, -EINVAL, "the user must be a name or a number (letters, digits, "
+			  "'_', '.', '-'; at most %d)", E2B_USER_MAX);
 }
 
 void e2b_entry_clear(struct e2b_entry *e)

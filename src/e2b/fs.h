@@ -29,6 +29,11 @@
  * NUL bytes, longer than E2B_PATH_MAX). */
 int e2b_path(const char *in, const char *home, char *out, size_t n, struct k8_err *err);
 
+/* A user named in a request (/files' username=), as the guest agent takes it: a name or
+ * a number of [A-Za-z0-9_.-], not starting with '-', 1..E2B_USER_MAX bytes (envd.h, as
+ * e2b_basic_user's). 0 or -EINVAL. */
+int e2b_user_check(const char *name, struct k8_err *err);
+
 struct e2b_entry {
 	char type;                      /* %y: f d l b c p s */
 	uint64_t size;

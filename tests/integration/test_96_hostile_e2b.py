@@ -268,6 +268,102 @@ def test_bodies_past_every_cap(e, two):
     alive(e)
 
 
+def test_filesystem_requests_that_are_not_what_they_say(e, two):
+    """envd's filesystem calls and /files with bad paths, users, fields and frames: each
+    refused in its shape (Connect's for the RPCs, E2B's for /files), nothing run for
+    them, and the daemon goes on serving."""
+    (a, ta, _), _ = two
+    rpc = lambda m, body, **kw: e.http("POST", "/filesystem.Filesystem/" + m, body,
+                                       headers=envd(a, ta, **kw))
+    for body in ({}, {"path": 5}, {"path": ""}, {"path": "/x" * 3000},
+                 {"path": "/", "depth": -1}, {"path": "/", "depth": "deep"}):
+        st, data, _ = rpc("ListDir", body)
+        assert st == 400 and data["code"] == "invalid_argument", (body, st, data)
+    for auth in ("Basic !!!!", "Bearer x", "Basic LXJmOg=="):      # "-rf:"
+        st, data, _ = rpc("Stat", {"path": "/"}, extra={"Authorization": auth})
+        assert st == 400 and data["code"] == "invalid_argument", (auth, st, data)
+    st, data, _ = rpc("Stat", {"path": "/no/such/thing"})
+    assert st == 404 and data["code"] == "not_found", (st, data)
+    st, data, _ = rpc("ListDir", {"path": "/etc/hostname"})
+    assert st == 400 and "not a directory" in data["message"], (st, data)
+    st, data, _ = rpc("MakeDir", {"path": "/etc/hostname"})
+    assert st == 400 and "not a directory" in data["message"], (st, data)
+    st, data, _ = rpc("MakeDir", {"path": "/etc"})
+    assert st == 409 and data["code"] == "already_exists", (st, data)
+    st, data, _ = rpc("CreateWatcher", {"path": "/"})
+    assert st == 501 and data["code"] == "unimplemented" and "WatchDir" in data["message"]
+    # a user is a name the agent takes: never an option, a path or a list
+    for q in ("path=/etc/hostname&username=-rf", "path=/etc/hostname&username=a%3Bb",
+              "path=/etc/hostname&username=..%2Froot", "path=%00", "username=root", "path="):
+        st, data, _ = e.http("GET", "/files?" + q, headers=envd(a, ta))
+        assert st == 400 and data["code"] == 400, (q, st, data)
+    st, data, _ = e.http("GET", "/files?path=/no/such/file", headers=envd(a, ta))
+    assert st == 404 and data["code"] == 404, (st, data)
+    st, data, _ = e.http("GET", "/files?path=/etc", headers=envd(a, ta))
+    assert st == 400 and "directory" in data["message"], (st, data)
+    # uploads: no path for octet-stream, two parts for one file, a type that is neither
+    st, data, _ = e.http("POST", "/files", b"x", headers=envd(a, ta, extra={
+        "Content-Type": "application/octet-stream"}))
+    assert st == 400 and "path" in data["message"], (st, data)
+    part = lambda name: (b"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\""
+                         b"\r\n\r\nx\r\n" % name)
+    st, data, _ = e.http("POST", "/files", part(b"/tmp/twice") + part(b"/tmp/../tmp/twice") +
+                         b"--B--\r\n", headers=envd(a, ta, extra={
+                             "Content-Type": "multipart/form-data; boundary=B"}))
+    assert st == 400 and "two files" in data["message"], (st, data)
+    st, data, _ = e.http("POST", "/files?path=/tmp/t", b"x", headers=envd(a, ta, extra={
+        "Content-Type": "text/plain"}))
+    assert st == 400, (st, data)
+    # WatchDir: a body that is no envelope, a folder that is not there
+    h = envd(a, ta, extra={"Content-Type": "application/connect+json"})
+    for body, code in ((b"{}", "invalid_argument"),
+                       (b"\x00\xff\xff\xff\xff{}", "resource_exhausted"),      # 4 GiB announced
+                       (envelope({"path": "/no/such/dir"}), "not_found"),
+                       (envelope({"path": "/etc/hostname"}), "invalid_argument")):
+        st, data, hdr = e.http("POST", "/filesystem.Filesystem/WatchDir", body, headers=h)
+        assert st == 200 and hdr["Content-Type"] == "application/connect+json", (body, st, data)
+        msgs = frames(data)
+        assert len(msgs) == 1 and msgs[0][0] == 2 and msgs[0][1]["error"]["code"] == code, \
+            (body, msgs)
+    alive(e)
+
+
+def test_transfers_the_client_leaves(e, two):
+    """A download of an endless file and an upload whose client goes half way: each
+    helper is ended (its record says it was cut), nothing waits for the client, and the
+    daemon goes on serving."""
+    (a, ta, _), _ = two
+
+    def head(method, path, extra):
+        h = dict(envd(a, ta), Host="127.0.0.1", **extra)
+        return ("%s %s HTTP/1.1\r\n" % (method, path) +
+                "".join("%s: %s\r\n" % kv for kv in h.items()) + "\r\n").encode()
+
+    s = socket.create_connection(("127.0.0.1", e.port), timeout=60)
+    s.sendall(head("GET", "/files?path=/dev/zero", {}))
+    got = b""
+    while len(got) < (1 << 20):
+        got += s.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+    s.close()
+    s = socket.create_connection(("127.0.0.1", e.port), timeout=60)
+    s.sendall(head("POST", "/files?path=/tmp/cut", {"Content-Type": "application/octet-stream",
+                                                    "Transfer-Encoding": "chunked"}))
+    s.sendall(b"%x\r\n%s\r\n" % (100000, b"c" * 100000))
+    time.sleep(2)
+    s.close()
+
+    def cut(path, direction):
+        rec = e.h.json("audit", "ls", "--sandbox", "e2b-" + a)
+        return [r for r in rec if r["action"] == "sandbox.container.cp" and
+                r["details"]["path"] == path and r["details"]["direction"] == direction]
+    zero = wait_for(lambda: cut("/dev/zero", "out"), timeout=60)
+    assert zero and zero[-1]["details"]["ok"] is False and zero[-1]["details"]["bytes"] >= 1 << 19
+    up = wait_for(lambda: cut("/tmp/cut", "in"), timeout=60)
+    assert up and up[-1]["details"]["ok"] is False and up[-1]["details"]["via"] == "e2b"
+    alive(e)
+
+
 def test_hostile_guest_listing(e, two):
     """The sandbox's own tools print what the daemon reads back: names that are not text,
     a listing past the cap, and a `find` that prints garbage."""

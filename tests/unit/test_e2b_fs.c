@@ -34,6 +34,21 @@ static void test_paths(void)
 	free(big);
 }
 
+/* A user named in a query, as the agent takes it. */
+static void test_users(void)
+{
+	struct k8_err err = { 0 };
+
+	CHECK_EQ_INT(e2b_user_check("1000", &err), 0);
+	CHECK_EQ_INT(e2b_user_check("www-data", &err), 0);
+	CHECK_EQ_INT(e2b_user_check("a.b_c", &err), 0);
+	CHECK_EQ_INT(e2b_user_check("a:b", &err), -EINVAL);
+	CHECK_EQ_INT(e2b_user_check("-rf", &err), -EINVAL);
+	CHECK_EQ_INT(e2b_user_check("a b", &err), -EINVAL);
+	CHECK_EQ_INT(e2b_user_check("", &err), -EINVAL);
+	CHECK_EQ_INT(e2b_user_check("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", &err), -EINVAL);
+}
+
 /* What the guest's helper prints, made by the host's own GNU find over a folder. */
 static size_t run_find(const char *dir, const char *depth, uint8_t *buf, size_t max)
 {
@@ -273,6 +288,7 @@ static void test_multipart(void)
 int main(void)
 {
 	test_paths();
+	test_users();
 	test_listing();
 	test_watch();
 	test_multipart();
