@@ -592,6 +592,7 @@ struct interp_run {
 	json_t *early;                  /* events that came with "connected" */
 	interp_sink sink;
 	void *sink_ctx;
+	interp_map map;                 /* interp_reply's */
 	uint64_t t0, deadline;
 	int timeout_s;
 	const char *error_name;         /* the cell's first error, for the audit record */
@@ -728,6 +729,8 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 {
 	json_t *code = json_object_get(body, "code"), *env = json_object_get(body, "env");
 	const char *image = json_string_value(json_object_get(body, "image"));
+	const char *container = json_string_value(json_object_get(body, "container"));
+	const char *cwd = json_string_value(json_object_get(body, "cwd"));
 	json_t *timeout = json_object_get(body, "timeout_s");
 	struct interp_run *r;
 	char ctr[13], sha[65];
@@ -745,8 +748,17 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 	if (json_object_get(body, "image") && !json_is_null(json_object_get(body, "image")) &&
 	    (!image || !*image || strlen(image) > 511))
 		return k8_err_set(err, -EINVAL, "field 'image' must be an image reference");
-	if (image && !dflt)
-		return k8_err_set(err, -EINVAL, "field 'image' is for the context 'default' only");
+	if (json_object_get(body, "container") && !json_is_null(json_object_get(body, "container"))
+	    && !is_hex12(container))
+		return k8_err_set(err, -EINVAL, "field 'container' must be a container id");
+	if (json_object_get(body, "cwd") && !json_is_null(json_object_get(body, "cwd")) &&
+	    (!cwd || cwd[0] != '/' || strlen(cwd) > 4095 || strchr(cwd, '\n')))
+		return k8_err_set(err, -EINVAL, "field 'cwd' must be an absolute path");
+	if ((image || container || cwd) && !dflt)
+		return k8_err_set(err, -EINVAL, "fields 'image', 'container' and 'cwd' are for the "
+				  "context 'default' only");
+	if (image && container)
+		return k8_err_set(err, -EINVAL, "give 'container' or 'image', not both");
 	if (interp_env_check(env, "env", err))
 		return err->code;
 	if (!dflt && interp_id_parse(id, ctr))
@@ -764,7 +776,10 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 		rc = err->code;
 		goto fail;
 	}
-	if (dflt) {
+	if (dflt && container) {
+		snprintf(ctr, sizeof(ctr), "%s", container);
+		snprintf(r->id, sizeof(r->id), "%s-default", ctr);
+	} else if (dflt) {
 		if ((rc = keeper_find(d, r->sb, image, ctr, err)))
 			goto fail;
 		snprintf(r->id, sizeof(r->id), "%s-default", ctr);
@@ -774,7 +789,7 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 	rc = run_connect(r, err);
 	if (rc == -ENOENT && dflt) {
 		json_t *c = NULL;
-		rc = ctx_create_in(r->sb, ctr, "default", "/", NULL, &c, err);
+		rc = ctx_create_in(r->sb, ctr, "default", cwd ? cwd : "/", NULL, &c, err);
 		if (rc == -EEXIST) {    /* made by another first cell meanwhile */
 			k8_err_clear(err);
 			rc = 0;
@@ -782,7 +797,7 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 		if (!rc)
 			daemon_audit(d, "sandbox.context.create", r->sb->name,
 				     json_pack("{s:s,s:s,s:s,s:s?}", "context", r->id, "container",
-					       ctr, "cwd", "/", "image", image));
+					       ctr, "cwd", cwd ? cwd : "/", "image", image));
 		json_decref(c);
 		if (!rc)
 			rc = run_connect(r, err);
@@ -905,13 +920,27 @@ int interp_api_ctx_restart(struct api_call *call)
 				  &call->out, &call->err);
 }
 
+/* Where a reply's events go: the pipe, each through map first (NULL: as they are). */
+struct ndjson {
+	int fd;
+	interp_map map;
+};
+
 /* Each event one NDJSON line on the reply's pipe; a failed write: the client left. */
 static int ndjson_sink(void *ctx, json_t *ev)
 {
-	int fd = *(int *)ctx;
-	char *t = json_dumps(ev, JSON_COMPACT);
+	struct ndjson *o = ctx;
+	char *t;
 	int r = -ENOMEM;
 
+	if (o->map) {
+		json_t *m = o->map(ev);
+		json_decref(ev);
+		if (!m)
+			return 0;
+		ev = m;
+	}
+	t = json_dumps(ev, JSON_COMPACT);
 	json_decref(ev);
 	if (t) {
 		size_t n = strlen(t);
@@ -919,7 +948,7 @@ static int ndjson_sink(void *ctx, json_t *ev)
 		if (!t)
 			abort();
 		t[n] = '\n';
-		r = write_full(fd, t, n + 1);
+		r = write_full(o->fd, t, n + 1);
 		free(t);
 	}
 	return r < 0 ? r : 0;
@@ -927,14 +956,21 @@ static int ndjson_sink(void *ctx, json_t *ev)
 
 static void run_reply(void *ctx, const struct api_conn *conn)
 {
-	int fd = conn->fd;
+	struct interp_run *r = ctx;
+	struct ndjson o = { conn->fd, r->map };
 
-	interp_run_pump(ctx, ndjson_sink, &fd);
+	interp_run_pump(r, ndjson_sink, &o);
 }
 
 static void run_reply_free(void *ctx)
 {
 	interp_run_free(ctx);
+}
+
+int interp_reply(struct api_call *call, struct interp_run *r, interp_map map)
+{
+	r->map = map;
+	return api_reply_raw(call, API_RAW_BODY, "application/x-ndjson", run_reply, run_reply_free, r);
 }
 
 int interp_api_run(struct api_call *call)
@@ -944,5 +980,5 @@ int interp_api_run(struct api_call *call)
 	if (interp_run_start(call->d, api_param(call, "name"), api_param(call, "id"), call->body,
 			     &r, &call->err))
 		return call->err.code ? call->err.code : -EIO;
-	return api_reply_raw(call, API_RAW_BODY, "application/x-ndjson", run_reply, run_reply_free, r);
+	return interp_reply(call, r, NULL);
 }
