@@ -16,6 +16,7 @@
 #include "daemon/api_route.h"
 #include "daemon/e2b_box.h"
 #include "daemon/e2b_ctl.h"
+#include "daemon/e2b_interp.h"
 #include "daemon/daemon.h"
 #include "daemon/ports.h"
 
@@ -109,6 +110,12 @@ static const struct api_route e2b_routes[] = {
 	{ "GET",    "/snapshots", e2b_api_snapshots },
 	{ "DELETE", "/templates/{id}", e2b_api_snapshot_rm },
 	{ "POST",   "/sandboxes/{id}/fork", e2b_api_fork },
+	/* the code interpreter (its port 49999): kosa8's interpreter, e2b_interp.c */
+	{ "POST",   "/execute", e2b_api_execute },
+	{ "POST",   "/contexts", e2b_api_ctx_create },
+	{ "GET",    "/contexts", e2b_api_ctx_list },
+	{ "DELETE", "/contexts/{id}", e2b_api_ctx_rm },
+	{ "POST",   "/contexts/{id}/restart", e2b_api_ctx_restart },
 };
 
 static const struct api_dialect e2b_dialect = {
