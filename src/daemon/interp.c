@@ -37,6 +37,7 @@
 #define HELPER_CTL_MS 120000    /* create, restart, rm, ls: the whole helper */
 #define CONNECT_MS 60000        /* a cell's client reaching its driver */
 #define KILL_WAIT_MS 10000      /* a killed helper's EXIT */
+#define KEEPALIVE_MS 5000       /* quiet before a keepalive (interp_reply with a map) */
 #define HELPER_ERR_MAX 2048     /* a helper's stderr kept for messages */
 #define LS_MAX 1024             /* contexts listed per container */
 #define RUN_TIMEOUT_MAX 86400
@@ -147,7 +148,8 @@ static const char *helper_why(struct helper *h)
 /* Pump h: its stdin out as the window allows, its stdout into h->line, its stderr into
  * h->err, until it exits (0), `stop(sctx)` is true after a frame (1), the deadline (ns of
  * CLOCK_MONOTONIC; 0: none) passes (-ETIMEDOUT), the VM or agent went away
- * (-ECONNRESET), or h->line failed (its return). A puller of the link's one stream
+ * (-ECONNRESET), or h->line failed (its return). stop is also asked after a second
+ * without frames. A puller of the link's one stream
  * machinery (link_stream_next), as an archive's reads are: it stops between frames,
  * which link_stream_run's consumers do not. */
 static int helper_pump(struct helper *h, uint64_t deadline, bool (*stop)(void *), void *sctx)
@@ -207,7 +209,9 @@ static int helper_pump(struct helper *h, uint64_t deadline, bool (*stop)(void *)
 		case LINK_NEXT_LOST:
 			json_decref(exit_info);
 			return -ECONNRESET;
-		default:
+		default:                /* nothing for a while: stop may look at the clock */
+			if (stop && stop(sctx))
+				return 1;
 			break;
 		}
 	}
@@ -593,6 +597,8 @@ struct interp_run {
 	interp_sink sink;
 	void *sink_ctx;
 	interp_map map;                 /* interp_reply's */
+	bool keepalive;                 /* a keepalive event after KEEPALIVE_MS of quiet */
+	uint64_t last_sent;             /* CLOCK_MONOTONIC ns of the last event to the sink */
 	uint64_t t0, deadline;
 	int timeout_s;
 	const char *error_name;         /* the cell's first error, for the audit record */
@@ -615,6 +621,7 @@ static void run_deliver(struct interp_run *r, json_t *ev)
 		json_array_append_new(r->early, ev);
 		return;
 	}
+	r->last_sent = now_mono_ns();
 	if (r->sink(r->sink_ctx, ev) < 0)
 		r->gone = true;
 }
@@ -664,9 +671,16 @@ static bool run_connected(void *ctx)
 	return ((struct interp_run *)ctx)->connected;
 }
 
+/* Has the client left? With keepalives on, a quiet cell sends one now and then, so a
+ * client that left is found by its failed write (and the cell interrupted) while the
+ * cell prints nothing. */
 static bool run_gone(void *ctx)
 {
-	return ((struct interp_run *)ctx)->gone;
+	struct interp_run *r = ctx;
+
+	if (r->keepalive && !r->gone && now_mono_ns() - r->last_sent >= KEEPALIVE_MS * 1000000ull)
+		run_deliver(r, json_pack("{s:s}", "type", "keepalive"));
+	return r->gone;
 }
 
 static void run_free(struct interp_run *r)
@@ -849,6 +863,7 @@ void interp_run_pump(struct interp_run *r, interp_sink sink, void *ctx)
 
 	r->sink = sink;
 	r->sink_ctx = ctx;
+	r->last_sent = now_mono_ns();
 	json_array_foreach(r->early, i, ev)
 		run_deliver(r, json_incref(ev));
 	json_array_clear(r->early);
@@ -970,6 +985,7 @@ static void run_reply_free(void *ctx)
 int interp_reply(struct api_call *call, struct interp_run *r, interp_map map)
 {
 	r->map = map;
+	r->keepalive = map != NULL;
 	return api_reply_raw(call, API_RAW_BODY, "application/x-ndjson", run_reply, run_reply_free, r);
 }
 

@@ -51,7 +51,9 @@ void interp_run_pump(struct interp_run *r, interp_sink sink, void *ctx);
 void interp_run_free(struct interp_run *r);
 /* Answer an API call with a started run (taken, also on failure): its events as NDJSON
  * lines, each through map first when map is not NULL (a new object for the line, or
- * NULL: no line; ev stays the caller's). The cell is cancelled when the client goes. */
+ * NULL: no line; ev stays the caller's). The cell is cancelled when the client goes,
+ * found by a failed write; with a map, an event {"type":"keepalive"} goes to it after
+ * every 5 s without events, so a quiet cell's client is found too. */
 typedef json_t *(*interp_map)(const json_t *ev);
 int interp_reply(struct api_call *call, struct interp_run *r, interp_map map);
 /* The context a started run is in (its real id, also for "default"). */

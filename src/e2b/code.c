@@ -149,6 +149,8 @@ json_t *e2b_code_event(const json_t *ev, int64_t now_ns)
 				 code_field(ev, "traceback", json_string("")));
 	if (!strcmp(type, "end"))
 		return json_pack("{s:s}", "type", "end_of_execution");
+	if (!strcmp(type, "keepalive"))
+		return json_pack("{s:s}", "type", "keepalive");
 	return NULL;
 }
 

@@ -24,9 +24,9 @@ int e2b_code_exec_parse(json_t *req, const char **ctx, json_t **cell, struct k8_
  * 0, -ENOTSUP or -EINVAL as above. */
 int e2b_code_ctx_parse(json_t *req, const char **cwd, struct k8_err *err);
 
-/* One of interp_run_pump's events (start, stdout, stderr, result, error, end) as E2B's
- * line (a new object), or NULL when E2B has none for it. `now_ns` (wall clock) stamps
- * output as E2B's server does. A result's MIME bundle becomes E2B's fields (text, html,
+/* One of interp_run_pump's events (start, stdout, stderr, result, error, end, keepalive)
+ * as E2B's line (a new object), or NULL when E2B has none for it. `now_ns` (wall clock)
+ * stamps output as E2B's server does. A result's MIME bundle becomes E2B's fields (text, html,
  * png, ...; JSON-valued ones parsed, what E2B has no field for in "extra"), and a text
  * that is a repr'd str loses its quotes, as E2B's server does. */
 json_t *e2b_code_event(const json_t *ev, int64_t now_ns);

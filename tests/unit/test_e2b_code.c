@@ -111,6 +111,7 @@ static void test_events(void)
 		   "\"value\":\"division by zero\"}");
 	CHECK_LINE("{\"type\":\"end\",\"context\":\"c\",\"execution_count\":3,\"ok\":true,\"ms\":5}",
 		   "{\"type\":\"end_of_execution\"}");
+	CHECK_LINE("{\"type\":\"keepalive\"}", "{\"type\":\"keepalive\"}");
 	CHECK_LINE("{\"type\":\"connected\"}", "(none)");
 	CHECK_LINE("{}", "(none)");
 	/* the main result: Jupyter's MIME bundle as E2B's fields */
