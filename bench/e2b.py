@@ -9,6 +9,7 @@
 # Sandboxes 512 MiB / 1 vCPU. The SDK's side is timed inside node (its start-up is not
 # counted, as it would not be in a program that makes many sandboxes); the CLI's side
 # includes the CLI's start. Each timed call starts BENCH_SETTLE s (0.3) after the last.
+# BENCH_E2B=cell: the cells only.
 import json
 import os
 import shutil
@@ -45,6 +46,41 @@ def line(what, a, b, an, bn):
     print("  %-22s %-34s %7.3f s   %-40s %7.3f s   ratio %.2f" % (what, an, ma, bn, mb, ma / mb))
 
 
+def create_and_run(home, e):
+    """Sandbox.create() + the first commands.run('true') against kosa8 sandbox create + run."""
+    sdk, cli, sdk_c, sdk_r = [], [], [], []
+    for i in range(N):
+        time.sleep(SETTLE)
+        r = node(e, "create-run")
+        sdk.append(r["total"])
+        sdk_c.append(r["create"])
+        sdk_r.append(r["run"])
+
+        def kosa8(name="bk%d" % i):
+            k(home, "sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2")
+            k(home, "sandbox", "run", name, IMG, "true")
+        cli.append(timed(kosa8))
+        k(home, "sandbox", "rm", "bk%d" % i)
+    line("create + first run", sdk, cli, "SDK create() + commands.run('true')",
+         "kosa8 sandbox create + run IMG true")
+    print("  %-22s SDK: create() %.3f s, commands.run('true') %.3f s (bash -l -c, as E2B)"
+          % ("", statistics.median(sdk_c), statistics.median(sdk_r)))
+
+
+def cells(home, e):
+    """runCode in a warm context against sandbox exec of the same code (python3 -c)."""
+    sid = node(e, "create")["id"]
+    ctr = [c["id"] for c in json.loads(out(home, "sandbox", "ps", "e2b-" + sid, "--json"))
+           if c["running"]][0]
+    cells_t = node(e, "runcode", sid, str(NCELL), CODE)["times"]
+    execs = []
+    for _ in range(NCELL):
+        execs.append(timed(k, home, "sandbox", "exec", "e2b-" + sid, ctr, "python3", "-c",
+                           "x = 6 * 7; print(x)"))
+    line("a cell", cells_t, execs, "runCode('%s'), warm context" % CODE,
+         "kosa8 sandbox exec python3 -c (cold)")
+
+
 def main():
     if not shutil.which("node") or not shutil.which("npm"):
         print("  skipped: node/npm missing (E2B's SDKs are npm packages)")
@@ -68,34 +104,9 @@ def main():
         print("  load %s; %d rounds, alternating" % (
             " ".join(open("/proc/loadavg").read().split()[:3]), N))
 
-        sdk, cli, sdk_c, sdk_r = [], [], [], []
-        for i in range(N):
-            time.sleep(SETTLE)
-            r = node(e, "create-run")
-            sdk.append(r["total"])
-            sdk_c.append(r["create"])
-            sdk_r.append(r["run"])
-
-            def kosa8(name="bk%d" % i):
-                k(home, "sandbox", "create", name, "--cpus", "1", "--memory", "512", "--disk", "2")
-                k(home, "sandbox", "run", name, IMG, "true")
-            cli.append(timed(kosa8))
-            k(home, "sandbox", "rm", "bk%d" % i)
-        line("create + first run", sdk, cli, "SDK create() + commands.run('true')",
-             "kosa8 sandbox create + run IMG true")
-        print("  %-22s SDK: create() %.3f s, commands.run('true') %.3f s (bash -l -c, as E2B)"
-              % ("", statistics.median(sdk_c), statistics.median(sdk_r)))
-
-        sid = node(e, "create")["id"]
-        ctr = [c["id"] for c in json.loads(out(home, "sandbox", "ps", "e2b-" + sid, "--json"))
-               if c["running"]][0]
-        cells = node(e, "runcode", sid, str(NCELL), CODE)["times"]
-        execs = []
-        for _ in range(NCELL):
-            execs.append(timed(k, home, "sandbox", "exec", "e2b-" + sid, ctr, "python3", "-c",
-                               "x = 6 * 7; print(x)"))
-        line("a cell", cells, execs, "runCode('%s'), warm context" % CODE,
-             "kosa8 sandbox exec python3 -c (cold)")
+        if os.environ.get("BENCH_E2B", "create,cell") != "cell":
+            create_and_run(home, e)
+        cells(home, e)
     finally:
         k(home, "daemon", "stop", check=False)
         shutil.rmtree(home, ignore_errors=True)

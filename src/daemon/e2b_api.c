@@ -18,6 +18,7 @@
 #include "daemon/e2b_ctl.h"
 #include "daemon/e2b_envd.h"
 #include "daemon/e2b_fs.h"
+#include "daemon/e2b_interp.h"
 #include "daemon/daemon.h"
 #include "daemon/ports.h"
 
@@ -134,6 +135,12 @@ static const struct api_route e2b_routes[] = {
 	{ "POST",   "/filesystem.Filesystem/RemoveWatcher", e2b_fs_api_watcher },
 	{ "GET",    "/files", e2b_fs_api_read },
 	{ "POST",   "/files", e2b_fs_api_write },
+	/* the code interpreter (its port 49999): kosa8's interpreter, e2b_interp.c */
+	{ "POST",   "/execute", e2b_api_execute },
+	{ "POST",   "/contexts", e2b_api_ctx_create },
+	{ "GET",    "/contexts", e2b_api_ctx_list },
+	{ "DELETE", "/contexts/{id}", e2b_api_ctx_rm },
+	{ "POST",   "/contexts/{id}/restart", e2b_api_ctx_restart },
 };
 
 /* Routes that take their request body as a stream (api_take_body): a Connect stream's

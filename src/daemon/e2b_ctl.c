@@ -233,7 +233,9 @@ static struct e2b_box *ctl_snapshot_find(struct daemon *d, const char *id, char 
 }
 
 /* A new box forked from checkpoint `label` of src: its settings copied, running, with
- * its own id and tokens. */
+ * its own id and tokens. Its op is held while it is made: the reaper takes a box in the
+ * table whose kosa8 sandbox is not there (yet) for one removed behind its back and
+ * kills it, unless its op is busy (as create holds it). */
 static struct e2b_box *ctl_fork_one(struct daemon *d, struct e2b_box *src, const char *label,
 				    int64_t timeout_s, struct k8_err *err)
 {
@@ -265,8 +267,10 @@ static struct e2b_box *ctl_fork_one(struct daemon *d, struct e2b_box *src, const
 	b->auto_pause = src->auto_pause;
 	b->auto_resume = src->auto_resume;
 	pthread_mutex_unlock(&e->lock);
+	pthread_mutex_lock(&b->op);
 	ssb = sb_get(d, src->sandbox, err);
 	if (!ssb) {
+		pthread_mutex_unlock(&b->op);
 		e2b_box_forget(d, b);
 		e2b_box_put(d, b);
 		return NULL;
@@ -275,7 +279,10 @@ static struct e2b_box *ctl_fork_one(struct daemon *d, struct e2b_box *src, const
 	sb_put(d, ssb);
 	json_decref(out);
 	set_end(d, b, timeout_s);
-	if (r || e2b_box_save(d, b, err)) {
+	if (!r)
+		r = e2b_box_save(d, b, err);
+	pthread_mutex_unlock(&b->op);
+	if (r) {
 		ctl_unmake(d, b);
 		e2b_box_put(d, b);
 		return NULL;

@@ -37,6 +37,7 @@
 #define HELPER_CTL_MS 120000    /* create, restart, rm, ls: the whole helper */
 #define CONNECT_MS 60000        /* a cell's client reaching its driver */
 #define KILL_WAIT_MS 10000      /* a killed helper's EXIT */
+#define KEEPALIVE_MS 5000       /* quiet before a keepalive (interp_reply with a map) */
 #define HELPER_ERR_MAX 2048     /* a helper's stderr kept for messages */
 #define LS_MAX 1024             /* contexts listed per container */
 #define RUN_TIMEOUT_MAX 86400
@@ -147,7 +148,8 @@ static const char *helper_why(struct helper *h)
 /* Pump h: its stdin out as the window allows, its stdout into h->line, its stderr into
  * h->err, until it exits (0), `stop(sctx)` is true after a frame (1), the deadline (ns of
  * CLOCK_MONOTONIC; 0: none) passes (-ETIMEDOUT), the VM or agent went away
- * (-ECONNRESET), or h->line failed (its return). A puller of the link's one stream
+ * (-ECONNRESET), or h->line failed (its return). stop is also asked after a second
+ * without frames. A puller of the link's one stream
  * machinery (link_stream_next), as an archive's reads are: it stops between frames,
  * which link_stream_run's consumers do not. */
 static int helper_pump(struct helper *h, uint64_t deadline, bool (*stop)(void *), void *sctx)
@@ -207,7 +209,9 @@ static int helper_pump(struct helper *h, uint64_t deadline, bool (*stop)(void *)
 		case LINK_NEXT_LOST:
 			json_decref(exit_info);
 			return -ECONNRESET;
-		default:
+		default:                /* nothing for a while: stop may look at the clock */
+			if (stop && stop(sctx))
+				return 1;
 			break;
 		}
 	}
@@ -592,6 +596,9 @@ struct interp_run {
 	json_t *early;                  /* events that came with "connected" */
 	interp_sink sink;
 	void *sink_ctx;
+	interp_map map;                 /* interp_reply's */
+	bool keepalive;                 /* a keepalive event after KEEPALIVE_MS of quiet */
+	uint64_t last_sent;             /* CLOCK_MONOTONIC ns of the last event to the sink */
 	uint64_t t0, deadline;
 	int timeout_s;
 	const char *error_name;         /* the cell's first error, for the audit record */
@@ -614,6 +621,7 @@ static void run_deliver(struct interp_run *r, json_t *ev)
 		json_array_append_new(r->early, ev);
 		return;
 	}
+	r->last_sent = now_mono_ns();
 	if (r->sink(r->sink_ctx, ev) < 0)
 		r->gone = true;
 }
@@ -663,9 +671,16 @@ static bool run_connected(void *ctx)
 	return ((struct interp_run *)ctx)->connected;
 }
 
+/* Has the client left? With keepalives on, a quiet cell sends one now and then, so a
+ * client that left is found by its failed write (and the cell interrupted) while the
+ * cell prints nothing. */
 static bool run_gone(void *ctx)
 {
-	return ((struct interp_run *)ctx)->gone;
+	struct interp_run *r = ctx;
+
+	if (r->keepalive && !r->gone && now_mono_ns() - r->last_sent >= KEEPALIVE_MS * 1000000ull)
+		run_deliver(r, json_pack("{s:s}", "type", "keepalive"));
+	return r->gone;
 }
 
 static void run_free(struct interp_run *r)
@@ -728,6 +743,8 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 {
 	json_t *code = json_object_get(body, "code"), *env = json_object_get(body, "env");
 	const char *image = json_string_value(json_object_get(body, "image"));
+	const char *container = json_string_value(json_object_get(body, "container"));
+	const char *cwd = json_string_value(json_object_get(body, "cwd"));
 	json_t *timeout = json_object_get(body, "timeout_s");
 	struct interp_run *r;
 	char ctr[13], sha[65];
@@ -745,8 +762,17 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 	if (json_object_get(body, "image") && !json_is_null(json_object_get(body, "image")) &&
 	    (!image || !*image || strlen(image) > 511))
 		return k8_err_set(err, -EINVAL, "field 'image' must be an image reference");
-	if (image && !dflt)
-		return k8_err_set(err, -EINVAL, "field 'image' is for the context 'default' only");
+	if (json_object_get(body, "container") && !json_is_null(json_object_get(body, "container"))
+	    && !is_hex12(container))
+		return k8_err_set(err, -EINVAL, "field 'container' must be a container id");
+	if (json_object_get(body, "cwd") && !json_is_null(json_object_get(body, "cwd")) &&
+	    (!cwd || cwd[0] != '/' || strlen(cwd) > 4095 || strchr(cwd, '\n')))
+		return k8_err_set(err, -EINVAL, "field 'cwd' must be an absolute path");
+	if ((image || container || cwd) && !dflt)
+		return k8_err_set(err, -EINVAL, "fields 'image', 'container' and 'cwd' are for the "
+				  "context 'default' only");
+	if (image && container)
+		return k8_err_set(err, -EINVAL, "give 'container' or 'image', not both");
 	if (interp_env_check(env, "env", err))
 		return err->code;
 	if (!dflt && interp_id_parse(id, ctr))
@@ -764,7 +790,10 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 		rc = err->code;
 		goto fail;
 	}
-	if (dflt) {
+	if (dflt && container) {
+		snprintf(ctr, sizeof(ctr), "%s", container);
+		snprintf(r->id, sizeof(r->id), "%s-default", ctr);
+	} else if (dflt) {
 		if ((rc = keeper_find(d, r->sb, image, ctr, err)))
 			goto fail;
 		snprintf(r->id, sizeof(r->id), "%s-default", ctr);
@@ -774,7 +803,7 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 	rc = run_connect(r, err);
 	if (rc == -ENOENT && dflt) {
 		json_t *c = NULL;
-		rc = ctx_create_in(r->sb, ctr, "default", "/", NULL, &c, err);
+		rc = ctx_create_in(r->sb, ctr, "default", cwd ? cwd : "/", NULL, &c, err);
 		if (rc == -EEXIST) {    /* made by another first cell meanwhile */
 			k8_err_clear(err);
 			rc = 0;
@@ -782,7 +811,7 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 		if (!rc)
 			daemon_audit(d, "sandbox.context.create", r->sb->name,
 				     json_pack("{s:s,s:s,s:s,s:s?}", "context", r->id, "container",
-					       ctr, "cwd", "/", "image", image));
+					       ctr, "cwd", cwd ? cwd : "/", "image", image));
 		json_decref(c);
 		if (!rc)
 			rc = run_connect(r, err);
@@ -834,6 +863,7 @@ void interp_run_pump(struct interp_run *r, interp_sink sink, void *ctx)
 
 	r->sink = sink;
 	r->sink_ctx = ctx;
+	r->last_sent = now_mono_ns();
 	json_array_foreach(r->early, i, ev)
 		run_deliver(r, json_incref(ev));
 	json_array_clear(r->early);
@@ -905,13 +935,27 @@ int interp_api_ctx_restart(struct api_call *call)
 				  &call->out, &call->err);
 }
 
+/* Where a reply's events go: the pipe, each through map first (NULL: as they are). */
+struct ndjson {
+	int fd;
+	interp_map map;
+};
+
 /* Each event one NDJSON line on the reply's pipe; a failed write: the client left. */
 static int ndjson_sink(void *ctx, json_t *ev)
 {
-	int fd = *(int *)ctx;
-	char *t = json_dumps(ev, JSON_COMPACT);
+	struct ndjson *o = ctx;
+	char *t;
 	int r = -ENOMEM;
 
+	if (o->map) {
+		json_t *m = o->map(ev);
+		json_decref(ev);
+		if (!m)
+			return 0;
+		ev = m;
+	}
+	t = json_dumps(ev, JSON_COMPACT);
 	json_decref(ev);
 	if (t) {
 		size_t n = strlen(t);
@@ -919,7 +963,7 @@ static int ndjson_sink(void *ctx, json_t *ev)
 		if (!t)
 			abort();
 		t[n] = '\n';
-		r = write_full(fd, t, n + 1);
+		r = write_full(o->fd, t, n + 1);
 		free(t);
 	}
 	return r < 0 ? r : 0;
@@ -927,14 +971,22 @@ static int ndjson_sink(void *ctx, json_t *ev)
 
 static void run_reply(void *ctx, const struct api_conn *conn)
 {
-	int fd = conn->fd;
+	struct interp_run *r = ctx;
+	struct ndjson o = { conn->fd, r->map };
 
-	interp_run_pump(ctx, ndjson_sink, &fd);
+	interp_run_pump(r, ndjson_sink, &o);
 }
 
 static void run_reply_free(void *ctx)
 {
 	interp_run_free(ctx);
+}
+
+int interp_reply(struct api_call *call, struct interp_run *r, interp_map map)
+{
+	r->map = map;
+	r->keepalive = map != NULL;
+	return api_reply_raw(call, API_RAW_BODY, "application/x-ndjson", run_reply, run_reply_free, r);
 }
 
 int interp_api_run(struct api_call *call)
@@ -944,5 +996,5 @@ int interp_api_run(struct api_call *call)
 	if (interp_run_start(call->d, api_param(call, "name"), api_param(call, "id"), call->body,
 			     &r, &call->err))
 		return call->err.code ? call->err.code : -EIO;
-	return api_reply_raw(call, API_RAW_BODY, "application/x-ndjson", run_reply, run_reply_free, r);
+	return interp_reply(call, r, NULL);
 }

@@ -35,8 +35,9 @@ int interp_ctx_rm(struct daemon *d, const char *sbname, const char *id, struct k
 int interp_ctx_restart(struct daemon *d, const char *sbname, const char *id, json_t **out,
 		       struct k8_err *err);
 
-/* A cell: start it (body {"code", "env"?, "timeout_s"?, "image"?}; id "default": the
- * default context of the image's interpreter container, made on first use). Returns once
+/* A cell: start it (body {"code", "env"?, "timeout_s"?, "image"?, "container"?, "cwd"?};
+ * id "default": the default context of the image's interpreter container, or of
+ * `container` when given, made on first use, in `cwd` (default "/")). Returns once
  * the cell client reached the context's driver, so an unknown context is an error here
  * (-ENOENT), not in the stream. */
 int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_t *body,
@@ -48,6 +49,13 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 typedef int (*interp_sink)(void *ctx, json_t *ev);
 void interp_run_pump(struct interp_run *r, interp_sink sink, void *ctx);
 void interp_run_free(struct interp_run *r);
+/* Answer an API call with a started run (taken, also on failure): its events as NDJSON
+ * lines, each through map first when map is not NULL (a new object for the line, or
+ * NULL: no line; ev stays the caller's). The cell is cancelled when the client goes,
+ * found by a failed write; with a map, an event {"type":"keepalive"} goes to it after
+ * every 5 s without events, so a quiet cell's client is found too. */
+typedef json_t *(*interp_map)(const json_t *ev);
+int interp_reply(struct api_call *call, struct interp_run *r, interp_map map);
 /* The context a started run is in (its real id, also for "default"). */
 const char *interp_run_context(const struct interp_run *r);
 

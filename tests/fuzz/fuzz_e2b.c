@@ -2,11 +2,12 @@
 /* fuzz_e2b.c - libFuzzer target: arbitrary bytes as what an E2B client or a sandbox sends
  * kosa8d's E2B listener (src/e2b/): a Connect request body, a stream of envelopes (whole
  * and split where the input says), every envd and control-plane request parser on the
- * JSON inside, a guest's listing, a multipart upload at two splits, the list's query.
+ * JSON inside (the code interpreter's too, and its event lines), a guest's listing, a multipart upload at two splits, the list's query.
  *
  * Any abort() below is a broken invariant: the reader giving other messages for another
  * split, a parsed start without argv, a listing entry with a path it should have
  * refused, multipart parts that differ between splits. */
+#include "e2b/code.h"
 #include "e2b/connect.h"
 #include "e2b/control.h"
 #include "e2b/envd.h"
@@ -69,6 +70,21 @@ static void requests(json_t *m)
 		e2b_net_clear(&net);
 	json_t *end = e2b_ev_end(m);
 	json_decref(end);
+	/* the code interpreter: /execute, /contexts, an event as E2B's line */
+	const char *ctx, *cwd;
+	json_t *cell;
+	k8_err_clear(&err);
+	if (e2b_code_exec_parse(m, &ctx, &cell, &err) == 0) {
+		if (!json_is_string(json_object_get(cell, "code")) ||
+		    (ctx && strlen(ctx) > E2B_CTX_ID_MAX))
+			abort();
+		json_decref(cell);
+	}
+	k8_err_clear(&err);
+	e2b_code_ctx_parse(m, &cwd, &err);
+	k8_err_clear(&err);
+	json_decref(e2b_code_event(m, 0));
+	json_decref(e2b_code_ctx(m));
 }
 
 struct mp_tally {

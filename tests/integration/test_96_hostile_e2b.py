@@ -2,9 +2,11 @@
 # test_96_hostile_e2b.py - kosa8d's E2B-compatible API (docs/e2b.md) against hostile
 # clients and a hostile sandbox: no key or a wrong one, one sandbox's token aimed at
 # another, unknown ids, malformed Connect frames, bodies past every cap, a guest whose
-# `find` prints garbage and whose file names are not text. Each answer is E2B's error
+# `find` prints garbage and whose file names are not text, the code interpreter's port
+# given bad bodies and other sandboxes' contexts. Each answer is E2B's error
 # shape (control plane, /files: {"code": status, "message"}; envd's Connect calls:
 # Connect's {"code": "...", "message"}), and the daemon goes on serving.
+import http.client
 import json
 import os
 import socket
@@ -386,6 +388,74 @@ return { names, many, garbage, after: (await s.files.list('/h')).length }
     assert "more than 20000" in out["many"] or "larger than" in out["many"], out["many"]
     assert out["garbage"] != "listed"
     assert out["after"] >= 5
+    alive(e)
+
+
+def code(sid, traffic=None, token=None):
+    """The code interpreter's headers (its port 49999), as @e2b/code-interpreter sends them."""
+    h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999", "Content-Type": "application/json"}
+    if traffic:
+        h["E2B-Traffic-Access-Token"] = traffic
+    if token:
+        h["X-Access-Token"] = token
+    return h
+
+
+def ndjson(data):
+    return [json.loads(ln) for ln in data.decode().splitlines() if ln.strip()] \
+        if isinstance(data, bytes) else data
+
+
+def test_code_interpreter_refuses_and_keeps_serving(e, two):
+    """The code interpreter's port: another sandbox's tokens, bodies that are not what
+    they should be, context ids of nothing or of another sandbox, a client that leaves in
+    the middle of a cell. E2B's error shape each time; a cell whose client left is
+    interrupted, so the context serves the next one at once."""
+    (a, ta, fa), (b, tb, fb) = two
+    st, body, _ = e.http("POST", "/execute", {"code": "1"}, headers=code(a, fa))
+    assert st == 200 and ndjson(body)[-1] == {"type": "end_of_execution"}, (st, body)
+    st, body, _ = e.http("POST", "/contexts", {}, headers=code(a, fa))
+    assert st == 200 and body["language"] == "python", (st, body)
+    ctx_a = body["id"]
+    # a's tokens on b, no token, a wrong one
+    for hdr in (code(b, fa), code(b, None, ta), code(b), code(b, fb + "0")):
+        st, body, _ = e.http("POST", "/execute", {"code": "1"}, headers=hdr)
+        assert st == 401 and body["code"] == 401, (hdr, st, body)
+    # bodies
+    for raw, want in ((b"[]", 400), (b"{", 400), (b'{"code": 1}', 400),
+                      (b'{"code": "1", "language": "r"}', 400),
+                      (b'{"code": "1", "env_vars": ["A=1"]}', 400),
+                      (b'{"code": "1", "env_vars": {"A B": "x"}}', 400),
+                      (b'{"code": "1", "env_vars": {"A": "x\\u0000y"}}', 400),
+                      (b'{"code": "1", "context_id": "../../etc/passwd"}', 404),
+                      (b'{"code": "1", "context_id": "0123456789ab-default"}', 404),
+                      (json.dumps({"code": "1", "context_id": ctx_a}).encode(), 404),
+                      (json.dumps({"code": "x" * (2 << 20)}).encode(), 413)):
+        st, body, _ = e.http("POST", "/execute", raw, headers=code(b, fb))
+        assert st == want and body["code"] == want, (raw[:60], st, body)
+    # a's context is not b's to restart or remove, and stays a's
+    for method, path in (("POST", "/contexts/%s/restart" % ctx_a), ("DELETE", "/contexts/" + ctx_a)):
+        st, body, _ = e.http(method, path, headers=code(b, fb))
+        assert st == 404 and body["code"] == 404, (path, st, body)
+    st, body, _ = e.http("GET", "/contexts", headers=code(a, fa))
+    assert ctx_a in [c["id"] for c in body]
+    st, body, _ = e.http("POST", "/contexts", {"language": "javascript"}, headers=code(b, fb))
+    assert st == 400 and "Python only" in body["message"], (st, body)
+    # a client that leaves in the middle of a cell: the cell is interrupted
+    c = http.client.HTTPConnection("127.0.0.1", e.port, timeout=120)
+    c.request("POST", "/execute", json.dumps({"code": "import time\nprint('go', flush=True)\n"
+                                              "time.sleep(90)\nleft = 'no'"}).encode(),
+              headers=code(a, fa))
+    r = c.getresponse()
+    while b'"go' not in r.fp.readline():
+        pass
+    r.close()       # the socket too (the response holds it)
+    c.close()
+    t0 = time.time()
+    st, body, _ = e.http("POST", "/execute", {"code": "'left' in dir()"}, headers=code(a, fa))
+    results = [x for x in ndjson(body) if x["type"] == "result"]
+    assert st == 200 and results[0]["text"] == "False", body
+    assert time.time() - t0 < 60, time.time() - t0     # not after the 90 s sleep
     alive(e)
 
 
