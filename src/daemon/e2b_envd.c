@@ -397,62 +397,11 @@ static void proc_reply_free(void *ctx)
 
 /* ---- answers ---- */
 
-/* A 200 whose body is bytes already made (a stream's one end-of-stream message). */
-struct envd_buf {
-	uint8_t *p;
-	size_t n, off;
-};
-
-static ssize_t envd_buf_read(void *ctx, char *buf, size_t max)
-{
-	struct envd_buf *b = ctx;
-	size_t n = b->n - b->off < max ? b->n - b->off : max;
-
-	memcpy(buf, b->p + b->off, n);
-	b->off += n;
-	return (ssize_t)n;
-}
-
-static void envd_buf_free(void *ctx)
-{
-	struct envd_buf *b = ctx;
-
-	free(b->p);
-	free(b);
-}
-
-/* A streaming call that fails: 200 and one end-of-stream message with the error, as
- * Connect answers. */
-static int envd_stream_fail(struct api_call *call, int r)
-{
-	struct envd_buf *b = xcalloc(1, sizeof(*b));
-	struct api_reader rd = { .read = envd_buf_read, .free = envd_buf_free, .ctx = b,
-				 .type = ENVD_STREAM_TYPE };
-
-	b->p = e2bc_end((int)e2bc_code_of_errno(r), call->err.msg[0] ? call->err.msg :
-			strerror(-r), &b->n);
-	k8_err_clear(&call->err);
-	if (!b->p) {
-		free(b);
-		return k8_err_set(&call->err, -ENOMEM, "cannot encode an error");
-	}
-	return api_reply_reader(call, &rd);
-}
-
 /* A unary call's end: r >= 0 as it is; an error as Connect's {"code","message"} with
- * Connect's status for it. */
+ * Connect's status for it (e2b_box.c). */
 static int envd_unary_end(struct api_call *call, int r)
 {
-	enum e2bc_code c;
-
-	if (r >= 0)
-		return 0;
-	c = e2bc_code_of_errno(r);
-	json_decref(call->out);
-	call->out = e2bc_error(c, call->err.msg[0] ? call->err.msg : strerror(-r));
-	call->status = e2bc_code_http(c);
-	k8_err_clear(&call->err);
-	return 0;
+	return r < 0 ? e2b_connect_fail(call, r) : 0;
 }
 
 /* The request's box, its token checked, usable (a reference). */
@@ -510,7 +459,7 @@ static int envd_body_done(struct api_call *call, void *ctx)
 		r = eb->fn(call, b, msg);
 	json_decref(msg);
 	e2b_box_put(call->d, b);
-	return r < 0 ? envd_stream_fail(call, r) : 0;
+	return r < 0 ? e2b_connect_stream_fail(call, r) : 0;
 }
 
 static void envd_body_free(void *ctx)
