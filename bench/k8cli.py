@@ -10,6 +10,10 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 # daemon's: KOSA8_GUEST_DIR, else the guest/ folder beside that bin/.
 BIN = os.path.abspath(os.environ.get("KOSA8_BIN", os.path.join(TOP, "build", "bin")))
 KOSA8 = os.path.join(BIN, "kosa8")
+# The guest CPU and kernel flags of kosa8d's TCG VMs (src/daemon/vm.c): a bare VM that is
+# compared with a sandbox must run on the same (docs/shared-folders.md "Speed").
+TCG_CPU = "max,-erms,-fsrm"
+TCG_APPEND = "clearcpuid=rep_good"
 GUEST = os.path.abspath(os.environ.get("KOSA8_GUEST_DIR", os.path.join(os.path.dirname(BIN), "guest")))
 
 
@@ -104,10 +108,10 @@ def qemu_vm(home, workdir, extra=(), erofs=None, mem=512, cpus=1, guest=None, ma
     os.makedirs(workdir, exist_ok=True)
     shutil.copy(os.path.join(home, "cache", "scratch-2G.qcow2"), os.path.join(workdir, "scratch.qcow2"))
     args = ["qemu-system-x86_64", "-M", "microvm,acpi=off,pit=on,pic=on,rtc=off",
-            "-accel", "tcg,tb-size=128", "-cpu", "max", "-m", str(mem), "-smp", str(cpus),
+            "-accel", "tcg,tb-size=128", "-cpu", TCG_CPU, "-m", str(mem), "-smp", str(cpus),
             "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
             "-kernel", os.path.join(guest, "vmlinux"), "-initrd", os.path.join(guest, "initramfs.cpio"),
-            "-append", ("console=ttyS0 quiet panic=-1 reboot=t " + append).strip(),
+            "-append", ("console=ttyS0 quiet panic=-1 reboot=t %s %s" % (TCG_APPEND, append)).strip(),
             "-serial", "null", "-device", "virtio-serial-device,max_ports=%d" % max_ports,
             "-chardev", "socket,id=agent,path=%s/a.sock,server=on,wait=off" % workdir,
             "-device", "virtserialport,chardev=agent,name=kosa8.agent",

@@ -17,7 +17,8 @@
  *            request, much under TCG); else it queues it for the writer. A request of
  *            FS_BIG bytes or more (a WRITE's data) keeps the buffer it was read into (no
  *            copy; freed ones are kept for reuse). FLUSH and IOCTL are answered here,
- *            never sent (fs_local). Above FS_CAP_BYTES of remembered + queued bytes it
+ *            never sent; RELEASE and RELEASEDIR are answered here and sent without
+ *            a unique, for the host to close its handle (fs_local). Above FS_CAP_BYTES of remembered + queued bytes it
  *            stops reading: the kernel's callers wait.
  *   writer   writes what is queued and, after a RESYNC, the SYNC and the resend. One
  *            thread at a time writes the port (`sending`), one whole message at a time.
@@ -340,24 +341,46 @@ static void fs_to_kernel(struct fs *fs, const unsigned char *p, size_t n);
 static int fs_send(struct fs *fs, const unsigned char *p, size_t n);
 static void fs_sent(struct fs *fs, struct fs_msg *m, int r);
 
-/* Requests answered here, without a round trip to the host. FLUSH: the kernel sends it
- * on close after its own write-back of the file (mmap'd pages) has been answered, and
- * writes are not cached (no writeback cache), so the host has everything already; the
- * host's FLUSH does nothing (no locks on the host). IOCTL: the host has none to offer
- * (it answered ENOSYS, which the kernel turns into ENOTTY); Python asks TCGETS on every
- * open() through isatty(). 1 if answered. */
-static int fs_local(struct fs *fs, const struct fuse_in_header *h)
+/* Requests answered here, without a round trip to the host. Each request costs the guest
+ * two process switches (the caller's to this thread and back), and under TCG each
+ * switch flushes QEMU's whole soft TLB (some 300 us, docs/shared-folders.md
+ * "Speed"), so every one kept from the host counts.
+ *   FLUSH: ENOSYS, once: the kernel then stops sending FLUSH (fc->no_flush) but still
+ *     writes back a file's mmap'd pages and checks their errors on every close, before
+ *     it would have sent FLUSH; writes are not cached (no writeback cache), so the host
+ *     has everything already, and the host's FLUSH did nothing (no locks on the host).
+ *   IOCTL: ENOTTY: the host has none to offer (it answered ENOSYS, which the kernel turns
+ *     into ENOTTY; the kernel does not remember it); Python asks TCGETS on every open().
+ *   RELEASE, RELEASEDIR: answered at once, and still sent to the host, with unique 0 so
+ *     that kosa8-fs closes the handle and answers nothing. The kernel sends them in the
+ *     background after close() and only frees its side on the answer; nothing the
+ *     caller sees depends on the host's. Order holds: they go into the port behind every
+ *     request the kernel queued before them (the file's WRITEs).
+ * FS_LOCAL_DONE if answered and done, FS_LOCAL_FORWARD if answered and still to be sent
+ * (its unique now 0), 0 for the host. */
+enum { FS_LOCAL_DONE = 1, FS_LOCAL_FORWARD = 2 };
+
+static int fs_local(struct fs *fs, struct fuse_in_header *h, unsigned char *msg)
 {
 	struct fuse_out_header o = { .len = sizeof(o), .unique = h->unique };
+	int r = FS_LOCAL_DONE;
 
-	if (h->opcode == FUSE_FLUSH)
-		o.error = 0;
-	else if (h->opcode == FUSE_IOCTL)
+	if (h->opcode == FUSE_FLUSH) {
+		o.error = -ENOSYS;
+	} else if (h->opcode == FUSE_IOCTL) {
 		o.error = -ENOTTY;
-	else
+	} else if (h->opcode == FUSE_RELEASE || h->opcode == FUSE_RELEASEDIR) {
+		o.error = 0;
+		r = FS_LOCAL_FORWARD;
+	} else {
 		return 0;
+	}
 	fs_to_kernel(fs, (const unsigned char *)&o, sizeof(o));
-	return 1;
+	if (r == FS_LOCAL_FORWARD) {
+		h->unique = 0;
+		memcpy(msg, h, sizeof(*h));
+	}
+	return r;
 }
 
 static void *fs_reader(void *arg)
@@ -393,7 +416,7 @@ static void *fs_reader(void *arg)
 		memcpy(&h, buf, sizeof(h));
 		if (h.len != (uint32_t)n)
 			continue; /* cannot happen: the kernel writes whole requests */
-		if (fs_local(fs, &h))
+		if (fs_local(fs, &h, buf) == FS_LOCAL_DONE)
 			continue;
 		if ((size_t)n >= FS_BIG) {
 			/* a WRITE's data: the read buffer becomes the message */
@@ -408,7 +431,7 @@ static void *fs_reader(void *arg)
 		m->unique = h.unique;
 		m->nodeid = h.nodeid;
 		m->opcode = h.opcode;
-		m->tracked = fs_tracked(h.opcode);
+		m->tracked = h.unique != 0 && fs_tracked(h.opcode);
 		pthread_mutex_lock(&fs->lock);
 		fs->bytes += m->len;
 		if (m->tracked) {

@@ -29,6 +29,7 @@
 #define BOOT_TIMEOUT_MS 90000
 #define ADOPT_TIMEOUT_MS 15000
 #define REQ_TIMEOUT_MS 30000
+#define SB_CLOCK_LATE_NS (200ull * 1000000ull)   /* an init this slow: set the clock again */
 
 /* ---- before QEMU starts ---- */
 
@@ -245,6 +246,17 @@ static json_t *sb_init_req(struct sandbox *sb, bool restored)
 	return req;
 }
 
+void sb_guest_clock(struct sandbox *sb)
+{
+	struct k8_err err = { 0 };
+	json_t *resp = NULL;
+
+	link_request(&sb->link, json_pack("{s:s,s:I}", "op", "init", "time_ns",
+					  (json_int_t)now_real_ns()), REQ_TIMEOUT_MS, &resp, NULL,
+		     &err);
+	json_decref(resp);
+}
+
 /* Add to the end of err's message (a k8_err_wrap the other way round). */
 static void sb_err_append(struct k8_err *err, const char *fmt, ...) K8_PRINTF(2, 3);
 static void sb_err_append(struct k8_err *err, const char *fmt, ...)
@@ -412,6 +424,11 @@ int sb_connect_vm_finish(struct daemon *d, struct sandbox *sb, struct sb_connect
 		k8_err_wrap(err, "initialising the guest");
 	if (r)
 		goto fail;
+	/* The init's clock was read before the round trip: a guest that took it late (a
+	 * restored VM on a busy host) stands that much behind, so it is set again now that
+	 * the agent answers at once. */
+	if (t[5] - t[4] > SB_CLOCK_LATE_NS)
+		sb_guest_clock(sb);
 	if (restored)
 		for (int i = 0; i < sb->nimages; i++)
 			sb->images[i].mounted = true;

@@ -19,6 +19,9 @@ int sb_boot(struct daemon *d, struct sandbox *sb, struct k8_err *err);
 /* Reconnect to a VM that outlived the previous daemon (its QMP, its agent, its
  * sidecars). */
 int sb_adopt(struct daemon *d, struct sandbox *sb, struct k8_err *err);
+/* Set the guest's clock to the host's, read now (an init with time only): after time
+ * went on outside it (an in-memory resume), or after an init the guest took late. */
+void sb_guest_clock(struct sandbox *sb);
 /* Mount every attached image the guest has not mounted yet (image.mount). */
 int sb_mount_images(struct sandbox *sb, struct k8_err *err);
 /* Stop QEMU and the sandbox's sidecars (kosa8-net, kosa8-fs). Caller holds sb->lock. */

@@ -1138,15 +1138,8 @@ static int pause_in_memory(struct sandbox *sb, bool pause, struct k8_err *err)
 	pthread_mutex_lock(&sb->lock);
 	sb->paused = pause;
 	pthread_mutex_unlock(&sb->lock);
-	if (!pause) {
-		/* Time went on outside: tell the guest. */
-		json_t *resp = NULL;
-		struct k8_err e2 = { 0 };
-		link_request(&sb->link, json_pack("{s:s,s:I}", "op", "init", "time_ns",
-						  (json_int_t)now_real_ns()),
-			     10000, &resp, NULL, &e2);
-		json_decref(resp);
-	}
+	if (!pause)
+		sb_guest_clock(sb);     /* time went on outside: tell the guest */
 	return 0;
 }
 

@@ -159,7 +159,7 @@ static void dkl_stdin_write(struct dkc *c, const void *p, size_t n)
 	int fd;
 
 	pthread_mutex_lock(&dk->lock);
-	fd = c->stdin_w >= 0 ? dup(c->stdin_w) : -1;
+	fd = c->stdin_w >= 0 ? fcntl(c->stdin_w, F_DUPFD_CLOEXEC, 0) : -1;
 	pthread_mutex_unlock(&dk->lock);
 	if (fd < 0)
 		return;

@@ -38,6 +38,10 @@
 #include <time.h>
 
 #define SLOT_VSIZE "64G"
+/* The TCG guest's kernel drops its "rep string ops are fast" flag (REP_GOOD, which a
+ * CPU of this family sets) and copies with unrolled moves; see the -cpu line. The kernel
+ * marks itself tainted (CPU_OUT_OF_SPEC) for it, which changes nothing else. */
+#define VM_TCG_APPEND "clearcpuid=rep_good"
 
 json_t *vm_machine_json(const struct vm_machine *m)
 {
@@ -479,8 +483,13 @@ static void vm_args_machine(struct argv_b *a, const struct vm_spec *s, int ram)
 		ADD("tcg,tb-size=%d", s->tb_mib > 0 ? s->tb_mib : 128);
 	else
 		ADD("kvm");
+	/* Under TCG the guest copies memory without `rep movsb` (no ERMS/FSRM, for the
+	 * kernel's copy routines and for glibc) and without `rep movsq` (clearcpuid below):
+	 * TCG runs a rep string instruction one element per pass, so the kernel's unrolled
+	 * copies are 2-5x faster (docs/shared-folders.md "Speed"). A restored state
+	 * keeps the copy routines its kernel picked at boot; they run either way. */
 	ADD("-cpu");
-	ADD("%s", strcmp(s->accel, "kvm") ? "max" : "host");
+	ADD("%s", strcmp(s->accel, "kvm") ? "max,-erms,-fsrm" : "host");
 	ADD("-m");
 	ADD("%d", s->memory_mib);
 	ADD("-smp");
@@ -501,8 +510,10 @@ static void vm_args_machine(struct argv_b *a, const struct vm_spec *s, int ram)
 	 * seed the first getrandom() at boot spins on jitter entropy: a second of CPU under
 	 * TCG before the agent says HELLO. The host's seed follows in every init. */
 	if (strcmp(s->accel, "kvm") && vm_tsc_khz())
-		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on tsc_early_khz=%u",
-		    vm_tsc_khz());
+		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on " VM_TCG_APPEND
+		    " tsc_early_khz=%u", vm_tsc_khz());
+	else if (strcmp(s->accel, "kvm"))
+		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on " VM_TCG_APPEND);
 	else
 		ADD("console=ttyS0 quiet panic=-1 reboot=t random.trust_cpu=on");
 	/* The console goes to a bounded ring buffer, read over QMP when a boot fails: a

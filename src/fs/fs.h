@@ -25,6 +25,10 @@
 #define K8FS_MAX_WRITE      (1024 * 1024)     /* max_write and max_read we offer */
 #define K8FS_MAX_PAGES      256               /* K8FS_MAX_WRITE / 4096 */
 #define K8FS_MAX_READDIR    (128 * 1024)      /* cap on one READDIR reply */
+#define K8FS_IO_BLKSIZE     K8FS_MAX_WRITE    /* st_blksize the guest sees: the buffer size
+						 * Python, coreutils pick, so a buffered
+						 * write is one WRITE (QEMU's 9p reports its
+						 * iounit, ~msize, likewise) */
 #define K8FS_MAX_NODES      (1u << 18)        /* each holds an fd: ~300 B of kernel memory */
 #define K8FS_MAX_HANDLES    65536
 #define K8FS_MAX_MOUNTS     64

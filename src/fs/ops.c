@@ -117,7 +117,7 @@ static void attr_fill(struct fuse_attr *a, const struct stat *st)
 	a->uid = st->st_uid;
 	a->gid = st->st_gid;
 	a->rdev = (uint32_t)st->st_rdev;
-	a->blksize = (uint32_t)st->st_blksize;
+	a->blksize = K8FS_IO_BLKSIZE;
 }
 
 static void root_attr(struct fs_ctx *c, struct fuse_attr *a)
@@ -128,7 +128,7 @@ static void root_attr(struct fs_ctx *c, struct fuse_attr *a)
 	a->nlink = 2 + c->nmounts;
 	a->uid = geteuid();
 	a->gid = getegid();
-	a->blksize = 4096;
+	a->blksize = K8FS_IO_BLKSIZE;
 }
 
 static void entry_fill(struct fuse_entry_out *e, const struct fs_node *n, const struct stat *st)
@@ -572,6 +572,18 @@ static int op_link(struct fs_req *r)
 
 #define OPEN_FLAGS (O_ACCMODE | O_APPEND | O_SYNC | O_DSYNC)
 
+/* FOPEN_* for an open with these flags. Never FOPEN_KEEP_CACHE: each open drops the
+ * guest's cached pages ("a host change is seen on the next open"). A write-only open
+ * gets FOPEN_DIRECT_IO: its WRITEs carry the caller's own pages, so the guest kernel
+ * neither allocates page cache for them nor copies into it, which under TCG costs more
+ * than the transfer itself (docs/shared-folders.md "Speed"). Nothing else changes
+ * for the caller: such an fd can neither read nor be mmap'd, and every write() already
+ * went to the host at once (no writeback cache). */
+static uint32_t open_out_flags(uint32_t flags)
+{
+	return (flags & O_ACCMODE) == O_WRONLY ? FOPEN_DIRECT_IO : 0;
+}
+
 static int op_open(struct fs_req *r)
 {
 	const struct fuse_open_in *in = fs_req_get(r, 0, sizeof(*in));
@@ -616,7 +628,7 @@ static int op_open(struct fs_req *r)
 	h->flags = in->flags & ~(uint32_t)O_TRUNC;
 	o = reply(r, sizeof(*o));
 	o->fh = fh;
-	o->open_flags = 0;       /* no FOPEN_KEEP_CACHE: each open drops cached pages */
+	o->open_flags = open_out_flags(in->flags);
 	return 0;
 }
 
@@ -687,6 +699,7 @@ static int op_create(struct fs_req *r)
 	struct fuse_open_out *oo = (struct fuse_open_out *)(eo + 1);
 	entry_fill(eo, n, &st);
 	oo->fh = fh;
+	oo->open_flags = open_out_flags(in->flags);
 	return 0;
 fail:
 	fs_handle_close(r->c, fh);

@@ -608,7 +608,9 @@ def t_limits(work, opts):
         r, res = ag.run(["sh", "-c", "b(){ b|b& };b"], cid(22), IMG_DIGEST, rm=True, timeout=300)
         ag.send(PING, 7, b"alive")
         ag.wait(lambda: 7 in ag.pongs, 30, "PONG")
-        check("fork bomb ends, agent answers PING", res and res["exit"] is not None and not res["err"],
+        # (its shells' "can't fork" on stderr is the pids limit biting: what it says depends
+        # on how far the bomb got before the limit, so only the end and the PING count)
+        check("fork bomb ends, agent answers PING", res and res["exit"] is not None,
               "%r in %.2f s" % (res and (res["exit"], res["err"]), time.time() - t))
         t = time.time()
         r, res = ag.run(["sh", "-c", "b(){ b|b& };b; sleep 5; echo survived"], cid(23), IMG_DIGEST, rm=True,

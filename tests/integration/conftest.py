@@ -204,10 +204,7 @@ def _ci():
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
+def _skip_fails_under_ci(rep):
     if not _ci() or not rep.skipped or hasattr(rep, "wasxfail"):
         return
     reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
@@ -217,6 +214,41 @@ def pytest_runtest_makereport(item, call):
         return
     rep.outcome = "failed"
     rep.longrepr = "skipped under CI=true, which fails instead: %s" % reason
+
+
+def _daemon_stacks():
+    """Every kosa8d's threads as gdb prints them, with its KOSA8_HOME: what a hang left
+    behind, so that an intermittent one is diagnosed from the run that saw it."""
+    out = []
+    for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open("/proc/%d/comm" % pid) as f:
+                if f.read().strip() != "kosa8d":
+                    continue
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        home = env.get(b"KOSA8_HOME", b"?").decode(errors="replace")
+        try:
+            bt = subprocess.run(["gdb", "-q", "-batch", "-p", str(pid), "-ex",
+                                 "thread apply all bt 25"], capture_output=True, text=True,
+                                timeout=90).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            bt = "(gdb: %s)" % e
+        out.append("== kosa8d %d (KOSA8_HOME=%s)\n%s" % (pid, home, bt))
+    return "\n".join(out) or "(no kosa8d running)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    _skip_fails_under_ci(rep)
+    if rep.when == "call" and rep.failed and call.excinfo is not None and (
+            call.excinfo.errisinstance(subprocess.TimeoutExpired) or
+            "timed out" in str(call.excinfo.value)):
+        rep.sections.append(("kosa8d threads after the timeout", _daemon_stacks()))
 
 
 def wait_or_fail(pred, what, timeout=30, step=0.2):

@@ -94,7 +94,8 @@ def test_push_then_fork_on_other_host(a, b, s3, src):
     res = result(a, "checkpoint", "push", "src", "c1", "--to", "mine", timeout=600)
     print("first push: %(data)d bytes of data, %(chunks_sent)d of %(chunks)d chunks, "
           "%(sent)d bytes sent, %(ms)d ms" % res)
-    assert res["chunks_sent"] == res["chunks"] > 0 and res["sent"] > 0
+    # an empty store: every distinct chunk goes (two chunks of the same bytes go once)
+    assert 0 < res["chunks_sent"] <= res["chunks"] and res["sent"] > 0
     snaps = b.json("store", "ls", "mine")["snapshots"]
     assert [(s["sandbox"], s["label"]) for s in snaps] == [("src", "c1")]
     # B has neither the sandbox nor its image: everything comes from the store

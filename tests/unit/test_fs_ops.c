@@ -361,6 +361,43 @@ static void test_files(struct fs_ctx *c)
 			 sizeof(struct fuse_getxattr_in), NAME("user.x")), -ENOSYS);
 }
 
+/* issue 30: what the guest's speed rests on. A write-only open bypasses the guest's page
+ * cache (FOPEN_DIRECT_IO), nothing else does; attributes carry st_blksize = max_write;
+ * a RELEASE the agent already answered (unique 0) closes the handle and gets no reply. */
+static void test_fast_path(struct fs_ctx *c)
+{
+	struct fuse_open_out oo;
+	struct fuse_entry_out eo;
+	uint64_t n, fh, fh2;
+	uint8_t msg[64];
+
+	CHECK_EQ_INT(do_create(c, 2, "wo", O_WRONLY, 0644, &n, &fh), 0);
+	memcpy(&eo, rep + 16, sizeof(eo));
+	memcpy(&oo, rep + 16 + sizeof(eo), sizeof(oo));
+	CHECK_EQ_INT(oo.open_flags, FOPEN_DIRECT_IO);
+	CHECK_EQ_INT(eo.attr.blksize, K8FS_IO_BLKSIZE);
+	CHECK_EQ_INT(do_create(c, 2, "rw", O_RDWR, 0644, &n, &fh2), 0);
+	memcpy(&oo, rep + 16 + sizeof(eo), sizeof(oo));
+	CHECK_EQ_INT(oo.open_flags, 0);
+	CHECK_EQ_INT(do_open(c, n, O_RDONLY, &fh2), 0);
+	CHECK_EQ_INT(((struct fuse_open_out *)(rep + 16))->open_flags, 0);
+	CHECK_EQ_INT(do_open(c, n, O_WRONLY | O_APPEND, &fh2), 0);
+	CHECK_EQ_INT(((struct fuse_open_out *)(rep + 16))->open_flags, FOPEN_DIRECT_IO);
+	CHECK_EQ_INT(req(c, FUSE_GETATTR, n, &(struct fuse_getattr_in){ 0 },
+			 sizeof(struct fuse_getattr_in), NULL, 0), 0);
+	CHECK_EQ_INT(((struct fuse_attr_out *)(rep + 16))->attr.blksize, K8FS_IO_BLKSIZE);
+	/* RELEASE with unique 0: carried out, never answered */
+	struct fuse_in_header h = { .len = sizeof(h) + sizeof(struct fuse_release_in),
+				    .opcode = FUSE_RELEASE, .unique = 0, .nodeid = n };
+	struct fuse_release_in rl = { .fh = fh2 };
+	memcpy(msg, &h, sizeof(h));
+	memcpy(msg + sizeof(h), &rl, sizeof(rl));
+	CHECK_EQ_INT(fs_dispatch(c, msg, h.len, rep), 0);
+	CHECK_EQ_INT(req(c, FUSE_RELEASE, n, &rl, sizeof(rl), NULL, 0), -EBADF);
+	rl.fh = fh;
+	CHECK_EQ_INT(req(c, FUSE_RELEASE, n, &rl, sizeof(rl), NULL, 0), 0);
+}
+
 static void test_readonly_and_xdev(struct fs_ctx *c)
 {
 	uint64_t rofile, rosub, rwfile, fh, fhw, n;
@@ -695,6 +732,7 @@ int main(void)
 	test_names(&c);
 	test_symlinks_and_special(&c);
 	test_files(&c);
+	test_fast_path(&c);
 	test_readonly_and_xdev(&c);
 	test_readdir(&c);
 	test_garbage(&c);

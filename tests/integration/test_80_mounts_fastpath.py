@@ -1,0 +1,290 @@
+# SPDX-License-Identifier: Apache-2.0
+# Shared folders' fast path (issue 30) through the real CLI, daemon, kosa8-fs and VM (TCG):
+# write-only opens bypass the guest's page cache (FOPEN_DIRECT_IO) and still round-trip
+# every byte, read and read-write opens keep the page cache (mmap works), the agent's
+# own answers to RELEASE still close the host's handles, st_blksize is max_write, :ro
+# refuses the new path, and a rewind in the middle of a big write leaves the right file.
+#
+# One daemon home (--allow-mount ROOT), one sandbox "ffs" with ROOT/rw at /data and
+# ROOT/ro at /ro:ro, and its own sandbox for the rewind.
+import ast
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import types
+
+import pytest
+
+from conftest import make_sandbox, own_home, wait_for
+
+IMAGE = "python:3.12-slim"
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def root():
+    """ROOT/allowed/{rw,ro,ck}: the folders the sandboxes share (ro holds ro.txt)."""
+    base = tempfile.mkdtemp(prefix="k8ff-", dir="/tmp")
+    r = types.SimpleNamespace(allowed=os.path.join(base, "allowed"))
+    for name, mode in (("rw", 0o777), ("ro", 0o755), ("ck", 0o777)):
+        setattr(r, name, os.path.join(r.allowed, name))
+        os.makedirs(getattr(r, name))
+        os.chmod(getattr(r, name), mode)
+    os.chmod(base, 0o755)
+    with open(os.path.join(r.ro, "ro.txt"), "w") as f:
+        f.write("read only\n")
+    yield r
+    if os.environ.get("KOSA8_KEEP_HOME") is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def fhome(root, python_layout):
+    for h in own_home("k8ffh-", python_layout, start_args=("--allow-mount", root.allowed)):
+        yield h
+
+
+@pytest.fixture(scope="module")
+def fsb(fhome, root):
+    name = make_sandbox(fhome, "ffs", "--mount", root.rw + ":/data", "--mount",
+                        root.ro + ":/ro:ro")
+    yield name
+    fhome("sandbox", "rm", name)
+
+
+def gpy(h, sb, code, *args, timeout=600):
+    """Python code in a new container of sb; its last stdout line is a Python literal (the
+    test image's python3 has no json module)."""
+    p = h("sandbox", "run", sb, IMAGE, "python3", "-c", code, *args, timeout=timeout)
+    assert p.returncode == 0, "guest code failed (%d): %s %s" % (p.returncode, p.stdout, p.stderr)
+    return ast.literal_eval(p.stdout.strip().splitlines()[-1])
+
+
+def fs_stats(h, sb):
+    """kosa8-fs's control op stats for sandbox sb."""
+    with open(os.path.join(h.path, "sandboxes", sb, "sandbox.json")) as f:
+        sid = json.load(f)["id"]
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.path.join(h.path, "run", "%s.fsctl" % sid))
+    s.sendall(b'{"op":"stats","id":1}\n')
+    line = s.makefile().readline()
+    s.close()
+    return json.loads(line)
+
+
+def block(i, size):
+    """The i-th block of a test file: its index, then a pattern (cheap in the guest too)."""
+    head = b"%016d" % i
+    return (head + bytes(range(256)) * (size // 256 + 1))[:size]
+
+
+# Shared mappings (the test image's python3 has no mmap module): "r FILE" maps FILE
+# MAP_SHARED read-only and prints the FNV-1a of its bytes; "w FILE" opens FILE O_RDWR,
+# maps 64 KiB MAP_SHARED writable, stores MAPPD at 100 and msyncs.
+MMAP_C = r'''
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+	struct stat st;
+	if (argc != 3)
+		return 2;
+	if (argv[1][0] == 'r') {
+		int fd = open(argv[2], O_RDONLY);
+		if (fd < 0 || fstat(fd, &st) < 0)
+			return perror("open"), 1;
+		const unsigned char *p = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			return perror("mmap"), 1;
+		uint64_t h = 14695981039346656037ull;
+		for (off_t i = 0; i < st.st_size; i++)
+			h = (h ^ p[i]) * 1099511628211ull;
+		printf("%016llx\n", (unsigned long long)h);
+		return 0;
+	}
+	int fd = open(argv[2], O_RDWR | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || ftruncate(fd, 65536) < 0)
+		return perror("open"), 1;
+	char *p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return perror("mmap"), 1;
+	memcpy(p + 100, "MAPPD", 5);
+	if (msync(p, 65536, MS_SYNC) < 0)
+		return perror("msync"), 1;
+	return munmap(p, 65536) || close(fd);
+}
+'''
+
+
+def fnv1a(data):
+    h = 14695981039346656037
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xffffffffffffffff
+    return "%016x" % h
+
+
+WRITE_ODD = r'''
+import hashlib, os, sys
+def meminfo(key):
+    for l in open("/proc/meminfo"):
+        if l.startswith(key + ":"):
+            return int(l.split()[1]) * 1024
+def block(i, size):
+    head = b"%016d" % i
+    return (head + bytes(range(256)) * (size // 256 + 1))[:size]
+# write-only: sizes that are not pages, one write of 3 MiB (three WRITEs of max_write),
+# then appends through a second write-only fd
+sizes = [(1 << 20) + 13, 4095, 3 << 20, 1, 777777, (2 << 20) - 1]
+h = hashlib.sha256()
+cached0 = meminfo("Cached")
+fd = os.open("/data/odd.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for i, n in enumerate(sizes):
+    b = block(i, n)
+    assert os.write(fd, b) == n
+    h.update(b)
+os.close(fd)
+fd = os.open("/data/odd.bin", os.O_WRONLY | os.O_APPEND)
+for i in range(3):
+    b = block(100 + i, 5 << 20 >> 2)
+    os.write(fd, b)
+    h.update(b)
+os.close(fd)
+grew = meminfo("Cached") - cached0
+total = os.stat("/data/odd.bin").st_size
+# read back inside (page cache)
+r = hashlib.sha256()
+with open("/data/odd.bin", "rb") as f:
+    while True:
+        b = f.read(1 << 20)
+        if not b:
+            break
+        r.update(b)
+print(repr({"sha": h.hexdigest(), "back": r.hexdigest(), "total": total, "grew": grew,
+            "blksize": os.stat("/data/odd.bin").st_blksize}))
+'''
+
+
+def test_write_only_bypasses_the_page_cache_and_round_trips(fhome, fsb, root):
+    out = gpy(fhome, fsb, WRITE_ODD)
+    want = hashlib.sha256()
+    for i, n in enumerate([(1 << 20) + 13, 4095, 3 << 20, 1, 777777, (2 << 20) - 1]):
+        want.update(block(i, n))
+    for i in range(3):
+        want.update(block(100 + i, 5 << 20 >> 2))
+    p = os.path.join(root.rw, "odd.bin")
+    with open(p, "rb") as f:
+        data = f.read()
+    assert out["sha"] == want.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert out["back"] == out["sha"]
+    assert out["total"] == len(data)
+    # some 12.6 MiB went through write-only fds: none of it was cached in the guest
+    # (through the page cache it would all be, minus what the guest had to evict)
+    assert out["grew"] < 2 * MiB, "the guest's page cache grew by %d bytes" % out["grew"]
+    assert out["blksize"] == MiB
+    # read and read-write opens keep the page cache: shared mappings work
+    src = os.path.join(root.rw, "mm.c")
+    with open(src, "w") as f:
+        f.write(MMAP_C)
+    subprocess.run(["cc", "-static", "-O1", "-o", os.path.join(root.rw, "mm"), src], check=True)
+    r = fhome("sandbox", "run", fsb, IMAGE, "/data/mm", "r", "/data/odd.bin", timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == fnv1a(data), r.stdout + r.stderr
+    r = fhome("sandbox", "run", fsb, IMAGE, "/data/mm", "w", "/data/mapped.bin", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(os.path.join(root.rw, "mapped.bin"), "rb") as f:
+        assert f.read()[100:105] == b"MAPPD"
+
+
+def test_agent_answered_releases_close_the_hosts_handles(fhome, fsb, root):
+    """The agent answers RELEASE and RELEASEDIR itself and sends them on without a unique:
+    kosa8-fs must still close every handle (a lost one would hold a host fd until the
+    sandbox stops)."""
+    os.makedirs(os.path.join(root.rw, "hd"), exist_ok=True)
+    before = fs_stats(fhome, fsb)["handles"]
+    out = gpy(fhome, fsb, "import os\n"
+              "for i in range(300):\n"
+              "    with open('/data/hd/f%d' % i, 'w') as f: f.write('x')\n"
+              "    open('/data/hd/f%d' % i).read()\n"
+              "    os.listdir('/data/hd')\n"
+              "print(len(os.listdir('/data/hd')))")
+    assert out == 300
+    assert wait_for(lambda: fs_stats(fhome, fsb)["handles"] <= before, 20), \
+        "kosa8-fs holds %d handles, %d before the 900 opens" % (
+            fs_stats(fhome, fsb)["handles"], before)
+
+
+def test_read_only_refuses_the_write_only_path(fhome, fsb, root):
+    out = gpy(fhome, fsb, "import errno, os\nres = {}\n"
+              "for name, path, fl in [('existing', '/ro/ro.txt', os.O_WRONLY),\n"
+              "                       ('append', '/ro/ro.txt', os.O_WRONLY | os.O_APPEND),\n"
+              "                       ('new', '/ro/new.txt', os.O_WRONLY | os.O_CREAT)]:\n"
+              "    try:\n"
+              "        fd = os.open(path, fl, 0o644); os.write(fd, b'x'); os.close(fd)\n"
+              "        res[name] = 'written'\n"
+              "    except OSError as e:\n"
+              "        res[name] = errno.errorcode[e.errno]\n"
+              "print(repr(res))")
+    assert out == {"existing": "EROFS", "append": "EROFS", "new": "EROFS"}
+    assert os.listdir(root.ro) == ["ro.txt"]
+    assert open(os.path.join(root.ro, "ro.txt")).read() == "read only\n"
+
+
+# Writes N KiB through a write-only fd in 1 KiB writes, each a round trip to the host, so
+# that at almost any moment one WRITE is on its way or waits for its answer; each KiB
+# says which it is. Leaves a marker when done.
+KIB_WRITER = r'''
+import os, sys
+n = int(sys.argv[1])
+fd = os.open("/data/ck/big.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for i in range(n):
+    os.write(fd, (b"%016d" % i) * 64)
+os.close(fd)
+open("/data/ck/done", "w").write("%d\n" % n)
+'''
+
+
+def test_rewind_in_the_middle_of_a_big_write(fhome, root):
+    """Checkpoint while a container writes 16 MiB through the direct path one KiB at a
+    time, let it write on, rewind: the writer goes on from its checkpointed state (the
+    WRITE it was waiting for at the checkpoint is resent after the host's RESYNC; were it
+    not, the writer would wait for ever), and the host file ends whole and right."""
+    n = 16 * 1024
+    sb = make_sandbox(fhome, "ffck", "--mount", root.ck + ":/data/ck")
+    big = os.path.join(root.ck, "big.bin")
+    done = os.path.join(root.ck, "done")
+
+    def kib():
+        return os.path.getsize(big) // 1024 if os.path.exists(big) else 0
+    try:
+        fhome("sandbox", "start", sb, IMAGE, "python3", "-c", KIB_WRITER, str(n), check=True)
+        assert wait_for(lambda: kib() >= 1024, 120), "the writer did not start"
+        p = fhome("checkpoint", sb, "--label", "mid", timeout=300)
+        assert p.returncode == 0, p.stderr
+        at = kib()
+        assert at < n and not os.path.exists(done), \
+            "the write ended before the checkpoint: nothing to prove"
+        assert wait_for(lambda: kib() >= min(n, at + 1024), 120)
+        if os.path.exists(done):     # it must be made again, after the rewind
+            os.unlink(done)
+        p = fhome("rewind", sb, "--to", "mid", "-y", timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert wait_for(lambda: os.path.exists(done), 300), \
+            "the writer did not finish after the rewind (%d of %d KiB)" % (kib(), n)
+        with open(big, "rb") as f:
+            data = f.read()
+        assert len(data) == n * 1024
+        bad = [i for i in range(n) if data[i * 1024:(i + 1) * 1024] != (b"%016d" % i) * 64]
+        assert not bad, "KiB blocks wrong after the rewind: %s" % bad[:10]
+        # the writer's handle is closed on the host too (its RELEASE, answered by the
+        # agent, went after the rewind)
+        assert wait_for(lambda: fs_stats(fhome, sb)["handles"] == 0, 20), fs_stats(fhome, sb)
+    finally:
+        fhome("sandbox", "rm", sb)
