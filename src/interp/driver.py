@@ -43,6 +43,7 @@ MARK = "kosa8-ctx"
 REQ_MAX = 16 << 20          # a request: the cell and its environment
 CHUNK = 32768               # text per stdout/stderr event
 FLUSH_S = 0.05              # output is sent at least this often while a cell runs
+PARTIAL_S = 0.25            # ... but a line still being written waits up to this long
 DATA_MAX = 3 << 20          # one rich result's value (kosa8d takes lines of 4 MiB)
 
 _ESC = {i: "\\u%04x" % i for i in range(32)}
@@ -161,6 +162,7 @@ class Driver:
         self.olock = threading.RLock()
         self.obuf = []           # [name, text] pieces not yet sent
         self.olen = 0
+        self.olast = 0.0
         self.main_ident = threading.get_ident()
         self.mod = types.ModuleType("__main__")
         self.ns = self.mod.__dict__
@@ -177,6 +179,7 @@ class Driver:
             else:
                 self.obuf.append([name, text])
             self.olen += len(text)
+            self.olast = time.monotonic()
             if self.olen >= CHUNK:
                 self._flush()
 
@@ -194,10 +197,18 @@ class Driver:
             self._flush()
 
     def flusher(self):
+        """Send what waits every FLUSH_S, but for a line still being written: print()
+        writes its text and its newline apart, and one print is one event, unless the
+        line stays unfinished for PARTIAL_S (a progress bar), when it goes as it is."""
         while True:
             time.sleep(FLUSH_S)
-            if self.obuf:
-                self.flush()
+            with self.olock:
+                if not self.obuf:
+                    continue
+                if not self.obuf[-1][1].endswith("\n") and \
+                        time.monotonic() - self.olast < PARTIAL_S:
+                    continue
+                self._flush()
 
     def fd_pump(self, fds):
         """Bytes written to fds 1 and 2 directly (subprocesses, C code) as events."""
