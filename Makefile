@@ -77,14 +77,19 @@ progs: $(PROGS)
 # $@'s .d beside it; -MP keeps a removed header from breaking the build); a header change
 # rebuilds only its includers. The .d files are read at the end of this file.
 DEPFLAGS := -MMD -MP
+# An object without its .d (built before -MMD, or the .d lost) is built again: nothing
+# else would tell make which headers it saw, and one built against an older header
+# crashed kosa8d. $(call nodep,OBJ) is FORCE then, else nothing.
+nodep = $(if $(wildcard $(basename $(1)).d),,FORCE)
+.SECONDEXPANSION:
 
-$(B)/obj/%.o: %.c
+$(B)/obj/%.o: %.c $$(call nodep,$$@)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(HARDEN) $(DEPFLAGS) -c -o $@ $<
 
 # The agent is PID 1 in the guest: static, no sanitizers, no OpenSSL.
 AGENT_CFLAGS := -std=gnu11 $(WARN) -D_GNU_SOURCE -Isrc -O2 -g $(if $(WERROR),-Werror)
-$(B)/agent-obj/%.o: %.c
+$(B)/agent-obj/%.o: %.c $$(call nodep,$$@)
 	@mkdir -p $(dir $@)
 	$(CC) $(AGENT_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
