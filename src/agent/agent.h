@@ -29,8 +29,9 @@
 #include "common/guest.h"
 #include "common/proto.h"
 #include "common/util.h"
+#include "common/version.h"
 
-#define AGENT_VERSION "0.1.0"
+#define AGENT_VERSION KOSA8_VERSION
 
 /* The protocol versions this agent speaks (docs/protocol.md, "Versions"). A build may
  * narrow them (`make proto-variants`: guests whose agent speaks another version, for
@@ -122,6 +123,7 @@ struct proc {
 	int oom;
 	uint64_t exit_at;      /* monotonic ns of the exit */
 	int force_eof;         /* grace over: an empty pipe counts as EOF */
+	int killed;            /* the host sent SIGKILL or SIGTERM: its exit cuts the pipes */
 	uint64_t oom_base;     /* memory.events oom_kill when it started */
 	int helper;            /* an archive helper (archive.c): killed when the host goes */
 	int tty;               /* out.fd (and in.fd) are a pty master: no separate stderr */

@@ -289,7 +289,33 @@ void proc_signal(struct agent *a, uint32_t stream, uint32_t sig)
 
 	if (!p || p->exited || sig < 1 || sig > 64)
 		return;
+	if (sig == SIGKILL || sig == SIGTERM)
+		p->killed = 1;
 	kill(p->pid, (int)sig);
+}
+
+/* A process the host killed has exited: what its pipes hold now goes out (within the
+ * window), and then they are closed whether or not a child it left behind still writes
+ * to them (that child gets SIGPIPE). envd ends a killed command's stream so too; without
+ * this, `sh -c 'yes'` killed left `yes` filling the pipe and the stream never ended. */
+static void proc_cut(struct agent *a, struct proc *p)
+{
+	struct watch *ws[2] = { &p->out, &p->err };
+
+	p->force_eof = 1;
+	for (int i = 0; i < 2; i++) {
+		for (int n = 0; n < 4 && !p->dead && ws[i]->fd >= 0; n++)
+			proc_pump(a, p, ws[i]);
+		if (p->dead || ws[i]->fd < 0)
+			continue;
+		agent_unwatch(a, ws[i]);
+		if (p->stream)
+			chan_send(a, i ? PROTO_STDERR : PROTO_STDOUT, PROTO_F_EOF, p->stream, NULL, 0);
+		if (p->stream && p->tty) /* one terminal: stderr ends with it */
+			chan_send(a, PROTO_STDERR, PROTO_F_EOF, p->stream, NULL, 0);
+	}
+	if (!p->dead)
+		proc_maybe_finish(a, p);
 }
 
 int proc_resize(struct proc *p, unsigned rows, unsigned cols, struct k8_err *err)
@@ -326,7 +352,10 @@ int proc_reaped(struct agent *a, pid_t pid, int status)
 		ctr_init_exited(a, p->ctr, status, p->oom);
 	p->in_eof = 1;
 	proc_close_stdin(a, p);
-	proc_maybe_finish(a, p);
+	if (p->killed)
+		proc_cut(a, p);
+	else
+		proc_maybe_finish(a, p);
 	return 1;
 }
 

@@ -4,10 +4,11 @@
 #ifndef K8_DOCKER_SYSTEM_H
 #define K8_DOCKER_SYSTEM_H
 
+#include "common/version.h"
 #include "daemon/api_route.h"
 
-/* kosa8's own version, as kosa8d.sock's /v1/status reports it. */
-#define DOCKER_K8_VERSION "0.1.0"
+/* kosa8's own version, as kosa8d.sock's /v1/status reports it (one place: version.h). */
+#define DOCKER_K8_VERSION KOSA8_VERSION
 #define DOCKER_MIN_API "1.24"
 /* /version's Version: the Docker Engine release whose API version (1.47) this socket
  * announces. Clients parse it as Docker's (OpenHands wants >= 18.09; packaging.version

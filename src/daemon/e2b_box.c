@@ -251,11 +251,10 @@ static const char *const state_names[] = { "running", "paused", "killed" };
 
 static json_t *box_record(struct e2b_box *b)
 {
-	return json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:I,"
+	return json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:O,s:O,s:O,s:O,s:O,s:I,"
 			 "s:I,s:b,s:b,s:s}", "version", 1, "id", b->id, "token", b->token,
 			 "traffic", b->traffic, "template_id", b->template_id, "image", b->image,
 			 "container", b->container, "user", b->user, "workdir", b->workdir,
-			 "default_ctx", b->default_ctx,
 			 "image_env", b->image_env, "env_vars", b->env_vars, "metadata",
 			 b->metadata, "network", b->network, "secrets", b->secrets, "snapshots",
 			 b->snapshots, "started_ns", (json_int_t)b->started_ns, "end_ns",
@@ -334,7 +333,6 @@ static struct e2b_box *box_read(struct sandbox *sb)
 	copy_str(b->container, sizeof(b->container), rec, "container");
 	copy_str(b->user, sizeof(b->user), rec, "user");
 	copy_str(b->workdir, sizeof(b->workdir), rec, "workdir");
-	copy_str(b->default_ctx, sizeof(b->default_ctx), rec, "default_ctx");
 	box_json_drop(b);
 	b->image_env = take(rec, "image_env", true);
 	b->env_vars = take(rec, "env_vars", false);
@@ -514,7 +512,6 @@ int e2b_box_container(struct daemon *d, struct e2b_box *b, struct k8_err *err)
 	pthread_mutex_lock(&e->lock);
 	snprintf(b->container, sizeof(b->container), "%s",
 		 json_string_value(json_object_get(res, "id")) ?: "");
-	b->default_ctx[0] = '\0';      /* a context of another container */
 	pthread_mutex_unlock(&e->lock);
 	json_decref(res);
 	return 0;

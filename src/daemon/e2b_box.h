@@ -47,7 +47,6 @@ struct e2b_box {
 	                                 * allow_internet_access} as asked (no secret value) */
 	json_t *secrets;                /* names of the broker secrets its rules made */
 	json_t *snapshots;              /* [{"id","label","names","created"}] */
-	char default_ctx[64];           /* the interpreter's default context ("": none yet) */
 	int64_t started_ns, end_ns;     /* wall clock */
 	bool auto_pause, auto_resume;
 	enum e2b_state state;

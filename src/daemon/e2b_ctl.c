@@ -253,7 +253,6 @@ static struct e2b_box *ctl_fork_one(struct daemon *d, struct e2b_box *src, const
 	snprintf(b->container, sizeof(b->container), "%s", src->container);
 	snprintf(b->user, sizeof(b->user), "%s", src->user);
 	snprintf(b->workdir, sizeof(b->workdir), "%s", src->workdir);
-	snprintf(b->default_ctx, sizeof(b->default_ctx), "%s", src->default_ctx);
 	json_decref(b->image_env);
 	json_decref(b->env_vars);
 	json_decref(b->metadata);

@@ -12,6 +12,7 @@ import os
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -240,6 +241,50 @@ def test_stalled_client_and_bad_process_calls(e, two):
         assert {"event": {"data": {"stdout": "L3Jvb3QK"}}} in [m for _, m in frames(data)], data
     finally:
         s.close()
+    alive(e)
+
+
+def test_a_killed_command_ends_though_its_children_hold_its_output(e, two):
+    """A command killed by SendSignal ends its stream at its exit, as envd's does, even
+    when a child it left behind still holds its stdout: `sh -c 'yes marker; true'` keeps
+    `yes` writing into the pipe after the shell is gone. Before, the stream waited for a
+    pipe that never emptied, and `yes` ran on. Now the pipes are cut at the exit and the
+    child dies of SIGPIPE."""
+    (a, ta, _), _ = two
+    hs = envd(a, ta, extra={"Content-Type": "application/connect+json"})
+    hu = envd(a, ta, extra={"Content-Type": "application/json"})
+
+    def pids(marker):
+        st, body, _ = e.http("POST", "/process.Process/List", {}, headers=hu)
+        assert st == 200, (st, body)
+        return [p["pid"] for p in body.get("processes", []) if marker in " ".join(p["config"].get("args", []))]
+
+    out = {}
+
+    def start():
+        out["reply"] = e.http("POST", "/process.Process/Start", envelope(
+            {"process": {"cmd": "/bin/sh", "args": ["-c", "yes killed-group; true"]},
+             "stdin": False}), headers=hs, timeout=90)
+
+    t = threading.Thread(target=start, daemon=True)
+    t.start()
+    shell = wait_for(lambda: pids("killed-group"), timeout=60)
+    st, r, _ = e.http("POST", "/process.Process/SendSignal", {
+        "process": {"pid": shell[0]}, "signal": "SIGNAL_SIGKILL"}, headers=hu)
+    assert st == 200, (st, r)
+    t.join(30)
+    assert not t.is_alive(), "the killed command's stream did not end"
+    st, data, _ = out["reply"]
+    msgs = [m for _, m in frames(data)]
+    ends = [m["event"]["end"] for m in msgs if "end" in m.get("event", {})]
+    assert st == 200 and ends and ends[0].get("status") == "signal: killed", msgs[-3:]
+    # the child that held the pipe is gone too (SIGPIPE), not left writing
+    code = ("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | "
+            "grep -q 'yes killed-grou[p]' && echo left || echo gone")
+    st, data, _ = e.http("POST", "/process.Process/Start", envelope(
+        {"process": {"cmd": "/bin/sh", "args": ["-c", "sleep 1; " + code]}}), headers=hs)
+    got = [m for _, m in frames(data)]
+    assert {"event": {"data": {"stdout": "Z29uZQo="}}} in got, got
     alive(e)
 
 
