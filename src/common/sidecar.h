@@ -136,6 +136,12 @@ int sc_seccomp_add(scmp_filter_ctx ctx, uint32_t action, const int *nrs, size_t 
 /* The calls that would leave a jail (exec, ptrace, mount, namespaces, modules, keyrings,
  * id changes), each killing the process; sc_seccomp_new adds them too. */
 int sc_seccomp_kill_escapes(scmp_filter_ctx ctx);
+/* For a filter that allows by default: signals to its own process only. kill,
+ * tgkill and the sigqueue calls naming another process (or a group: 0, -1, -pgid) fail
+ * with EPERM, and tkill and the pidfd calls always do (a process of the same uid could
+ * otherwise be signalled: kill(-1) reaches every one). Call it in the process the filter
+ * is loaded in: it reads getpid(). */
+int sc_seccomp_signal_self(scmp_filter_ctx ctx);
 /* socket() for these address families only. */
 int sc_seccomp_socket(scmp_filter_ctx ctx, const int *families, size_t n);
 /* Load the filter and release `ctx` (also on error). 0 or a negative errno. */

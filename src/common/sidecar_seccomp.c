@@ -2,6 +2,7 @@
 /* sidecar_seccomp.c - the sidecars' seccomp filter base and helpers (sidecar.h). Apart
  * from sidecar.c so that only the programs that filter link libseccomp. */
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/sidecar.h"
 
@@ -53,6 +54,22 @@ int sc_seccomp_kill_escapes(scmp_filter_ctx ctx)
 	};
 
 	return sc_seccomp_add(ctx, SCMP_ACT_KILL_PROCESS, kill, ARRAY_SIZE(kill));
+}
+
+int sc_seccomp_signal_self(scmp_filter_ctx ctx)
+{
+	static const int to_pid[] = { SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo),
+				      SCMP_SYS(rt_tgsigqueueinfo) };
+	static const int never[] = { SCMP_SYS(tkill), SCMP_SYS(pidfd_open),
+				     SCMP_SYS(pidfd_send_signal), SCMP_SYS(pidfd_getfd) };
+	scmp_datum_t self = (scmp_datum_t)getpid();
+	int rc = sc_seccomp_add(ctx, SCMP_ACT_ERRNO(EPERM), never, ARRAY_SIZE(never));
+
+	/* the pid argument is an int: compared on its low 32 bits, however it was extended */
+	for (size_t i = 0; i < ARRAY_SIZE(to_pid) && rc == 0; i++)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), to_pid[i], 1,
+				      SCMP_A0_32(SCMP_CMP_NE, self));
+	return rc;
 }
 
 int sc_seccomp_add(scmp_filter_ctx ctx, uint32_t action, const int *nrs, size_t n)

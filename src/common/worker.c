@@ -113,7 +113,8 @@ static int worker_parse(int argc, char **argv, struct worker_spec *s, struct wor
 	return 0;
 }
 
-/* The seccomp part of the jail: what only an attacker calls kills the process. */
+/* The seccomp part of the jail: what only an attacker calls kills the process, and a
+ * signal reaches only itself (workers at work share one uid). */
 static int worker_seccomp(struct k8_err *err)
 {
 	/* no network, and no io_uring (its own socket and connect would pass a filter) */
@@ -131,7 +132,7 @@ static int worker_seccomp(struct k8_err *err)
 	};
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 
-	if (!ctx || sc_seccomp_kill_escapes(ctx) ||
+	if (!ctx || sc_seccomp_kill_escapes(ctx) || sc_seccomp_signal_self(ctx) ||
 	    sc_seccomp_add(ctx, SCMP_ACT_KILL_PROCESS, no_net, ARRAY_SIZE(no_net)) ||
 	    sc_seccomp_add(ctx, SCMP_ACT_KILL_PROCESS, no_ids_no_children,
 			   ARRAY_SIZE(no_ids_no_children)) ||

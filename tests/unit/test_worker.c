@@ -24,6 +24,7 @@
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -243,6 +244,29 @@ static int fn_malloc(const struct worker_in *in, uint64_t *value, struct k8_err 
 }
 WORKER_JOB(malloc, fn_malloc);
 
+/* Signals: another process (arg 0, a worker of the same uid), its group and every
+ * process (signal 0: nothing is sent even where allowed), itself. A bit per refusal. */
+static int fn_signal(const struct worker_in *in, uint64_t *value, struct k8_err *err)
+{
+	pid_t other = (pid_t)in->arg[0];
+
+	*value = 0;
+	if (kill(other, SIGKILL) < 0 && errno == EPERM)
+		*value |= 1;
+	if (kill(0, 0) < 0 && errno == EPERM)
+		*value |= 2;
+	if (kill(-1, 0) < 0 && errno == EPERM)
+		*value |= 4;
+	if (kill(getpid(), 0) == 0)
+		*value |= 8;
+	if (syscall(SYS_tgkill, other, other, 0) < 0 && errno == EPERM)
+		*value |= 16;
+	if (syscall(SYS_pidfd_open, other, 0) < 0 && errno == EPERM)
+		*value |= 32;
+	return 0;
+}
+WORKER_JOB(signal, fn_signal);
+
 /* Waits for ever (its parent's death ends it), holding fd[0]. */
 static int fn_block(const struct worker_in *in, uint64_t *value, struct k8_err *err)
 {
@@ -430,6 +454,36 @@ static int test_dies_with_parent(int userns)
 	return r;
 }
 
+/* Two workers at once share a uid: one may signal only itself, never the other (its
+ * victim here stays alive), its process group or every process (kill(-1)). */
+static int test_signals_stay_home(void)
+{
+	struct k8_err err = { 0 };
+	struct worker w = base(&worker_job_block);
+	uint64_t v = 0;
+	int report, status, bad = 0;
+	pid_t victim = worker_start(&w, &report, &err);
+
+	if (victim < 0)
+		return -1;
+	w = base(&worker_job_signal);
+	w.arg[0] = (uint64_t)victim;
+	if (worker_run(&w, "the signaller", &v, &err) != 0 || v != 63) {
+		fprintf(stderr, "signal job: %s, refusals 0x%llx (want 0x3f)\n", err.msg,
+			(unsigned long long)v);
+		bad = -1;
+	}
+	if (waitpid(victim, &status, WNOHANG) != 0) {
+		fprintf(stderr, "the other worker was killed\n");
+		bad = -1;
+	} else {
+		kill(victim, SIGKILL);
+		waitpid(victim, &status, 0);
+	}
+	close(report);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	struct k8_err err = { 0 };
@@ -469,6 +523,7 @@ int main(int argc, char **argv)
 	CHECK(strstr(err.msg, "signal 31") != NULL);
 	CHECK_EQ_INT(run(&worker_job_thread, "the thread", &v, &err), 0);
 	CHECK_EQ_INT(v, 7);
+	CHECK_EQ_INT(test_signals_stay_home(), 0);
 
 	/* reports no worker of ours writes: not a success, its message cut to size */
 	v = 0;
