@@ -91,9 +91,10 @@ int e2b_api_execute(struct api_call *call)
 		/* the container's own default context, made by the first cell */
 		json_object_set_new(cell, "container", json_string(w.container));
 		json_object_set_new(cell, "cwd", json_string(w.cwd));
-		r = interp_run_start(call->d, w.sandbox, "default", cell, &run, &call->err);
+		r = interp_run_start(call->d, w.sandbox, "default", cell, "e2b", &run,
+				     &call->err);
 	} else if (!(r = code_ctx_ours(call, &w, ctx))) {
-		r = interp_run_start(call->d, w.sandbox, ctx, cell, &run, &call->err);
+		r = interp_run_start(call->d, w.sandbox, ctx, cell, "e2b", &run, &call->err);
 	}
 	json_decref(cell);
 	if (r)

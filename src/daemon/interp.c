@@ -603,6 +603,7 @@ struct interp_run {
 	int timeout_s;
 	const char *error_name;         /* the cell's first error, for the audit record */
 	char error_buf[INTERP_NAME_MAX + 1];
+	const char *via;                /* the API it came through, for the audit ("e2b"), or NULL */
 };
 
 const char *interp_run_context(const struct interp_run *r)
@@ -739,7 +740,7 @@ static int run_connect(struct interp_run *r, struct k8_err *err)
 }
 
 int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_t *body,
-		     struct interp_run **out, struct k8_err *err)
+		     const char *via, struct interp_run **out, struct k8_err *err)
 {
 	json_t *code = json_object_get(body, "code"), *env = json_object_get(body, "env");
 	const char *image = json_string_value(json_object_get(body, "image"));
@@ -781,6 +782,7 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 				  id, sbname, sbname);
 	r = xcalloc(1, sizeof(*r));
 	r->d = d;
+	r->via = via;
 	r->early = json_array();
 	r->timeout_s = json_is_integer(timeout) ? (int)json_integer_value(timeout) : 0;
 	r->req = interp_request(json_string_value(code), json_string_length(code), env,
@@ -810,8 +812,8 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 		}
 		if (!rc)
 			daemon_audit(d, "sandbox.context.create", r->sb->name,
-				     json_pack("{s:s,s:s,s:s,s:s?}", "context", r->id, "container",
-					       ctr, "cwd", cwd ? cwd : "/", "image", image));
+				     json_pack("{s:s,s:s,s:s,s:s?,s:s?}", "context", r->id, "container",
+					       ctr, "cwd", cwd ? cwd : "/", "image", image, "via", via));
 		json_decref(c);
 		if (!rc)
 			rc = run_connect(r, err);
@@ -825,8 +827,8 @@ int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_
 		goto fail;
 	sha256_hex(json_string_value(code), json_string_length(code), sha);
 	daemon_audit(d, "sandbox.cell", r->sb->name,
-		     json_pack("{s:s,s:I,s:s}", "context", r->id, "code_bytes",
-			       (json_int_t)json_string_length(code), "code_sha256", sha));
+		     json_pack("{s:s,s:I,s:s,s:s?}", "context", r->id, "code_bytes",
+			       (json_int_t)json_string_length(code), "code_sha256", sha, "via", via));
 	r->t0 = now_mono_ns();
 	if (r->timeout_s)
 		r->deadline = r->t0 + (uint64_t)r->timeout_s * 1000000000ull;
@@ -901,9 +903,9 @@ void interp_run_pump(struct interp_run *r, interp_sink sink, void *ctx)
 				    json_integer((json_int_t)(r->h.lines.dropped + r->bad)));
 	run_deliver(r, end);
 	daemon_audit(r->d, "sandbox.cell.end", r->sb->name,
-		     json_pack("{s:s,s:b,s:I,s:s?,s:b,s:b,s:b}", "context", r->id, "ok", ok, "ms",
-			       (json_int_t)ms, "error", r->error_name, "timeout", timed_out,
-			       "cancelled", r->gone, "lost", lost));
+		     json_pack("{s:s,s:b,s:I,s:s?,s:b,s:b,s:b,s:s?}", "context", r->id, "ok", ok,
+			       "ms", (json_int_t)ms, "error", r->error_name, "timeout", timed_out,
+			       "cancelled", r->gone, "lost", lost, "via", r->via));
 }
 
 /* ---- API (api_route.h; the table is in api.c) ---- */
@@ -994,7 +996,7 @@ int interp_api_run(struct api_call *call)
 	struct interp_run *r = NULL;
 
 	if (interp_run_start(call->d, api_param(call, "name"), api_param(call, "id"), call->body,
-			     &r, &call->err))
+			     NULL, &r, &call->err))
 		return call->err.code ? call->err.code : -EIO;
 	return interp_reply(call, r, NULL);
 }

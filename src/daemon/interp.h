@@ -39,9 +39,10 @@ int interp_ctx_restart(struct daemon *d, const char *sbname, const char *id, jso
  * id "default": the default context of the image's interpreter container, or of
  * `container` when given, made on first use, in `cwd` (default "/")). Returns once
  * the cell client reached the context's driver, so an unknown context is an error here
- * (-ENOENT), not in the stream. */
+ * (-ENOENT), not in the stream. `via`: the API the cell came through, named in its audit
+ * records ("e2b"), or NULL. */
 int interp_run_start(struct daemon *d, const char *sbname, const char *id, json_t *body,
-		     struct interp_run **out, struct k8_err *err);
+		     const char *via, struct interp_run **out, struct k8_err *err);
 /* Pump the cell's events into sink (each event taken by the sink) until it ends: the last
  * event is always one {"type":"end",...} made by kosa8d. A negative return of sink (its
  * client left) cancels the cell: the client is killed, which interrupts the cell in the

@@ -391,6 +391,7 @@ def test_audit_like_the_cli(e, a):
 const s = await Sandbox.connect(V.id)
 await s.commands.run('echo audited-cmd')
 await s.files.write('/work/audited.txt', 'abc')
+await (await CodeSandbox.connect(V.id)).runCode('audited_cell = 1')
 """, id=a)
     rec = e.h.json("audit", "ls", "--sandbox", "e2b-" + a)
     acts = [r["action"] for r in rec]
@@ -400,6 +401,9 @@ await s.files.write('/work/audited.txt', 'abc')
     cp = [r["details"] for r in rec if r["action"] == "sandbox.container.cp"]
     assert any(d["direction"] == "in" and d["path"] == "/work/audited.txt" and d["bytes"] == 3
                and d["via"] == "e2b" for d in cp)
+    # a cell, and its end, say they came through the E2B API
+    for act in ("sandbox.cell", "sandbox.cell.end"):
+        assert any(r["details"].get("via") == "e2b" for r in rec if r["action"] == act), act
     assert e.h.json("audit", "verify")["ok"] is True
 
 
