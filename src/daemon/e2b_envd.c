@@ -72,6 +72,9 @@ struct e2b_proc {
 	bool pumping;                   /* mu */
 	struct proc_sub *subs;
 	json_t *end;                    /* the end event, once the process is over (mu) */
+	uint64_t timeout_ms;            /* its Start's Connect-Timeout-Ms (0: none) */
+	bool timed_out;                 /* mu: killed by it */
+	bool end_deadline;              /* with end (wmu and mu): the stream ends deadline_exceeded */
 	unsigned char *q;               /* stdin queued (mu) */
 	size_t q_len, q_off;
 	bool q_close, q_eof_sent;
@@ -172,13 +175,21 @@ static int proc_put_bytes(int fd, const uint8_t *p, size_t n)
 	return 0;
 }
 
-/* ev as one Connect message on fd, followed by the end of the stream when `last`. */
-static int proc_write(int fd, const json_t *ev, bool last)
+/* ev as one Connect message on fd, followed by the end of the stream when `ended` (the
+ * process, whose end it is): {}, or deadline_exceeded for one its timeout killed, as
+ * envd's stream ends then. */
+static int proc_write(int fd, const json_t *ev, const struct e2b_proc *ended)
 {
 	size_t n = 0, en = 0;
-	uint8_t *m = e2bc_wrap(ev, 0, &n), *end = last ? e2bc_end(-1, NULL, &en) : NULL;
+	uint8_t *m = e2bc_wrap(ev, 0, &n), *end = NULL;
+	bool last = ended != NULL;
 	int r = -ENOMEM;
 
+	if (last && ended->end_deadline)
+		end = e2bc_end(E2BC_DEADLINE_EXCEEDED, "the command's timeout (Connect-Timeout-Ms, "
+			       "the SDK's timeoutMs) ran out and it was killed; 0 means none", &en);
+	else if (last)
+		end = e2bc_end(-1, NULL, &en);
 	if (m && (!last || end)) {
 		r = proc_put_bytes(fd, m, n);
 		if (r >= 0 && end)
@@ -208,7 +219,7 @@ static void proc_send_all(struct e2b_proc *p, const json_t *ev, bool last)
 	struct proc_sub **pp = &p->subs;
 
 	while (*pp) {
-		if (proc_write((*pp)->fd, ev, last) == 0 && !last)
+		if (proc_write((*pp)->fd, ev, last ? p : NULL) == 0 && !last)
 			pp = &(*pp)->next;
 		else
 			proc_drop_sub(p, pp);
@@ -289,6 +300,8 @@ static void *proc_pump(void *arg)
 	pthread_mutex_lock(&p->wmu);
 	pthread_mutex_lock(&p->mu);
 	p->end = end;
+	p->end_deadline = p->timed_out;
+	pthread_cond_broadcast(&p->cond);       /* the timer's wait */
 	pthread_mutex_unlock(&p->mu);
 	proc_send_all(p, end, true);
 	pthread_mutex_unlock(&p->wmu);
@@ -323,6 +336,62 @@ static void proc_pump_start(struct e2b_proc *p)
 		proc_pump(p);
 }
 
+/* The Start's timeout: envd starts the process under a context with the request's
+ * Connect-Timeout-Ms (the SDKs send 60000 unless told timeoutMs, 0 for none), and the
+ * process is killed when it runs out, whoever still follows it. A thread per such
+ * process, waiting for its end or the deadline. Holds a reference. */
+static void *proc_timer(void *arg)
+{
+	struct e2b_proc *p = arg;
+	struct timespec dl;
+	bool over = false;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += (time_t)(p->timeout_ms / 1000);
+	dl.tv_nsec += (long)(p->timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&p->mu);
+	while (!p->end && !over)
+		over = pthread_cond_timedwait(&p->cond, &p->mu, &dl) == ETIMEDOUT && !p->end;
+	p->timed_out = over;
+	pthread_mutex_unlock(&p->mu);
+	if (over) {
+		e2b_audit(p->d, p->b, "sandbox.signal", json_pack("{s:s,s:I,s:i,s:s}", "container",
+								   p->container, "pid",
+								   (json_int_t)p->pid, "signal",
+								   SIGKILL, "why", "timeout"));
+		link_stream_signal(&p->sb->link, p->s, SIGKILL);
+	}
+	proc_put(p);
+	return NULL;
+}
+
+/* Arm p's timer when its Start asked for one. 0, or -errno (no thread: no process
+ * left without its deadline, the caller kills it). */
+static int proc_timer_start(struct e2b_proc *p)
+{
+	struct e2b *e = e2b_of(p->d);
+	pthread_attr_t attr;
+	pthread_t t;
+	int r;
+
+	if (!p->timeout_ms)
+		return 0;
+	pthread_mutex_lock(&e->lock);
+	p->refs++;              /* the timer's */
+	pthread_mutex_unlock(&e->lock);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	r = pthread_create(&t, &attr, proc_timer, p);
+	pthread_attr_destroy(&attr);
+	if (r)
+		proc_put(p);
+	return -r;
+}
+
 /* ---- a reply following a process ---- */
 
 /* Unlink sub if it is still in the list (its keepalive failed). Caller holds wmu. */
@@ -344,11 +413,11 @@ static void proc_follow(struct e2b_proc *p, int fd)
 	int r;
 
 	pthread_mutex_lock(&p->wmu);
-	r = proc_write(fd, ev, false);
+	r = proc_write(fd, ev, NULL);
 	json_decref(ev);
 	pthread_mutex_lock(&p->mu);
 	if (r == 0 && p->end) {                 /* it ended meanwhile */
-		proc_write(fd, p->end, true);
+		proc_write(fd, p->end, p);
 		sub.done = true;
 	} else if (r == 0) {
 		sub.next = p->subs;
@@ -370,7 +439,7 @@ static void proc_follow(struct e2b_proc *p, int fd)
 		pthread_mutex_unlock(&p->mu);
 		pthread_mutex_lock(&p->wmu);
 		ev = e2b_ev_keepalive();
-		if (!sub.done && proc_write(fd, ev, false) < 0)
+		if (!sub.done && proc_write(fd, ev, NULL) < 0)
 			proc_leave(p, &sub);
 		json_decref(ev);
 		pthread_mutex_unlock(&p->wmu);
@@ -620,14 +689,26 @@ static int proc_start(struct api_call *call, struct e2b_box *b, json_t *msg)
 {
 	struct e2b_start st;
 	struct e2b_proc *p = NULL;
+	uint64_t timeout_ms;
 	int r;
 
+	if ((r = e2b_timeout_parse(call->header(call->query_ctx, "Connect-Timeout-Ms"),
+				   &timeout_ms, &call->err)))
+		return r;
 	if ((r = e2b_start_parse(msg, &st, &call->err)))
 		return r;
 	r = proc_launch(call, b, &st, &p);
 	e2b_start_clear(&st);
 	if (r)
 		return r;
+	p->timeout_ms = timeout_ms;
+	if ((r = proc_timer_start(p))) {
+		link_stream_signal(&p->sb->link, p->s, SIGKILL);
+		proc_pump_start(p);
+		proc_put(p);
+		return k8_err_set(&call->err, r, "no thread for the command's timeout: %s",
+				  strerror(-r));
+	}
 	return api_reply_raw(call, API_RAW_BODY, ENVD_STREAM_TYPE, proc_reply, proc_reply_free,
 			     p);
 }

@@ -275,6 +275,21 @@ int e2b_signal_parse(json_t *msg, int *sig, struct k8_err *err)
 	return 0;
 }
 
+int e2b_timeout_parse(const char *header, uint64_t *ms, struct k8_err *err)
+{
+	size_t n = header ? strlen(header) : 0;
+	uint64_t v = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (header[i] < '0' || header[i] > '9' || i == 10)
+			return k8_err_set(err, -EINVAL, "Connect-Timeout-Ms must be a number of "
+					  "milliseconds, at most 10 digits");
+		v = v * 10 + (uint64_t)(header[i] - '0');
+	}
+	*ms = v;
+	return 0;
+}
+
 int e2b_update_parse(json_t *msg, unsigned *cols, unsigned *rows, struct k8_err *err)
 {
 	json_t *pty = e2b_field(msg, "pty", NULL);

@@ -49,6 +49,9 @@ int e2b_sel_parse(json_t *msg, struct e2b_sel *sel, struct k8_err *err);
 int e2b_input_parse(json_t *msg, uint8_t **data, size_t *n, bool *pty, struct k8_err *err);
 /* SendSignal's "signal": SIGNAL_SIGKILL / SIGNAL_SIGTERM, by name or number. */
 int e2b_signal_parse(json_t *msg, int *sig, struct k8_err *err);
+/* A Connect-Timeout-Ms header (NULL or "": none, *ms 0): 1 to 10 ASCII digits, as
+ * Connect allows; -EINVAL otherwise. envd gives a Start's process that long to live. */
+int e2b_timeout_parse(const char *header, uint64_t *ms, struct k8_err *err);
 /* Update's "pty":{"size":{"cols","rows"}}: -ENOENT when there is no pty field. */
 int e2b_update_parse(json_t *msg, unsigned *cols, unsigned *rows, struct k8_err *err);
 

@@ -112,6 +112,32 @@ return { pid: bg.pid, ticks, listed, killed, end, again, listedAfter, stdin: r.s
     assert out["late"] == "late\n"
 
 
+def test_command_timeout_kills_it(e, a):
+    """`timeoutMs` (the Connect-Timeout-Ms header; the SDK sends 60000 unless told, 0 for
+    none) is the command's life, as in envd: when it runs out the process is killed, even
+    though the client is gone by then, and the SDK's call throws its TimeoutError."""
+    out = js(e, """
+const s = await Sandbox.connect(V.id)
+const t0 = Date.now()
+let err = null
+try { await s.commands.run('sleep 300; echo late', { timeoutMs: 3000 }) } catch (x) { err = x.name }
+const ms = Date.now() - t0
+let left = 1
+for (let i = 0; i < 100 && left; i++) {
+  left = (await s.commands.list()).filter((p) => (p.args || []).join(' ').includes('sleep 300')).length
+  if (left) await sleep(100)
+}
+const free = await s.commands.run('sleep 4; echo lived', { timeoutMs: 0 })
+return { err, ms, left, free: free.stdout }
+""", id=a)
+    assert out["err"] == "TimeoutError" and out["ms"] < 30000, out
+    assert out["left"] == 0, out
+    assert out["free"] == "lived\n", out
+    acts = [r["details"] for r in e.h.json("audit", "ls", "--sandbox", "e2b-" + a)
+            if r["action"] == "sandbox.signal"]
+    assert any(d.get("why") == "timeout" and d["signal"] == 9 for d in acts), acts
+
+
 def test_pty(e, a):
     out = js(e, """
 const s = await Sandbox.connect(V.id)
@@ -260,7 +286,7 @@ def test_pause_resume(e, b):
     out = js(e, """
 const s = await Sandbox.connect(V.id)
 await s.files.write('/tmp/state.txt', 'kept')
-await s.commands.run('sleep 1000', { background: true })
+await s.commands.run('sleep 1000', { background: true, timeoutMs: 0 })
 const paused = await s.pause()
 const state = (await Sandbox.getInfo(V.id)).state
 const listed = (await Sandbox.list({ query: { state: ['paused'] } }).nextItems()).map((x) => x.sandboxId)
@@ -428,7 +454,7 @@ def test_daemon_restart_and_removed_sandbox(e, a):
 const s = await CodeSandbox.connect(V.id)
 await s.files.write('/work/keep.txt', 'on disk')
 await s.runCode('survivor = 7')
-await s.commands.run('sleep 100000', { background: true })
+await s.commands.run('sleep 100000', { background: true, timeoutMs: 0 })
 """, id=a)
     e.h.stop()
     e.h.start()

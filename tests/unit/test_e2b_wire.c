@@ -193,6 +193,18 @@ static void test_requests(void)
 	json_decref(m);
 	m = J("{\"signal\":\"SIGNAL_UNSPECIFIED\"}");
 	CHECK(e2b_signal_parse(m, &sig, &err) == -EINVAL);
+	{
+		uint64_t ms = 7;
+
+		CHECK(e2b_timeout_parse(NULL, &ms, &err) == 0 && ms == 0);
+		CHECK(e2b_timeout_parse("", &ms, &err) == 0 && ms == 0);
+		CHECK(e2b_timeout_parse("60000", &ms, &err) == 0 && ms == 60000);
+		CHECK(e2b_timeout_parse("9999999999", &ms, &err) == 0 && ms == 9999999999ull);
+		CHECK(e2b_timeout_parse("10000000000", &ms, &err) == -EINVAL);
+		CHECK(e2b_timeout_parse("-1", &ms, &err) == -EINVAL);
+		CHECK(e2b_timeout_parse("1e3", &ms, &err) == -EINVAL);
+		CHECK(e2b_timeout_parse(" 5", &ms, &err) == -EINVAL);
+	}
 	json_decref(m);
 
 	m = J("{\"process\":{\"pid\":3},\"pty\":{\"size\":{\"cols\":120,\"rows\":40}}}");
