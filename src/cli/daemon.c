@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 
 #define START_TIMEOUT_S 120
 #define STOP_TIMEOUT_S 60
@@ -291,6 +292,8 @@ static int cmd_start(const struct cli_cmd *self, int argc, char **argv, const ch
 			dup2(devnull, 0);
 		dup2(logfd, 1);
 		dup2(logfd, 2);
+		/* the caller's other descriptors stay the caller's */
+		(void)syscall(SYS_close_range, 3, ~0U, 0);
 		signal(SIGPIPE, SIG_DFL);
 		execv(bin, args);
 		dprintf(2, "kosa8: cannot run %s: %s\n", bin, strerror(errno));

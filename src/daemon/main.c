@@ -41,6 +41,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
+#include <linux/close_range.h>
+#include <sys/syscall.h>
 
 static void usage(FILE *f)
 {
@@ -470,6 +472,9 @@ int main(int argc, char **argv)
 
 	/* a worker (src/common/worker.h) runs its job here and ends; kosa8d goes on */
 	worker_main(argc, argv);
+	/* What kosa8d was started with beyond 0-2 (a shell's, a harness's descriptors) is
+	 * none of its children's business: close-on-exec, before any child exists. */
+	(void)syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
 	d = xcalloc(1, sizeof(*d));
 	if ((r = main_options(d, argc, argv, &group, &done)) || done)
 		return r;

@@ -917,6 +917,9 @@ static pid_t serve_spawn(struct daemon *d, const char *name, const char *blob,
 		}
 		if (nul >= 0)
 			dup2(nul, 0);
+		/* nothing else of the daemon's (a client's socket, another sandbox's file) */
+		if (syscall(SYS_close_range, MODEL_LISTEN_FD + 1, ~0U, 0) < 0)
+			_exit(127);
 		setsid();
 		execl(exe, "kosa8-model", "serve", blob, "--listen-fd", slfd, "--port", sport,
 		      "--host", a->host, "--name", name, "--threads", sth, "--ctx", sctx,

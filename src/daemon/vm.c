@@ -140,6 +140,7 @@ int vm_run_cmd(const char *const argv[], struct k8_err *err)
 		dup2(nul, 0);
 		dup2(pfd[1], 1);
 		dup2(pfd[1], 2);
+		(void)syscall(SYS_close_range, 3, ~0U, 0);
 		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}

@@ -72,6 +72,7 @@ static int disk_mkfs(const char *hex, const char *out, const char *src, struct k
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 	r = posix_spawn(&pid, mkfs, &fa, NULL, argv, envp);
 	posix_spawn_file_actions_destroy(&fa);
 	close(pfd[1]);

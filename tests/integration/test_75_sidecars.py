@@ -5,8 +5,10 @@
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import threading
 
@@ -186,3 +188,50 @@ def test_bulk_upload_arrives_whole(home, loaded):
     finally:
         home("sandbox", "rm", name)
         sink.sock.close()
+
+
+def test_children_hold_no_descriptor_of_the_daemons_starter(tmp_path):
+    """kosa8d started in the foreground (as systemd does) with a descriptor it was not
+    meant to have, numbered high as a busy process's are: it is close-on-exec in kosa8d
+    from the start, and no child (QEMU, kosa8-fs, kosa8-net) holds it. Before, kosa8d
+    kept it open across exec, and the sidecars, which closed descriptors only up to
+    1087, carried it into their jails."""
+    from conftest import Home, KOSA8, new_home
+    h = Home(new_home("k8fdl-"))
+    share = tmp_path / "share"
+    share.mkdir()
+    r, w = os.pipe()
+    os.dup2(w, 1500, inheritable=True)
+    os.close(w)
+    marker = os.fstat(1500).st_ino
+    env = dict(os.environ, KOSA8_HOME=h.path)
+    d = subprocess.Popen([KOSA8, "daemon", "start", "--foreground"], env=env, pass_fds=(1500,),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    os.close(1500)
+    try:
+        assert wait_for(lambda: h("daemon", "status").returncode == 0, timeout=60)
+        h("sandbox", "create", "fdl", "--cpus", "1", "--memory", "256", "--disk", "1",
+          "--mount", "%s:/data" % share, "--egress-allow", "127.0.0.1:9", check=True)
+        kids = [sidecar_pid(h, "fdl", "fs"), sidecar_pid(h, "fdl", "net")]
+        holders = []
+        for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+            if int(pid) in (os.getpid(), d.pid):
+                continue
+            try:
+                fds = os.listdir("/proc/%s/fd" % pid)
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    if os.stat("/proc/%s/fd/%s" % (pid, fd)).st_ino == marker:
+                        holders.append((int(pid), int(fd)))
+                except OSError:
+                    pass
+        assert all(k > 0 for k in kids), kids
+        assert holders == [], holders
+    finally:
+        h("daemon", "stop")
+        d.wait(timeout=60)
+        os.close(r)
+        shutil.rmtree(h.path, ignore_errors=True)
