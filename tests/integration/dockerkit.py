@@ -84,13 +84,59 @@ def docker_cli(home, *args, cwd=None, input=None, timeout=300):
         input = input.encode()
     try:
         # decoded without newline translation: a terminal's \r\n is part of what is tested
-        p = subprocess.run(["docker"] + list(args), capture_output=True, timeout=timeout,
-                           env=env, cwd=cwd, input=input)
-        p.stdout = p.stdout.decode(errors="replace")
-        p.stderr = p.stderr.decode(errors="replace")
+        with subprocess.Popen(["docker"] + list(args), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, stdin=subprocess.PIPE, env=env,
+                              cwd=cwd) as proc:
+            try:
+                out, err = proc.communicate(input, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                hang_report(proc.pid, os.fstat(proc.stdout.fileno()).st_ino)
+                proc.kill()
+                proc.communicate()
+                raise
+        p = subprocess.CompletedProcess(proc.args, proc.returncode,
+                                        out.decode(errors="replace"), err.decode(errors="replace"))
         return p
     finally:
         shutil.rmtree(cfg, ignore_errors=True)
+
+
+def hang_report(pid, out_ino=None):
+    """Where a docker CLI that outlived its timeout waits: alive or not (its pipes may be
+    held by another process), what it blocks in, and each socket it holds with its peer
+    (`ss -xp`), printed for the test's report (test_81's hang, stop 37)."""
+    def read(path):
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError as e:
+            return "(%s)" % e.strerror
+    print("== docker CLI %d after its timeout: %s; wchan %s" % (
+        pid, read("/proc/%d/status" % pid).split("\n")[2:3], read("/proc/%d/wchan" % pid)))
+    inodes = []
+    try:
+        for fd in sorted(os.listdir("/proc/%d/fd" % pid), key=int):
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            print("   fd %s -> %s" % (fd, target))
+            if target.startswith("socket:["):
+                inodes.append(target[8:-1])
+    except OSError as e:
+        print("   its descriptors: %s" % e.strerror)
+    if out_ino:     # who else holds the CLI's stdout (its EOF is what the test waits for)
+        tag = "pipe:[%d]" % out_ino
+        for other in [d for d in os.listdir("/proc") if d.isdigit()]:
+            try:
+                for fd in os.listdir("/proc/%s/fd" % other):
+                    if os.readlink("/proc/%s/fd/%s" % (other, fd)) == tag:
+                        print("   its stdout is held by pid %s (%s) as fd %s" % (
+                            other, read("/proc/%s/comm" % other), fd))
+            except OSError:
+                pass
+    ss = subprocess.run(["ss", "-xpn"], capture_output=True, text=True).stdout.splitlines()
+    for ino in inodes:
+        for line in ss:
+            if " %s " % ino in line:
+                print("   ss: " + " ".join(line.split()))
 
 
 def ok(p):
