@@ -283,13 +283,13 @@ static void fs_big_free(struct fs_msg *m)
 	munmap(m, FS_BIG_MAP);
 }
 
-/* A new big buffer: mapped, touched and locked in memory, then its pages' guest-physical
- * frames read from /proc/self/pagemap (root sees them). Any page it cannot vouch for
+/* A new big buffer: mapped shared, touched and locked in memory, then its
+ * pages' guest-physical frames read from /proc/self/pagemap (root sees them). Any page it cannot vouch for
  * leaves pfn NULL: that buffer's WRITEs go through the port. */
 static struct fs_msg *fs_big_new(void)
 {
 	struct fs_msg *m = mmap(NULL, FS_BIG_MAP, PROT_READ | PROT_WRITE,
-				MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+				MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	size_t np = FS_BIG_MAP / 4096;
 	uint64_t *pfn;
 	int pm;
@@ -297,6 +297,12 @@ static struct fs_msg *fs_big_new(void)
 	if (m == MAP_FAILED)
 		agent_fatal("shared folders: mmap %zu: %s", FS_BIG_MAP, strerror(errno));
 	memset(m, 0, sizeof(*m));
+	/* MAP_SHARED: the agent forks (containers, commands), and a fork makes private pages
+	 * copy-on-write: our next write into the buffer would land in a new frame while the
+	 * host, told the old one, reads what the child still maps (seen: a file written
+	 * after a rewind held in each block the block of two WRITEs before). Shared pages
+	 * stay the same frames in parent and child. (MADV_DONTFORK would do too, but the
+	 * guest kernel has no madvise.) */
 	if (mlock(m, FS_BIG_MAP) < 0)
 		return m;
 	pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
