@@ -28,7 +28,11 @@
  *            Messages over FS_SMALL_WRITE go through a pipe: write() to the pipe, then
  *            splice() into the port, which hands the driver all the pages as one buffer
  *            (one virtqueue entry, one kick); write() to the port takes 32 KiB a call.
- *            The message itself stays in memory for a resend.
+ *            The message itself stays in memory for a resend. A WRITE read into a
+ *            big buffer (mlock'd, its guest-physical frames known) goes as a
+ *            K8FS_OP_WRITEREF while the host's HELLO answer offers it: the payload
+ *            stays in guest RAM and kosa8-fs reads it there (docs/shared-folders.md
+ *            "The RAM data path"); one the host refuses goes again, whole.
  *   port     readv()s the port with page-sized iovecs (the driver hands out one page
  *            buffer per read(); readv on the non-blocking port takes all filled ones),
  *            splits it into messages by fuse_out_header.len
@@ -41,6 +45,10 @@
  *              sends K8FS_SYNC with the nonce, then every remembered request again, in
  *              the order they first came, then the untracked messages still queued.
  *            - unique 0, other: a FUSE notification, passed to /dev/fuse as it is.
+ *            - unique K8FS_HELLO_UNIQUE: the host's answer to our HELLO (ENOSYS from
+ *              an older one): whether, and how far, it reads guest RAM.
+ *            - the answer ENXIO or EFAULT to a WRITE we sent by reference: no more
+ *              references until the next HELLO; that WRITE is queued again, whole.
  *            - a reply whose request is not remembered (answered twice after a resend):
  *              dropped. The kernel never reuses a unique, so this is safe.
  *            - a header that cannot be right (len out of 16..K8FS_MAX_MSG, an error

@@ -7,13 +7,10 @@
 # /proc/self/mem fd with {"op":"ram"} (as kosa8d hands QEMU's). Addresses outside the
 # RAM, wrapping and huge lengths, lists that do not add up, overlapping lists: every one
 # is answered (EFAULT / EINVAL), none reads outside the two pages, and kosa8-fs serves on.
-import array
 import ctypes
 import errno
-import json
 import mmap
 import os
-import socket
 import struct
 
 import pytest
@@ -30,21 +27,6 @@ REF = struct.Struct("<II")                # version nseg
 SEG = struct.Struct("<QII")               # gpa len pad
 MAX_SEGS = 260
 PAGE = 4096
-
-
-def ctl_fd(srv, req, fd):
-    """A control request with an fd (SCM_RIGHTS on its first byte), as kosa8d sends."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(srv.ctl)
-        line = json.dumps(req).encode() + b"\n"
-        s.sendmsg([line[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
-        s.sendall(line[1:])
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            assert chunk
-            data += chunk
-        return json.loads(data)
 
 
 def hello(g):
@@ -84,8 +66,8 @@ def test_hostile_segment_lists_never_leave_guest_ram(share):
 
         fd = os.open("/proc/self/mem", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            assert ctl_fd(srv, {"op": "ram", "hva": ram + 1, "size": size}, fd)["ok"] is False
-            assert ctl_fd(srv, {"op": "ram", "hva": ram, "size": size}, fd)["ok"] is True
+            assert srv.control({"op": "ram", "hva": ram + 1, "size": size}, fd)["ok"] is False
+            assert srv.control({"op": "ram", "hva": ram, "size": size}, fd)["ok"] is True
         finally:
             os.close(fd)
         assert hello(g) == (1, 1, size)
