@@ -4,7 +4,8 @@
 # every byte, read and read-write opens keep the page cache (mmap works), the agent's
 # own answers to RELEASE still close the host's handles, st_blksize is max_write, :ro
 # refuses the new path, a rewind in the middle of a big write leaves the right file, and
-# WRITEs by reference to guest RAM (the RAM data path) survive a rewind and a fork.
+# WRITEs by reference to guest RAM (the RAM data path) survive a rewind and a fork and
+# fall back to the port when kosa8-fs loses the RAM.
 #
 # One daemon home (--allow-mount ROOT), one sandbox "ffs" with ROOT/rw at /data and
 # ROOT/ro at /ro:ro, and its own sandbox for the rewind.
@@ -65,16 +66,21 @@ def gpy(h, sb, code, *args, timeout=600):
     return ast.literal_eval(p.stdout.strip().splitlines()[-1])
 
 
-def fs_stats(h, sb):
-    """kosa8-fs's control op stats for sandbox sb."""
+def fs_ctl(h, sb, req):
+    """One request on kosa8-fs's control socket for sandbox sb."""
     with open(os.path.join(h.path, "sandboxes", sb, "sandbox.json")) as f:
         sid = json.load(f)["id"]
     s = socket.socket(socket.AF_UNIX)
     s.connect(os.path.join(h.path, "run", "%s.fsctl" % sid))
-    s.sendall(b'{"op":"stats","id":1}\n')
+    s.sendall(json.dumps(dict(req, id=1)).encode() + b"\n")
     line = s.makefile().readline()
     s.close()
     return json.loads(line)
+
+
+def fs_stats(h, sb):
+    """kosa8-fs's control op stats for sandbox sb."""
+    return fs_ctl(h, sb, {"op": "stats"})
 
 
 def block(i, size):
@@ -357,4 +363,39 @@ def test_ram_path_through_rewind_and_fork(fhome, root):
     finally:
         if fork:
             fhome("sandbox", "rm", fork)
+        fhome("sandbox", "rm", sb)
+
+
+def test_ram_path_falls_back_to_the_port(fhome, root):
+    """kosa8-fs loses the guest's RAM in the middle of a write (here: the daemon's
+    {"op":"ram"} without an fd, as when it could not open QEMU's): the next WRITE by
+    reference is refused (ENXIO), and the agent sends that WRITE again through the port
+    and every later one too; the writer never sees an error and every block is right."""
+    n, blk = 1500, 32 * 1024
+    ram = os.path.join(root.allowed, "ramfb")
+    os.makedirs(ram, exist_ok=True)
+    os.chmod(ram, 0o777)
+    sb = make_sandbox(fhome, "ffrfb", "--mount", ram + ":/data/ram")
+    big, done = os.path.join(ram, "big.bin"), os.path.join(ram, "done")
+
+    def blocks():
+        return os.path.getsize(big) // blk if os.path.exists(big) else 0
+    try:
+        fhome("sandbox", "start", sb, IMAGE, "python3", "-c", RAM_WRITER, str(n), check=True)
+        assert wait_for(lambda: blocks() >= 100, 120), "the writer did not start"
+        assert fs_ctl(fhome, sb, {"op": "ram"})["ok"] is True
+        taken = fs_stats(fhome, sb)
+        assert taken["ram"] is False and taken["ram_writes"] > 0, taken
+        assert wait_for(lambda: os.path.exists(done), 300), \
+            "the writer did not finish (%d of %d blocks)" % (blocks(), n)
+        with open(big, "rb") as f:
+            data = f.read()
+        assert len(data) == n * blk
+        bad = [i for i in range(n) if data[i * blk:(i + 1) * blk] != (b"%016d" % i) * 2048]
+        assert not bad, "blocks wrong: %s" % bad[:10]
+        st = fs_stats(fhome, sb)
+        # one refused (the one in flight when the RAM went), then none by reference
+        assert st["ram_errors"] == 1 and st["ram_writes"] == taken["ram_writes"], (taken, st)
+        assert st["bytes_written"] >= n * blk
+    finally:
         fhome("sandbox", "rm", sb)
