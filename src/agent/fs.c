@@ -28,7 +28,11 @@
  *            Messages over FS_SMALL_WRITE go through a pipe: write() to the pipe, then
  *            splice() into the port, which hands the driver all the pages as one buffer
  *            (one virtqueue entry, one kick); write() to the port takes 32 KiB a call.
- *            The message itself stays in memory for a resend.
+ *            The message itself stays in memory for a resend. A WRITE read into a
+ *            big buffer (mlock'd, its guest-physical frames known) goes as a
+ *            K8FS_OP_WRITEREF while the host's HELLO answer offers it: the payload
+ *            stays in guest RAM and kosa8-fs reads it there (docs/shared-folders.md
+ *            "The RAM data path"); one the host refuses goes again, whole.
  *   port     readv()s the port with page-sized iovecs (the driver hands out one page
  *            buffer per read(); readv on the non-blocking port takes all filled ones),
  *            splits it into messages by fuse_out_header.len
@@ -41,6 +45,10 @@
  *              sends K8FS_SYNC with the nonce, then every remembered request again, in
  *              the order they first came, then the untracked messages still queued.
  *            - unique 0, other: a FUSE notification, passed to /dev/fuse as it is.
+ *            - unique K8FS_HELLO_UNIQUE: the host's answer to our HELLO (ENOSYS from
+ *              an older one): whether, and how far, it reads guest RAM.
+ *            - the answer ENXIO or EFAULT to a WRITE we sent by reference: no more
+ *              references until the next HELLO; that WRITE is queued again, whole.
  *            - a reply whose request is not remembered (answered twice after a resend):
  *              dropped. The kernel never reuses a unique, so this is safe.
  *            - a header that cannot be right (len out of 16..K8FS_MAX_MSG, an error
@@ -83,6 +91,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -102,6 +111,8 @@
 #define FS_PIPE_SIZE (2u << 20)    /* holds a whole K8FS_MAX_MSG */
 #define FS_RX_PAGES 256            /* iovecs of one page per readv() of the port */
 #define FS_READ_AHEAD_KB 1024      /* the FUSE mount's readahead (the kernel caps it at 128) */
+#define FS_BIG_MAP (((sizeof(struct fs_msg) + K8FS_MAX_MSG) + 4095) & ~(size_t)4095)
+#define FS_PFN_MASK ((1ull << 55) - 1)   /* /proc/self/pagemap: bits 0-54, 63 present */
 
 struct fs_msg {
 	struct fs_msg *pnext, *pprev;  /* remembered (tracked only) */
@@ -109,6 +120,12 @@ struct fs_msg {
 	int refs;                      /* remembered + queued + being written */
 	int tracked;
 	int big;                       /* a K8FS_MAX_MSG buffer, kept for reuse when freed */
+	/* big buffers are mmap'd and mlock'd: pfn[i] is the guest-physical frame of page i
+	 * of the mapping (the kernel has no compaction or migration: it stays put), NULL if
+	 * that could not be found; a WRITE in it can go by reference (K8FS_OP_WRITEREF) */
+	uint64_t *pfn;
+	size_t npfn;
+	atomic_int sent_ref;           /* last sent as a WRITEREF */
 	uint32_t opcode;
 	uint64_t unique, nodeid;
 	size_t len;
@@ -127,6 +144,10 @@ struct fs {
 	int sending;                   /* a thread is writing a message into the port */
 	unsigned char nonce[K8FS_NONCE_LEN];
 	uint64_t resyncs, desyncs, stale_replies;
+	/* the RAM data path: guest-physical bytes below this are the host's to read
+	 * (its HELLO answer since the last RESYNC); 0: send payloads through the port */
+	_Atomic uint64_t ram_size;
+	uint64_t ram_writes, ram_fallbacks;
 	struct fs_msg *spare;          /* free K8FS_MAX_MSG buffers (linked by qnext) */
 	int nspare;
 
@@ -264,6 +285,57 @@ static void fs_sleep_ms(unsigned ms)
 		;
 }
 
+static void fs_big_free(struct fs_msg *m)
+{
+	free(m->pfn);
+	munmap(m, FS_BIG_MAP);
+}
+
+/* A new big buffer: mapped shared, touched and locked in memory, then its
+ * pages' guest-physical frames read from /proc/self/pagemap (root sees them). Any page it cannot vouch for
+ * leaves pfn NULL: that buffer's WRITEs go through the port. */
+static struct fs_msg *fs_big_new(void)
+{
+	struct fs_msg *m = mmap(NULL, FS_BIG_MAP, PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	size_t np = FS_BIG_MAP / 4096;
+	uint64_t *pfn;
+	int pm;
+
+	if (m == MAP_FAILED)
+		agent_fatal("shared folders: mmap %zu: %s", FS_BIG_MAP, strerror(errno));
+	memset(m, 0, sizeof(*m));
+	/* MAP_SHARED: the agent forks (containers, commands), and a fork makes private pages
+	 * copy-on-write: our next write into the buffer would land in a new frame while the
+	 * host, told the old one, reads what the child still maps (seen: a file written
+	 * after a rewind held in each block the block of two WRITEs before). Shared pages
+	 * stay the same frames in parent and child. (MADV_DONTFORK would do too, but the
+	 * guest kernel has no madvise.) */
+	if (mlock(m, FS_BIG_MAP) < 0)
+		return m;
+	pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (pm < 0)
+		return m;
+	pfn = xmalloc(np * sizeof(*pfn));
+	if (pread(pm, pfn, np * sizeof(*pfn), (off_t)((uintptr_t)m / 4096 * 8)) !=
+	    (ssize_t)(np * sizeof(*pfn))) {
+		free(pfn);
+		pfn = NULL;
+	}
+	close(pm);
+	for (size_t i = 0; pfn && i < np; i++) {
+		if (!(pfn[i] >> 63) || !(pfn[i] & FS_PFN_MASK)) {
+			free(pfn);
+			pfn = NULL;
+			break;
+		}
+		pfn[i] &= FS_PFN_MASK;
+	}
+	m->pfn = pfn;
+	m->npfn = pfn ? np : 0;
+	return m;
+}
+
 /* Under fs->lock. */
 static void fs_unref(struct fs *fs, struct fs_msg *m)
 {
@@ -274,6 +346,8 @@ static void fs_unref(struct fs *fs, struct fs_msg *m)
 		m->qnext = fs->spare;
 		fs->spare = m;
 		fs->nspare++;
+	} else if (m->big) {
+		fs_big_free(m);
 	} else {
 		free(m);
 	}
@@ -294,8 +368,13 @@ static struct fs_msg *fs_big(struct fs *fs)
 	}
 	pthread_mutex_unlock(&fs->lock);
 	if (!m)
-		m = xmalloc(sizeof(*m) + K8FS_MAX_MSG);
+		m = fs_big_new();
+	uint64_t *pfn = m->pfn;
+	size_t npfn = m->npfn;
+
 	memset(m, 0, sizeof(*m));
+	m->pfn = pfn;
+	m->npfn = npfn;
 	m->big = 1;
 	return m;
 }
@@ -339,6 +418,7 @@ static int fs_tracked(uint32_t opcode)
 
 static void fs_to_kernel(struct fs *fs, const unsigned char *p, size_t n);
 static int fs_send(struct fs *fs, const unsigned char *p, size_t n);
+static int fs_send_msg(struct fs *fs, struct fs_msg *m);
 static void fs_sent(struct fs *fs, struct fs_msg *m, int r);
 
 /* Requests answered here, without a round trip to the host. Each request costs the guest
@@ -457,9 +537,9 @@ static void *fs_reader(void *arg)
 		m->refs++;
 		fs->sending = 1;
 		pthread_mutex_unlock(&fs->lock);
-		fs_sent(fs, m, fs_send(fs, m->data, m->len));
+		fs_sent(fs, m, fs_send_msg(fs, m));
 	}
-	free(big);
+	fs_big_free(big);
 	return NULL;
 }
 
@@ -587,6 +667,70 @@ static int fs_send(struct fs *fs, const unsigned char *p, size_t n)
 	return done < n ? fs_write_plain(fs, p + done, n - done) : 0;
 }
 
+/* A WRITE in a pinned buffer as a K8FS_OP_WRITEREF (fs/proto.h): its payload's pages
+ * as guest-physical segments (neighbouring frames merged). 0 if it cannot go so (not
+ * pinned, not a whole WRITE, a frame beyond what the host reaches): send it as is. */
+static size_t fs_ref_build(const struct fs_msg *m, uint64_t ram_size, unsigned char *out,
+			   size_t cap)
+{
+	const size_t head = sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in);
+	struct fuse_in_header h;
+	struct fuse_write_in w;
+	struct k8fs_ref ref = { .version = K8FS_WIRE_VERSION };
+	struct k8fs_seg *seg = (struct k8fs_seg *)(out + head + sizeof(ref));
+	size_t max = (cap - head - sizeof(ref)) / sizeof(*seg), off, end;
+
+	if (!m->pfn || m->opcode != FUSE_WRITE || m->len < head || !ram_size)
+		return 0;
+	memcpy(&h, m->data, sizeof(h));
+	memcpy(&w, m->data + sizeof(h), sizeof(w));
+	if (!w.size || m->len != head + w.size)
+		return 0;
+	off = (size_t)(m->data - (const unsigned char *)m) + head;   /* in the mapping */
+	end = off + w.size;
+	while (off < end) {
+		size_t pg = off / 4096, n = 4096 - off % 4096;
+		uint64_t gpa;
+
+		if (n > end - off)
+			n = end - off;
+		if (pg >= m->npfn)
+			return 0;
+		gpa = m->pfn[pg] * 4096 + off % 4096;
+		if (gpa >= ram_size || n > ram_size - gpa)
+			return 0;
+		if (ref.nseg && seg[ref.nseg - 1].gpa + seg[ref.nseg - 1].len == gpa) {
+			seg[ref.nseg - 1].len += (uint32_t)n;
+		} else {
+			if (ref.nseg == max || ref.nseg == K8FS_MAX_SEGS)
+				return 0;
+			seg[ref.nseg++] = (struct k8fs_seg){ .gpa = gpa, .len = (uint32_t)n };
+		}
+		off += n;
+	}
+	h.opcode = K8FS_OP_WRITEREF;
+	h.len = (uint32_t)(head + sizeof(ref) + ref.nseg * sizeof(*seg));
+	memcpy(out, &h, sizeof(h));
+	memcpy(out + sizeof(h), &w, sizeof(w));
+	memcpy(out + head, &ref, sizeof(ref));
+	return h.len;
+}
+
+/* One message into the port: a WRITE by reference when the host reads guest RAM (its
+ * payload then never crosses the port), else as it is. The message itself is kept
+ * whole either way, for a resend as it is. 0, 1 or -errno as fs_send. */
+static int fs_send_msg(struct fs *fs, struct fs_msg *m)
+{
+	unsigned char ref[sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in) +
+			  sizeof(struct k8fs_ref) + K8FS_MAX_SEGS * sizeof(struct k8fs_seg)];
+	size_t n = fs_ref_build(m, atomic_load(&fs->ram_size), ref, sizeof(ref));
+
+	atomic_store(&m->sent_ref, n ? 1 : 0);
+	if (n)
+		return fs_write_plain(fs, ref, n);
+	return fs_send(fs, m->data, m->len);
+}
+
 /* Under fs->lock: the host said RESYNC. Queue SYNC, then every remembered request in
  * its first order, then the untracked messages that were waiting (FORGETs: the host
  * must still hear them). Tracked ones that were waiting are in the resend already. */
@@ -616,6 +760,19 @@ static void fs_requeue(struct fs *fs)
 	memcpy(sync->data + sizeof(h), fs->nonce, K8FS_NONCE_LEN);
 	fs->bytes += sync->len;
 	fs_queue(fs, sync);
+	/* then ask what the host serves beyond FUSE (the RAM data path): an older host
+	 * answers ENOSYS; until an answer, WRITEs go through the port */
+	struct fuse_in_header hh = { .len = (uint32_t)(sizeof(hh) + sizeof(struct k8fs_hello_in)),
+				     .opcode = K8FS_OP_HELLO, .unique = K8FS_HELLO_UNIQUE };
+	struct k8fs_hello_in hi = { .version = K8FS_WIRE_VERSION };
+	struct fs_msg *hello = xmalloc(sizeof(*hello) + hh.len);
+
+	memset(hello, 0, sizeof(*hello));
+	hello->len = hh.len;
+	memcpy(hello->data, &hh, sizeof(hh));
+	memcpy(hello->data + sizeof(hh), &hi, sizeof(hi));
+	fs->bytes += hello->len;
+	fs_queue(fs, hello);
 	for (m = fs->phead; m; m = m->pnext)
 		fs_queue(fs, m);
 	for (m = keep; m; m = next) {
@@ -671,7 +828,7 @@ static void *fs_writer(void *arg)
 			fs->qtail = NULL;
 		fs->sending = 1;
 		pthread_mutex_unlock(&fs->lock);
-		fs_sent(fs, m, fs_send(fs, m->data, m->len));
+		fs_sent(fs, m, fs_send_msg(fs, m));
 	}
 	return NULL;
 }
@@ -723,6 +880,7 @@ static void fs_deliver(struct fs *fs, const unsigned char *p, size_t n)
 	if (h.unique == 0 && h.error == K8FS_NOTIFY_RESYNC) {
 		pthread_mutex_lock(&fs->lock);
 		memcpy(fs->nonce, p + sizeof(h), K8FS_NONCE_LEN);
+		atomic_store(&fs->ram_size, 0);   /* a new host: ask again (HELLO) */
 		fs->resync = 1;
 		fs->resyncs++;
 		if (fs->resyncs <= 3 || fs->resyncs % 100 == 0)
@@ -736,11 +894,36 @@ static void fs_deliver(struct fs *fs, const unsigned char *p, size_t n)
 		fs_to_kernel(fs, p, n);
 		return;
 	}
+	if (h.unique == K8FS_HELLO_UNIQUE) {
+		struct k8fs_hello_out o = { 0 };
+
+		if (h.error == 0 && n >= sizeof(h) + sizeof(o))
+			memcpy(&o, p + sizeof(h), sizeof(o));
+		atomic_store(&fs->ram_size, (o.caps & K8FS_CAP_RAM) ? o.ram_size : 0);
+		if (fs->resyncs <= 3)
+			agent_log("shared folders: host wire version %u, %s", o.version,
+				  (o.caps & K8FS_CAP_RAM) ? "writes by reference" : "writes through the port");
+		return;
+	}
 	uint64_t inval = 0;
 
 	pthread_mutex_lock(&fs->lock);
 	for (m = fs->phead; m && m->unique != h.unique; m = m->pnext)
 		;
+	if (m && atomic_load(&m->sent_ref) && (h.error == -ENXIO || h.error == -EFAULT)) {
+		/* the host could not read it where it is (its RAM went, or it disagrees
+		 * about our frames): no more references until the next HELLO, and this
+		 * WRITE again through the port */
+		atomic_store(&fs->ram_size, 0);
+		atomic_store(&m->sent_ref, 0);
+		if (fs->ram_fallbacks++ < 3)
+			agent_log("shared folders: the host refused a write by reference (%d); "
+				  "writes go through the port", h.error);
+		fs_queue(fs, m);
+		pthread_cond_broadcast(&fs->wake);
+		pthread_mutex_unlock(&fs->lock);
+		return;
+	}
 	if (m) {
 		if (m->opcode == FUSE_OPEN && h.error == 0)
 			inval = m->nodeid;

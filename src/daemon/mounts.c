@@ -447,6 +447,46 @@ static int mount_clone(int dirfd, const struct sb_mount *m, uid_t fsuid, struct 
 	return tree;
 }
 
+/* The RAM data path (docs/shared-folders.md): kosa8-fs reads WRITE payloads in guest
+ * RAM through a read-only /proc/<qemu>/mem opened here (it cannot open it jailed),
+ * bounded to guest-physical [0, FS_RAM_MAX) (on microvm one range from 0; above
+ * 2 GiB it may be split). Without it ({"op":"ram"} with no fd) the agent sends
+ * payloads through the port. Always sent before the port, so the guest's HELLO on the
+ * new connection finds the RAM of that QEMU and never an older one's. */
+#define FS_RAM_MAX (2ull << 30)
+
+static void fs_attach_ram(struct sandbox *sb)
+{
+	uint64_t hva = 0, size = (uint64_t)sb->memory_mib << 20;
+	struct k8_err e = { 0 };
+	char path[64];
+	json_t *req;
+	int fd = -1;
+
+	if (size > FS_RAM_MAX)
+		size = FS_RAM_MAX;
+	if (!vm_ram_hva(&sb->qmp, &hva, &e)) {
+		snprintf(path, sizeof(path), "/proc/%d/mem", (int)sb->pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		/* the fd is that QEMU's only if it was still alive after the open */
+		if (fd >= 0 && !vm_alive(sb->pid, sb->pid_start)) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (fd >= 0)
+		req = json_pack("{s:s,s:I,s:I}", "op", "ram", "hva", (json_int_t)hva, "size",
+				(json_int_t)size);
+	else
+		req = json_pack("{s:s}", "op", "ram");
+	k8_err_clear(&e);
+	if (sidecar_request_fd(&sb->fs, req, fd, 10000, NULL, &e))
+		daemon_log("sandbox %s: shared folders without the RAM data path: %s", sb->name,
+			   e.msg);
+	if (fd >= 0)
+		close(fd);
+}
+
 /* Hand kosa8-fs a fresh connection to QEMU's kosa8.fs chardev: kosa8-fs runs where no
  * path leads anywhere and may not connect, so the daemon connects and passes the fd
  * (after every QEMU start: boot, rewind, fork). 0, or a negative errno (no QEMU yet). */
@@ -462,6 +502,7 @@ int fs_attach_port(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (strlen(port) >= sizeof(sa.sun_path))
 		return k8_err_set(err, -ENAMETOOLONG, "socket path too long: %s", port);
 	strcpy(sa.sun_path, port);
+	fs_attach_ram(sb);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return k8_err_set(err, -errno, "socket: %s", strerror(errno));

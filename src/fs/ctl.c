@@ -41,6 +41,9 @@ json_t *fs_ctl_handle(void *ctx, json_t *req, int *fd, struct k8_err *err)
 		json_object_set_new(res, "limit_hits", json_integer((json_int_t)c->st.limit_hits));
 		json_object_set_new(res, "enospc", json_integer((json_int_t)c->st.enospc));
 		json_object_set_new(res, "path_bytes", json_integer((json_int_t)c->path_bytes));
+		json_object_set_new(res, "ram_writes", json_integer((json_int_t)c->st.ram_writes));
+		json_object_set_new(res, "ram_errors", json_integer((json_int_t)c->st.ram_errors));
+		json_object_set_new(res, "ram", json_boolean(c->ram_fd >= 0));
 		return res;
 	}
 	if (!strcmp(op, "port")) {
@@ -53,6 +56,26 @@ json_t *fs_ctl_handle(void *ctx, json_t *req, int *fd, struct k8_err *err)
 			close(c->port_handoff);
 		c->port_handoff = *fd;
 		*fd = -1;
+		return json_object();
+	}
+	if (!strcmp(op, "ram")) {
+		/* the guest's RAM (a read-only /proc/<qemu>/mem the daemon opened): hva and
+		 * size say where; without an fd, none (WRITEREF then answers ENXIO) */
+		json_t *hva = json_object_get(req, "hva"), *size = json_object_get(req, "size");
+		int r;
+
+		if (*fd >= 0 && (!json_is_integer(hva) || !json_is_integer(size) ||
+				 json_integer_value(hva) <= 0 || json_integer_value(size) <= 0)) {
+			k8_err_set(err, -EINVAL, "\"ram\" needs \"hva\" and \"size\"");
+			return NULL;
+		}
+		r = fs_ram_set(c, *fd, *fd >= 0 ? (uint64_t)json_integer_value(hva) : 0,
+			       *fd >= 0 ? (uint64_t)json_integer_value(size) : 0);
+		*fd = -1;
+		if (r) {
+			k8_err_set(err, r, "\"ram\": hva and size must be page-aligned");
+			return NULL;
+		}
 		return json_object();
 	}
 	if ((!strcmp(op, "save") || !strcmp(op, "load")) && *fd >= 0)

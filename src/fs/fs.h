@@ -68,6 +68,7 @@ struct fs_handle {
 struct fs_stats {
 	uint64_t requests, bytes_read, bytes_written, errors, protocol_errors, connects;
 	uint64_t limit_hits, enospc;
+	uint64_t ram_writes, ram_errors;     /* WRITEREFs served, refused (bad segments, no RAM) */
 };
 
 struct fs_ctx {
@@ -106,6 +107,11 @@ struct fs_ctx {
 	uint64_t reserve_bytes;
 	unsigned reserve_pct;
 	int port_handoff;            /* a port fd the daemon passed (control "port"), or -1 */
+	/* the RAM data path (ram.c): guest-physical [0, ram_size) is at ram_hva in the
+	 * process whose /proc/PID/mem ram_fd is (read-only); -1 when the daemon gave none */
+	int ram_fd;
+	uint64_t ram_hva, ram_size;
+	uint8_t *ram_buf;            /* K8FS_MAX_MSG bytes: a WRITEREF made a WRITE again */
 };
 
 /* ---- node.c: tables ---- */
@@ -188,6 +194,18 @@ const char *fs_req_str(const struct fs_req *r, size_t *off);
 int fs_op(struct fs_req *r);   /* 0, -errno, or K8FS_NOREPLY; fills r->olen */
 #define K8FS_NOREPLY 1
 bool fs_op_modifies(uint32_t opcode);
+
+/* ---- ram.c: guest RAM, bounded ---- */
+/* Use fd (ownership passes in; -1: none) as the guest's RAM: guest-physical [0, size) at
+ * hva in it. 0, or -EINVAL (fd closed) for an unaligned or overflowing window. */
+int fs_ram_set(struct fs_ctx *c, int fd, uint64_t hva, uint64_t size);
+/* Check every segment (len >= 1, pad 0, [gpa, gpa+len) inside [0, ram_size), lengths
+ * summing to total), before any byte is read. 0 or -EFAULT. */
+int fs_ram_check(uint64_t ram_size, const struct k8fs_seg *seg, uint32_t nseg, size_t total);
+/* Copy the segments' bytes, in order, into dst[0..total). 0, -EFAULT (a bad segment:
+ * nothing read), -ENXIO (no RAM, or it could not be read: the VM is gone). */
+int fs_ram_gather(struct fs_ctx *c, const struct k8fs_seg *seg, uint32_t nseg, uint8_t *dst,
+		  size_t total);
 
 /* ---- ctl.c: the control socket's requests (an sc_ctl_fn, src/common/sidecar.h) ---- */
 /* Handle one request for `ctx` (a struct fs_ctx). *fd (or -1) is an fd that came with

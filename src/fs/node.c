@@ -217,6 +217,8 @@ int fs_ctx_init(struct fs_ctx *c)
 	c->out = xmalloc(K8FS_MAX_MSG);
 	c->scratch = xmalloc(K8FS_MAX_MSG);
 	c->dents = xmalloc(32768);
+	c->ram_buf = xmalloc(K8FS_MAX_MSG);
+	c->ram_fd = -1;
 	for (uint32_t i = 0; i < c->nmounts; i++) {
 		struct stat st;
 		int fd = fcntl(c->mounts[i].fd, F_DUPFD_CLOEXEC, 3);
@@ -264,7 +266,10 @@ void fs_ctx_free(struct fs_ctx *c)
 	free(c->out);
 	free(c->dents);
 	free(c->scratch);
-	c->in = c->out = c->dents = c->scratch = NULL;
+	if (c->ram_buf)                  /* else a zeroed ctx: ram_fd was never set */
+		fs_ram_set(c, -1, 0, 0);
+	free(c->ram_buf);
+	c->in = c->out = c->dents = c->scratch = c->ram_buf = NULL;
 }
 
 static bool node_is_root(const struct fs_ctx *c, uint64_t id)

@@ -770,6 +770,54 @@ static int op_write(struct fs_req *r)
 	return 0;
 }
 
+/* K8FS_OP_WRITEREF: a WRITE whose payload stays in guest RAM (fs/proto.h). The segments
+ * are checked against the RAM's size and read into ram_buf behind a copy of the
+ * fuse_write_in; that is then an ordinary WRITE, with every check op_write makes. */
+static int op_write_ref(struct fs_req *r)
+{
+	const struct fuse_write_in *in = fs_req_get(r, 0, sizeof(*in));
+	const struct k8fs_ref *ref = fs_req_get(r, sizeof(*in), sizeof(*ref));
+	const struct k8fs_seg *seg;
+	struct fs_req w;
+	int e;
+
+	if (!in || !ref || ref->version != K8FS_WIRE_VERSION || !ref->nseg ||
+	    ref->nseg > K8FS_MAX_SEGS || in->size > K8FS_MAX_WRITE)
+		return -EINVAL;
+	seg = fs_req_get(r, sizeof(*in) + sizeof(*ref), ref->nseg * sizeof(*seg));
+	if (!seg)
+		return -EINVAL;
+	memcpy(r->c->ram_buf, in, sizeof(*in));
+	e = fs_ram_gather(r->c, seg, ref->nseg, r->c->ram_buf + sizeof(*in), in->size);
+	if (e) {
+		r->c->st.ram_errors++;
+		return e;
+	}
+	r->c->st.ram_writes++;
+	w = *r;
+	w.opcode = FUSE_WRITE;
+	w.body = r->c->ram_buf;
+	w.blen = sizeof(*in) + in->size;
+	e = op_write(&w);
+	r->olen = w.olen;
+	return e;
+}
+
+/* K8FS_OP_HELLO: what this host serves beyond FUSE (fs/proto.h). */
+static int op_hello(struct fs_req *r)
+{
+	const struct k8fs_hello_in *in = fs_req_get(r, 0, sizeof(*in));
+	struct k8fs_hello_out *o;
+
+	if (!in)
+		return -EINVAL;
+	o = reply(r, sizeof(*o));
+	o->version = K8FS_WIRE_VERSION;
+	o->caps = r->c->ram_fd >= 0 ? K8FS_CAP_RAM : 0;
+	o->ram_size = r->c->ram_fd >= 0 ? r->c->ram_size : 0;
+	return 0;
+}
+
 static int op_statfs(struct fs_req *r)
 {
 	struct fuse_statfs_out *o;
@@ -1123,7 +1171,7 @@ bool fs_op_modifies(uint32_t opcode)
 	case FUSE_SETATTR: case FUSE_WRITE: case FUSE_CREATE: case FUSE_MKNOD:
 	case FUSE_MKDIR: case FUSE_UNLINK: case FUSE_RMDIR: case FUSE_RENAME:
 	case FUSE_RENAME2: case FUSE_LINK: case FUSE_SYMLINK: case FUSE_SETXATTR:
-	case FUSE_REMOVEXATTR: case FUSE_FALLOCATE:
+	case FUSE_REMOVEXATTR: case FUSE_FALLOCATE: case K8FS_OP_WRITEREF:
 		return true;
 	default:
 		return false;
@@ -1163,6 +1211,8 @@ int fs_op(struct fs_req *r)
 	case FUSE_OPEN: return op_open(r);
 	case FUSE_READ: return op_read(r);
 	case FUSE_WRITE: return op_write(r);
+	case K8FS_OP_WRITEREF: return op_write_ref(r);
+	case K8FS_OP_HELLO: return op_hello(r);
 	case FUSE_STATFS: return op_statfs(r);
 	case FUSE_RELEASE: case FUSE_RELEASEDIR: return op_release(r);
 	case FUSE_FSYNC: case FUSE_FSYNCDIR: return op_fsync(r);

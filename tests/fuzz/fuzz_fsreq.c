@@ -7,7 +7,9 @@
  * stream. The share lives on a 32 MiB tmpfs in a private mount namespace when we may
  * mount one (root), so file sizes and fallocate are bounded; otherwise on /tmp, with
  * RLIMIT_FSIZE and FALLOCATE turned into an unknown opcode. Tables are reset after every
- * input; the read-write share is emptied and re-populated every 256 inputs. */
+ * input; the read-write share is emptied and re-populated every 256 inputs. "Guest RAM"
+ * for WRITEREF (the RAM data path) is 64 KiB of ours, read through /proc/self/mem, there
+ * when bit 3 of the control byte is clear. */
 #include "fs/fs.h"
 #include "common/util.h"
 
@@ -19,6 +21,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -26,6 +29,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct fs_ctx ctx;
+#define RAM_SIZE (64u << 10)
+static uint8_t *ram;
+static int ram_fd = -1;
 static char top[64], rw_dir[96], ro_dir[96];
 static bool ready, bounded;
 static unsigned iter;
@@ -109,6 +115,11 @@ static void setup(void)
 	if (fs_mount_add(&ctx, rw_dir, false) || fs_mount_add(&ctx, ro_dir, true) ||
 	    fs_ctx_init(&ctx))
 		abort();
+	ram = mmap(NULL, RAM_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ram_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+	if (ram == MAP_FAILED || ram_fd < 0)
+		abort();
+	memset(ram, 'r', RAM_SIZE);
 	ready = true;
 	atexit(cleanup);
 }
@@ -146,6 +157,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	for (int i = 0; i < K8FS_NONCE_LEN; i++)
 		nonce[i] = (uint8_t)i;
+	if (ctl & 8)
+		fs_ram_set(&ctx, -1, 0, 0);
+	else if (fs_ram_set(&ctx, dup(ram_fd), (uint64_t)(uintptr_t)ram, RAM_SIZE))
+		abort();
 	fs_conn_reset(&ctx, nonce);
 	ctx.out_off = ctx.out_len = 0;
 	if (ctl & 1)

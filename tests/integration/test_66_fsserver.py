@@ -106,10 +106,17 @@ class Server:
         assert line == b"ready\n", line
         self.guest = Guest(self.listener)
 
-    def control(self, req):
+    def control(self, req, fd=None):
+        """One control request; fd travels with its first byte (SCM_RIGHTS), as kosa8d
+        sends one."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.connect(self.ctl)
-            s.sendall(json.dumps(req).encode() + b"\n")
+            line = json.dumps(req).encode() + b"\n"
+            if fd is not None:
+                s.sendmsg([line[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                        struct.pack("i", fd))])
+                line = line[1:]
+            s.sendall(line)
             data = b""
             while not data.endswith(b"\n"):
                 chunk = s.recv(65536)

@@ -3,7 +3,9 @@
 # write-only opens bypass the guest's page cache (FOPEN_DIRECT_IO) and still round-trip
 # every byte, read and read-write opens keep the page cache (mmap works), the agent's
 # own answers to RELEASE still close the host's handles, st_blksize is max_write, :ro
-# refuses the new path, and a rewind in the middle of a big write leaves the right file.
+# refuses the new path, a rewind in the middle of a big write leaves the right file, and
+# WRITEs by reference to guest RAM (the RAM data path) survive a rewind and a fork and
+# fall back to the port when kosa8-fs loses the RAM.
 #
 # One daemon home (--allow-mount ROOT), one sandbox "ffs" with ROOT/rw at /data and
 # ROOT/ro at /ro:ro, and its own sandbox for the rewind.
@@ -64,16 +66,21 @@ def gpy(h, sb, code, *args, timeout=600):
     return ast.literal_eval(p.stdout.strip().splitlines()[-1])
 
 
-def fs_stats(h, sb):
-    """kosa8-fs's control op stats for sandbox sb."""
+def fs_ctl(h, sb, req):
+    """One request on kosa8-fs's control socket for sandbox sb."""
     with open(os.path.join(h.path, "sandboxes", sb, "sandbox.json")) as f:
         sid = json.load(f)["id"]
     s = socket.socket(socket.AF_UNIX)
     s.connect(os.path.join(h.path, "run", "%s.fsctl" % sid))
-    s.sendall(b'{"op":"stats","id":1}\n')
+    s.sendall(json.dumps(dict(req, id=1)).encode() + b"\n")
     line = s.makefile().readline()
     s.close()
     return json.loads(line)
+
+
+def fs_stats(h, sb):
+    """kosa8-fs's control op stats for sandbox sb."""
+    return fs_ctl(h, sb, {"op": "stats"})
 
 
 def block(i, size):
@@ -286,5 +293,109 @@ def test_rewind_in_the_middle_of_a_big_write(fhome, root):
         # the writer's handle is closed on the host too (its RELEASE, answered by the
         # agent, went after the rewind)
         assert wait_for(lambda: fs_stats(fhome, sb)["handles"] == 0, 20), fs_stats(fhome, sb)
+    finally:
+        fhome("sandbox", "rm", sb)
+
+
+# Writes N blocks of 32 KiB (big enough for the RAM data path: the agent sends a WRITE of
+# 16 KiB or more by reference) through a write-only fd, a little slowly, so that a
+# checkpoint falls in the middle; each block says which it is.
+RAM_WRITER = r'''
+import os, sys, time
+n = int(sys.argv[1])
+fd = os.open("/data/ram/big.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for i in range(n):
+    os.write(fd, (b"%016d" % i) * 2048)
+    time.sleep(0.004)
+os.close(fd)
+open("/data/ram/done", "w").write("%d\n" % n)
+'''
+
+
+def test_ram_path_through_rewind_and_fork(fhome, root):
+    """The RAM data path (kosa8-fs reads WRITE payloads in guest RAM) in a real VM: it is
+    used, and it still is, with every byte right, in the QEMU a rewind starts and in a
+    fork's (both map their RAM from the checkpoint's memory file, private), each of which
+    gets its own /proc/<qemu>/mem from kosa8d."""
+    n, blk = 1500, 32 * 1024
+    ram = os.path.join(root.allowed, "ram")
+    os.makedirs(ram, exist_ok=True)
+    os.chmod(ram, 0o777)
+    sb = make_sandbox(fhome, "ffram", "--mount", ram + ":/data/ram")
+    big, done = os.path.join(ram, "big.bin"), os.path.join(ram, "done")
+
+    def blocks():
+        return os.path.getsize(big) // blk if os.path.exists(big) else 0
+
+    def check(stage):
+        with open(big, "rb") as f:
+            data = f.read()
+        assert len(data) == n * blk, stage
+        bad = [i for i in range(n) if data[i * blk:(i + 1) * blk] != (b"%016d" % i) * 2048]
+        assert not bad, "%s: blocks wrong: %s (%r)" % (stage, bad[:10], [
+            data[i * blk:i * blk + 40] for i in bad[:2]])
+    fork = None
+    try:
+        fhome("sandbox", "start", sb, IMAGE, "python3", "-c", RAM_WRITER, str(n), check=True)
+        assert wait_for(lambda: blocks() >= 100, 120), "the writer did not start"
+        st = fs_stats(fhome, sb)
+        assert st["ram"] is True and st["ram_writes"] > 0 and st["ram_errors"] == 0, st
+        p = fhome("checkpoint", sb, "--label", "mid", timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert blocks() < n and not os.path.exists(done), "the write ended before the checkpoint"
+        p = fhome("rewind", sb, "--to", "mid", "-y", timeout=300)
+        assert p.returncode == 0, p.stderr
+        before = fs_stats(fhome, sb)["ram_writes"]
+        assert wait_for(lambda: os.path.exists(done), 300), \
+            "the writer did not finish after the rewind (%d of %d blocks)" % (blocks(), n)
+        check("after the rewind")
+        st = fs_stats(fhome, sb)
+        assert st["ram_writes"] > before + 100 and st["ram_errors"] == 0, (before, st)
+        # a fork of the same checkpoint writes the same blocks again, by reference too
+        os.unlink(done)
+        p = fhome("sandbox", "fork", sb, "--from", "mid", "--name", "fframf", timeout=300)
+        assert p.returncode == 0, p.stderr
+        fork = "fframf"
+        assert wait_for(lambda: os.path.exists(done), 300), "the fork's writer did not finish"
+        check("after the fork")
+        st = fs_stats(fhome, fork)
+        assert st["ram_writes"] > 100 and st["ram_errors"] == 0, st
+    finally:
+        if fork:
+            fhome("sandbox", "rm", fork)
+        fhome("sandbox", "rm", sb)
+
+
+def test_ram_path_falls_back_to_the_port(fhome, root):
+    """kosa8-fs loses the guest's RAM in the middle of a write (here: the daemon's
+    {"op":"ram"} without an fd, as when it could not open QEMU's): the next WRITE by
+    reference is refused (ENXIO), and the agent sends that WRITE again through the port
+    and every later one too; the writer never sees an error and every block is right."""
+    n, blk = 1500, 32 * 1024
+    ram = os.path.join(root.allowed, "ramfb")
+    os.makedirs(ram, exist_ok=True)
+    os.chmod(ram, 0o777)
+    sb = make_sandbox(fhome, "ffrfb", "--mount", ram + ":/data/ram")
+    big, done = os.path.join(ram, "big.bin"), os.path.join(ram, "done")
+
+    def blocks():
+        return os.path.getsize(big) // blk if os.path.exists(big) else 0
+    try:
+        fhome("sandbox", "start", sb, IMAGE, "python3", "-c", RAM_WRITER, str(n), check=True)
+        assert wait_for(lambda: blocks() >= 100, 120), "the writer did not start"
+        assert fs_ctl(fhome, sb, {"op": "ram"})["ok"] is True
+        taken = fs_stats(fhome, sb)
+        assert taken["ram"] is False and taken["ram_writes"] > 0, taken
+        assert wait_for(lambda: os.path.exists(done), 300), \
+            "the writer did not finish (%d of %d blocks)" % (blocks(), n)
+        with open(big, "rb") as f:
+            data = f.read()
+        assert len(data) == n * blk
+        bad = [i for i in range(n) if data[i * blk:(i + 1) * blk] != (b"%016d" % i) * 2048]
+        assert not bad, "blocks wrong: %s" % bad[:10]
+        st = fs_stats(fhome, sb)
+        # one refused (the one in flight when the RAM went), then none by reference
+        assert st["ram_errors"] == 1 and st["ram_writes"] == taken["ram_writes"], (taken, st)
+        assert st["bytes_written"] >= n * blk
     finally:
         fhome("sandbox", "rm", sb)

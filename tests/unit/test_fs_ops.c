@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <linux/fuse.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -398,6 +399,143 @@ static void test_fast_path(struct fs_ctx *c)
 	CHECK_EQ_INT(req(c, FUSE_RELEASE, n, &rl, sizeof(rl), NULL, 0), 0);
 }
 
+/* A WRITEREF (fs/proto.h) of the given segments: the WRITE's fuse_write_in, then the
+ * reference header and the list. */
+static int write_ref(struct fs_ctx *c, uint64_t node, uint64_t fh, uint64_t off, uint32_t size,
+		     uint32_t version, uint32_t nseg, const struct k8fs_seg *seg, size_t segbytes)
+{
+	static uint8_t body[sizeof(struct k8fs_ref) + 2 * K8FS_MAX_SEGS * sizeof(struct k8fs_seg)];
+	struct fuse_write_in wi = { .fh = fh, .offset = off, .size = size };
+	struct k8fs_ref ref = { .version = version, .nseg = nseg };
+
+	memcpy(body, &ref, sizeof(ref));
+	memcpy(body + sizeof(ref), seg, segbytes);
+	return req(c, K8FS_OP_WRITEREF, node, &wi, sizeof(wi), body, sizeof(ref) + segbytes);
+}
+
+static off_t host_size(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) ? -1 : st.st_size;
+}
+
+/* issue 30: the RAM data path. "Guest RAM" is two pages of this process (read through
+ * our own /proc/self/mem, as kosa8-fs reads QEMU's), between a guard page and a canary
+ * page; no segment list, however hostile, reaches either, and the checks come before
+ * any byte is read or written. */
+static void test_ram_path(struct fs_ctx *c)
+{
+	uint8_t *map = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			    -1, 0), *ram = map + 4096;
+	struct k8fs_hello_in hi = { .version = K8FS_WIRE_VERSION };
+	struct k8fs_hello_out ho;
+	uint64_t n, fh, ron, rofh;
+	char p[256], got[512];
+	int fd, e;
+
+	CHECK(map != MAP_FAILED);
+	memset(map, 'G', 4096);
+	memset(map + 3 * 4096, 'X', 4096);
+	for (int i = 0; i < 8192; i++)
+		ram[i] = (uint8_t)('a' + i % 23);
+	CHECK_EQ_INT(do_create(c, 2, "refd", O_WRONLY, 0644, &n, &fh), 0);
+	snprintf(p, sizeof(p), "%s/refd", rw_dir);
+	struct k8fs_seg one = { .gpa = 0, .len = 10 };
+
+	/* no RAM: HELLO says so, a WRITEREF is refused with ENXIO (the agent then resends) */
+	CHECK_EQ_INT(req(c, K8FS_OP_HELLO, 0, &hi, sizeof(hi), NULL, 0), 0);
+	memcpy(&ho, rep + 16, sizeof(ho));
+	CHECK_EQ_INT(ho.version, K8FS_WIRE_VERSION);
+	CHECK_EQ_INT(ho.caps, 0);
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 10, 1, 1, &one, sizeof(one)), -ENXIO);
+	CHECK_EQ_INT(req(c, K8FS_OP_HELLO, 0, NULL, 0, NULL, 0), -EINVAL);
+	/* the window must be page-aligned and not wrap */
+	fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK_EQ_INT(fs_ram_set(c, dup(fd), (uint64_t)(uintptr_t)ram + 1, 8192), -EINVAL);
+	CHECK_EQ_INT(fs_ram_set(c, dup(fd), UINT64_MAX - 4095, 8192), -EINVAL);
+	CHECK_EQ_INT(c->ram_fd, -1);
+	CHECK_EQ_INT(fs_ram_set(c, fd, (uint64_t)(uintptr_t)ram, 8192), 0);
+	CHECK_EQ_INT(req(c, K8FS_OP_HELLO, 0, &hi, sizeof(hi), NULL, 0), 0);
+	memcpy(&ho, rep + 16, sizeof(ho));
+	CHECK_EQ_INT(ho.caps, K8FS_CAP_RAM);
+	CHECK_EQ_INT(ho.ram_size, 8192);
+
+	/* two segments, the second across the page boundary: the file gets them in order */
+	struct k8fs_seg two[2] = { { .gpa = 100, .len = 50 }, { .gpa = 4000, .len = 200 } };
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 250, 1, 2, two, sizeof(two)), 0);
+	CHECK_EQ_INT(((struct fuse_write_out *)(rep + 16))->size, 250);
+	int hf = open(p, O_RDONLY);
+	CHECK(hf >= 0 && read(hf, got, sizeof(got)) == 250);
+	CHECK(!memcmp(got, ram + 100, 50) && !memcmp(got + 50, ram + 4000, 200));
+	close(hf);
+	/* a list may repeat or overlap itself: it only names the guest's own bytes */
+	struct k8fs_seg ov[2] = { { .gpa = 8182, .len = 10 }, { .gpa = 8182, .len = 10 } };
+	CHECK_EQ_INT(write_ref(c, n, fh, 250, 20, 1, 2, ov, sizeof(ov)), 0);
+	CHECK_EQ_INT(host_size(p), 270);
+
+	/* hostile lists: refused (EFAULT) before a byte is read, the file unchanged */
+	const struct k8fs_seg bad[] = {
+		{ .gpa = 8192, .len = 1 },              /* just past the end */
+		{ .gpa = 8191, .len = 2 },              /* across the end */
+		{ .gpa = UINT64_MAX, .len = 1 },        /* gpa + len wraps */
+		{ .gpa = UINT64_MAX - 4095, .len = 4096 },
+		{ .gpa = 1, .len = UINT32_MAX },        /* huge length */
+		{ .gpa = 0, .len = 0 },                 /* empty */
+		{ .gpa = 0, .len = 10, .pad = 1 },
+		{ .gpa = (uint64_t)(uintptr_t)ram, .len = 10 },   /* a host address */
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+		if (bad[i].len != UINT32_MAX)
+			CHECK_EQ_INT(write_ref(c, n, fh, 0, bad[i].len ? bad[i].len : 10, 1, 1,
+					       &bad[i], sizeof(bad[i])), -EFAULT);
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, K8FS_MAX_WRITE, 1, 1, &bad[4], sizeof(bad[4])),
+		     -EFAULT);
+	/* a size over max_write is refused before the list is looked at */
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, UINT32_MAX, 1, 1, &bad[4], sizeof(bad[4])), -EINVAL);
+	/* lengths that do not add up to the WRITE's size, either way */
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 11, 1, 1, &one, sizeof(one)), -EFAULT);
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 9, 1, 1, &one, sizeof(one)), -EFAULT);
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 20, 1, 2, two, sizeof(two)), -EFAULT);
+	/* a list longer than the message, no list, too many segments, another version */
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 10, 1, 100, &one, sizeof(one)), -EINVAL);
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 10, 1, 0, &one, sizeof(one)), -EINVAL);
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 10, 1, K8FS_MAX_SEGS + 1, &one, sizeof(one)), -EINVAL);
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 10, 2, 1, &one, sizeof(one)), -EINVAL);
+	struct fuse_write_in wi = { .fh = fh, .size = 10 };
+	CHECK_EQ_INT(req(c, K8FS_OP_WRITEREF, n, &wi, sizeof(wi), NULL, 0), -EINVAL);
+	CHECK_EQ_INT(host_size(p), 270);
+	hf = open(p, O_RDONLY);
+	CHECK(hf >= 0 && read(hf, got, sizeof(got)) == 270);
+	CHECK(!memchr(got, 'G', 270) && !memchr(got, 'X', 270));
+	close(hf);
+	CHECK_EQ_INT(c->st.ram_errors, 12);   /* one ENXIO, 11 EFAULT; EINVAL is not counted */
+	CHECK_EQ_INT(c->st.ram_writes, 2);
+	/* the pure check on its own: exact end, one past, wrap */
+	CHECK_EQ_INT(fs_ram_check(8192, &(struct k8fs_seg){ .gpa = 8191, .len = 1 }, 1, 1), 0);
+	CHECK_EQ_INT(fs_ram_check(8192, &(struct k8fs_seg){ .gpa = 0, .len = 8192 }, 1, 8192), 0);
+	CHECK_EQ_INT(fs_ram_check(8192, &(struct k8fs_seg){ .gpa = 0, .len = 8193 }, 1, 8193),
+		     -EFAULT);
+	CHECK_EQ_INT(fs_ram_check(0, &one, 1, 10), -EFAULT);
+
+	/* read-only: refused before the list is looked at, as a WRITE is */
+	ron = lookup(c, 3, "ro-file", &e);
+	CHECK_EQ_INT(do_open(c, ron, O_RDONLY, &rofh), 0);
+	CHECK_EQ_INT(write_ref(c, ron, rofh, 0, 10, 1, 1, &one, sizeof(one)), -EROFS);
+	/* a handle of a read-only mount under a writable node: the handle's mount decides */
+	CHECK_EQ_INT(write_ref(c, n, rofh, 0, 10, 1, 1, &one, sizeof(one)), -EROFS);
+	/* the RAM went (the VM stopped): ENXIO again */
+	munmap(map, 4 * 4096);
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 10, 1, 1, &one, sizeof(one)), -ENXIO);
+	fs_ram_set(c, -1, 0, 0);
+	CHECK_EQ_INT(write_ref(c, n, fh, 0, 10, 1, 1, &one, sizeof(one)), -ENXIO);
+	struct fuse_release_in rl = { .fh = fh };
+	req(c, FUSE_RELEASE, n, &rl, sizeof(rl), NULL, 0);
+	rl.fh = rofh;
+	req(c, FUSE_RELEASE, ron, &rl, sizeof(rl), NULL, 0);
+}
+
 static void test_readonly_and_xdev(struct fs_ctx *c)
 {
 	uint64_t rofile, rosub, rwfile, fh, fhw, n;
@@ -733,6 +871,7 @@ int main(void)
 	test_symlinks_and_special(&c);
 	test_files(&c);
 	test_fast_path(&c);
+	test_ram_path(&c);
 	test_readonly_and_xdev(&c);
 	test_readdir(&c);
 	test_garbage(&c);
