@@ -136,22 +136,13 @@ static void new_layer_name(char *out, size_t n)
 	snprintf(out, n, "layer-%llx.qcow2", (unsigned long long)now_real_ns());
 }
 
-/* A new empty top layer over `base` (a file name in sb's dir). A fork's layers name the
- * source's files in their headers, so there the backing is not opened (-u): its size is
- * the sandbox's disk size. */
+/* A new empty top layer over `base` (a file name in sb's dir), of the sandbox's disk
+ * size (a fork's layers name the source's files in their headers: nothing is opened). */
 static int make_top(struct sandbox *sb, const char *base, const char *top, struct k8_err *err)
 {
 	cleanup_free char *bp = xasprintf("%s/%s", sb->dir, base);
-	cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
 
-	if (sb->forked) {
-		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-				       "-u", "-b", bp, top, size, NULL };
-		return vm_run_cmd(argv, err);
-	}
-	const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-			       "-b", bp, top, NULL };
-	return vm_run_cmd(argv, err);
+	return layers_new_top(bp, top, sb->disk_gb, err);
 }
 
 static char *ckpt_dir(struct sandbox *sb, const char *label)
@@ -407,8 +398,6 @@ static int ckpt_state_files(struct ckpt_job *j, struct k8_err *err)
 static int ckpt_make_files(struct ckpt_job *j, struct k8_err *err)
 {
 	struct sandbox *sb = j->sb;
-	cleanup_free char *bp = xasprintf("%s/%s", sb->dir, top_of(sb));
-	cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
 	int r;
 
 	rm_rf(j->final); /* an interrupted attempt without meta.json */
@@ -420,9 +409,7 @@ static int ckpt_make_files(struct ckpt_job *j, struct k8_err *err)
 		return r;
 	new_layer_name(j->layer, sizeof(j->layer));
 	j->layer_path = xasprintf("%s/%s", sb->dir, j->layer);
-	const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-			       "-u", "-b", bp, j->layer_path, size, NULL };
-	if ((r = vm_run_cmd(argv, err)))
+	if ((r = make_top(sb, top_of(sb), j->layer_path, err)))
 		return r;
 	j->layer_fd = open(j->layer_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (j->layer_fd < 0)
