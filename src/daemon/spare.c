@@ -531,8 +531,7 @@ int spare_take(struct daemon *d, struct sandbox *sb, const char *label, char *la
 	t_net = now_mono_ns();
 	/* The old machine goes at once: its state is discarded, so no `quit`. */
 	pthread_mutex_lock(&sb->lock);
-	spare_end_pid(sb->pid, sb->pid_start, sb->child);
-	sb_kill_qemu(d, sb);
+	sb_discard_qemu(d, sb);
 	sb->state = SB_BOOTING;
 	memcpy(sb->images, v->images, sizeof(v->images));
 	sb->nimages = v->nimages;
