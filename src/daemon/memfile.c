@@ -112,6 +112,9 @@ static void *mf_warmer(void *arg)
 	/* Behind everything else: fresh page cache costs CPU on this host (about a
 	 * millisecond per MiB), and the restore it serves must not wait for it. */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+	/* and its reads behind every other on the disk where the scheduler knows classes
+	 * (mq-deadline, bfq): ioprio_set(IOPRIO_WHO_PROCESS, this thread, IDLE) */
+	syscall(SYS_ioprio_set, 1, (int)syscall(SYS_gettid), 3 << 13);
 	while ((off = lseek(fd, off, SEEK_DATA)) >= 0) {
 		if ((end = lseek(fd, off, SEEK_HOLE)) < 0)
 			break;
