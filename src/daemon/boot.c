@@ -163,6 +163,7 @@ void sb_kill_qemu(struct daemon *d, struct sandbox *sb)
 	cgroup_remove(&d->cg, sb->name);
 	sb_mem_release(sb);
 	sb->restoring = false;
+	sb->warm_pending = false;
 	sb->paused = false;
 	sb->pid = 0;
 	sb->pid_start = 0;
@@ -398,6 +399,11 @@ int sb_connect_vm_start(struct daemon *d, struct sandbox *sb, pid_t pid, bool re
 			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
 			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
 		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
+	pthread_mutex_lock(&sb->lock);
+	if (sb->warm_pending && sb->mem_fd >= 0)
+		memfile_warm(sb->mem_fd);       /* it runs: the file into the page cache */
+	sb->warm_pending = false;
+	pthread_mutex_unlock(&sb->lock);
 	c->tc = now_mono_ns();
 	return 0;
 fail:
@@ -630,11 +636,12 @@ static void sb_spawned_restore(void *ctx, pid_t pid)
 	sb->pid_start = vm_proc_start(pid);
 	sb->child = true;
 	sb->restoring = true;
+	/* its guest's first touches and its next checkpoint find the file cached: warmed
+	 * once the machine runs (sb_connect_vm_start), so that neither this record's fsync
+	 * nor QEMU's load of the devices' state waits behind the warmer's reads */
+	sb->warm_pending = rec->mfd > 0;
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
-	/* After the record's fsync, which would otherwise wait behind the warmer's reads */
-	if (rec->mfd > 0)
-		memfile_warm(rec->mfd);  /* the guest's first touches find it cached */
 	rec->ns = now_mono_ns() - t0;
 }
 
