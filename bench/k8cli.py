@@ -212,4 +212,9 @@ def end_home(home):
     """Stop the benchmark's daemon (and its VMs) and remove its home, whatever happened."""
     subprocess.run([KOSA8, "daemon", "stop"], capture_output=True,
                    env=dict(os.environ, KOSA8_HOME=home))
+    keep = os.environ.get("BENCH_LOGS")     # a folder: the daemon's log kept there
+    if keep and os.path.exists(os.path.join(home, "kosa8d.log")):
+        os.makedirs(keep, exist_ok=True)
+        shutil.copy(os.path.join(home, "kosa8d.log"),
+                    os.path.join(keep, os.path.basename(home) + ".log"))
     shutil.rmtree(home, ignore_errors=True)

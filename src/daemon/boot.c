@@ -163,12 +163,22 @@ void sb_kill_qemu(struct daemon *d, struct sandbox *sb)
 	cgroup_remove(&d->cg, sb->name);
 	sb_mem_release(sb);
 	sb->restoring = false;
+	sb->warm_pending = false;
 	sb->paused = false;
 	sb->pid = 0;
 	sb->pid_start = 0;
 	sb->child = false;
 	for (int i = 0; i < sb->nimages; i++)
 		sb->images[i].mounted = false;
+}
+
+void sb_discard_qemu(struct daemon *d, struct sandbox *sb)
+{
+	if (sb->pid > 0 && vm_alive(sb->pid, sb->pid_start))
+		kill(sb->pid, SIGKILL);
+	if (sb->pid > 0 && sb->child)
+		waitpid(sb->pid, NULL, 0);
+	sb_kill_qemu(d, sb);            /* finds it gone: its sockets, cgroup and record */
 }
 
 static void console_tail(struct sandbox *sb, char *out, size_t n)
@@ -389,6 +399,11 @@ int sb_connect_vm_start(struct daemon *d, struct sandbox *sb, pid_t pid, bool re
 			 (uint64_t)sb->memory_mib << 20, sb->limits_desc,
 			 sizeof(sb->limits_desc)) < 0 && d->cg.version)
 		daemon_log("sandbox %s: could not apply cgroup limits", sb->name);
+	pthread_mutex_lock(&sb->lock);
+	if (sb->warm_pending && sb->mem_fd >= 0)
+		memfile_warm(sb->mem_fd);       /* it runs: the file into the page cache */
+	sb->warm_pending = false;
+	pthread_mutex_unlock(&sb->lock);
 	c->tc = now_mono_ns();
 	return 0;
 fail:
@@ -454,6 +469,78 @@ int sb_connect_vm(struct daemon *d, struct sandbox *sb, pid_t pid, bool restored
 	int r = sb_connect_vm_start(d, sb, pid, restored, &c, err);
 
 	return r ? r : sb_connect_vm_finish(d, sb, &c, err);
+}
+
+void sb_connecting(struct sandbox *sb, bool on)
+{
+	pthread_mutex_lock(&sb->lock);
+	__atomic_store_n(&sb->connecting, on, __ATOMIC_RELEASE);  /* read unlocked first */
+	if (!on)
+		pthread_cond_broadcast(&sb->cond);
+	pthread_mutex_unlock(&sb->lock);
+}
+
+static void sb_behind_run(struct sb_behind *b)
+{
+	struct daemon *d = b->d;
+	struct sandbox *sb = b->sb;
+	struct k8_err err = { 0 };
+	uint64_t t0 = now_mono_ns();
+	int r = sb_connect_vm_finish(d, sb, &b->conn, &err);
+	uint64_t t1 = now_mono_ns();
+
+	pthread_mutex_lock(&sb->lock);
+	if (r) {                        /* the VM is gone (sb_connect_vm_finish) */
+		sb->state = SB_FAILED;
+		snprintf(sb->error, sizeof(sb->error), "%s failed: %s", b->what, err.msg);
+	}
+	__atomic_store_n(&sb->connecting, false, __ATOMIC_RELEASE);
+	sb_save(sb);                    /* init_pending goes with its init in */
+	pthread_cond_broadcast(&sb->cond);
+	pthread_mutex_unlock(&sb->lock);
+	if (r) {
+		daemon_log("sandbox %s: %s failed after its answer: %s", sb->name, b->what,
+			   err.msg);
+		json_object_set_new(b->fail_detail, "error", json_string(err.msg));
+		json_object_set_new(b->fail_detail, "answered", json_true());
+		daemon_audit(d, b->fail_action, sb->name, b->fail_detail);
+		b->fail_detail = NULL;
+	} else {
+		daemon_log("sandbox %s: %s: guest ready %llu ms after the answer (HELLO, version, "
+			   "init and mounts %llu ms)", sb->name, b->what,
+			   SB_MS(t1 - b->answered), SB_MS(t1 - t0));
+		if (b->then)
+			b->then(b);
+	}
+	sb_busy_leave(sb);
+}
+
+static void *sb_behind_thread(void *arg)
+{
+	struct sb_behind *b = arg;
+	struct daemon *d = b->d;
+	struct sandbox *sb = b->sb;
+
+	sb_behind_run(b);
+	json_decref(b->fail_detail);
+	free(b);
+	sb_put(d, sb);
+	return NULL;
+}
+
+void sb_connect_behind(struct sb_behind *b)
+{
+	pthread_t t;
+
+	pthread_mutex_lock(&b->sb->lock);
+	b->sb->users++;                 /* the thread's reference (sb_put at its end) */
+	pthread_mutex_unlock(&b->sb->lock);
+	b->answered = now_mono_ns();
+	if (pthread_create(&t, NULL, sb_behind_thread, b) == 0) {
+		pthread_detach(t);
+		return;
+	}
+	sb_behind_thread(b);            /* no thread: finished here, before the answer */
 }
 
 /* Boot the VM of a sandbox. Caller holds sb->busy (not the lock). */
@@ -530,6 +617,7 @@ static int sb_machine_of(struct sandbox *sb, const char *statedir, struct vm_mac
 struct sb_spawn_rec {
 	struct sandbox *sb;
 	int mfd;
+	uint64_t ns;                    /* the callback's time, for the log */
 };
 
 /* A restored VM is known on disk before QEMU runs (vm_spawn's `spawned`): its pid, and
@@ -539,9 +627,8 @@ static void sb_spawned_restore(void *ctx, pid_t pid)
 {
 	struct sb_spawn_rec *rec = ctx;
 	struct sandbox *sb = rec->sb;
+	uint64_t t0 = now_mono_ns();
 
-	if (rec->mfd > 0)
-		memfile_warm(rec->mfd);  /* the guest's first touches find it cached */
 	pthread_mutex_lock(&sb->lock);
 	if (rec->mfd > 0)
 		sb_mem_set(sb, fcntl(rec->mfd, F_DUPFD_CLOEXEC, 3));
@@ -549,8 +636,13 @@ static void sb_spawned_restore(void *ctx, pid_t pid)
 	sb->pid_start = vm_proc_start(pid);
 	sb->child = true;
 	sb->restoring = true;
+	/* its guest's first touches and its next checkpoint find the file cached: warmed
+	 * once the machine runs (sb_connect_vm_start), so that neither this record's fsync
+	 * nor QEMU's load of the devices' state waits behind the warmer's reads */
+	sb->warm_pending = rec->mfd > 0;
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
+	rec->ns = now_mono_ns() - t0;
 }
 
 /* Start the QEMU that restores the state saved in `statedir` (a checkpoint's directory:
@@ -565,7 +657,9 @@ int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir
 	struct sb_socks k;
 	struct vm_spec spec;
 	struct vm_machine m;
+	struct sb_spawn_rec rec = { .sb = sb, .mfd = mfd };
 	char **chain = NULL;
+	uint64_t t0 = now_mono_ns(), t1;
 	int r;
 
 	if ((r = sb_machine_of(sb, statedir, &m, err)))
@@ -592,9 +686,15 @@ int sb_spawn_restored(struct daemon *d, struct sandbox *sb, const char *statedir
 	spec.nchain = layers_chain(sb->dir, layer, &chain);
 	spec.chain = (const char *const *)chain;
 	spec.spawned = sb_spawned_restore;
-	spec.spawned_ctx = &(struct sb_spawn_rec){ .sb = sb, .mfd = mfd };
+	spec.spawned_ctx = &rec;
+	t1 = now_mono_ns();
 	r = vm_spawn(&spec, pid, err);
 	layers_chain_free(chain, spec.nchain);
+	if (!r)
+		daemon_log("sandbox %s: restored VM spawned in %llu ms: sidecars and files %llu, "
+			   "QEMU forked %llu (of it the record %llu)", sb->name,
+			   SB_MS(now_mono_ns() - t0), SB_MS(t1 - t0), SB_MS(now_mono_ns() - t1),
+			   SB_MS(rec.ns));
 	return r;
 }
 

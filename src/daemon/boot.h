@@ -28,6 +28,9 @@ int sb_mount_images(struct sandbox *sb, struct k8_err *err);
 void sb_kill_vm(struct daemon *d, struct sandbox *sb);
 /* Stop QEMU only (a rewind keeps the sidecars: counts, pins and file handles stay). */
 void sb_kill_qemu(struct daemon *d, struct sandbox *sb);
+/* sb_kill_qemu for a VM whose state is discarded (a rewind): SIGKILL at once, no `quit`
+ * and no wait for QEMU to end by itself (polled every 20 ms: 21 ms of each cold rewind). */
+void sb_discard_qemu(struct daemon *d, struct sandbox *sb);
 /* Every socket of a sandbox's VM, under $KOSA8_HOME/run/<id>.* */
 struct sb_socks {
 	char qmp[4200], agent[4200], net[4200], fs[4200];
@@ -56,6 +59,28 @@ int sb_connect_vm_start(struct daemon *d, struct sandbox *sb, pid_t pid, bool re
 			struct sb_connect *c, struct k8_err *err);
 int sb_connect_vm_finish(struct daemon *d, struct sandbox *sb, struct sb_connect *c,
 			 struct k8_err *err);
+/* sb->connecting on or off: while on, every request to the agent waits
+ * (sb_wait_connected); off wakes the waiters. */
+void sb_connecting(struct sandbox *sb, bool on);
+/* A restore that answers once the machine runs (a rewind, a resume from disk): the rest,
+ * sb_connect_vm_finish, on a thread of its own holding the caller's busy token, while
+ * sb->connecting (set by the caller before sb_connect_vm_start) makes every request to the
+ * agent wait for it. Failed: the VM is gone, the sandbox failed with "<what> failed:
+ * <why>", and `fail_action` audited with fail_detail plus "error" and "answered": true.
+ * Done: then(b) on that thread (may be NULL), still holding the token. */
+struct sb_behind {
+	struct daemon *d;
+	struct sandbox *sb;
+	struct sb_connect conn;
+	char what[96];                  /* "rewind to c0", "resume" */
+	char label[64];                 /* for then() */
+	const char *fail_action;
+	json_t *fail_detail;            /* owned */
+	void (*then)(struct sb_behind *b);
+	uint64_t answered;              /* now_mono_ns() at the answer */
+};
+/* Takes b (freed at the end) and the busy token the caller holds. */
+void sb_connect_behind(struct sb_behind *b);
 /* Start the QEMU that restores the migration stream `sfd` into sb on top layer `layer`
  * (file `top`); kosa8-fs gets statedir/fs-nodes.json when there is one (a rewind, a
  * fork, a resume from disk). With a memory file `mfd` (> 0; read-only) `sfd` holds the

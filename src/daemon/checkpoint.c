@@ -136,22 +136,13 @@ static void new_layer_name(char *out, size_t n)
 	snprintf(out, n, "layer-%llx.qcow2", (unsigned long long)now_real_ns());
 }
 
-/* A new empty top layer over `base` (a file name in sb's dir). A fork's layers name the
- * source's files in their headers, so there the backing is not opened (-u): its size is
- * the sandbox's disk size. */
+/* A new empty top layer over `base` (a file name in sb's dir), of the sandbox's disk
+ * size (a fork's layers name the source's files in their headers: nothing is opened). */
 static int make_top(struct sandbox *sb, const char *base, const char *top, struct k8_err *err)
 {
 	cleanup_free char *bp = xasprintf("%s/%s", sb->dir, base);
-	cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
 
-	if (sb->forked) {
-		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-				       "-u", "-b", bp, top, size, NULL };
-		return vm_run_cmd(argv, err);
-	}
-	const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-			       "-b", bp, top, NULL };
-	return vm_run_cmd(argv, err);
+	return layers_new_top(bp, top, sb->disk_gb, err);
 }
 
 static char *ckpt_dir(struct sandbox *sb, const char *label)
@@ -350,6 +341,8 @@ struct ckpt_job {
 	int mem_fd;                     /* the memory file (memfile), else -1 */
 	struct memfile_stats mst;
 	int tries;                      /* of the memory file (ckpt_save_memfile) */
+	int dev_saves;                  /* of the devices' state, and their time */
+	uint64_t dev_ns;
 	char layer[64];                 /* the new top layer's file name */
 	char *layer_path;               /* its path, until QEMU writes to it (then NULL) */
 	int layer_fd;
@@ -407,8 +400,6 @@ static int ckpt_state_files(struct ckpt_job *j, struct k8_err *err)
 static int ckpt_make_files(struct ckpt_job *j, struct k8_err *err)
 {
 	struct sandbox *sb = j->sb;
-	cleanup_free char *bp = xasprintf("%s/%s", sb->dir, top_of(sb));
-	cleanup_free char *size = xasprintf("%dG", sb->disk_gb);
 	int r;
 
 	rm_rf(j->final); /* an interrupted attempt without meta.json */
@@ -420,9 +411,7 @@ static int ckpt_make_files(struct ckpt_job *j, struct k8_err *err)
 		return r;
 	new_layer_name(j->layer, sizeof(j->layer));
 	j->layer_path = xasprintf("%s/%s", sb->dir, j->layer);
-	const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-			       "-u", "-b", bp, j->layer_path, size, NULL };
-	if ((r = vm_run_cmd(argv, err)))
+	if ((r = make_top(sb, top_of(sb), j->layer_path, err)))
 		return r;
 	j->layer_fd = open(j->layer_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (j->layer_fd < 0)
@@ -474,6 +463,18 @@ static int ckpt_restart_file(int fd)
 	return ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -errno;
 }
 
+/* vm_save_devices, counted and timed for the checkpoint's log line. */
+static int ckpt_save_devices(struct ckpt_job *j, int fd, bool release_disks,
+			     struct k8_err *err)
+{
+	uint64_t t0 = now_mono_ns();
+	int r = vm_save_devices(&j->sb->qmp, fd, release_disks, err);
+
+	j->dev_saves++;
+	j->dev_ns += now_mono_ns() - t0;
+	return r;
+}
+
 /* The devices' state and the memory file, one instant. The vCPUs are stopped, but
  * QEMU's main loop runs (QMP needs it), and a device given input meanwhile (the agent's
  * or the file server's port, host to guest, into buffers the guest posted before it
@@ -510,9 +511,9 @@ static int ckpt_save_memfile(struct ckpt_job *j, struct k8_err *err)
 		    ftruncate(j->mem_fd, (off_t)src.size) < 0)
 			return k8_err_set(err, r ?: -errno, "starting the saved files: %s",
 					  strerror(r ? -r : errno));
-		if ((r = vm_save_devices(&sb->qmp, j->state_fd, false, err)) ||
+		if ((r = ckpt_save_devices(j, j->state_fd, false, err)) ||
 		    (r = memfile_write(&src, j->mem_fd, &j->mst, err)) ||
-		    (r = vm_save_devices(&sb->qmp, check, false, err)))
+		    (r = ckpt_save_devices(j, check, false, err)))
 			return r;
 		a = ckpt_slurp(j->state_fd, &na);
 		b = ckpt_slurp(check, &nb);
@@ -521,7 +522,7 @@ static int ckpt_save_memfile(struct ckpt_job *j, struct k8_err *err)
 		if (na == nb && !memcmp(a, b, na)) {
 			r = ckpt_restart_file(check);
 			if (!r)
-				r = vm_save_devices(&sb->qmp, check, true, err);
+				r = ckpt_save_devices(j, check, true, err);
 			unlink(checkp);
 			return r;
 		}
@@ -761,7 +762,7 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	struct ckpt_job j = { .sb = sb, .label = label, .state_fd = -1, .mem_fd = -1,
 			      .layer_fd = -1 };
 	char removed[64];
-	uint64_t t0 = now_mono_ns();
+	uint64_t t0 = now_mono_ns(), tf, ts;
 	int r, cont_r;
 
 	if (!label_valid(label))
@@ -776,10 +777,13 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	pthread_mutex_unlock(&sb->lock);
 	if ((r = ckpt_check_room(&j, err)) || (r = ckpt_make_files(&j, err)))
 		goto out;
+	tf = now_mono_ns();
 	if (!j.user_paused)             /* a paused guest cannot answer */
 		ckpt_guest_sync(sb);
-	if ((r = ckpt_stop_vcpus(&j, err)) || (r = ckpt_save_state(&j, err)) ||
-	    (r = ckpt_swap_layer(&j, err)))
+	if ((r = ckpt_stop_vcpus(&j, err)) || (r = ckpt_save_state(&j, err)))
+		goto out;
+	ts = now_mono_ns();
+	if ((r = ckpt_swap_layer(&j, err)))
 		goto out;
 	cont_r = ckpt_cont(&j, err);
 	if ((r = ckpt_commit(&j, err)))
@@ -792,14 +796,22 @@ int ckpt_create(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	if (j.memfile)
 		daemon_log("sandbox %s: checkpoint %s in %llu ms, vCPUs stopped %llu ms: memory "
 			   "file %llu MiB written in %llu ms (%llu MiB out of QEMU, %llu MiB of its "
-			   "base from the disk; reading %llu ms, writing %llu ms meanwhile), %d %s",
+			   "base from the disk; reading %llu ms, writing %llu ms meanwhile), %d %s; "
+			   "files and layer %llu ms and guest sync %llu ms before the stop, "
+			   "devices saved %d times in %llu ms, layer frozen and cont %llu ms, "
+			   "committed %llu ms",
 			   sb->name, label, (unsigned long long)((now_mono_ns() - t0) / 1000000),
 			   (unsigned long long)((j.t_cont - j.t_stop) / 1000000),
 			   (unsigned long long)(j.mst.written >> 20), (unsigned long long)j.mst.ms,
 			   (unsigned long long)(j.mst.from_vm >> 20),
 			   (unsigned long long)(j.mst.from_disk >> 20),
 			   (unsigned long long)j.mst.read_ms, (unsigned long long)j.mst.write_ms,
-			   j.tries, j.tries == 1 ? "copy" : "copies");
+			   j.tries, j.tries == 1 ? "copy" : "copies",
+			   (unsigned long long)((tf - t0) / 1000000),
+			   (unsigned long long)((j.t_stop - tf) / 1000000), j.dev_saves,
+			   (unsigned long long)(j.dev_ns / 1000000),
+			   (unsigned long long)((j.t_cont - ts) / 1000000),
+			   (unsigned long long)((now_mono_ns() - j.t_cont) / 1000000));
 	if ((r = cont_r))
 		goto out;
 	*out = json_pack("{s:s,s:s,s:I,s:I,s:I,s:s}", "label", label, "created", j.created,
@@ -820,7 +832,7 @@ out:
  * busy token. Its new top layer's name goes to `layer`. */
 static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 		       const char *frozen, json_t *meta, char *layer, size_t n,
-		       struct k8_err *err)
+		       struct sb_connect *conn, struct k8_err *err)
 {
 	cleanup_free char *top = NULL, *cdir = ckpt_dir(sb, label);
 	struct vm_image saved[K8_MAX_SLOTS];
@@ -839,7 +851,7 @@ static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 	/* The old machine goes; its top layer is garbage unless a checkpoint needs it. Its
 	 * sidecars stay: kosa8-net keeps its counts, kosa8-fs takes the checkpoint's tables. */
 	pthread_mutex_lock(&sb->lock);
-	sb_kill_qemu(d, sb);
+	sb_discard_qemu(d, sb);
 	sb->state = SB_BOOTING;
 	pthread_mutex_unlock(&sb->lock);
 	t1 = now_mono_ns();
@@ -867,92 +879,25 @@ static int rewind_cold(struct daemon *d, struct sandbox *sb, const char *label,
 		   (unsigned long long)((t1 - tf) / 1000000),
 		   (unsigned long long)((t2 - t1) / 1000000),
 		   (unsigned long long)((t3 - t2) / 1000000), mfd >= 0 ? "memory file" : "stream");
-	/* QEMU starts the guest by itself once the state is in. */
-	return sb_connect_vm(d, sb, pid, true, err);
+	/* Up to the machine running and its agent greeted; the caller has the rest done. */
+	return sb_connect_vm_start(d, sb, pid, true, conn, err);
 }
 
-/* While a rewind's guest init runs after the answer, nothing else talks to the agent
- * (sb_wait_connected; the thread holds the busy token). */
-static void rewind_connecting(struct sandbox *sb, bool on)
+/* After a rewind's guest is ready: the layers no checkpoint needs go, then the next
+ * spare is prepared, in the background. */
+static void rewind_then(struct sb_behind *b)
 {
-	pthread_mutex_lock(&sb->lock);
-	__atomic_store_n(&sb->connecting, on, __ATOMIC_RELEASE);  /* read unlocked first */
-	if (!on)
-		pthread_cond_broadcast(&sb->cond);
-	pthread_mutex_unlock(&sb->lock);
+	ckpt_gc_layers(b->sb);
+	spare_after_rewind(b->d, b->sb, b->label);
 }
 
-/* The part of a rewind through the spare after its answer: the agent's HELLO, the
- * version, the init (clock, RNG seed, hostname), the image mounts, then the next spare.
- * It holds the busy token the rewind handed it, and a user reference. */
-struct rewind_bg {
-	struct daemon *d;
-	struct sandbox *sb;
-	struct sb_connect conn;
-	char label[64];
-	uint64_t answered;              /* now_mono_ns() when the records were written */
-};
-
-static void rewind_finish(struct rewind_bg *b)
+/* Does meta.json name the agent's protocol range? Then the restored agent is one this
+ * kosa8d speaks (meta_agent_check), and the rewind may answer before its HELLO. Without
+ * it (a checkpoint of before the handshake, or an edited meta.json) the HELLO is
+ * checked before the answer, so a mismatch fails the rewind itself (test_61). */
+static bool meta_agent_known(const json_t *meta)
 {
-	struct daemon *d = b->d;
-	struct sandbox *sb = b->sb;
-	struct k8_err err = { 0 };
-	uint64_t t0 = now_mono_ns();
-	int r = sb_connect_vm_finish(d, sb, &b->conn, &err);
-	uint64_t t1 = now_mono_ns();
-
-	pthread_mutex_lock(&sb->lock);
-	if (r) {                        /* the VM is gone (sb_connect_vm_finish) */
-		sb->state = SB_FAILED;
-		snprintf(sb->error, sizeof(sb->error), "rewind to %s failed: %s", b->label,
-			 err.msg);
-	}
-	__atomic_store_n(&sb->connecting, false, __ATOMIC_RELEASE);
-	sb_save(sb);
-	pthread_cond_broadcast(&sb->cond);
-	pthread_mutex_unlock(&sb->lock);
-	if (r) {
-		daemon_log("sandbox %s: rewind to %s failed after its answer: %s", sb->name,
-			   b->label, err.msg);
-		daemon_audit(d, "checkpoint.rewind.failed", sb->name,
-			     json_pack("{s:s,s:s,s:b,s:b}", "label", b->label, "error", err.msg,
-				       "spare", true, "answered", true));
-	} else {
-		daemon_log("sandbox %s: rewind to %s: guest ready %llu ms after the answer "
-			   "(HELLO, version, init and mounts %llu ms)", sb->name, b->label,
-			   (unsigned long long)((t1 - b->answered) / 1000000),
-			   (unsigned long long)((t1 - t0) / 1000000));
-		spare_after_rewind(d, sb, b->label);    /* the next one, in the background */
-	}
-	sb_busy_leave(sb);
-}
-
-static void *rewind_thread(void *arg)
-{
-	struct rewind_bg *b = arg;
-	struct daemon *d = b->d;
-	struct sandbox *sb = b->sb;
-
-	rewind_finish(b);
-	free(b);
-	sb_put(d, sb);
-	return NULL;
-}
-
-/* Hand the busy token and b to a thread (or, if none can start, finish here). */
-static void rewind_hand_over(struct rewind_bg *b)
-{
-	pthread_t t;
-
-	pthread_mutex_lock(&b->sb->lock);
-	b->sb->users++;                 /* the thread's reference (sb_put at its end) */
-	pthread_mutex_unlock(&b->sb->lock);
-	if (pthread_create(&t, NULL, rewind_thread, b) == 0) {
-		pthread_detach(t);
-		return;
-	}
-	rewind_thread(b);
+	return json_object_get(meta, "agent_proto_max") != NULL;
 }
 
 int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t **out,
@@ -962,8 +907,8 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	json_auto_t *meta = NULL;
 	const char *frozen;
 	int r;
-	bool spare = false;
-	struct rewind_bg *bg = NULL;
+	bool spare = false, behind;
+	struct sb_behind *bg = NULL;
 	uint64_t t0 = now_mono_ns(), tl, t1, t2, t3;
 
 	if (!label_valid(label) || !(meta = meta_load(sb, label)))
@@ -980,27 +925,30 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	}
 
 	sb_busy_enter(sb);
-	/* Through the spare when one of this label is ready (spare.c); else cold. The
-	 * spare's rewind answers once the machine runs and the records are written; the
-	 * guest's init runs after, on a thread of its own (rewind_finish), and every request
-	 * to the agent waits for it (sb_wait_connected). */
-	if (!(bg = calloc(1, sizeof(*bg))))
-		r = -EAGAIN;
-	else {
-		rewind_connecting(sb, true);
-		r = spare_take(d, sb, label, layer, sizeof(layer), &bg->conn, err);
-	}
+	/* Through the spare when one of this label is ready (spare.c); else cold. Either
+	 * answers once the machine runs and the records are written; the guest's HELLO and
+	 * init run after, on a thread of its own (sb_connect_behind), and every request to
+	 * the agent waits for them (sb_wait_connected). A cold rewind to a checkpoint whose
+	 * meta.json does not name its agent's protocol waits for them before it answers. */
+	bg = xcalloc(1, sizeof(*bg));
+	sb_connecting(sb, true);
+	r = spare_take(d, sb, label, layer, sizeof(layer), &bg->conn, err);
 	tl = now_mono_ns();
-	if (r)
-		rewind_connecting(sb, false);
 	if (r == 0) {
 		spare = true;
 		layers_set(sb->dir, layer, frozen);
 	} else if (r == -EAGAIN) {
 		k8_err_clear(err);
-		r = rewind_cold(d, sb, label, frozen, meta, layer, sizeof(layer), err);
+		r = rewind_cold(d, sb, label, frozen, meta, layer, sizeof(layer), &bg->conn, err);
 		tl = now_mono_ns();     /* rewind_cold wrote layers.json before QEMU */
 	}
+	behind = spare || meta_agent_known(meta);
+	if (!r && !behind) {
+		r = sb_connect_vm_finish(d, sb, &bg->conn, err);
+		sb_connecting(sb, false);
+	}
+	if (r)
+		sb_connecting(sb, false);
 	if (r == -EPROTONOSUPPORT)   /* the agent in memory is not the one meta.json named */
 		k8_err_wrap(err, "checkpoint '%s' holds an agent this kosa8 cannot talk to; the "
 			    "sandbox is stopped and boots its disk as it was before the rewind "
@@ -1015,7 +963,8 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 	sb_save(sb);
 	pthread_mutex_unlock(&sb->lock);
 	t2 = now_mono_ns();
-	ckpt_gc_layers(sb);
+	if (!behind)                    /* else after the guest's init (rewind_then) */
+		ckpt_gc_layers(sb);
 	{
 		char *pd = xasprintf("%s/paused", sb->dir);  /* a rewind of one paused to disk */
 		rm_rf(pd);
@@ -1032,12 +981,15 @@ int ckpt_rewind(struct daemon *d, struct sandbox *sb, const char *label, json_t 
 		   (unsigned long long)((t2 - t1) / 1000000),
 		   (unsigned long long)((t3 - t2) / 1000000),
 		   (unsigned long long)((now_mono_ns() - t3) / 1000000));
-	if (spare) {
+	if (behind) {
 		bg->d = d;
 		bg->sb = sb;
+		snprintf(bg->what, sizeof(bg->what), "rewind to %s", label);
 		snprintf(bg->label, sizeof(bg->label), "%s", label);
-		bg->answered = now_mono_ns();
-		rewind_hand_over(bg);   /* it leaves the busy token */
+		bg->fail_action = "checkpoint.rewind.failed";
+		bg->fail_detail = json_pack("{s:s,s:b}", "label", label, "spare", spare);
+		bg->then = rewind_then;
+		sb_connect_behind(bg);  /* it leaves the busy token */
 		return 0;
 	}
 	spare_after_rewind(d, sb, label);       /* the next one, in the background */
@@ -1155,8 +1107,9 @@ int sb_pause(struct daemon *d, struct sandbox *sb, bool pause, bool in_memory, j
 		/* On disk already: a pause has nothing to do, a resume restores. */
 		where = "disk";
 		if (!pause)
-			r = sb_resume_paused(d, sb, "resume", err);
-		sb_busy_leave(sb);
+			r = sb_resume_paused(d, sb, "resume", true, err);
+		if (pause || r)         /* a resume's init took the token (sb_connect_behind) */
+			sb_busy_leave(sb);
 		if (!r)
 			*out = json_pack("{s:s,s:I}", pause ? "to" : "from", where, "ms",
 					 (json_int_t)((now_mono_ns() - t0) / 1000000));

@@ -132,16 +132,82 @@ int guest_install(struct guest_image *g, const char *home, struct k8_err *err)
 	return guest_find_dir(g, dst, err);
 }
 
-static int open_checked(const char *path, const char *want, const char *what, int *fdp,
-			struct k8_err *err)
+/* ---- a file's check, remembered (open_checked, guest_verified) ---- */
+
+/* What identifies a file's bytes without reading them: a write changes ctime (which no
+ * one can set back), a replacement the inode. */
+struct guest_seen {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtim, ctim;
+};
+
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct guest_seen seen[2];
+static char seen_sha[2][65];            /* what they were checked against */
+
+static void seen_of(const struct stat *st, struct guest_seen *s)
 {
-	char got[65];
+	*s = (struct guest_seen){ st->st_dev, st->st_ino, st->st_size, st->st_mtim, st->st_ctim };
+}
+
+static bool seen_same(const struct guest_seen *a, const struct guest_seen *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtim.tv_sec == b->mtim.tv_sec && a->mtim.tv_nsec == b->mtim.tv_nsec &&
+	       a->ctim.tv_sec == b->ctim.tv_sec && a->ctim.tv_nsec == b->ctim.tv_nsec;
+}
+
+/* Is the open file `fd` the one last hashed to `want` as file i (0 kernel, 1 initramfs),
+ * unchanged since (seen_same)? Then it need not be read again. */
+static bool seen_known(int i, int fd, const char *want, struct guest_seen *now)
+{
+	struct stat st;
+	bool known;
+
+	if (fstat(fd, &st) < 0) {
+		*now = (struct guest_seen){ 0 };
+		return false;
+	}
+	seen_of(&st, now);
+	pthread_mutex_lock(&seen_lock);
+	known = !strcmp(seen_sha[i], want) && seen_same(&seen[i], now);
+	pthread_mutex_unlock(&seen_lock);
+	return known;
+}
+
+/* Open the guest's file i (0 kernel, 1 initramfs) and check its SHA-256. The hash of a
+ * file unchanged since it last matched (its inode, size, mtime and ctime: a write
+ * changes the ctime, which no one can set back) is remembered: reading 22 MiB again
+ * cost each restore and boot 10-16 ms. */
+static int open_checked(int i, const char *path, const char *want, const char *what,
+			int *fdp, struct k8_err *err)
+{
+	struct guest_seen before, after;
+	char got[65] = "";
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return k8_err_set(err, -errno, "cannot open the guest %s %s: %s", what, path,
 				  strerror(errno));
-	if (sha256_fd(fd, got, NULL) < 0 || strcmp(got, want)) {
+	if (seen_known(i, fd, want, &before)) {
+		*fdp = fd;
+		return 0;
+	}
+	if (sha256_fd(fd, got, NULL) == 0 && !strcmp(got, want)) {
+		struct stat st;
+		/* remembered only if nothing changed it while it was read */
+		if (before.ino && fstat(fd, &st) == 0) {
+			seen_of(&st, &after);
+			pthread_mutex_lock(&seen_lock);
+			bool same = seen_same(&before, &after);
+			seen[i] = same ? after : (struct guest_seen){ 0 };
+			snprintf(seen_sha[i], sizeof(seen_sha[i]), "%s", same ? want : "");
+			pthread_mutex_unlock(&seen_lock);
+		}
+	}
+	if (strcmp(got, want)) {
 		struct guest_image now;
 		struct k8_err e2 = { 0 };
 		char dir[4096];
@@ -173,42 +239,15 @@ int guest_verify_open(const struct guest_image *g, int *kfd, int *ifd, struct k8
 
 	if (!g->kernel[0])
 		return k8_err_set(err, -ENOENT, "no guest image: build it with `make`");
-	r = open_checked(g->kernel, g->kernel_sha, "kernel", kfd, err);
+	r = open_checked(0, g->kernel, g->kernel_sha, "kernel", kfd, err);
 	if (r)
 		return r;
-	r = open_checked(g->initramfs, g->initramfs_sha, "initramfs", ifd, err);
+	r = open_checked(1, g->initramfs, g->initramfs_sha, "initramfs", ifd, err);
 	if (r) {
 		close(*kfd);
 		*kfd = -1;
 	}
 	return r;
-}
-
-/* ---- a report's check, remembered (guest_verified) ---- */
-
-/* What identifies a file's bytes without reading them: a write changes ctime (which no
- * one can set back), a replacement the inode. */
-struct guest_seen {
-	dev_t dev;
-	ino_t ino;
-	off_t size;
-	struct timespec mtim, ctim;
-};
-
-static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct guest_seen seen[2];
-static char seen_sha[2][65];            /* what they were checked against */
-
-static void seen_of(const struct stat *st, struct guest_seen *s)
-{
-	*s = (struct guest_seen){ st->st_dev, st->st_ino, st->st_size, st->st_mtim, st->st_ctim };
-}
-
-static bool seen_same(const struct guest_seen *a, const struct guest_seen *b)
-{
-	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-	       a->mtim.tv_sec == b->mtim.tv_sec && a->mtim.tv_nsec == b->mtim.tv_nsec &&
-	       a->ctim.tv_sec == b->ctim.tv_sec && a->ctim.tv_nsec == b->ctim.tv_nsec;
 }
 
 bool guest_verified(const struct guest_image *g, struct k8_err *err)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* layers.c - layers.json: child -> parent of a sandbox's disk layer files (layers.h). */
 #include "daemon/layers.h"
+#include "image/qcow2.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -125,4 +126,11 @@ int layers_link(const char *src_dir, const char *dst_dir, const char *layer,
 	if ((r = layers_save(dst_dir, dst)))
 		return k8_err_set(err, r, "writing %s/layers.json: %s", dst_dir, strerror(-r));
 	return 0;
+}
+
+int layers_new_top(const char *base, const char *top, int disk_gb, struct k8_err *err)
+{
+	int r = qcow2_overlay(top, base, (uint64_t)disk_gb << 30);
+
+	return r ? k8_err_set(err, r, "creating the disk layer %s: %s", top, strerror(-r)) : 0;
 }

@@ -36,5 +36,10 @@ void layers_gc(const char *dir, const char *const *roots, int nroots);
  * (a loop, a path, too deep), -errno from link (EXDEV: another file system). */
 int layers_link(const char *src_dir, const char *dst_dir, const char *layer,
 		struct k8_err *err);
+/* A new empty layer file `top` (a path) of disk_gb GiB over the layer file `base` (a
+ * path, written in its header, never opened: the chain QEMU gets comes from layers.json,
+ * and a layer's own header was written by QEMU). Written by kosa8d (image/qcow2.c), not
+ * by a qemu-img process. 0 or -errno with err. */
+int layers_new_top(const char *base, const char *top, int disk_gb, struct k8_err *err);
 
 #endif

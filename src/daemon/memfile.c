@@ -112,12 +112,24 @@ static void *mf_warmer(void *arg)
 	/* Behind everything else: fresh page cache costs CPU on this host (about a
 	 * millisecond per MiB), and the restore it serves must not wait for it. */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+	/* and its reads behind every other on the disk where the scheduler knows classes
+	 * (mq-deadline, bfq): ioprio_set(IOPRIO_WHO_PROCESS, this thread, IDLE) */
+	syscall(SYS_ioprio_set, 1, (int)syscall(SYS_gettid), 3 << 13);
 	while ((off = lseek(fd, off, SEEK_DATA)) >= 0) {
 		if ((end = lseek(fd, off, SEEK_HOLE)) < 0)
 			break;
-		for (; off < end; off += MF_WIN)
-			posix_fadvise(fd, off, end - off < MF_WIN ? end - off : MF_WIN,
-				      POSIX_FADV_WILLNEED);
+		for (; off < end; off += MF_WIN) {
+			off_t n = end - off < MF_WIN ? end - off : MF_WIN;
+			char last;
+			/* One window in the disk's queue at a time: its last byte read waits
+			 * for it. Queued all at once (the advice does not wait), the whole
+			 * file stood before every other read and sync on the disk: the
+			 * restored VM's own start and its record's fsync waited 219-315 ms
+			 * behind 559 MiB of it. */
+			posix_fadvise(fd, off, n, POSIX_FADV_WILLNEED);
+			if (pread(fd, &last, 1, off + n - 1) < 0)
+				break;
+		}
 	}
 	close(fd);
 	return NULL;

@@ -52,7 +52,7 @@ static int qmp_read_line(struct qmp *q, json_t **out, uint64_t deadline, struct 
 int qmp_connect(struct qmp *q, const char *path, int timeout_ms, struct k8_err *err)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	uint64_t deadline = now_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+	uint64_t t0 = now_mono_ns(), deadline = t0 + (uint64_t)timeout_ms * 1000000ull;
 	json_t *greet = NULL;
 	int r;
 
@@ -73,7 +73,9 @@ int qmp_connect(struct qmp *q, const char *path, int timeout_ms, struct k8_err *
 		q->fd = -1;
 		if (now_mono_ns() >= deadline)
 			return k8_err_set(err, r, "QMP: cannot connect to %s: %s", path, strerror(-r));
-		usleep(10000);
+		/* A starting QEMU listens within tens of milliseconds: looked for every
+		 * millisecond the first second (at 10 ms, 5 ms of each start were lost) */
+		usleep(now_mono_ns() - t0 < 1000000000ull ? 1000 : 10000);
 	}
 	r = qmp_read_line(q, &greet, deadline, err);
 	if (r < 0)

@@ -214,7 +214,7 @@ int sb_wait_connected(struct sandbox *sb, struct k8_err *err)
 	}
 	if (waited && sb->state == SB_FAILED)
 		r = k8_err_set(err, -EIO, "sandbox '%s' failed: %s; its next run or exec boots "
-			       "its disk as rewound", sb->name, sb->error);
+			       "its disk as it is", sb->name, sb->error);
 	pthread_mutex_unlock(&sb->lock);
 	return r;
 }

@@ -65,6 +65,9 @@ struct sandbox {
 	 * sandbox.json says "init_pending" too, with its pid, so a daemon that dies meanwhile
 	 * leaves a VM the next one ends rather than one nobody knows (sandbox.c) */
 	bool restoring;
+	/* its memory file is to be warmed once the restored machine runs (boot.c): before,
+	 * the warmer's reads stood in the way of QEMU's load of the devices' state */
+	bool warm_pending;
 	int users;                      /* API requests using it (rm waits) */
 	char name[K8_NAME_MAX + 1];
 	char id[17];                    /* short hex id: socket names */

@@ -112,7 +112,8 @@ bool sb_paused_on_disk(struct sandbox *sb)
 /* Bring a sandbox paused to disk back. Caller holds the busy token and sb->state is
  * SB_PAUSED. A failure before QEMU starts leaves it paused (try again); once QEMU was
  * started the sandbox is failed, its disk as it was, and the next use boots it. */
-int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err)
+int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, bool behind,
+		     struct k8_err *err)
 {
 	cleanup_free char *dir = xasprintf("%s/paused", sb->dir);
 	cleanup_free char *mem = xasprintf("%s/memory", dir);
@@ -120,6 +121,7 @@ int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struc
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1, mfd = -1;
 	cleanup_free char *handed = xasprintf("%s/%s", dir, SB_PAUSED_HANDED);
 	uint64_t t0 = now_mono_ns();
+	struct sb_behind *bg = NULL;
 	pid_t pid = 0;
 	int r;
 
@@ -136,10 +138,16 @@ int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struc
 	pthread_mutex_lock(&sb->lock);
 	sb->state = SB_BOOTING;
 	pthread_mutex_unlock(&sb->lock);
+	bg = xcalloc(1, sizeof(*bg));
+	sb_connecting(sb, true);
 	r = sb_spawn_restored(d, sb, dir, layers_top(sb->disk), top, kfd, ifd, sfd, mfd, false,
 			      &pid, err);
 	if (!r)
-		r = sb_connect_vm(d, sb, pid, true, err);
+		r = sb_connect_vm_start(d, sb, pid, true, &bg->conn, err);
+	if (!r && !behind)
+		r = sb_connect_vm_finish(d, sb, &bg->conn, err);
+	if (r || !behind)
+		sb_connecting(sb, false);
 	pthread_mutex_lock(&sb->lock);
 	if (r) {
 		sb->state = SB_FAILED;
@@ -156,11 +164,23 @@ int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struc
 			    "kept and boots when next used)", sb->name);
 		daemon_audit(d, "sandbox.resume.failed", sb->name,
 			     json_pack("{s:s,s:s}", "from", "disk", "error", err->msg));
+		free(bg);
 		return r;
 	}
 	daemon_audit(d, "sandbox.resume", sb->name,
 		     json_pack("{s:s,s:s,s:I}", "from", "disk", "by", by, "ms",
 			       (json_int_t)((now_mono_ns() - t0) / 1000000)));
+	if (!behind) {
+		free(bg);
+		return 0;
+	}
+	/* Its HELLO and init behind the answer, as a rewind's (checkpoint.c). */
+	bg->d = d;
+	bg->sb = sb;
+	snprintf(bg->what, sizeof(bg->what), "resume");
+	bg->fail_action = "sandbox.resume.failed";
+	bg->fail_detail = json_pack("{s:s}", "from", "disk");
+	sb_connect_behind(bg);
 	return 0;
 }
 
@@ -194,7 +214,7 @@ int sb_ensure_running(struct daemon *d, struct sandbox *sb, struct k8_err *err)
 	if (sb->state == SB_REMOVING) {
 		r = k8_err_set(err, -ENOENT, "sandbox '%s' is being removed", sb->name);
 	} else if (sb->state == SB_PAUSED) {     /* paused to disk: any use resumes it */
-		r = sb_resume_paused(d, sb, "use", err);
+		r = sb_resume_paused(d, sb, "use", false, err);
 	} else if (!sb_check_alive(d, sb)) {
 		const char *why = sb->state == SB_FAILED ? sb->error : "it was stopped";
 		daemon_log("sandbox %s: booting (%s)", sb->name, why);

@@ -59,8 +59,11 @@ void sb_detached_free(struct sandbox *sb);
 void sb_unreserve(struct daemon *d, struct sandbox *sb);
 /* Restore a sandbox paused to disk (state SB_PAUSED, its machine in paused/; the pause
  * itself is checkpoint.c's). Caller holds the busy token. `by` names what asked, for the
- * audit record ("resume", "use"). */
-int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, struct k8_err *err);
+ * audit record ("resume", "use"). With `behind`, it returns once the machine runs and
+ * the guest's HELLO and init go on behind (sb_connect_behind), which takes the busy
+ * token on success: the caller leaves it only on failure. */
+int sb_resume_paused(struct daemon *d, struct sandbox *sb, const char *by, bool behind,
+		     struct k8_err *err);
 /* In paused/: the pause was handed to a store (store.c, `sandbox pause --to`), and the
  * store's copy is the one that counts: sb_resume_paused refuses (-EBUSY) while it is
  * there, so no use resumes this copy while another host may resume the store's; `sandbox

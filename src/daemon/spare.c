@@ -280,14 +280,14 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 	struct spare_vm *v = xcalloc(1, sizeof(*v));
 	struct vm_image *imgs = v->images;
 	char frozen[256], qmp[4200], agent[4200], fs[4200];
-	cleanup_free char *bp = NULL, *top = NULL, *size = NULL, *cdir = NULL, *cg = NULL;
+	cleanup_free char *bp = NULL, *top = NULL, *cdir = NULL, *cg = NULL;
 	cleanup_free char *log = xasprintf("%s/qemu-spare.log", sb->dir);
 	cleanup_close int kfd = -1, ifd = -1, sfd = -1;
 	char **chain = NULL;
 	const char **full;
 	int nbelow;
 	int nimgs = 0, mem = 0, cpus = 0, sv[2] = { -1, -1 }, r;
-	bool forked, memfile = false;
+	bool memfile = false;
 	int disk_gb;
 	uid_t jail = 0;
 
@@ -300,7 +300,6 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 		goto fail;
 	}
 	pthread_mutex_lock(&sb->lock);
-	forked = sb->forked;
 	disk_gb = sb->disk_gb;
 	mem = mem ?: sb->memory_mib;
 	cpus = cpus ?: sb->cpus;
@@ -321,22 +320,8 @@ static struct spare_vm *spare_start(struct daemon *d, struct sandbox *sb, const 
 	snprintf(v->layer, sizeof(v->layer), "layer-%llx.qcow2", (unsigned long long)now_real_ns());
 	top = xasprintf("%s/%s", sb->dir, v->layer);
 	bp = xasprintf("%s/%s", sb->dir, frozen);
-	size = xasprintf("%dG", disk_gb);
-	{
-		/* as checkpoint.c's make_top: a fork's backing is not opened (-u), so its
-		 * size is given */
-		const char *argv[] = { "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-				       "-b", bp, top, NULL, NULL, NULL };
-		if (forked) {
-			argv[7] = "-u";
-			argv[8] = "-b";
-			argv[9] = bp;
-			argv[10] = top;
-			argv[11] = size;
-		}
-		if ((r = vm_run_cmd(argv, err)))
-			goto fail;
-	}
+	if ((r = layers_new_top(bp, top, disk_gb, err)))
+		goto fail;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
 		k8_err_set(err, -errno, "socketpair: %s", strerror(errno));
 		goto fail;
@@ -546,8 +531,7 @@ int spare_take(struct daemon *d, struct sandbox *sb, const char *label, char *la
 	t_net = now_mono_ns();
 	/* The old machine goes at once: its state is discarded, so no `quit`. */
 	pthread_mutex_lock(&sb->lock);
-	spare_end_pid(sb->pid, sb->pid_start, sb->child);
-	sb_kill_qemu(d, sb);
+	sb_discard_qemu(d, sb);
 	sb->state = SB_BOOTING;
 	memcpy(sb->images, v->images, sizeof(v->images));
 	sb->nimages = v->nimages;

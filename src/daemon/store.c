@@ -745,7 +745,7 @@ static int job_resume_from(struct api_job *j, json_t **out, struct k8_err *err)
 		sb = NULL;
 		goto out;
 	}
-	r = sb_resume_paused(d, sb, "store", err);
+	r = sb_resume_paused(d, sb, "store", false, err);
 	sb_busy_leave(sb);
 	if (!r) {
 		*out = json_pack("{s:s,s:I,s:o}", "from", "store",
