@@ -387,7 +387,7 @@ def bench(home, shares, vms):
         return med([r[key] for r in res[(s, w)]])
 
     def per_mib(s, w, key):
-        xs = [r[key] / (r["size"] / (1 << 20)) * 1000 for r in res[(s, w)]
+        xs = [r[key] / (r["size"] / (1 << 20)) * 1000 for r in res.get((s, w), [])
               if r.get(key) is not None and r["size"]]
         return med(xs) if xs else float("nan")
 
