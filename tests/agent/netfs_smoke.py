@@ -427,6 +427,7 @@ class FakeFs:
     IN_HDR = struct.Struct("<IIQQIIII")
     OUT_HDR = struct.Struct("<IiQ")
     RESYNC = 0x4b38
+    HELLO = 0x4b39
 
     def __init__(self, path):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -441,6 +442,7 @@ class FakeFs:
                 time.sleep(0.05)
         self.buf = b""
         self.seen = []  # opcodes, in order
+        self.hellos = 0
 
     def resync(self):
         nonce = os.urandom(16)
@@ -461,13 +463,21 @@ class FakeFs:
         self.buf += d
 
     def request(self, timeout=30):
+        """The next FUSE request. The agent's HELLO after each SYNC (src/fs/proto.h) is
+        answered ENOSYS here, as a kosa8-fs without the RAM data path does, so the
+        payloads keep coming through the port."""
         deadline = time.time() + timeout
-        while len(self.buf) < 40 or len(self.buf) < self.IN_HDR.unpack_from(self.buf)[0]:
-            self._recv(deadline)
-        h = self.IN_HDR.unpack_from(self.buf)
-        msg, self.buf = self.buf[:h[0]], self.buf[h[0]:]
-        self.seen.append(h[1])
-        return h, msg[40:]
+        while True:
+            while len(self.buf) < 40 or len(self.buf) < self.IN_HDR.unpack_from(self.buf)[0]:
+                self._recv(deadline)
+            h = self.IN_HDR.unpack_from(self.buf)
+            msg, self.buf = self.buf[:h[0]], self.buf[h[0]:]
+            if h[1] == self.HELLO:
+                self.hellos += 1
+                self.reply(h, error=-38)
+                continue
+            self.seen.append(h[1])
+            return h, msg[40:]
 
     @staticmethod
     def attr(ino):
