@@ -309,31 +309,44 @@ static void *proc_pump(void *arg)
 	return NULL;
 }
 
+/* fn(p) on a detached thread of its own, holding a reference of p's it drops. 0, or the
+ * error of pthread_create (then no thread, no reference). */
+static int proc_thread(struct e2b_proc *p, void *(*fn)(void *))
+{
+	struct e2b *e = e2b_of(p->d);
+	pthread_attr_t attr;
+	pthread_t t;
+	int r;
+
+	pthread_mutex_lock(&e->lock);
+	p->refs++;
+	pthread_mutex_unlock(&e->lock);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	r = pthread_create(&t, &attr, fn, p);
+	pthread_attr_destroy(&attr);
+	if (r)
+		proc_put(p);
+	return r;
+}
+
 /* Start p's pump, once. Without a thread it runs in the caller's (a subscriber's, whose
  * wait then finds its end at once). */
 static void proc_pump_start(struct e2b_proc *p)
 {
 	struct e2b *e = e2b_of(p->d);
-	pthread_attr_t attr;
-	pthread_t t;
 	bool first;
-	int r;
 
 	pthread_mutex_lock(&p->mu);
 	first = !p->pumping;
 	p->pumping = true;
 	pthread_mutex_unlock(&p->mu);
-	if (!first)
+	if (!first || proc_thread(p, proc_pump) == 0)
 		return;
 	pthread_mutex_lock(&e->lock);
-	p->refs++;              /* the pump's */
+	p->refs++;              /* the pump's, which proc_pump drops */
 	pthread_mutex_unlock(&e->lock);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	r = pthread_create(&t, &attr, proc_pump, p);
-	pthread_attr_destroy(&attr);
-	if (r)
-		proc_pump(p);
+	proc_pump(p);
 }
 
 /* The Start's timeout: envd starts the process under a context with the request's
@@ -373,23 +386,7 @@ static void *proc_timer(void *arg)
  * left without its deadline, the caller kills it). */
 static int proc_timer_start(struct e2b_proc *p)
 {
-	struct e2b *e = e2b_of(p->d);
-	pthread_attr_t attr;
-	pthread_t t;
-	int r;
-
-	if (!p->timeout_ms)
-		return 0;
-	pthread_mutex_lock(&e->lock);
-	p->refs++;              /* the timer's */
-	pthread_mutex_unlock(&e->lock);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	r = pthread_create(&t, &attr, proc_timer, p);
-	pthread_attr_destroy(&attr);
-	if (r)
-		proc_put(p);
-	return -r;
+	return p->timeout_ms ? -proc_thread(p, proc_timer) : 0;
 }
 
 /* ---- a reply following a process ---- */

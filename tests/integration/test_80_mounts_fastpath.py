@@ -312,20 +312,27 @@ open("/data/ram/done", "w").write("%d\n" % n)
 '''
 
 
+def ram_share(fhome, root, sub, name, blk):
+    """A sandbox sharing a fresh folder at /data/ram: (its name, the big file's and the
+    done file's host paths, a function counting the big file's whole blocks)."""
+    ram = os.path.join(root.allowed, sub)
+    os.makedirs(ram, exist_ok=True)
+    os.chmod(ram, 0o777)
+    sb = make_sandbox(fhome, name, "--mount", ram + ":/data/ram")
+    big, done = os.path.join(ram, "big.bin"), os.path.join(ram, "done")
+
+    def blocks():
+        return os.path.getsize(big) // blk if os.path.exists(big) else 0
+    return sb, big, done, blocks
+
+
 def test_ram_path_through_rewind_and_fork(fhome, root):
     """The RAM data path (kosa8-fs reads WRITE payloads in guest RAM) in a real VM: it is
     used, and it still is, with every byte right, in the QEMU a rewind starts and in a
     fork's (both map their RAM from the checkpoint's memory file, private), each of which
     gets its own /proc/<qemu>/mem from kosa8d."""
     n, blk = 1500, 32 * 1024
-    ram = os.path.join(root.allowed, "ram")
-    os.makedirs(ram, exist_ok=True)
-    os.chmod(ram, 0o777)
-    sb = make_sandbox(fhome, "ffram", "--mount", ram + ":/data/ram")
-    big, done = os.path.join(ram, "big.bin"), os.path.join(ram, "done")
-
-    def blocks():
-        return os.path.getsize(big) // blk if os.path.exists(big) else 0
+    sb, big, done, blocks = ram_share(fhome, root, "ram", "ffram", blk)
 
     def check(stage):
         with open(big, "rb") as f:
@@ -372,14 +379,7 @@ def test_ram_path_falls_back_to_the_port(fhome, root):
     reference is refused (ENXIO), and the agent sends that WRITE again through the port
     and every later one too; the writer never sees an error and every block is right."""
     n, blk = 1500, 32 * 1024
-    ram = os.path.join(root.allowed, "ramfb")
-    os.makedirs(ram, exist_ok=True)
-    os.chmod(ram, 0o777)
-    sb = make_sandbox(fhome, "ffrfb", "--mount", ram + ":/data/ram")
-    big, done = os.path.join(ram, "big.bin"), os.path.join(ram, "done")
-
-    def blocks():
-        return os.path.getsize(big) // blk if os.path.exists(big) else 0
+    sb, big, done, blocks = ram_share(fhome, root, "ramfb", "ffrfb", blk)
     try:
         fhome("sandbox", "start", sb, IMAGE, "python3", "-c", RAM_WRITER, str(n), check=True)
         assert wait_for(lambda: blocks() >= 100, 120), "the writer did not start"

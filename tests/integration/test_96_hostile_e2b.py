@@ -58,6 +58,13 @@ def envelope(obj, flags=0):
     return bytes([flags]) + struct.pack(">I", len(b)) + b
 
 
+def listed(e, hu, marker):
+    """The pids envd's List shows whose arguments hold marker."""
+    st, body, _ = e.http("POST", "/process.Process/List", {}, headers=hu)
+    assert st == 200, (st, body)
+    return [p["pid"] for p in body.get("processes", []) if marker in " ".join(p["config"].get("args", []))]
+
+
 def alive(e):
     assert e.h("daemon", "status").returncode == 0
     st, body, _ = e.http("GET", "/v2/sandboxes", headers={"X-API-Key": e.key})
@@ -189,9 +196,7 @@ def test_stalled_client_and_bad_process_calls(e, two):
     hu = envd(a, ta, extra={"Content-Type": "application/json"})
 
     def pids(marker):
-        st, body, _ = e.http("POST", "/process.Process/List", {}, headers=hu)
-        assert st == 200, (st, body)
-        return [p["pid"] for p in body.get("processes", []) if marker in " ".join(p["config"].get("args", []))]
+        return listed(e, hu, marker)
 
     body = envelope({"process": {"cmd": "/bin/sh", "args": ["-c", "exec yes stalled-client"]},
                      "stdin": False})
@@ -255,9 +260,7 @@ def test_a_killed_command_ends_though_its_children_hold_its_output(e, two):
     hu = envd(a, ta, extra={"Content-Type": "application/json"})
 
     def pids(marker):
-        st, body, _ = e.http("POST", "/process.Process/List", {}, headers=hu)
-        assert st == 200, (st, body)
-        return [p["pid"] for p in body.get("processes", []) if marker in " ".join(p["config"].get("args", []))]
+        return listed(e, hu, marker)
 
     out = {}
 
